@@ -1,0 +1,199 @@
+/*
+ * switchyard.h — the host API of switchyard, the one header users need.
+ *
+ * switchyard moves tokens between GPUs: a communicator over NVSHMEM (the `cuda` backend) or over threads
+ * of one process (the `host` reference backend, the oracle every GPU test compares against), symmetric
+ * memory, stream-ordered signals and barriers with bounded waits, and the all-to-all the later operations
+ * (attention dispatch, MoE dispatch/combine) are built on.
+ *
+ * Conventions
+ * - Every function returns sy_status_t: SY_SUCCESS (0) or a negative error. Bad input is rejected with
+ *   SY_ERR_INVALID_ARG, a log line naming the argument, and no state changed.
+ * - Calls that enqueue GPU work take a cudaStream_t last. They never use the legacy default stream (pass
+ *   a stream you created; NULL is rejected on the cuda backend), never synchronise the device, and are
+ *   graph-capturable unless their comment says otherwise. On the host backend the stream is ignored and the
+ *   call completes before it returns.
+ * - Collective calls (marked "collective") must be made by every rank of the communicator, in the same
+ *   order. Operations of one communicator must not run concurrently with each other (one stream at a time,
+ *   or ordered by events), as with NCCL.
+ * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
+ *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), every later
+ *   call returns it, and only sy_comm_destroy is accepted afterwards.
+ * - Sizes are in bytes unless a name says otherwise.
+ */
+#ifndef SWITCHYARD_H
+#define SWITCHYARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SY_API __attribute__((visibility("default")))
+#else
+#define SY_API
+#endif
+
+#define SY_VERSION_MAJOR 0
+#define SY_VERSION_MINOR 1
+#define SY_VERSION_PATCH 0
+#define SY_VERSION_CODE (SY_VERSION_MAJOR * 10000 + SY_VERSION_MINOR * 100 + SY_VERSION_PATCH)
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Status codes. One list; the enum, sy_status_name and sy_status_string are all generated from it.       */
+/* ---------------------------------------------------------------------------------------------------- */
+#define SY_STATUS_LIST(X)                                                                                \
+  X(SY_SUCCESS, 0, "success")                                                                            \
+  X(SY_ERR_INVALID_ARG, -1, "invalid argument")                                                          \
+  X(SY_ERR_NO_MEMORY, -2, "out of memory")                                                               \
+  X(SY_ERR_CUDA, -3, "cuda runtime error")                                                               \
+  X(SY_ERR_NVSHMEM, -4, "nvshmem error")                                                                 \
+  X(SY_ERR_TIMEOUT, -5, "timed out waiting for a peer")                                                  \
+  X(SY_ERR_BOOTSTRAP, -6, "bootstrap (rendezvous) failed")                                               \
+  X(SY_ERR_SYSTEM, -7, "system call failed")                                                             \
+  X(SY_ERR_UNSUPPORTED, -8, "not supported by this backend or build")                                    \
+  X(SY_ERR_NO_DEVICE, -9, "no usable GPU")                                                               \
+  X(SY_ERR_ABORTED, -10, "communicator aborted by an earlier error")                                     \
+  X(SY_ERR_MISMATCH, -11, "ranks disagree on a collective's arguments")                                  \
+  X(SY_ERR_INTERNAL, -12, "internal error")
+
+typedef enum sy_status {
+#define SY_STATUS_ENUM_(name, value, text) name = value,
+  SY_STATUS_LIST(SY_STATUS_ENUM_)
+#undef SY_STATUS_ENUM_
+} sy_status_t;
+
+/* "SY_ERR_TIMEOUT" for SY_ERR_TIMEOUT; "SY_UNKNOWN_STATUS" for a value not in the list. */
+SY_API const char *sy_status_name(sy_status_t status);
+/* A short lowercase sentence fragment: "timed out waiting for a peer". */
+SY_API const char *sy_status_string(sy_status_t status);
+
+/* "0.1.0". */
+SY_API const char *sy_version(void);
+/* SY_VERSION_CODE of the library actually loaded (compare with the header's to catch a mismatch). */
+SY_API int sy_version_code(void);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Communicator                                                                                           */
+/* ---------------------------------------------------------------------------------------------------- */
+typedef struct sy_comm *sy_comm_t;
+
+typedef enum sy_backend {
+  SY_BACKEND_AUTO = 0, /* SY_BACKEND env variable; else cuda when a GPU is visible, host otherwise */
+  SY_BACKEND_CUDA = 1, /* NVSHMEM symmetric heap and kernels, one process per GPU */
+  SY_BACKEND_HOST = 2  /* ranks are threads of one process; plain C loops with the same semantics */
+} sy_backend_t;
+
+/* "auto", "cuda", "host". */
+SY_API const char *sy_backend_name(sy_backend_t backend);
+
+typedef struct sy_comm_config {
+  size_t size;          /* sizeof(sy_comm_config_t): lets later versions add fields */
+  sy_backend_t backend; /* SY_BACKEND_AUTO by default */
+  int rank;             /* -1: from the launcher's environment (syrun, torchrun, srun, mpirun) */
+  int world_size;       /* -1: from the launcher's environment; 1 when there is none */
+  int device;           /* cuda backend: -1 picks SY_DEVICE, else local rank modulo the visible GPUs */
+  size_t heap_bytes;    /* symmetric memory to reserve per rank; 0: SY_HEAP_SIZE */
+  uint64_t timeout_ms;  /* bound on every wait; 0: SY_TIMEOUT_MS */
+  int host_group;       /* host backend: threads that pass the same value form one communicator */
+} sy_comm_config_t;
+
+#define SY_COMM_CONFIG_INIT {sizeof(sy_comm_config_t), SY_BACKEND_AUTO, -1, -1, -1, 0, 0, 0}
+
+/* Collective. Creates this rank's communicator. cuda backend: selects the GPU, exchanges NVSHMEM's unique
+ * id through the launcher's rendezvous (syrun's private directory, or TCP to MASTER_ADDR), initialises
+ * NVSHMEM and reserves the library's control memory. host backend: each of world_size threads calls it
+ * with its own rank; it returns once all have arrived (or fails naming the ranks that never did).
+ * config may be NULL (all defaults). Not graph-capturable. */
+SY_API sy_status_t sy_comm_init(sy_comm_t *comm, const sy_comm_config_t *config);
+
+/* Collective. Frees everything the communicator holds, symmetric allocations included. Accepted after an
+ * error; comm may be NULL (no-op). */
+SY_API sy_status_t sy_comm_destroy(sy_comm_t comm);
+
+SY_API sy_status_t sy_comm_rank(sy_comm_t comm, int *rank);
+SY_API sy_status_t sy_comm_size(sy_comm_t comm, int *world_size);
+SY_API sy_status_t sy_comm_backend(sy_comm_t comm, sy_backend_t *backend);
+/* cuda backend: the CUDA device this rank uses; host backend: -1. */
+SY_API sy_status_t sy_comm_device(sy_comm_t comm, int *device);
+
+/* The first asynchronous error the communicator saw (a timed-out wait on the device, a peer's arguments
+ * that disagree), or SY_SUCCESS. Does not synchronise. When detail is non-NULL, a one-line description
+ * (operation, call number, peer, expected and seen values) is written into it (detail_bytes with the NUL). */
+SY_API sy_status_t sy_comm_async_error(sy_comm_t comm, sy_status_t *async_status, char *detail,
+                                       size_t detail_bytes);
+
+/* Collective, blocking, host-side: every rank contributes `bytes` from send; recv receives world_size * bytes
+ * in rank order. Travels over the bootstrap (syrun's directory or TCP), not the GPU: meant for small things
+ * such as an ncclUniqueId. Bounded by the bootstrap timeout. */
+SY_API sy_status_t sy_comm_allgather_host(sy_comm_t comm, const void *send, void *recv, size_t bytes);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Symmetric memory                                                                                       */
+/* ---------------------------------------------------------------------------------------------------- */
+/* Collective. Every rank allocates the same number of bytes (ranks that disagree get SY_ERR_MISMATCH);
+ * the buffer is at the same offset of every rank's symmetric heap, so peers can address it. Aligned to
+ * 256 bytes. Contents are undefined. bytes == 0 is rejected. Not graph-capturable; synchronises. */
+SY_API sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr);
+/* Collective. ptr must come from sy_mem_alloc on this communicator. */
+SY_API sy_status_t sy_mem_free(sy_comm_t comm, void *ptr);
+
+/* For ptr inside a symmetric allocation: the address at which this process can load and store the
+ * same bytes of `peer` (NVLink/PCIe peer mapping; on the host backend, always). *peer_ptr is NULL, with
+ * SY_SUCCESS, when the peer is reachable only by NVSHMEM puts (or SY_FORCE_PUT is set). */
+SY_API sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Signals and barrier                                                                                    */
+/* ---------------------------------------------------------------------------------------------------- */
+typedef enum sy_signal_op {
+  SY_SIGNAL_SET = 0, /* *signal = value */
+  SY_SIGNAL_ADD = 1  /* *signal += value */
+} sy_signal_op_t;
+
+/* Stream-ordered barrier of all ranks: returns (on the stream) once every rank reached it; every store and
+ * put issued before it on any rank is visible after it on every rank. Graph-capturable. */
+SY_API sy_status_t sy_comm_barrier(sy_comm_t comm, cudaStream_t stream);
+
+/* Stream-ordered one-sided put with signal: copies bytes from src (this rank's device memory; on the host
+ * backend any memory) to dst on `peer` (dst is a symmetric address, as this rank sees it), then applies op
+ * with value to `signal` (a symmetric uint64_t) on peer, after the data is visible there. bytes may be 0
+ * (signal only). Graph-capturable. */
+SY_API sy_status_t sy_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
+                                 sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream);
+
+/* Stream-ordered bounded wait until this rank's symmetric `signal` >= value. On timeout the stream moves
+ * on, the communicator records SY_ERR_TIMEOUT, and later calls return it. Graph-capturable. */
+SY_API sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t value, cudaStream_t stream);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* All-to-all                                                                                             */
+/* ---------------------------------------------------------------------------------------------------- */
+/* Collective, stream-ordered. Rank r sends send_bytes[p] bytes starting at send + send_offsets[p] to every
+ * rank p (itself included), which places them at recv + recv_offsets[r]; recv_bytes[r] at p must equal
+ * send_bytes[p] at r (a disagreeing pair is not copied and is reported as SY_ERR_MISMATCH through the
+ * async error on the cuda backend, returned directly on the host backend).
+ * - send: device memory of this rank (any, symmetric or not). recv: a symmetric allocation (sy_mem_alloc),
+ *   every [recv_offsets[p], +recv_bytes[p]) inside it; the receive ranges must not overlap.
+ * - The six arrays are host arrays of world_size entries, read during the call (captured by value in a
+ *   graph). Any byte counts and offsets; 16-byte aligned ones take the fast path.
+ * - Peers reachable by load/store get direct stores; others get NVSHMEM puts. The call signals every peer
+ *   even with nothing to send, and waits (bounded) until each peer has entered the same call before writing
+ *   into its recv, so recv may be reused by the caller as soon as the call has completed on the stream.
+ * Graph-capturable; the call number lives on the device, so replays need no reset. */
+SY_API sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_bytes,
+                                const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                                const size_t *recv_offsets, cudaStream_t stream);
+
+/* sy_alltoallv with bytes_per_rank to and from every rank, packed in rank order on both sides. */
+SY_API sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, size_t bytes_per_rank,
+                               cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SWITCHYARD_H */

@@ -1,0 +1,379 @@
+/*
+ * comm.c — the public communicator entry points. Each resolves and checks its arguments once, here, and
+ * hands the backend (src/ref for host, src/kernels for cuda) arguments it can trust. An asynchronous error
+ * seen by a backend becomes sticky: every later call but destroy returns it.
+ */
+#include "internal.h"
+#include "boot/boot.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...) {
+  if (!comm || status == SY_SUCCESS || comm->error != SY_SUCCESS) return;
+  comm->error = status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(comm->error_detail, sizeof comm->error_detail, fmt, ap);
+  va_end(ap);
+}
+
+/* Refreshes comm->error from the backend's asynchronous state and returns it. */
+static sy_status_t comm_health(sy_comm_t comm) {
+  if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
+    char detail[sizeof comm->error_detail];
+    detail[0] = '\0';
+    sy_status_t st = comm->ops->poll_error(comm, detail, sizeof detail);
+    if (st != SY_SUCCESS) {
+      sy__comm_set_error(comm, st, "%s", detail);
+      SY_WARN("communicator failed: %s: %s", sy_status_name(st), detail);
+    }
+  }
+  return comm->error;
+}
+
+#define SY_COMM_GUARD(comm, func)                                                 \
+  do {                                                                            \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
+    sy__log_set_rank((comm)->rank);                                               \
+    sy_status_t sy_health_ = comm_health(comm);                                   \
+    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
+  } while (0)
+
+/* ---- init / destroy --------------------------------------------------------------------------------- */
+
+static sy_status_t resolve_backend(sy_backend_t requested, sy_backend_t *out) {
+  sy_backend_t backend = requested;
+  if (backend == SY_BACKEND_AUTO) {
+    const char *env = sy__env_str(SY_ENVID_SY_BACKEND);
+    if (!strcasecmp(env, "cuda")) backend = SY_BACKEND_CUDA;
+    else if (!strcasecmp(env, "host")) backend = SY_BACKEND_HOST;
+    else if (strcasecmp(env, "auto")) {
+      SY_WARN("environment variable SY_BACKEND=%s is not auto, cuda or host", env);
+      return SY_ERR_INVALID_ARG;
+    }
+  }
+  if (backend == SY_BACKEND_AUTO) {
+    char reason[256];
+    backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
+    if (backend == SY_BACKEND_HOST) SY_INFO("backend auto: host (%s)", reason);
+  }
+  *out = backend;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in) {
+  static const char *fn = "sy_comm_init";
+  SY_ARG_CHECK(comm_out != NULL, fn, "comm is NULL");
+  *comm_out = NULL;
+  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
+  if (config_in) {
+    SY_ARG_CHECK(config_in->size >= offsetof(sy_comm_config_t, rank), fn,
+                 "config->size=%zu is too small (initialise the config with SY_COMM_CONFIG_INIT)", config_in->size);
+    size_t n = config_in->size < sizeof config ? config_in->size : sizeof config;
+    memcpy(&config, config_in, n);
+    config.size = sizeof config;
+  }
+  SY_ARG_CHECK(config.backend == SY_BACKEND_AUTO || config.backend == SY_BACKEND_CUDA ||
+                   config.backend == SY_BACKEND_HOST,
+               fn, "config->backend=%d is not a sy_backend_t", (int)config.backend);
+  SY_ARG_CHECK((config.rank < 0) == (config.world_size < 0), fn,
+               "config->rank=%d and config->world_size=%d: set both or neither", config.rank, config.world_size);
+  SY_ARG_CHECK(config.world_size < 0 || config.world_size >= 1, fn, "config->world_size=%d must be >= 1",
+               config.world_size);
+  SY_ARG_CHECK(config.rank < 0 || config.rank < config.world_size, fn, "config->rank=%d must be < world_size=%d",
+               config.rank, config.world_size);
+  SY_ARG_CHECK(config.rank >= -1 && config.world_size >= -1, fn, "config->rank=%d / world_size=%d: use -1 for 'from the launcher'",
+               config.rank, config.world_size);
+  SY_ARG_CHECK(config.device >= -1, fn, "config->device=%d must be -1 or a device index", config.device);
+
+  sy_resolved_config_t rc;
+  memset(&rc, 0, sizeof rc);
+  SY_CHECK(resolve_backend(config.backend, &rc.backend));
+  long long timeout_ms = 0, boot_timeout_ms = 0;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_TIMEOUT_MS, &timeout_ms));
+  SY_CHECK(sy__env_int(SY_ENVID_SY_BOOT_TIMEOUT_MS, &boot_timeout_ms));
+  if (timeout_ms <= 0 || boot_timeout_ms <= 0) {
+    SY_WARN("SY_TIMEOUT_MS=%lld and SY_BOOT_TIMEOUT_MS=%lld must be positive", timeout_ms, boot_timeout_ms);
+    return SY_ERR_INVALID_ARG;
+  }
+  rc.timeout_ms = config.timeout_ms ? config.timeout_ms : (uint64_t)timeout_ms;
+  rc.boot_timeout_ms = (uint64_t)boot_timeout_ms;
+  if (config.heap_bytes) rc.heap_bytes = config.heap_bytes;
+  else SY_CHECK(sy__env_size(SY_ENVID_SY_HEAP_SIZE, &rc.heap_bytes));
+  rc.host_group = config.host_group;
+  rc.device = config.device;
+
+  if (config.rank >= 0) {
+    rc.rank = config.rank;
+    rc.world_size = config.world_size;
+    rc.local_rank = config.rank; /* an explicit rank with no launcher: assume one node */
+    rc.local_size = config.world_size;
+    if (rc.backend == SY_BACKEND_CUDA) {
+      sy_launch_info_t info;
+      if (sy__launch_info_from_env(&info) == SY_SUCCESS && info.rank >= 0 && info.world_size == config.world_size) {
+        rc.local_rank = info.local_rank;
+        rc.local_size = info.local_size;
+        if (rc.device < 0) rc.device = info.device;
+      }
+    }
+  } else {
+    SY_ARG_CHECK(rc.backend != SY_BACKEND_HOST, fn,
+                 "config->rank=-1: the host backend runs ranks as threads, so each thread must pass its rank and "
+                 "world_size");
+    sy_launch_info_t info;
+    SY_CHECK(sy__launch_info_from_env(&info));
+    rc.rank = info.rank < 0 ? 0 : info.rank;
+    rc.world_size = info.world_size;
+    rc.local_rank = info.local_rank < 0 ? rc.rank : info.local_rank;
+    rc.local_size = info.local_size < 1 ? rc.world_size : info.local_size;
+    if (rc.device < 0) rc.device = info.device;
+  }
+
+  sy_comm_t comm = calloc(1, sizeof *comm);
+  if (!comm) return SY_ERR_NO_MEMORY;
+  comm->backend = rc.backend;
+  comm->rank = rc.rank;
+  comm->world_size = rc.world_size;
+  comm->local_rank = rc.local_rank;
+  comm->timeout_ms = rc.timeout_ms;
+  comm->heap_bytes = rc.heap_bytes;
+  comm->device = -1;
+  comm->a2a_scratch = calloc(5 * (size_t)rc.world_size, sizeof(size_t));
+  if (!comm->a2a_scratch) {
+    free(comm);
+    return SY_ERR_NO_MEMORY;
+  }
+  sy__log_set_rank(rc.rank);
+  SY_INFO("init: backend %s, rank %d of %d, local rank %d, timeout %llu ms, heap %zu bytes",
+          sy_backend_name(rc.backend), rc.rank, rc.world_size, rc.local_rank, (unsigned long long)rc.timeout_ms,
+          rc.heap_bytes);
+  sy_status_t st = rc.backend == SY_BACKEND_HOST ? sy__host_comm_init(comm, &rc) : sy__cuda_comm_init(comm, &rc);
+  if (st != SY_SUCCESS) {
+    SY_WARN("init failed: %s (%s)", sy_status_name(st), sy_status_string(st));
+    free(comm->a2a_scratch);
+    free(comm->symm);
+    free(comm);
+    return st;
+  }
+  *comm_out = comm;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_destroy(sy_comm_t comm) {
+  if (!comm) return SY_SUCCESS;
+  sy__log_set_rank(comm->rank);
+  sy_status_t st = comm->ops->destroy(comm);
+  free(comm->a2a_scratch);
+  free(comm->symm);
+  free(comm);
+  return st;
+}
+
+sy_status_t sy_comm_rank(sy_comm_t comm, int *rank) {
+  SY_ARG_CHECK(comm && rank, "sy_comm_rank", "comm=%p rank=%p: both required", (void *)comm, (void *)rank);
+  *rank = comm->rank;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_size(sy_comm_t comm, int *world_size) {
+  SY_ARG_CHECK(comm && world_size, "sy_comm_size", "comm=%p world_size=%p: both required", (void *)comm,
+               (void *)world_size);
+  *world_size = comm->world_size;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_backend(sy_comm_t comm, sy_backend_t *backend) {
+  SY_ARG_CHECK(comm && backend, "sy_comm_backend", "comm=%p backend=%p: both required", (void *)comm,
+               (void *)backend);
+  *backend = comm->backend;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_device(sy_comm_t comm, int *device) {
+  SY_ARG_CHECK(comm && device, "sy_comm_device", "comm=%p device=%p: both required", (void *)comm, (void *)device);
+  *device = comm->device;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_async_error(sy_comm_t comm, sy_status_t *async_status, char *detail, size_t detail_bytes) {
+  static const char *fn = "sy_comm_async_error";
+  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  SY_ARG_CHECK(async_status != NULL, fn, "async_status is NULL");
+  SY_ARG_CHECK(detail == NULL || detail_bytes > 0, fn, "detail given with detail_bytes=0");
+  *async_status = comm_health(comm);
+  if (detail) snprintf(detail, detail_bytes, "%s", comm->error ? comm->error_detail : "");
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_allgather_host(sy_comm_t comm, const void *send, void *recv, size_t bytes) {
+  static const char *fn = "sy_comm_allgather_host";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(bytes > 0, fn, "bytes=0");
+  SY_ARG_CHECK(bytes <= (1u << 20), fn, "bytes=%zu: the host allgather is for small ids (at most 1 MiB)", bytes);
+  SY_ARG_CHECK(send != NULL, fn, "send is NULL");
+  SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
+  sy_status_t st = comm->ops->allgather_host(comm, send, recv, bytes);
+  if (st == SY_ERR_TIMEOUT || st == SY_ERR_BOOTSTRAP) sy__comm_set_error(comm, st, "host allgather of %zu bytes failed", bytes);
+  return st;
+}
+
+/* ---- symmetric memory --------------------------------------------------------------------------------- */
+
+sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
+  static const char *fn = "sy_mem_alloc";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
+  *ptr = NULL;
+  SY_ARG_CHECK(bytes > 0, fn, "bytes=0");
+  SY_ARG_CHECK(bytes <= comm->heap_bytes, fn, "bytes=%zu exceeds the symmetric heap (%zu bytes; raise SY_HEAP_SIZE "
+               "or config.heap_bytes)", bytes, comm->heap_bytes);
+  void *p = NULL;
+  SY_CHECK(comm->ops->mem_alloc(comm, bytes, &p));
+  sy_status_t st = sy__symm_add(comm, p, bytes);
+  if (st != SY_SUCCESS) {
+    comm->ops->mem_free(comm, p);
+    return st;
+  }
+  *ptr = p;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_mem_free(sy_comm_t comm, void *ptr) {
+  static const char *fn = "sy_mem_free";
+  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
+  const sy_symm_block_t *b = sy__symm_find(comm, ptr, 0);
+  SY_ARG_CHECK(b && b->ptr == ptr, fn, "ptr=%p is not a symmetric allocation of this communicator", ptr);
+  SY_CHECK(comm->ops->mem_free(comm, ptr));
+  return sy__symm_remove(comm, ptr);
+}
+
+sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr) {
+  static const char *fn = "sy_comm_peer_ptr";
+  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  SY_ARG_CHECK(peer_ptr != NULL, fn, "peer_ptr is NULL");
+  *peer_ptr = NULL;
+  SY_ARG_CHECK(peer >= 0 && peer < comm->world_size, fn, "peer=%d outside [0, %d)", peer, comm->world_size);
+  SY_ARG_CHECK(sy__symm_find(comm, ptr, 0) != NULL, fn, "ptr=%p is not inside a symmetric allocation", ptr);
+  return comm->ops->peer_ptr(comm, ptr, peer, peer_ptr);
+}
+
+/* ---- signals, barrier ----------------------------------------------------------------------------------- */
+
+static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
+  SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
+               "stream is NULL (the legacy default stream); pass a stream you created");
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_comm_barrier(sy_comm_t comm, cudaStream_t stream) {
+  static const char *fn = "sy_comm_barrier";
+  SY_COMM_GUARD(comm, fn);
+  SY_CHECK(check_stream(comm, stream, fn));
+  return comm->ops->barrier(comm, stream);
+}
+
+sy_status_t sy_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
+                          sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream) {
+  static const char *fn = "sy_put_signal";
+  SY_COMM_GUARD(comm, fn);
+  SY_CHECK(check_stream(comm, stream, fn));
+  SY_ARG_CHECK(peer >= 0 && peer < comm->world_size, fn, "peer=%d outside [0, %d)", peer, comm->world_size);
+  SY_ARG_CHECK(op == SY_SIGNAL_SET || op == SY_SIGNAL_ADD, fn, "op=%d is not SY_SIGNAL_SET or SY_SIGNAL_ADD", (int)op);
+  if (bytes > 0) {
+    SY_ARG_CHECK(src != NULL, fn, "src is NULL with bytes=%zu", bytes);
+    SY_ARG_CHECK(sy__symm_find(comm, dst, bytes) != NULL, fn,
+                 "dst=%p with bytes=%zu is not inside one symmetric allocation", dst, bytes);
+  }
+  SY_ARG_CHECK(signal != NULL && ((uintptr_t)signal & 7) == 0, fn, "signal=%p must be an 8-byte aligned uint64_t",
+               (void *)signal);
+  SY_ARG_CHECK(sy__symm_find(comm, signal, sizeof *signal) != NULL, fn,
+               "signal=%p is not inside a symmetric allocation", (void *)signal);
+  return comm->ops->put_signal(comm, dst, src, bytes, signal, op, value, peer, stream);
+}
+
+sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t value, cudaStream_t stream) {
+  static const char *fn = "sy_signal_wait";
+  SY_COMM_GUARD(comm, fn);
+  SY_CHECK(check_stream(comm, stream, fn));
+  SY_ARG_CHECK(signal != NULL && ((uintptr_t)signal & 7) == 0, fn, "signal=%p must be an 8-byte aligned uint64_t",
+               (void *)signal);
+  SY_ARG_CHECK(sy__symm_find(comm, signal, sizeof *signal) != NULL, fn,
+               "signal=%p is not inside a symmetric allocation", (void *)signal);
+  return comm->ops->signal_wait(comm, signal, value, stream);
+}
+
+/* ---- all-to-all ------------------------------------------------------------------------------------------ */
+
+static int compare_ranges(const void *a, const void *b) {
+  const size_t *x = a, *y = b; /* {offset, bytes, peer} */
+  return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                         void *recv, const size_t *recv_bytes, const size_t *recv_offsets, cudaStream_t stream) {
+  static const char *fn = "sy_alltoallv";
+  SY_COMM_GUARD(comm, fn);
+  SY_CHECK(check_stream(comm, stream, fn));
+  SY_ARG_CHECK(send_bytes && send_offsets && recv_bytes && recv_offsets, fn,
+               "send_bytes=%p send_offsets=%p recv_bytes=%p recv_offsets=%p: all four arrays are required",
+               (const void *)send_bytes, (const void *)send_offsets, (const void *)recv_bytes,
+               (const void *)recv_offsets);
+  const int world = comm->world_size;
+  size_t total_recv = 0;
+  for (int p = 0; p < world; p++) {
+    SY_ARG_CHECK(send_offsets[p] <= SIZE_MAX - send_bytes[p], fn, "send_offsets[%d]=%zu + send_bytes[%d]=%zu overflows",
+                 p, send_offsets[p], p, send_bytes[p]);
+    SY_ARG_CHECK(recv_offsets[p] <= SIZE_MAX - recv_bytes[p], fn, "recv_offsets[%d]=%zu + recv_bytes[%d]=%zu overflows",
+                 p, recv_offsets[p], p, recv_bytes[p]);
+    SY_ARG_CHECK(send_bytes[p] == 0 || send != NULL, fn, "send is NULL with send_bytes[%d]=%zu", p, send_bytes[p]);
+    total_recv += recv_bytes[p];
+  }
+  if (total_recv > 0) {
+    SY_ARG_CHECK(recv != NULL, fn, "recv is NULL while %zu bytes are to be received", total_recv);
+    const sy_symm_block_t *blk = sy__symm_find(comm, recv, 0);
+    SY_ARG_CHECK(blk != NULL, fn, "recv=%p is not a symmetric allocation (use sy_mem_alloc)", recv);
+    size_t room = blk->bytes - (size_t)((const char *)recv - (const char *)blk->ptr);
+    /* Receive ranges inside the allocation and not overlapping (sorted by offset). */
+    size_t *ranges = comm->a2a_scratch; /* 3 * world entries are free here */
+    int n = 0;
+    for (int p = 0; p < world; p++) {
+      if (!recv_bytes[p]) continue;
+      SY_ARG_CHECK(recv_offsets[p] + recv_bytes[p] <= room, fn,
+                   "recv_offsets[%d]=%zu + recv_bytes[%d]=%zu runs past the symmetric allocation (%zu bytes from recv)",
+                   p, recv_offsets[p], p, recv_bytes[p], room);
+      ranges[3 * n] = recv_offsets[p];
+      ranges[3 * n + 1] = recv_bytes[p];
+      ranges[3 * n + 2] = (size_t)p;
+      n++;
+    }
+    qsort(ranges, (size_t)n, 3 * sizeof(size_t), compare_ranges);
+    for (int i = 1; i < n; i++) {
+      SY_ARG_CHECK(ranges[3 * (i - 1)] + ranges[3 * (i - 1) + 1] <= ranges[3 * i], fn,
+                   "receive ranges of peers %zu and %zu overlap (recv_offsets %zu + %zu > %zu)", ranges[3 * (i - 1) + 2],
+                   ranges[3 * i + 2], ranges[3 * (i - 1)], ranges[3 * (i - 1) + 1], ranges[3 * i]);
+    }
+  }
+  sy_a2a_args_t args = {send, recv, send_bytes, send_offsets, recv_bytes, recv_offsets};
+  return comm->ops->alltoallv(comm, &args, stream);
+}
+
+sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, size_t bytes_per_rank, cudaStream_t stream) {
+  static const char *fn = "sy_alltoall";
+  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  const int world = comm->world_size;
+  SY_ARG_CHECK(bytes_per_rank <= SIZE_MAX / (size_t)world, fn, "bytes_per_rank=%zu times world_size=%d overflows",
+               bytes_per_rank, world);
+  /* a2a_scratch: [0, 3 world) is sy_alltoallv's range-check scratch, then bytes, then offsets. */
+  size_t *bytes = comm->a2a_scratch + 3 * (size_t)world, *offsets = bytes + world;
+  for (int p = 0; p < world; p++) {
+    bytes[p] = bytes_per_rank;
+    offsets[p] = (size_t)p * bytes_per_rank;
+  }
+  sy_status_t st = sy_alltoallv(comm, send, bytes, offsets, recv, bytes, offsets, stream);
+  return st;
+}

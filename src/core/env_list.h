@@ -1,0 +1,22 @@
+/*
+ * env_list.h — the one list of environment variables switchyard reads. Included with SY_ENV_ID_ defined
+ * (internal.h builds the id enum from it; env.c builds the table sy-info -e prints).
+ * Columns: name, type, default, what it does.
+ */
+SY_ENV_ID_(SY_DEBUG, SY_ENV_STRING, "WARN", "log level: NONE, WARN, INFO or TRACE")
+SY_ENV_ID_(SY_DEBUG_FILE, SY_ENV_STRING, "", "write the log here instead of stderr; %h host, %p pid, %r rank")
+SY_ENV_ID_(SY_BACKEND, SY_ENV_STRING, "auto", "backend when the config says auto: auto, cuda or host")
+SY_ENV_ID_(SY_TIMEOUT_MS, SY_ENV_INT, "5000", "bound on every wait for a peer, in milliseconds")
+SY_ENV_ID_(SY_BOOT_TIMEOUT_MS, SY_ENV_INT, "60000", "bound on the rendezvous at init, in milliseconds")
+SY_ENV_ID_(SY_HEAP_SIZE, SY_ENV_SIZE, "1G", "symmetric memory reserved per rank (K/M/G suffixes)")
+SY_ENV_ID_(SY_FORCE_PUT, SY_ENV_BOOL, "0", "use NVSHMEM puts even to peers reachable by load/store")
+SY_ENV_ID_(SY_RANK, SY_ENV_INT, "-1", "this process's rank (set by syrun)")
+SY_ENV_ID_(SY_WORLD_SIZE, SY_ENV_INT, "-1", "number of ranks (set by syrun)")
+SY_ENV_ID_(SY_LOCAL_RANK, SY_ENV_INT, "-1", "rank among the processes of this node (set by syrun)")
+SY_ENV_ID_(SY_LOCAL_SIZE, SY_ENV_INT, "-1", "processes on this node (set by syrun)")
+SY_ENV_ID_(SY_DEVICE, SY_ENV_INT, "-1", "CUDA device of this rank (set by syrun --gpus); -1: local rank")
+SY_ENV_ID_(SY_BOOT_DIR, SY_ENV_STRING, "", "private directory for the rendezvous (set by syrun)")
+SY_ENV_ID_(SY_BOOT_ADDR, SY_ENV_STRING, "", "rendezvous host for multi-node runs; default MASTER_ADDR")
+SY_ENV_ID_(SY_BOOT_PORT, SY_ENV_INT, "0", "rendezvous TCP port; 0: MASTER_PORT + 1 (MASTER_PORT is torch's)")
+SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch; 0 picks from the SM count")
+SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "256K", "all-to-all put path: bytes per signalled put")

@@ -1,0 +1,182 @@
+/*
+ * internal.h — what every layer of the library shares: the communicator object and its backend table,
+ * logging, status propagation, the environment-variable registry. Not installed; users see switchyard.h.
+ *
+ * Names: internal non-static functions are sy__name (hidden from the shared library's exports).
+ */
+#ifndef SY_INTERNAL_H
+#define SY_INTERNAL_H
+
+#include "switchyard.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Logging: SY_DEBUG=NONE|WARN|INFO|TRACE, SY_DEBUG_FILE (%h host, %p pid, %r rank). Lines look like  */
+/* "[rank 3] sy warn: alltoallv: recv_offsets[2]=4096 ..." — lowercase, one event per line.           */
+/* ------------------------------------------------------------------------------------------------ */
+typedef enum sy_log_level { SY_LOG_NONE = 0, SY_LOG_WARN = 1, SY_LOG_INFO = 2, SY_LOG_TRACE = 3 } sy_log_level_t;
+
+void sy__log(sy_log_level_t level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int sy__log_enabled(sy_log_level_t level);
+/* The rank printed in this thread's log lines (threads of the host backend each have their own). */
+void sy__log_set_rank(int rank);
+int sy__log_get_rank(void);
+/* Re-reads SY_DEBUG / SY_DEBUG_FILE (tests change them). */
+void sy__log_reset(void);
+
+#define SY_WARN(...) sy__log(SY_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define SY_INFO(...) sy__log(SY_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define SY_TRACE(...) sy__log(SY_LOG_TRACE, __FILE__, __LINE__, __VA_ARGS__)
+
+/* Propagate a failure with a one-line trail (at INFO, so a failing call prints its path when asked). */
+#define SY_CHECK(expr)                                                                             \
+  do {                                                                                             \
+    sy_status_t sy_check_status_ = (expr);                                                         \
+    if (sy_check_status_ != SY_SUCCESS) {                                                          \
+      SY_INFO("%s -> %s", #expr, sy_status_name(sy_check_status_));                                \
+      return sy_check_status_;                                                                     \
+    }                                                                                              \
+  } while (0)
+
+#define SY_CHECK_GOTO(expr, status_var, label)                                                     \
+  do {                                                                                             \
+    (status_var) = (expr);                                                                         \
+    if ((status_var) != SY_SUCCESS) {                                                              \
+      SY_INFO("%s -> %s", #expr, sy_status_name(status_var));                                      \
+      goto label;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+/* Reject bad input at the API boundary, naming the function, the argument and its value. */
+#define SY_ARG_CHECK(cond, func, ...)                                                              \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      sy__arg_error(func, __VA_ARGS__);                                                            \
+      return SY_ERR_INVALID_ARG;                                                                   \
+    }                                                                                              \
+  } while (0)
+void sy__arg_error(const char *func, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Environment-variable registry (src/core/env_list.h holds the list; sy-info -e prints it).          */
+/* ------------------------------------------------------------------------------------------------ */
+typedef enum sy_env_type { SY_ENV_STRING, SY_ENV_INT, SY_ENV_SIZE, SY_ENV_BOOL } sy_env_type_t;
+
+typedef struct sy_env_def {
+  const char *name;
+  sy_env_type_t type;
+  const char *default_value;
+  const char *doc;
+} sy_env_def_t;
+
+typedef enum sy_env_id {
+#define SY_ENV_ID_(name, type, def, doc) SY_ENVID_##name,
+#include "env_list.h"
+#undef SY_ENV_ID_
+  SY_ENVID_COUNT_
+} sy_env_id_t;
+
+const sy_env_def_t *sy__env_def(sy_env_id_t id);
+int sy__env_count(void);
+/* The value set in the environment, or NULL. */
+const char *sy__env_raw(sy_env_id_t id);
+/* Typed values: the environment's when set and valid, the default otherwise. A set but malformed value is
+ * SY_ERR_INVALID_ARG with a log line naming the variable (the default is not silently used). */
+sy_status_t sy__env_int(sy_env_id_t id, long long *value);
+sy_status_t sy__env_size(sy_env_id_t id, size_t *value);
+sy_status_t sy__env_bool(sy_env_id_t id, int *value);
+const char *sy__env_str(sy_env_id_t id);
+
+/* Parsers (tested on their own). int: decimal, optional sign. size: a count with an optional K/M/G/T
+ * suffix (powers of 1024; "KiB"/"KB"/"k" accepted). bool: 1/0, true/false, yes/no, on/off. */
+sy_status_t sy__parse_int(const char *text, long long *value);
+sy_status_t sy__parse_size(const char *text, size_t *value);
+sy_status_t sy__parse_bool(const char *text, int *value);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Communicator                                                                                       */
+/* ------------------------------------------------------------------------------------------------ */
+/* Argument pack of one all-to-all call, validated by src/core before any backend sees it. */
+typedef struct sy_a2a_args {
+  const void *send;
+  void *recv;
+  const size_t *send_bytes, *send_offsets; /* world_size each */
+  const size_t *recv_bytes, *recv_offsets; /* world_size each */
+} sy_a2a_args_t;
+
+typedef struct sy_backend_ops {
+  const char *name;
+  sy_status_t (*destroy)(sy_comm_t comm);
+  sy_status_t (*mem_alloc)(sy_comm_t comm, size_t bytes, void **ptr);
+  sy_status_t (*mem_free)(sy_comm_t comm, void *ptr);
+  sy_status_t (*peer_ptr)(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr);
+  sy_status_t (*barrier)(sy_comm_t comm, cudaStream_t stream);
+  sy_status_t (*put_signal)(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
+                            sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream);
+  sy_status_t (*signal_wait)(sy_comm_t comm, uint64_t *signal, uint64_t value, cudaStream_t stream);
+  sy_status_t (*alltoallv)(sy_comm_t comm, const sy_a2a_args_t *args, cudaStream_t stream);
+  sy_status_t (*allgather_host)(sy_comm_t comm, const void *send, void *recv, size_t bytes);
+  /* Reads the backend's asynchronous error state (device error slot, host group abort). */
+  sy_status_t (*poll_error)(sy_comm_t comm, char *detail, size_t detail_bytes);
+} sy_backend_ops_t;
+
+/* One symmetric allocation as this rank sees it. */
+typedef struct sy_symm_block {
+  void *ptr;
+  size_t bytes;
+} sy_symm_block_t;
+
+struct sy_comm {
+  const sy_backend_ops_t *ops;
+  sy_backend_t backend;
+  int rank;
+  int world_size;
+  int local_rank;
+  int device;          /* cuda: the CUDA device; host: -1 */
+  uint64_t timeout_ms; /* bound on every wait */
+  size_t heap_bytes;
+  sy_status_t error;   /* sticky: first error seen (async or fatal); only destroy is accepted after it */
+  char error_detail[256];
+  sy_symm_block_t *symm; /* this rank's live symmetric allocations */
+  int symm_count, symm_capacity;
+  size_t *a2a_scratch;   /* 5 * world_size entries for argument checks (see comm.c) */
+  void *backend_state;
+};
+
+/* Symmetric-allocation registry (src/mem/symm.c), shared by both backends for argument checks. */
+sy_status_t sy__symm_add(sy_comm_t comm, void *ptr, size_t bytes);
+sy_status_t sy__symm_remove(sy_comm_t comm, void *ptr);
+/* The allocation holding [ptr, ptr + bytes), or NULL. bytes may be 0 (then ptr itself must be inside). */
+const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t bytes);
+
+/* Records the first asynchronous/fatal error of a communicator (keeps the first). */
+void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Resolved configuration handed to a backend's init. */
+typedef struct sy_resolved_config {
+  sy_backend_t backend;
+  int rank, world_size, local_rank, local_size, device;
+  size_t heap_bytes;
+  uint64_t timeout_ms, boot_timeout_ms;
+  int host_group;
+} sy_resolved_config_t;
+
+/* Backends: fill comm->ops and comm->backend_state. */
+sy_status_t sy__host_comm_init(sy_comm_t comm, const sy_resolved_config_t *config);
+sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_config_t *config);
+/* Whether the cuda backend can run here (a device visible and the driver usable); reason on failure. */
+int sy__cuda_available(char *reason, size_t reason_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SY_INTERNAL_H */

@@ -1,0 +1,101 @@
+/*
+ * log.c — one log for the library: SY_DEBUG picks the level, SY_DEBUG_FILE the destination (%h host,
+ * %p pid, %r rank). Lines: "[rank N] sy warn: message". Thread-safe; each thread has its own rank (the host
+ * backend runs ranks as threads).
+ */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_level = -1; /* -1: not read yet */
+static FILE *log_file;
+static _Thread_local int log_rank = -1;
+
+void sy__log_set_rank(int rank) { log_rank = rank; }
+int sy__log_get_rank(void) { return log_rank; }
+
+static void expand_path(const char *pattern, char *out, size_t out_bytes) {
+  size_t n = 0;
+  for (const char *p = pattern; *p && n + 1 < out_bytes; p++) {
+    if (p[0] == '%' && p[1]) {
+      char piece[256] = "";
+      p++;
+      if (*p == 'h') gethostname(piece, sizeof piece - 1);
+      else if (*p == 'p') snprintf(piece, sizeof piece, "%d", (int)getpid());
+      else if (*p == 'r') snprintf(piece, sizeof piece, "%d", log_rank);
+      else snprintf(piece, sizeof piece, "%%%c", *p);
+      size_t len = strlen(piece);
+      if (n + len >= out_bytes) break;
+      memcpy(out + n, piece, len);
+      n += len;
+    } else {
+      out[n++] = *p;
+    }
+  }
+  out[n] = '\0';
+}
+
+/* Called with log_lock held. */
+static void log_init_locked(void) {
+  const char *level = getenv("SY_DEBUG");
+  log_level = SY_LOG_WARN;
+  if (level && *level) {
+    if (!strcasecmp(level, "NONE")) log_level = SY_LOG_NONE;
+    else if (!strcasecmp(level, "WARN")) log_level = SY_LOG_WARN;
+    else if (!strcasecmp(level, "INFO")) log_level = SY_LOG_INFO;
+    else if (!strcasecmp(level, "TRACE")) log_level = SY_LOG_TRACE;
+    else fprintf(stderr, "sy warn: SY_DEBUG=%s is not NONE, WARN, INFO or TRACE; using WARN\n", level);
+  }
+  const char *file = getenv("SY_DEBUG_FILE");
+  if (log_file && log_file != stderr) fclose(log_file);
+  log_file = stderr;
+  if (file && *file) {
+    char path[1024];
+    expand_path(file, path, sizeof path);
+    FILE *f = fopen(path, "a");
+    if (f) {
+      setvbuf(f, NULL, _IOLBF, 0);
+      log_file = f;
+    } else {
+      fprintf(stderr, "sy warn: cannot open SY_DEBUG_FILE=%s; logging to stderr\n", path);
+    }
+  }
+}
+
+void sy__log_reset(void) {
+  pthread_mutex_lock(&log_lock);
+  log_init_locked();
+  pthread_mutex_unlock(&log_lock);
+}
+
+int sy__log_enabled(sy_log_level_t level) {
+  if (log_level < 0) sy__log_reset();
+  return level != SY_LOG_NONE && (int)level <= log_level;
+}
+
+void sy__log(sy_log_level_t level, const char *file, int line, const char *fmt, ...) {
+  if (!sy__log_enabled(level)) return;
+  static const char *names[] = {"none", "warn", "info", "trace"};
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  char prefix[32] = "";
+  if (log_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", log_rank);
+  pthread_mutex_lock(&log_lock);
+  if (level == SY_LOG_TRACE) {
+    const char *base = strrchr(file, '/');
+    fprintf(log_file, "%ssy %s: %s (%s:%d)\n", prefix, names[level], msg, base ? base + 1 : file, line);
+  } else {
+    fprintf(log_file, "%ssy %s: %s\n", prefix, names[level], msg);
+  }
+  fflush(log_file);
+  pthread_mutex_unlock(&log_lock);
+}

@@ -1,0 +1,2 @@
+/* placeholder: syrun is being written */
+int main(void) { return 1; }
