@@ -1,2 +1,81 @@
-/* placeholder */
-int main(void) { return 1; }
+/*
+ * sy-info — what this machine offers switchyard: the library version, the GPUs CUDA sees with their peer
+ * reachability (load/store over NVLink or PCIe), the NVSHMEM and NCCL versions, and with -e every
+ * environment variable switchyard reads (value set here, default, what it does).
+ */
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+static void print_env(void) {
+  printf("\nenvironment variables (set here / default):\n");
+  for (int i = 0; i < sy__env_count(); i++) {
+    const sy_env_def_t *d = sy__env_def((sy_env_id_t)i);
+    const char *set = getenv(d->name);
+    printf("  %-20s %-12s default %-8s %s\n", d->name, set ? set : "(unset)", *d->default_value ? d->default_value : "\"\"",
+           d->doc);
+  }
+}
+
+static void print_gpus(void) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    printf("gpus:        none usable (%s); the host backend will run\n",
+           err != cudaSuccess ? cudaGetErrorString(err) : "no device visible");
+    return;
+  }
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  printf("cuda:        driver %d.%d, runtime %d.%d\n", driver / 1000, (driver % 1000) / 10, runtime / 1000,
+         (runtime % 1000) / 10);
+  printf("gpus:        %d\n", count);
+  for (int d = 0; d < count; d++) {
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
+    printf("  [%d] %s, sm_%d%d, %d SMs, %.1f GiB, pci %04x:%02x:%02x\n", d, p.name, p.major, p.minor,
+           p.multiProcessorCount, p.totalGlobalMem / (double)(1ull << 30), p.pciDomainID, p.pciBusID, p.pciDeviceID);
+  }
+  printf("peer access (load/store) matrix, row = from, column = to:\n     ");
+  for (int d = 0; d < count; d++) printf(" %3d", d);
+  printf("\n");
+  for (int a = 0; a < count; a++) {
+    printf("  %3d", a);
+    for (int b = 0; b < count; b++) {
+      int ok = a == b;
+      if (a != b) cudaDeviceCanAccessPeer(&ok, a, b);
+      printf(" %3s", a == b ? "-" : ok ? "yes" : "no");
+    }
+    printf("\n");
+  }
+}
+
+int main(int argc, char **argv) {
+  int show_env = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-e") || !strcmp(argv[i], "--env")) show_env = 1;
+    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: sy-info [-e]\n  -e  also list every environment variable switchyard reads\n");
+      return 0;
+    } else {
+      fprintf(stderr, "sy-info: unknown option %s (try -h)\n", argv[i]);
+      return 2;
+    }
+  }
+  printf("switchyard:  %s (header %d, library %d)\n", sy_version(), SY_VERSION_CODE, sy_version_code());
+  printf("nvshmem:     %s (built against; host library in %s)\n", SY_NVSHMEM_BUILD_VERSION, SY_NVSHMEM_LIB_DIR);
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess)
+    printf("nccl:        %d.%d.%d (loaded), %d.%d.%d (headers)\n", nccl / 10000, (nccl / 100) % 100, nccl % 100,
+           NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  Dl_info info;
+  if (dladdr((void *)ncclGetVersion, &info) && info.dli_fname) printf("             %s\n", info.dli_fname);
+  print_gpus();
+  if (show_env) print_env();
+  return 0;
+}

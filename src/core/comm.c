@@ -244,7 +244,7 @@ sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
 
 sy_status_t sy_mem_free(sy_comm_t comm, void *ptr) {
   static const char *fn = "sy_mem_free";
-  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
   const sy_symm_block_t *b = sy__symm_find(comm, ptr, 0);
   SY_ARG_CHECK(b && b->ptr == ptr, fn, "ptr=%p is not a symmetric allocation of this communicator", ptr);

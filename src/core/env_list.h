@@ -19,4 +19,4 @@ SY_ENV_ID_(SY_BOOT_DIR, SY_ENV_STRING, "", "private directory for the rendezvous
 SY_ENV_ID_(SY_BOOT_ADDR, SY_ENV_STRING, "", "rendezvous host for multi-node runs; default MASTER_ADDR")
 SY_ENV_ID_(SY_BOOT_PORT, SY_ENV_INT, "0", "rendezvous TCP port; 0: MASTER_PORT + 1 (MASTER_PORT is torch's)")
 SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch; 0 picks from the SM count")
-SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "256K", "all-to-all put path: bytes per signalled put")
+SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K", "all-to-all: smallest piece of one peer's bytes with its own signal; same on every rank")

@@ -1,4 +1,326 @@
-/* placeholder: the cuda backend is being written */
-#include "core/internal.h"
-extern "C" int sy__cuda_available(char *reason, size_t n) { return 0; }
-extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_config_t *config) { return SY_ERR_UNSUPPORTED; }
+/*
+ * cuda_backend.cu — the cuda backend's communicator: picks the GPU, meets the other ranks over the
+ * bootstrap (src/boot), brings NVSHMEM up from a unique id, reserves the symmetric control region and the
+ * host-mapped error slot, and implements the backend table (symmetric memory, peer pointers, puts, host
+ * allgather, error polling). Kernels live in signal.cu and alltoall.cu.
+ */
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_backend.h"
+
+namespace sy {
+
+const char *op_name(int op) {
+  switch (op) {
+    case OP_BARRIER: return "barrier";
+    case OP_SIGNAL_WAIT: return "signal_wait";
+    case OP_A2A_READY: return "alltoallv (waiting for the receiver to enter the call)";
+    case OP_A2A_DATA: return "alltoallv (waiting for a sender's data)";
+    case OP_A2A_MISMATCH: return "alltoallv (sender and receiver disagree on the byte count)";
+    default: return "unknown operation";
+  }
+}
+
+sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int line) {
+  const char *base = strrchr(file, '/');
+  SY_WARN("cuda error %s (%s) in %s at %s:%d", cudaGetErrorName(err), cudaGetErrorString(err), what,
+          base ? base + 1 : file, line);
+  (void)cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
+  return SY_ERR_CUDA;
+}
+
+ctrl_layout make_ctrl_layout(int world_size) {
+  ctrl_layout l;
+  size_t w = (size_t)world_size, off = 0;
+  l.barrier = off;
+  off += w * sizeof(uint64_t);
+  l.a2a_ready = off;
+  off += w * sizeof(uint64_t);
+  l.a2a_data = off;
+  off += w * sizeof(uint64_t);
+  l.a2a_mail = off;
+  off += w * sizeof(a2a_mail);
+  l.a2a_mail_out = off; /* put path: the mail this rank sends, staged in symmetric memory */
+  off += w * sizeof(a2a_mail);
+  l.total = (off + 255) & ~(size_t)255;
+  return l;
+}
+
+}  // namespace sy
+
+using namespace sy;
+
+static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+
+extern "C" int sy__cuda_available(char *reason, size_t reason_bytes) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (reason) snprintf(reason, reason_bytes, "cudaGetDeviceCount: %s", cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (count == 0) {
+    if (reason) snprintf(reason, reason_bytes, "no CUDA device visible");
+    return 0;
+  }
+  if (reason && reason_bytes) reason[0] = '\0';
+  return 1;
+}
+
+/* ---- backend table ------------------------------------------------------------------------------------ */
+
+static sy_status_t cuda_poll_error(sy_comm_t comm, char *detail, size_t detail_bytes) {
+  cuda_state *st = state_of(comm);
+  volatile error_slot *slot = st->slot_host;
+  int status = slot->status;
+  if (status == 0) return SY_SUCCESS;
+  __sync_synchronize();
+  snprintf(detail, detail_bytes, "%s: rank %d call %llu: peer %d: expected %llu, saw %llu (bound %.0f ms)",
+           op_name(slot->op), slot->rank, (unsigned long long)slot->call, slot->peer,
+           (unsigned long long)slot->expected, (unsigned long long)slot->seen, slot->waited_ns / 1e6);
+  return (sy_status_t)status;
+}
+
+static void release_state(sy_comm_t comm, cuda_state *st) {
+  if (st->nvshmem_up) {
+    for (int i = comm->symm_count - 1; i >= 0; i--) nvshmem_free(comm->symm[i].ptr);
+    comm->symm_count = 0;
+    if (st->ctx.ctrl) nvshmem_free(st->ctx.ctrl);
+    nvshmem_finalize();
+    st->nvshmem_up = false;
+  }
+  if (st->ctx.state) cudaFree(st->ctx.state);
+  if (st->slot_host) cudaFreeHost(st->slot_host);
+  if (st->boot) sy__boot_close(st->boot);
+  free(st);
+}
+
+static sy_status_t cuda_destroy(sy_comm_t comm) {
+  cuda_state *st = state_of(comm);
+  cudaError_t err = cudaDeviceSynchronize(); /* teardown may wait: nothing of ours may still run */
+  if (err != cudaSuccess) SY_WARN("destroy: cudaDeviceSynchronize: %s", cudaGetErrorString(err));
+  release_state(comm, st);
+  comm->backend_state = NULL;
+  return err == cudaSuccess ? SY_SUCCESS : SY_ERR_CUDA;
+}
+
+static sy_status_t cuda_allgather_host(sy_comm_t comm, const void *send, void *recv, size_t bytes) {
+  return sy__boot_allgather(state_of(comm)->boot, send, recv, bytes);
+}
+
+static sy_status_t cuda_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
+  cuda_state *st = state_of(comm);
+  /* nvshmem_malloc with sizes that differ between ranks is undefined: agree first, over the bootstrap. */
+  uint64_t mine = bytes;
+  uint64_t *all = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)comm->world_size);
+  if (!all) return SY_ERR_NO_MEMORY;
+  sy_status_t s = sy__boot_allgather(st->boot, &mine, all, sizeof mine);
+  for (int p = 0; s == SY_SUCCESS && p < comm->world_size; p++) {
+    if (all[p] != mine) {
+      SY_WARN("sy_mem_alloc: rank %d asks for %llu bytes, this rank for %llu", p, (unsigned long long)all[p],
+              (unsigned long long)mine);
+      s = SY_ERR_MISMATCH;
+    }
+  }
+  free(all);
+  if (s != SY_SUCCESS) return s;
+  void *p = nvshmem_align(256, bytes);
+  /* Every rank learns whether every other got its memory, so they fail (and free) together. */
+  int ok = p != NULL, oks[1024];
+  int *all_ok = comm->world_size <= 1024 ? oks : (int *)malloc(sizeof(int) * (size_t)comm->world_size);
+  if (!all_ok) return SY_ERR_NO_MEMORY;
+  s = sy__boot_allgather(st->boot, &ok, all_ok, sizeof ok);
+  int everyone = s == SY_SUCCESS;
+  for (int q = 0; everyone && q < comm->world_size; q++) everyone = all_ok[q];
+  if (all_ok != oks) free(all_ok);
+  if (!everyone) {
+    if (p) nvshmem_free(p);
+    SY_WARN("sy_mem_alloc: %zu bytes: the symmetric heap is exhausted on some rank (SY_HEAP_SIZE)", bytes);
+    return s == SY_SUCCESS ? SY_ERR_NO_MEMORY : s;
+  }
+  *ptr = p;
+  return SY_SUCCESS;
+}
+
+static sy_status_t cuda_mem_free(sy_comm_t comm, void *ptr) {
+  nvshmem_free(ptr);
+  return SY_SUCCESS;
+}
+
+static sy_status_t cuda_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr) {
+  cuda_state *st = state_of(comm);
+  if (st->ctx.force_put && peer != comm->rank) {
+    *peer_ptr = NULL;
+    return SY_SUCCESS;
+  }
+  *peer_ptr = nvshmem_ptr(ptr, peer);
+  return SY_SUCCESS;
+}
+
+static sy_status_t cuda_barrier(sy_comm_t comm, cudaStream_t stream) { return launch_barrier(state_of(comm), stream); }
+
+static sy_status_t cuda_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
+                                   sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream) {
+  int nv_op = op == SY_SIGNAL_SET ? NVSHMEM_SIGNAL_SET : NVSHMEM_SIGNAL_ADD;
+  nvshmemx_putmem_signal_on_stream(dst, src, bytes, signal, value, nv_op, peer, stream);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+static sy_status_t cuda_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t value, cudaStream_t stream) {
+  return launch_signal_wait(state_of(comm), signal, value, stream);
+}
+
+static sy_status_t cuda_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cudaStream_t stream) {
+  return launch_alltoallv(state_of(comm), args, stream);
+}
+
+static const sy_backend_ops_t cuda_ops = {
+    "cuda",         cuda_destroy,  cuda_mem_alloc,   cuda_mem_free,       cuda_peer_ptr, cuda_barrier,
+    cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error,
+};
+
+/* ---- init ------------------------------------------------------------------------------------------------ */
+
+static sy_status_t bring_up_nvshmem(sy_comm_t comm, cuda_state *st, const sy_resolved_config_t *config) {
+  /* NVLink multicast stays off on our machines (a program using it can take a shared host's GPUs down). */
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 0);
+  /* The heap holds the caller's symmetric memory, our control region, and NVSHMEM's own bookkeeping. */
+  char heap[64];
+  snprintf(heap, sizeof heap, "%zu", config->heap_bytes + st->ctx.layout.total + ((size_t)64 << 20));
+  if (getenv("NVSHMEM_SYMMETRIC_SIZE"))
+    SY_INFO("NVSHMEM_SYMMETRIC_SIZE=%s set by the caller; heap_bytes=%zu asked", getenv("NVSHMEM_SYMMETRIC_SIZE"),
+            config->heap_bytes);
+  else
+    setenv("NVSHMEM_SYMMETRIC_SIZE", heap, 1);
+
+  nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
+  if (comm->rank == 0 && nvshmemx_get_uniqueid(&id) != 0) {
+    SY_WARN("nvshmemx_get_uniqueid failed");
+    return SY_ERR_NVSHMEM;
+  }
+  nvshmemx_uniqueid_t *ids = (nvshmemx_uniqueid_t *)malloc(sizeof id * (size_t)comm->world_size);
+  if (!ids) return SY_ERR_NO_MEMORY;
+  sy_status_t s = sy__boot_allgather(st->boot, &id, ids, sizeof id);
+  if (s == SY_SUCCESS) id = ids[0];
+  free(ids);
+  SY_CHECK(s);
+
+  nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
+  if (nvshmemx_set_attr_uniqueid_args(comm->rank, comm->world_size, &id, &attr) != 0) {
+    SY_WARN("nvshmemx_set_attr_uniqueid_args(rank %d, world %d) failed", comm->rank, comm->world_size);
+    return SY_ERR_NVSHMEM;
+  }
+  /* nvshmemx_init_attr() exits the process on failure; call what it wraps, which returns the status. */
+  int provided = 0;
+  nvshmemi_version_t version = {NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION,
+                                NVSHMEM_VENDOR_PATCH_VERSION};
+  int rc = nvshmemi_init_thread(NVSHMEM_THREAD_SERIALIZED, &provided, NVSHMEMX_INIT_WITH_UNIQUEID, &attr, version);
+  if (rc != 0) {
+    SY_WARN("nvshmem init failed (status %d) at rank %d of %d", rc, comm->rank, comm->world_size);
+    return SY_ERR_NVSHMEM;
+  }
+  st->nvshmem_up = true;
+  if (nvshmem_my_pe() != comm->rank || nvshmem_n_pes() != comm->world_size) {
+    SY_WARN("nvshmem sees pe %d of %d, expected rank %d of %d", nvshmem_my_pe(), nvshmem_n_pes(), comm->rank,
+            comm->world_size);
+    return SY_ERR_NVSHMEM;
+  }
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_config_t *config) {
+  char reason[256];
+  if (!sy__cuda_available(reason, sizeof reason)) {
+    SY_WARN("cuda backend: %s", reason);
+    return SY_ERR_NO_DEVICE;
+  }
+  int count = 0;
+  SY_CUDA_CHECK(cudaGetDeviceCount(&count));
+  int device = config->device >= 0 ? config->device : config->local_rank % count;
+  if (device >= count) {
+    SY_WARN("cuda backend: device %d requested, %d visible", device, count);
+    return SY_ERR_INVALID_ARG;
+  }
+  SY_CUDA_CHECK(cudaSetDevice(device));
+  comm->device = device;
+
+  long long blocks = 0;
+  size_t chunk = 0;
+  int force_put = 0;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_A2A_BLOCKS, &blocks));
+  SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CHUNK, &chunk));
+  SY_CHECK(sy__env_bool(SY_ENVID_SY_FORCE_PUT, &force_put));
+  if (blocks < 0 || chunk < 16) {
+    SY_WARN("SY_A2A_BLOCKS=%lld must be >= 0 and SY_A2A_CHUNK=%zu >= 16", blocks, chunk);
+    return SY_ERR_INVALID_ARG;
+  }
+
+  cuda_state *st = (cuda_state *)calloc(1, sizeof *st);
+  if (!st) return SY_ERR_NO_MEMORY;
+  comm->backend_state = st;
+  comm->ops = &cuda_ops;
+  st->ctx.rank = comm->rank;
+  st->ctx.world_size = comm->world_size;
+  st->ctx.timeout_ns = config->timeout_ms * 1000000ull;
+  st->ctx.force_put = force_put;
+  st->ctx.layout = make_ctrl_layout(comm->world_size);
+  st->a2a_chunk = chunk;
+  sy_status_t s = SY_SUCCESS;
+  cudaError_t err;
+  void *p = NULL;
+  SY_CHECK_GOTO(cudaDeviceGetAttribute(&st->num_sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess
+                    ? SY_SUCCESS
+                    : SY_ERR_CUDA,
+                s, fail);
+  st->a2a_blocks = blocks > 0 ? (int)blocks : st->num_sms;
+
+  SY_CHECK_GOTO(comm->world_size == 1 ? sy__boot_open_trivial(&st->boot)
+                                      : sy__boot_open(comm->rank, comm->world_size, config->boot_timeout_ms, &st->boot),
+                s, fail);
+  SY_CHECK_GOTO(bring_up_nvshmem(comm, st, config), s, fail);
+
+  err = cudaHostAlloc(&p, sizeof(error_slot), cudaHostAllocMapped);
+  if (err != cudaSuccess) {
+    s = cuda_error(err, "cudaHostAlloc(error slot)", __FILE__, __LINE__);
+    goto fail;
+  }
+  st->slot_host = (error_slot *)p;
+  memset(st->slot_host, 0, sizeof(error_slot));
+  err = cudaHostGetDevicePointer((void **)&st->ctx.slot, p, 0);
+  if (err == cudaSuccess) err = cudaMalloc((void **)&st->ctx.state, sizeof(dev_state));
+  if (err == cudaSuccess) err = cudaMemset(st->ctx.state, 0, sizeof(dev_state));
+  if (err != cudaSuccess) {
+    s = cuda_error(err, "device state", __FILE__, __LINE__);
+    goto fail;
+  }
+  st->ctx.ctrl = (char *)nvshmem_align(256, st->ctx.layout.total);
+  if (!st->ctx.ctrl) {
+    SY_WARN("cannot reserve %zu bytes of symmetric control memory", st->ctx.layout.total);
+    s = SY_ERR_NO_MEMORY;
+    goto fail;
+  }
+  err = cudaMemset(st->ctx.ctrl, 0, st->ctx.layout.total);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    s = cuda_error(err, "control region", __FILE__, __LINE__);
+    goto fail;
+  }
+  nvshmem_barrier_all(); /* every rank's control region is zero before anyone signals into it */
+  for (int q = 0; q < comm->world_size; q++)
+    SY_INFO("peer %d: %s", q, nvshmem_ptr(st->ctx.ctrl, q) ? "load/store (nvlink)" : "nvshmem puts only");
+  SY_INFO("cuda backend up: device %d, %d SMs, all-to-all %d blocks, chunk %zu bytes%s", device, st->num_sms,
+          st->a2a_blocks, st->a2a_chunk, force_put ? ", puts forced" : "");
+  return SY_SUCCESS;
+
+fail:
+  release_state(comm, st);
+  comm->backend_state = NULL;
+  return s;
+}

@@ -1,2 +1,365 @@
-/* placeholder */
-int main(void) { return 1; }
+/*
+ * main.c — sy-bench's driver: options, ranks (processes under a launcher on the cuda backend, threads on
+ * the host backend), the NCCL baseline communicator, timing, output. Entries live one per file.
+ *
+ *   syrun -n 4 sy-bench alltoall            # GPUs, NCCL beside us
+ *   sy-bench --backend host --world 4 alltoall
+ */
+#include <nccl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "bench.h"
+#include "core/internal.h"
+
+static const bench_entry_t entries[] = {
+    {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall},
+};
+static const int num_entries = (int)(sizeof entries / sizeof entries[0]);
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *json_rows;
+static size_t json_len, json_cap;
+
+void bench_print(bench_ctx_t *ctx, const char *fmt, ...) {
+  if (ctx->rank != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&out_lock);
+  vprintf(fmt, ap);
+  fflush(stdout);
+  pthread_mutex_unlock(&out_lock);
+  va_end(ap);
+}
+
+void bench_json(bench_ctx_t *ctx, const char *fmt, ...) {
+  if (ctx->rank != 0 || !ctx->opts->json_path) return;
+  char row[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(row, sizeof row, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  pthread_mutex_lock(&out_lock);
+  if (json_len + (size_t)n + 8 > json_cap) {
+    json_cap = 2 * (json_cap + (size_t)n + 8);
+    json_rows = realloc(json_rows, json_cap);
+  }
+  json_len += (size_t)sprintf(json_rows + json_len, "%s    %s", json_len ? ",\n" : "", row);
+  pthread_mutex_unlock(&out_lock);
+}
+
+long long bench_allreduce_max(bench_ctx_t *ctx, long long value) {
+  long long *all = calloc((size_t)ctx->world, sizeof *all), best = value;
+  if (all && sy_comm_allgather_host(ctx->comm, &value, all, sizeof value) == SY_SUCCESS)
+    for (int r = 0; r < ctx->world; r++) best = all[r] > best ? all[r] : best;
+  free(all);
+  return best;
+}
+
+double bench_allreduce_max_d(bench_ctx_t *ctx, double value) {
+  double *all = calloc((size_t)ctx->world, sizeof *all), best = value;
+  if (all && sy_comm_allgather_host(ctx->comm, &value, all, sizeof value) == SY_SUCCESS)
+    for (int r = 0; r < ctx->world; r++) best = all[r] > best ? all[r] : best;
+  free(all);
+  return best;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out) {
+  const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
+  const int gpu = ctx->backend == SY_BACKEND_CUDA;
+  double *t = calloc((size_t)iters, sizeof *t);
+  if (!t) return 1;
+  int rc = 0;
+  for (int i = 0; i < warmup && !rc; i++) rc = op(ctx, arg);
+  if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+  out->time_us = 0;
+  if (gpu && !rc) { /* device time: events around each call, back to back */
+    cudaEvent_t *ev = calloc(2 * (size_t)iters, sizeof *ev);
+    for (int i = 0; i < 2 * iters; i++) cudaEventCreate(&ev[i]);
+    for (int i = 0; i < iters && !rc; i++) {
+      cudaEventRecord(ev[2 * i], ctx->stream);
+      rc = op(ctx, arg);
+      cudaEventRecord(ev[2 * i + 1], ctx->stream);
+    }
+    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    for (int i = 0; i < iters && !rc; i++) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
+      t[i] = ms * 1e3;
+    }
+    for (int i = 0; i < 2 * iters; i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    if (!rc) out->time_us = median(t, iters);
+  }
+  for (int i = 0; i < iters && !rc; i++) { /* host-observed: enqueue to completion */
+    double t0 = now_s();
+    rc = op(ctx, arg);
+    if (gpu && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    t[i] = (now_s() - t0) * 1e6;
+  }
+  if (!rc) out->host_us = median(t, iters);
+  if (!gpu) out->time_us = out->host_us;
+  free(t);
+  /* The collective's time is its slowest rank's. */
+  out->time_us = bench_allreduce_max_d(ctx, out->time_us);
+  out->host_us = bench_allreduce_max_d(ctx, out->host_us);
+  out->valid = !rc;
+  return rc;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: sy-bench [options] ENTRY\n"
+          "  --backend auto|cuda|host  default auto: cuda when a GPU is visible\n"
+          "  --world N                 host backend: ranks as threads (default 4)\n"
+          "  -b, --minbytes SIZE       smallest size per rank (default 64K)\n"
+          "  -e, --maxbytes SIZE       largest size per rank (default 512M on GPUs, 16M on the host)\n"
+          "  -f, --stepfactor N        size multiplier (default 2)\n"
+          "  -n, --iters N             timed calls per size (default 20; the median is reported)\n"
+          "  -w, --warmup N            untimed calls first (default 5)\n"
+          "  -c, --check 0|1           check results against the CPU reference (default 1)\n"
+          "      --no-nccl             skip the NCCL baseline\n"
+          "      --json FILE           also write the rows as JSON\n"
+          "entries:\n");
+  for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
+}
+
+static const bench_entry_t *find_entry(const char *name) {
+  for (int i = 0; i < num_entries; i++)
+    if (!strcmp(entries[i].name, name)) return &entries[i];
+  return NULL;
+}
+
+typedef struct rank_job {
+  const bench_opts_t *opts;
+  int rank; /* host backend: this thread's rank; cuda: -1 (from the launcher) */
+  int status;
+} rank_job_t;
+
+static int setup_nccl(bench_ctx_t *ctx) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (ctx->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  ncclUniqueId *all = calloc((size_t)ctx->world, sizeof id);
+  if (!all || sy_comm_allgather_host(ctx->comm, &id, all, sizeof id) != SY_SUCCESS) {
+    free(all);
+    return 1;
+  }
+  ncclComm_t nc = NULL;
+  ncclResult_t r = ncclCommInitRank(&nc, ctx->world, all[0], ctx->rank);
+  free(all);
+  if (r != ncclSuccess) {
+    fprintf(stderr, "sy-bench: rank %d: ncclCommInitRank: %s\n", ctx->rank, ncclGetErrorString(r));
+    return 1;
+  }
+  ctx->nccl = nc;
+  return 0;
+}
+
+static void print_header(bench_ctx_t *ctx) {
+  char device[320] = "host threads";
+  if (ctx->backend == SY_BACKEND_CUDA) {
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    sy_comm_device(ctx->comm, &dev);
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+      snprintf(device, sizeof device, "%s (%d SMs)", prop.name, prop.multiProcessorCount);
+  }
+  int nccl_version = 0;
+  if (ctx->nccl) ncclGetVersion(&nccl_version);
+  time_t now = time(NULL);
+  char date[64];
+  strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+  bench_print(ctx, "# sy-bench %s: switchyard %s, backend %s, world %d, device %s\n", ctx->opts->entry, sy_version(),
+              sy_backend_name(ctx->backend), ctx->world, device);
+  if (ctx->nccl)
+    bench_print(ctx, "# baseline: nccl %d.%d.%d in the same process on the same bytes\n", nccl_version / 10000,
+                (nccl_version / 100) % 100, nccl_version % 100);
+  else
+    bench_print(ctx, "# baseline: none (%s)\n", ctx->backend == SY_BACKEND_HOST ? "host backend" : "--no-nccl");
+  bench_print(ctx, "# %s; %d timed calls per size after %d warm-up, medians; check %s\n", date, ctx->opts->iters,
+              ctx->opts->warmup, ctx->opts->check ? "on" : "off");
+}
+
+static void *rank_main(void *p) {
+  rank_job_t *job = p;
+  const bench_opts_t *opts = job->opts;
+  bench_ctx_t ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.opts = opts;
+  sy_comm_config_t cfg = SY_COMM_CONFIG_INIT;
+  cfg.backend = opts->backend;
+  if (opts->backend == SY_BACKEND_HOST) {
+    cfg.rank = job->rank;
+    cfg.world_size = opts->world;
+  }
+  cfg.heap_bytes = 2 * opts->max_bytes + ((size_t)64 << 20);
+  sy_status_t st = sy_comm_init(&ctx.comm, &cfg);
+  if (st != SY_SUCCESS) {
+    fprintf(stderr, "sy-bench: sy_comm_init: %s (%s)\n", sy_status_name(st), sy_status_string(st));
+    job->status = 1;
+    return NULL;
+  }
+  sy_comm_rank(ctx.comm, &ctx.rank);
+  sy_comm_size(ctx.comm, &ctx.world);
+  sy_comm_backend(ctx.comm, &ctx.backend);
+  int rc = 0;
+  if (ctx.backend == SY_BACKEND_CUDA) {
+    if (cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking) != cudaSuccess) rc = 1;
+    if (!rc && opts->nccl) rc = setup_nccl(&ctx);
+  }
+  if (!rc) {
+    print_header(&ctx);
+    rc = find_entry(opts->entry)->run(&ctx);
+  }
+  long long wrong = bench_allreduce_max(&ctx, ctx.total_wrong);
+  sy_status_t async = SY_SUCCESS;
+  char detail[256] = "";
+  sy_comm_async_error(ctx.comm, &async, detail, sizeof detail);
+  if (async != SY_SUCCESS) {
+    fprintf(stderr, "sy-bench: rank %d: %s: %s\n", ctx.rank, sy_status_name(async), detail);
+    rc = 1;
+  }
+  bench_print(&ctx, "# %s: %s\n", opts->entry, rc ? "FAILED to run" : wrong ? "WRONG RESULTS" : "all results correct");
+  if (ctx.nccl) ncclCommDestroy((ncclComm_t)ctx.nccl);
+  if (ctx.stream) cudaStreamDestroy(ctx.stream);
+  sy_comm_destroy(ctx.comm);
+  job->status = rc || wrong ? 1 : 0;
+  return NULL;
+}
+
+static int parse_size_arg(const char *flag, const char *text, size_t *out) {
+  if (sy__parse_size(text, out) != SY_SUCCESS || *out == 0) {
+    fprintf(stderr, "sy-bench: %s %s: want a positive size such as 64K or 512M\n", flag, text);
+    return 1;
+  }
+  return 0;
+}
+
+static int parse_int_arg(const char *flag, const char *text, int min, int *out) {
+  long long v;
+  if (sy__parse_int(text, &v) != SY_SUCCESS || v < min || v > 1000000) {
+    fprintf(stderr, "sy-bench: %s %s: want an integer >= %d\n", flag, text, min);
+    return 1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--no-nccl")) {
+      opts.nccl = 0;
+      continue;
+    } else if (a[0] != '-') {
+      if (opts.entry) {
+        fprintf(stderr, "sy-bench: one entry at a time (%s and %s given)\n", opts.entry, a);
+        return 2;
+      }
+      opts.entry = a;
+      continue;
+    } else if (!v) {
+      fprintf(stderr, "sy-bench: %s needs a value\n", a);
+      return 2;
+    } else if (!strcmp(a, "--backend")) {
+      if (!strcasecmp(v, "auto")) opts.backend = SY_BACKEND_AUTO;
+      else if (!strcasecmp(v, "cuda")) opts.backend = SY_BACKEND_CUDA;
+      else if (!strcasecmp(v, "host")) opts.backend = SY_BACKEND_HOST;
+      else bad = fprintf(stderr, "sy-bench: --backend %s: want auto, cuda or host\n", v) > 0;
+    } else if (!strcmp(a, "--world")) bad = parse_int_arg(a, v, 1, &opts.world);
+    else if (!strcmp(a, "-b") || !strcmp(a, "--minbytes")) bad = parse_size_arg(a, v, &opts.min_bytes);
+    else if (!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) bad = parse_size_arg(a, v, &opts.max_bytes);
+    else if (!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) bad = parse_int_arg(a, v, 2, &opts.step_factor);
+    else if (!strcmp(a, "-n") || !strcmp(a, "--iters")) bad = parse_int_arg(a, v, 1, &opts.iters);
+    else if (!strcmp(a, "-w") || !strcmp(a, "--warmup")) bad = parse_int_arg(a, v, 0, &opts.warmup);
+    else if (!strcmp(a, "-c") || !strcmp(a, "--check")) bad = parse_int_arg(a, v, 0, &opts.check);
+    else if (!strcmp(a, "--json")) opts.json_path = v;
+    else {
+      fprintf(stderr, "sy-bench: unknown option %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+    if (bad) return 2;
+    i++;
+  }
+  if (!opts.entry || !find_entry(opts.entry)) {
+    if (opts.entry) fprintf(stderr, "sy-bench: no entry named %s\n", opts.entry);
+    usage(stderr);
+    return 2;
+  }
+  if (opts.backend == SY_BACKEND_AUTO) {
+    const char *env = getenv("SY_BACKEND");
+    char reason[256];
+    if (env && !strcasecmp(env, "host")) opts.backend = SY_BACKEND_HOST;
+    else if (env && !strcasecmp(env, "cuda")) opts.backend = SY_BACKEND_CUDA;
+    else opts.backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
+  }
+  if (!opts.max_bytes) opts.max_bytes = opts.backend == SY_BACKEND_CUDA ? (size_t)512 << 20 : (size_t)16 << 20;
+  if (opts.min_bytes > opts.max_bytes) {
+    fprintf(stderr, "sy-bench: --minbytes %zu is larger than --maxbytes %zu\n", opts.min_bytes, opts.max_bytes);
+    return 2;
+  }
+  if (opts.backend == SY_BACKEND_HOST) opts.nccl = 0;
+  setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast stays off on our machines */
+
+  int status = 0;
+  if (opts.backend == SY_BACKEND_HOST) {
+    rank_job_t *jobs = calloc((size_t)opts.world, sizeof *jobs);
+    pthread_t *threads = calloc((size_t)opts.world, sizeof *threads);
+    for (int r = 0; r < opts.world; r++) {
+      jobs[r].opts = &opts;
+      jobs[r].rank = r;
+      pthread_create(&threads[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < opts.world; r++) {
+      pthread_join(threads[r], NULL);
+      status |= jobs[r].status;
+    }
+    free(jobs);
+    free(threads);
+  } else {
+    rank_job_t job = {&opts, -1, 0};
+    rank_main(&job);
+    status = job.status;
+  }
+  if (opts.json_path && json_rows) {
+    FILE *f = fopen(opts.json_path, "w");
+    if (!f) {
+      fprintf(stderr, "sy-bench: cannot write %s\n", opts.json_path);
+      status = 1;
+    } else {
+      fprintf(f, "{\n  \"entry\": \"%s\",\n  \"version\": \"%s\",\n  \"rows\": [\n%s\n  ]\n}\n", opts.entry, sy_version(),
+              json_rows);
+      fclose(f);
+    }
+  }
+  free(json_rows);
+  return status;
+}

@@ -1,0 +1,209 @@
+/*
+ * alltoall.cu — sy_alltoallv on the GPU: one kernel per call.
+ *
+ *   block 0:    post "ready for call n" to every sender p, with where p's bytes go (mail: offset from the
+ *               control region, byte count)                         [receiver half, start]
+ *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ... (every rank shifts by
+ *               one, so at any moment the ranks write to different receivers); per peer: wait (bounded) for
+ *               its ready, check its byte count against ours, then copy each chunk with direct 16-byte stores
+ *               (peer load/store reachable) or one NVSHMEM put-with-signal; each chunk adds 1 to the peer's
+ *               a2a_data[rank] after its data                       [sender half]
+ *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
+ *   last block: advance the call number kept on the device.
+ * A pair's chunk count is a function of its byte count and SY_A2A_CHUNK only, so sender and receiver agree
+ * on it without talking. A sender whose byte count disagrees with the receiver's sends a mismatch flag
+ * instead of data; both sides then report SY_ERR_MISMATCH.
+ */
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include "kernels/device.cuh"
+
+namespace sy {
+
+constexpr int A2A_THREADS = 512;
+constexpr uint32_t A2A_MAX_CHUNKS = 1024;          /* per (sender, receiver) pair and call */
+constexpr uint64_t A2A_MISMATCH_FLAG = 1ull << 62; /* added to a2a_data instead of chunks */
+
+template <int MAXW>
+struct a2a_params {
+  dev_ctx ctx;
+  const char *send;
+  char *recv;
+  uint64_t min_chunk;
+  uint64_t send_bytes[MAXW], send_offsets[MAXW], recv_bytes[MAXW], recv_offsets[MAXW];
+};
+
+__host__ __device__ inline uint32_t a2a_chunk_count(uint64_t bytes, uint64_t min_chunk) {
+  if (bytes == 0) return 1; /* an empty pair still signals once */
+  uint64_t c = (bytes + min_chunk - 1) / min_chunk;
+  return c > A2A_MAX_CHUNKS ? A2A_MAX_CHUNKS : (uint32_t)c;
+}
+
+__device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t j, uint64_t *lo, uint64_t *hi) {
+  uint64_t len = ((bytes + count - 1) / count + 15) & ~(uint64_t)15;
+  uint64_t a = (uint64_t)j * len, b = a + len;
+  *lo = a < bytes ? a : bytes;
+  *hi = b < bytes ? b : bytes;
+}
+
+/* Receiver half, start: tell sender p that this rank entered call `call` and where p's bytes go. */
+__device__ inline void a2a_post_ready(const dev_ctx &ctx, int p, uint64_t call, int64_t delta, uint64_t bytes) {
+  uint64_t *ready = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_ready) + ctx.rank;
+  a2a_mail *mail = (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail) + ctx.rank;
+  a2a_mail *remote_mail = ctx.force_put && p != ctx.rank ? nullptr : (a2a_mail *)nvshmem_ptr(mail, p);
+  if (remote_mail) {
+    volatile a2a_mail *m = remote_mail;
+    m->offset = (uint64_t)delta;
+    m->bytes = bytes;
+    st_release_sys((uint64_t *)nvshmem_ptr(ready, p), call);
+  } else {
+    a2a_mail *out = (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail_out) + p;
+    out->offset = (uint64_t)delta;
+    out->bytes = bytes;
+    nvshmem_putmem_signal(mail, out, sizeof(a2a_mail), ready, call, NVSHMEM_SIGNAL_SET, p);
+  }
+}
+
+template <int MAXW>
+__global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_constant__ a2a_params<MAXW> P) {
+  const dev_ctx &ctx = P.ctx;
+  const int W = ctx.world_size, me = ctx.rank;
+  uint64_t *ready = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_ready);
+  uint64_t *data = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_data);
+  const a2a_mail *mail = (const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail);
+
+  __shared__ uint64_t call_s;
+  __shared__ uint32_t prefix_s[MAXW + 1]; /* chunk prefix over the shifted peer order k -> (me + 1 + k) % W */
+  __shared__ int64_t delta_s;             /* current peer's mail */
+  __shared__ int state_s;                 /* current peer: 1 send, 0 skip (failed wait), -1 mismatch */
+  __shared__ char *peer_base_s;           /* current peer's control region if load/store reachable */
+
+  for (int k = threadIdx.x; k < W; k += blockDim.x)
+    prefix_s[k + 1] = a2a_chunk_count(P.send_bytes[(me + 1 + k) % W], P.min_chunk);
+  if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&ctx.state->a2a_calls) + 1;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    prefix_s[0] = 0;
+    for (int k = 0; k < W; k++) prefix_s[k + 1] += prefix_s[k];
+  }
+  __syncthreads();
+  const uint64_t call = call_s;
+
+  if (blockIdx.x == 0) {
+    for (int p = threadIdx.x; p < W; p += blockDim.x)
+      a2a_post_ready(ctx, p, call, (int64_t)((P.recv + P.recv_offsets[p]) - ctx.ctrl), P.recv_bytes[p]);
+  }
+
+  const uint32_t total = prefix_s[W];
+  int current = -1;
+  for (uint32_t item = blockIdx.x; item < total; item += gridDim.x) {
+    int lo_k = 0, hi_k = W - 1; /* the k with prefix_s[k] <= item < prefix_s[k + 1] */
+    while (lo_k < hi_k) {
+      int mid = (lo_k + hi_k + 1) / 2;
+      if (prefix_s[mid] <= item) lo_k = mid;
+      else hi_k = mid - 1;
+    }
+    const int p = (me + 1 + lo_k) % W;
+    const uint32_t j = item - prefix_s[lo_k], count = prefix_s[lo_k + 1] - prefix_s[lo_k];
+    if (p != current) {
+      current = p;
+      __syncthreads(); /* everyone is done with the previous peer's state_s / delta_s */
+      if (threadIdx.x == 0) {
+        int s = wait_geq(ctx, ready + p, call, OP_A2A_READY, p, call) ? 1 : 0;
+        if (s) {
+          volatile const a2a_mail *m = mail + p;
+          delta_s = (int64_t)m->offset;
+          if (m->bytes != P.send_bytes[p]) {
+            s = -1;
+            if (j == 0) report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, p, call, P.send_bytes[p], m->bytes);
+          }
+        }
+        state_s = s;
+        peer_base_s = ctx.force_put && p != me ? nullptr : (char *)nvshmem_ptr(ctx.ctrl, p);
+      }
+      __syncthreads();
+    }
+    const int state = state_s;
+    char *peer_base = peer_base_s;
+    uint64_t *peer_count = data + me; /* symmetric address of our counter at p */
+    if (state == 0) continue;
+    if (state < 0) { /* only chunk 0's block tells the receiver, once */
+      if (j == 0 && threadIdx.x == 0) {
+        if (peer_base) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), A2A_MISMATCH_FLAG);
+        else nvshmemx_signal_op(peer_count, A2A_MISMATCH_FLAG, NVSHMEM_SIGNAL_ADD, p);
+      }
+      continue;
+    }
+    uint64_t lo, hi;
+    a2a_chunk_range(P.send_bytes[p], count, j, &lo, &hi);
+    const char *src = P.send + P.send_offsets[p] + lo;
+    const int64_t dst_off = delta_s + (int64_t)lo; /* from the control region, valid on every rank */
+    if (peer_base) {
+      copy_block(peer_base + dst_off, src, hi - lo);
+      __threadfence_system();
+      __syncthreads();
+      if (threadIdx.x == 0) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), 1);
+    } else if (hi > lo) {
+      nvshmemx_putmem_signal_nbi_block(ctx.ctrl + dst_off, src, hi - lo, peer_count, 1, NVSHMEM_SIGNAL_ADD, p);
+    } else if (threadIdx.x == 0) {
+      nvshmemx_signal_op(peer_count, 1, NVSHMEM_SIGNAL_ADD, p);
+    }
+  }
+
+  if (blockIdx.x == 0) {
+    for (int s = threadIdx.x; s < W; s += blockDim.x) {
+      const uint64_t expect = a2a_chunk_count(P.recv_bytes[s], P.min_chunk);
+      if (!wait_geq(ctx, data + s, expect, OP_A2A_DATA, s, call)) continue;
+      const uint64_t seen = ld_acquire_sys(data + s);
+      if (seen >= A2A_MISMATCH_FLAG)
+        report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, s, call, P.recv_bytes[s], seen - A2A_MISMATCH_FLAG);
+      else if (seen != expect)
+        report_error(ctx, SY_ERR_MISMATCH, OP_A2A_DATA, s, call, expect, seen);
+      data[s] = 0; /* safe: s writes call n+1 only after our ready for n+1, posted after this kernel ends */
+    }
+  }
+
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
+      ctx.state->a2a_blocks_done = 0;
+      ctx.state->a2a_calls = call;
+      __threadfence();
+    }
+  }
+}
+
+template <int MAXW>
+static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_t stream) {
+  a2a_params<MAXW> P;
+  const int W = st->ctx.world_size;
+  P.ctx = st->ctx;
+  P.send = (const char *)args->send;
+  P.recv = (char *)args->recv;
+  P.min_chunk = st->a2a_chunk;
+  uint64_t items = 0;
+  for (int p = 0; p < W; p++) {
+    P.send_bytes[p] = args->send_bytes[p];
+    P.send_offsets[p] = args->send_offsets[p];
+    P.recv_bytes[p] = args->recv_bytes[p];
+    P.recv_offsets[p] = args->recv_offsets[p];
+    items += a2a_chunk_count(P.send_bytes[p], P.min_chunk);
+  }
+  unsigned grid = items < (uint64_t)st->a2a_blocks ? (unsigned)items : (unsigned)st->a2a_blocks;
+  alltoallv_kernel<MAXW><<<grid, A2A_THREADS, 0, stream>>>(P);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStream_t stream) {
+  const int W = st->ctx.world_size;
+  if (W <= 8) return launch<8>(st, args, stream);
+  if (W <= 64) return launch<64>(st, args, stream);
+  if (W <= 256) return launch<256>(st, args, stream);
+  SY_WARN("sy_alltoallv: the cuda backend supports up to 256 ranks, this communicator has %d", W);
+  return SY_ERR_UNSUPPORTED;
+}
+
+}  // namespace sy

@@ -1,0 +1,134 @@
+/*
+ * device.cuh — device-side pieces every kernel of the cuda backend shares: the bounded wait (poll a
+ * counter, check %globaltimer every few thousand polls, give up on timeout or on the abort flag), the error
+ * report into the host-mapped slot the host polls, acquire/release accesses at system scope, and the
+ * block-wide copy used for direct NVLink stores.
+ */
+#ifndef SY_KERNELS_DEVICE_CUH
+#define SY_KERNELS_DEVICE_CUH
+
+#include <stdint.h>
+
+#include "kernels/cuda_backend.h"
+
+namespace sy {
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t ld_relaxed_gpu(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void red_add_release_sys(uint64_t *p, uint64_t v) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/* Records the first error of this communicator: arbitration in device memory (atomics on host-mapped memory
+ * are not native over PCIe), then the fields and last the status into the host-mapped slot; raises abort. */
+__device__ inline void report_error(const dev_ctx &ctx, int status, int op, int peer, uint64_t call,
+                                    uint64_t expected, uint64_t seen) {
+  if (atomicCAS(&ctx.state->error_claimed, 0, 1) == 0) {
+    volatile error_slot *slot = ctx.slot;
+    slot->op = op;
+    slot->peer = peer;
+    slot->rank = ctx.rank;
+    slot->call = call;
+    slot->expected = expected;
+    slot->seen = seen;
+    slot->waited_ns = ctx.timeout_ns;
+    __threadfence_system();
+    slot->status = status;
+    __threadfence_system();
+  }
+  atomicExch(&ctx.state->abort, 1);
+}
+
+__device__ __forceinline__ bool aborted(const dev_ctx &ctx) {
+  return *(volatile int *)&ctx.state->abort != 0;
+}
+
+/* Waits until *counter >= expected (acquire, system scope). Returns true on success; false on timeout (error
+ * reported) or when another wait of this communicator already failed (abort). One thread calls it. */
+__device__ inline bool wait_geq(const dev_ctx &ctx, const uint64_t *counter, uint64_t expected, int op, int peer,
+                                uint64_t call) {
+  uint64_t seen = ld_acquire_sys(counter);
+  if (seen >= expected) return true;
+  const uint64_t start = global_timer_ns();
+  for (uint32_t polls = 1;; polls++) {
+    seen = ld_acquire_sys(counter);
+    if (seen >= expected) return true;
+    if ((polls & 1023u) == 0) {
+      if (aborted(ctx)) return false;
+      if (global_timer_ns() - start > ctx.timeout_ns) {
+        report_error(ctx, SY_ERR_TIMEOUT, op, peer, call, expected, seen);
+        return false;
+      }
+    }
+  }
+}
+
+/* Block-wide copy of `bytes` from src to dst (dst may be a peer's memory mapped over NVLink). 16-byte
+ * vectors with four loads in flight per thread when src and dst share their alignment modulo 16; 8/4-byte or
+ * byte copies otherwise. Every thread of the block must call it. */
+__device__ inline void copy_block(char *dst, const char *src, size_t bytes) {
+  const unsigned tid = threadIdx.x, nthreads = blockDim.x;
+  const uintptr_t mis = ((uintptr_t)dst ^ (uintptr_t)src);
+  if ((mis & 15) == 0) {
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > bytes) head = bytes;
+    if (tid < head) dst[tid] = src[tid];
+    dst += head;
+    src += head;
+    bytes -= head;
+    const size_t nvec = bytes / 16;
+    uint4 *d = (uint4 *)dst;
+    const uint4 *s = (const uint4 *)src;
+    size_t i = tid;
+    constexpr int UNROLL = 4;
+    for (; i + (UNROLL - 1) * nthreads < nvec; i += UNROLL * nthreads) {
+      uint4 v[UNROLL];
+#pragma unroll
+      for (int k = 0; k < UNROLL; k++) v[k] = __ldg(s + i + k * nthreads);
+#pragma unroll
+      for (int k = 0; k < UNROLL; k++) d[i + k * nthreads] = v[k];
+    }
+    for (; i < nvec; i += nthreads) d[i] = __ldg(s + i);
+    const size_t tail = bytes - nvec * 16;
+    if (tid < tail) dst[nvec * 16 + tid] = src[nvec * 16 + tid];
+    return;
+  }
+  if ((mis & 3) == 0) {
+    size_t head = (4 - ((uintptr_t)dst & 3)) & 3;
+    if (head > bytes) head = bytes;
+    if (tid < head) dst[tid] = src[tid];
+    dst += head;
+    src += head;
+    bytes -= head;
+    const size_t nw = bytes / 4;
+    for (size_t i = tid; i < nw; i += nthreads) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
+    const size_t tail = bytes - nw * 4;
+    if (tid < tail) dst[nw * 4 + tid] = src[nw * 4 + tid];
+    return;
+  }
+  for (size_t i = tid; i < bytes; i += nthreads) dst[i] = src[i];
+}
+
+}  // namespace sy
+
+#endif

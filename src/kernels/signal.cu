@@ -1,0 +1,53 @@
+/*
+ * signal.cu — the stream-ordered barrier and the bounded signal wait. Both keep their call number on the
+ * device (dev_state), so a captured graph stays right on every replay, and neither needs a reset.
+ */
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include "kernels/device.cuh"
+
+namespace sy {
+
+/* One block, one thread per peer: raise this rank's arrival at every peer (direct store where the peer is
+ * load/store reachable, an NVSHMEM signal otherwise), then wait for every peer's arrival. */
+__global__ void barrier_kernel(dev_ctx ctx) {
+  const int peer = threadIdx.x;
+  const uint64_t call = ctx.state->barrier_calls + 1;
+  uint64_t *arrive = (uint64_t *)(ctx.ctrl + ctx.layout.barrier);
+  bool ok = true;
+  for (int p = peer; p < ctx.world_size; p += blockDim.x) {
+    nvshmem_quiet(); /* puts issued earlier by this rank are complete before we say we arrived */
+    uint64_t *remote = ctx.force_put && p != ctx.rank ? nullptr : (uint64_t *)nvshmem_ptr(arrive + ctx.rank, p);
+    if (remote) {
+      __threadfence_system();
+      st_release_sys(remote, call);
+    } else {
+      nvshmemx_signal_op(arrive + ctx.rank, call, NVSHMEM_SIGNAL_SET, p);
+    }
+  }
+  for (int p = peer; p < ctx.world_size && ok; p += blockDim.x)
+    ok = wait_geq(ctx, arrive + p, call, OP_BARRIER, p, call);
+  __syncthreads();
+  if (threadIdx.x == 0) ctx.state->barrier_calls = call;
+}
+
+__global__ void signal_wait_kernel(dev_ctx ctx, const uint64_t *signal, uint64_t value) {
+  wait_geq(ctx, signal, value, OP_SIGNAL_WAIT, ctx.rank, value);
+}
+
+sy_status_t launch_barrier(cuda_state *st, cudaStream_t stream) {
+  int threads = st->ctx.world_size < 1024 ? st->ctx.world_size : 1024;
+  threads = (threads + 31) / 32 * 32;
+  barrier_kernel<<<1, threads, 0, stream>>>(st->ctx);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+sy_status_t launch_signal_wait(cuda_state *st, uint64_t *signal, uint64_t value, cudaStream_t stream) {
+  signal_wait_kernel<<<1, 1, 0, stream>>>(st->ctx, signal, value);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+}  // namespace sy

@@ -1,0 +1,71 @@
+/*
+ * bench.h — sy-bench's driver interface: one entry per operation, one driver that sets up the ranks (one
+ * process per GPU under syrun/torchrun, or threads on the host backend), the NCCL baseline communicator
+ * in the same process, timing (CUDA events and host clock, medians after warm-up), and the output: a `#`
+ * header, one row per size, a footer, --json FILE, non-zero exit on any wrong value.
+ */
+#ifndef SY_BENCH_H
+#define SY_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "switchyard.h"
+
+typedef struct bench_opts {
+  const char *entry;
+  sy_backend_t backend;
+  int world;        /* host backend: threads */
+  size_t min_bytes; /* per rank */
+  size_t max_bytes;
+  int step_factor;
+  int iters, warmup;
+  int check;
+  int nccl;
+  const char *json_path;
+} bench_opts_t;
+
+/* One measured variant at one size. */
+typedef struct bench_timing {
+  double time_us;   /* median device time per call (CUDA events); host backend: = host_us */
+  double host_us;   /* median host-observed time per call (enqueue to stream sync) */
+  double algbw_gbs; /* bytes per rank / time */
+  double busbw_gbs; /* algbw * (world - 1) / world */
+  long long wrong;  /* wrong bytes in the checked call; -1: not checked */
+  int valid;
+} bench_timing_t;
+
+typedef struct bench_ctx {
+  const bench_opts_t *opts;
+  sy_comm_t comm;
+  int rank, world;
+  sy_backend_t backend;
+  cudaStream_t stream;
+  void *nccl; /* ncclComm_t, or NULL when there is no baseline (host backend, --no-nccl) */
+  long long total_wrong;
+} bench_ctx_t;
+
+typedef struct bench_entry {
+  const char *name;
+  const char *doc;
+  int (*run)(bench_ctx_t *ctx); /* 0 on success (wrong values are counted in ctx->total_wrong) */
+} bench_entry_t;
+
+/* Entries (one file each). */
+int bench_alltoall(bench_ctx_t *ctx);
+
+/* Timing: runs op(arg) warmup + iters times on ctx->stream; fills time_us/host_us (medians). */
+typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);
+int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out);
+
+/* Output (rank 0 prints; every rank calls). */
+void bench_print(bench_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends one JSON object (already formatted, no trailing comma) to the --json array. */
+void bench_json(bench_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Max wrong across ranks (host allgather); every rank gets the same answer. */
+long long bench_allreduce_max(bench_ctx_t *ctx, long long value);
+double bench_allreduce_max_d(bench_ctx_t *ctx, double value);
+
+#endif
