@@ -2,7 +2,8 @@
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
 # all-to-all and ring tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
-# benchmarks with the NCCL baseline, writes logs and JSON under OUTDIR, and prints a short table last.
+# benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt, the benchmark
+# JSON (bench_<entry>.n<N>.json) and logs.tar.gz (every log: build, machine, each test, each benchmark).
 # Exit status: non-zero if any test or benchmark check failed.
 set -uo pipefail
 out=${1:?usage: tools/gpu-check.sh OUTDIR [COUNT ...]}
@@ -10,7 +11,8 @@ shift
 counts=("$@")
 [ ${#counts[@]} -eq 0 ] && counts=(2 4)
 root=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$out"
+logs=$out/logs
+mkdir -p "$logs"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export SY_BENCH_ARGS=${SY_BENCH_ARGS:-}
 summary=()
@@ -18,17 +20,17 @@ failed=0
 note() { summary+=("$(printf '%-44s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; return 0; }
 
 start=$(date +%s)
-if SY_WERROR=ON "$root/tools/build.sh" >"$out/build.log" 2>&1; then note build ok "$(($(date +%s) - start)) s"
-else note build FAIL "see build.log"; tail -30 "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+if SY_WERROR=ON "$root/tools/build.sh" >"$logs/build.log" 2>&1; then note build ok "$(($(date +%s) - start)) s"
+else note build FAIL "see build.log"; tail -30 "$logs/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 bin=$root/build/bin
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-{ nvidia-smi topo -m; "$bin/sy-info" -e; } >"$out/machine.log" 2>&1
+{ nvidia-smi topo -m; "$bin/sy-info" -e; } >"$logs/machine.log" 2>&1
 
 # run NAME N CMD... : one test or benchmark under syrun with N ranks, logged to OUTDIR/NAME.n<N>.log
 run() {
   local name=$1 n=$2
   shift 2
-  local log="$out/$name.n$n.log" t0=$(date +%s)
+  local log="$logs/$name.n$n.log" t0=$(date +%s)
   if [ "$n" -gt "$gpus" ]; then note "$name n=$n" "not run" "only $gpus GPUs here"; return; fi
   if timeout 600 "$bin/syrun" -n "$n" --timeout 540 "$@" >"$log" 2>&1; then
     note "$name n=$n" ok "$(($(date +%s) - t0)) s"
@@ -47,7 +49,7 @@ for n in "${counts[@]}"; do
 done
 
 t0=$(date +%s)
-if (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$out/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
+if (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
 else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
 for n in "${counts[@]}"; do
@@ -60,8 +62,9 @@ echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="
 for n in "${counts[@]}"; do
   for entry in alltoall; do
-    [ -f "$out/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +bytes|  +[0-9]|# average)' "$out/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
+    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +bytes|  +[0-9]|# average)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
 done
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 exit $failed

@@ -1,11 +1,11 @@
 /*
  * alltoall.cu — sy_alltoallv on the GPU: one kernel per call.
  *
- *   block 0:    post "ready for call n" to every sender p, with where p's bytes go (mail: offset from the
- *               control region, byte count)                         [receiver half, start]
+ *   block 0:    post mail to every sender p: "entered call n; put your bytes at this offset (from the
+ *               control region), this many" — self-validating words, no fence   [receiver half, start]
  *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ... (every rank shifts by
  *               one, so at any moment the ranks write to different receivers); per peer: wait (bounded) for
- *               its ready, check its byte count against ours, then copy each chunk with direct 16-byte stores
+ *               its mail, check its byte count against ours, then copy each chunk with direct 16-byte stores
  *               (peer load/store reachable) or one NVSHMEM put-with-signal; each chunk adds 1 to the peer's
  *               a2a_data[rank] after its data                       [sender half]
  *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
@@ -47,31 +47,55 @@ __device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t 
   *hi = b < bytes ? b : bytes;
 }
 
-/* Receiver half, start: tell sender p that this rank entered call `call` and where p's bytes go. */
-__device__ inline void a2a_post_ready(const dev_ctx &ctx, int p, uint64_t call, int64_t delta, uint64_t bytes) {
-  uint64_t *ready = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_ready) + ctx.rank;
-  a2a_mail *mail = (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail) + ctx.rank;
-  a2a_mail *remote_mail = ctx.force_put && p != ctx.rank ? nullptr : (a2a_mail *)nvshmem_ptr(mail, p);
-  if (remote_mail) {
-    volatile a2a_mail *m = remote_mail;
-    m->offset = (uint64_t)delta;
-    m->bytes = bytes;
-    st_release_sys((uint64_t *)nvshmem_ptr(ready, p), call);
+/* Receiver half, start: tell sender p that this rank entered call `call` and where p's bytes go, in four
+ * self-validating words (no fence: the sender checks every word's call bits). */
+__device__ inline void a2a_post_mail(const dev_ctx &ctx, int p, uint64_t call, int64_t delta, uint64_t bytes) {
+  a2a_mail *mail = (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail) + ctx.rank; /* our slot at p */
+  const uint64_t c = (uint32_t)call, d = (uint64_t)delta;
+  const uint64_t w[4] = {(d << 32) | c, (d & 0xFFFFFFFF00000000ull) | c, (bytes << 32) | c,
+                         (bytes & 0xFFFFFFFF00000000ull) | c};
+  a2a_mail *remote = ctx.force_put && p != ctx.rank ? nullptr : (a2a_mail *)nvshmem_ptr(mail, p);
+  if (remote) {
+    volatile uint64_t *r = remote->word;
+    for (int k = 0; k < 4; k++) r[k] = w[k];
   } else {
-    a2a_mail *out = (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail_out) + p;
-    out->offset = (uint64_t)delta;
-    out->bytes = bytes;
-    nvshmem_putmem_signal(mail, out, sizeof(a2a_mail), ready, call, NVSHMEM_SIGNAL_SET, p);
+    for (int k = 0; k < 4; k++) nvshmem_uint64_p(mail->word + k, w[k], p);
   }
+}
+
+/* Sender: waits (bounded) until receiver p's mail for `call` is whole; returns its offset and bytes. */
+__device__ inline bool a2a_wait_mail(const dev_ctx &ctx, int p, uint64_t call, int64_t *delta, uint64_t *bytes) {
+  const volatile uint64_t *m = ((const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail) + p)->word;
+  const uint32_t c = (uint32_t)call;
+  uint64_t w[4];
+  uint64_t start = 0;
+  for (uint32_t polls = 0;; polls++) {
+    int whole = 1;
+    for (int k = 0; k < 4; k++) {
+      w[k] = m[k];
+      whole &= (uint32_t)w[k] == c;
+    }
+    if (whole) break;
+    if ((polls & 1023u) == 1023u) {
+      if (aborted(ctx)) return false;
+      const uint64_t now = global_timer_ns();
+      if (!start) start = now;
+      else if (now - start > ctx.timeout_ns) {
+        report_error(ctx, SY_ERR_TIMEOUT, OP_A2A_READY, p, call, call, (uint32_t)w[0]);
+        return false;
+      }
+    }
+  }
+  *delta = (int64_t)((w[0] >> 32) | (w[1] & 0xFFFFFFFF00000000ull));
+  *bytes = (w[2] >> 32) | (w[3] & 0xFFFFFFFF00000000ull);
+  return true;
 }
 
 template <int MAXW>
 __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_constant__ a2a_params<MAXW> P) {
   const dev_ctx &ctx = P.ctx;
   const int W = ctx.world_size, me = ctx.rank;
-  uint64_t *ready = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_ready);
   uint64_t *data = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_data);
-  const a2a_mail *mail = (const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail);
 
   __shared__ uint64_t call_s;
   __shared__ uint32_t prefix_s[MAXW + 1]; /* chunk prefix over the shifted peer order k -> (me + 1 + k) % W */
@@ -89,10 +113,13 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   }
   __syncthreads();
   const uint64_t call = call_s;
+  if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_KERNEL, true, -1, call);
 
   if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, true, -1, call);
     for (int p = threadIdx.x; p < W; p += blockDim.x)
-      a2a_post_ready(ctx, p, call, (int64_t)((P.recv + P.recv_offsets[p]) - ctx.ctrl), P.recv_bytes[p]);
+      a2a_post_mail(ctx, p, call, (int64_t)((P.recv + P.recv_offsets[p]) - ctx.ctrl), P.recv_bytes[p]);
+    if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, false, -1, call);
   }
 
   const uint32_t total = prefix_s[W];
@@ -110,13 +137,16 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       current = p;
       __syncthreads(); /* everyone is done with the previous peer's state_s / delta_s */
       if (threadIdx.x == 0) {
-        int s = wait_geq(ctx, ready + p, call, OP_A2A_READY, p, call) ? 1 : 0;
+        trace(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);
+        int64_t delta = 0;
+        uint64_t bytes = 0;
+        int s = a2a_wait_mail(ctx, p, call, &delta, &bytes) ? 1 : 0;
+        trace(ctx, OP_A2A_READY, PH_WAIT_READY, false, p, call);
         if (s) {
-          volatile const a2a_mail *m = mail + p;
-          delta_s = (int64_t)m->offset;
-          if (m->bytes != P.send_bytes[p]) {
+          delta_s = delta;
+          if (bytes != P.send_bytes[p]) {
             s = -1;
-            if (j == 0) report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, p, call, P.send_bytes[p], m->bytes);
+            if (j == 0) report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, p, call, P.send_bytes[p], bytes);
           }
         }
         state_s = s;
@@ -130,8 +160,10 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     if (state == 0) continue;
     if (state < 0) { /* only chunk 0's block tells the receiver, once */
       if (j == 0 && threadIdx.x == 0) {
-        if (peer_base) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), A2A_MISMATCH_FLAG);
-        else nvshmemx_signal_op(peer_count, A2A_MISMATCH_FLAG, NVSHMEM_SIGNAL_ADD, p);
+        /* the flag carries our byte count, so the receiver can say what we meant to send */
+        const uint64_t flag = A2A_MISMATCH_FLAG + P.send_bytes[p];
+        if (peer_base) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), flag);
+        else nvshmemx_signal_op(peer_count, flag, NVSHMEM_SIGNAL_ADD, p);
       }
       continue;
     }
@@ -139,6 +171,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     a2a_chunk_range(P.send_bytes[p], count, j, &lo, &hi);
     const char *src = P.send + P.send_offsets[p] + lo;
     const int64_t dst_off = delta_s + (int64_t)lo; /* from the control region, valid on every rank */
+    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, true, p, call);
     if (peer_base) {
       copy_block(peer_base + dst_off, src, hi - lo);
       __threadfence_system();
@@ -149,9 +182,11 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     } else if (threadIdx.x == 0) {
       nvshmemx_signal_op(peer_count, 1, NVSHMEM_SIGNAL_ADD, p);
     }
+    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, false, p, call);
   }
 
   if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_WAIT_DATA, true, -1, call);
     for (int s = threadIdx.x; s < W; s += blockDim.x) {
       const uint64_t expect = a2a_chunk_count(P.recv_bytes[s], P.min_chunk);
       if (!wait_geq(ctx, data + s, expect, OP_A2A_DATA, s, call)) continue;
@@ -160,12 +195,15 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
         report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, s, call, P.recv_bytes[s], seen - A2A_MISMATCH_FLAG);
       else if (seen != expect)
         report_error(ctx, SY_ERR_MISMATCH, OP_A2A_DATA, s, call, expect, seen);
-      data[s] = 0; /* safe: s writes call n+1 only after our ready for n+1, posted after this kernel ends */
+      data[s] = 0; /* safe: s writes call n+1 only after our mail for n+1, posted after this kernel ends */
     }
+    __syncthreads();
+    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_WAIT_DATA, false, -1, call);
   }
 
   __syncthreads();
   if (threadIdx.x == 0) {
+    trace(ctx, OP_A2A_DATA, PH_KERNEL, false, -1, call);
     __threadfence();
     if (atomicAdd(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
       ctx.state->a2a_blocks_done = 0;

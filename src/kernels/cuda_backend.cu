@@ -21,7 +21,7 @@ const char *op_name(int op) {
     case OP_SIGNAL_WAIT: return "signal_wait";
     case OP_A2A_READY: return "alltoallv (waiting for the receiver to enter the call)";
     case OP_A2A_DATA: return "alltoallv (waiting for a sender's data)";
-    case OP_A2A_MISMATCH: return "alltoallv (sender and receiver disagree on the byte count)";
+    case OP_A2A_MISMATCH: return "alltoallv (a pair disagrees on its byte count; expected = this rank's, saw = the peer's)";
     default: return "unknown operation";
   }
 }
@@ -39,13 +39,9 @@ ctrl_layout make_ctrl_layout(int world_size) {
   size_t w = (size_t)world_size, off = 0;
   l.barrier = off;
   off += w * sizeof(uint64_t);
-  l.a2a_ready = off;
-  off += w * sizeof(uint64_t);
   l.a2a_data = off;
   off += w * sizeof(uint64_t);
   l.a2a_mail = off;
-  off += w * sizeof(a2a_mail);
-  l.a2a_mail_out = off; /* put path: the mail this rank sends, staged in symmetric memory */
   off += w * sizeof(a2a_mail);
   l.total = (off + 255) & ~(size_t)255;
   return l;
@@ -95,6 +91,7 @@ static void release_state(sy_comm_t comm, cuda_state *st) {
     nvshmem_finalize();
     st->nvshmem_up = false;
   }
+  trace_finish(st);
   if (st->ctx.state) cudaFree(st->ctx.state);
   if (st->slot_host) cudaFreeHost(st->slot_host);
   if (st->boot) sy__boot_close(st->boot);
@@ -300,6 +297,7 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
     s = cuda_error(err, "device state", __FILE__, __LINE__);
     goto fail;
   }
+  SY_CHECK_GOTO(trace_init(st, comm->rank), s, fail);
   st->ctx.ctrl = (char *)nvshmem_align(256, st->ctx.layout.total);
   if (!st->ctx.ctrl) {
     SY_WARN("cannot reserve %zu bytes of symmetric control memory", st->ctx.layout.total);

@@ -5,11 +5,13 @@
  *
  * Control region (symmetric, one per communicator, zeroed at init). Index = the peer the entry is about:
  *   barrier[s]   at rank r: the last barrier call number rank s reached (SET by s)
- *   a2a_ready[p] at rank r: the all-to-all call number receiver p has entered (SET by p); with it
- *   a2a_mail[p]  at rank r: where receiver p wants r's bytes {offset, bytes} for that call
+ *   a2a_mail[p]  at rank r: receiver p entered all-to-all call n and wants r's bytes at {offset, bytes}:
+ *                four 8-byte words, each 32 bits of payload and the low 32 bits of n (self-validating, so
+ *                the receiver posts with plain stores and no fence, and the sender knows the mail is whole
+ *                when all four words carry n)
  *   a2a_data[s]  at rank r: chunks of the current call that arrived from s (ADDed by s, reset by r)
  * Counters only grow, except a2a_data, which the receiver resets after consuming a call; the sender of the
- * next call writes only after the receiver's next a2a_ready, so the reset cannot race (DESIGN.md).
+ * next call writes only after the receiver's next mail, so the reset cannot race (DESIGN.md).
  */
 #ifndef SY_KERNELS_CUDA_BACKEND_H
 #define SY_KERNELS_CUDA_BACKEND_H
@@ -33,6 +35,30 @@ enum op_id : int {
 };
 const char *op_name(int op);
 
+/* Per-phase device timestamps (SY_TRACE_FILE): thread 0 of a block marks the begin and end of each phase;
+ * the host writes them as Chrome trace JSON at destroy (pid = rank, tid = block). */
+enum trace_phase : uint16_t {
+  PH_KERNEL = 1,     /* the whole kernel, per block */
+  PH_POST_READY = 2, /* receiver tells senders it entered the call */
+  PH_WAIT_READY = 3, /* sender waits for a receiver's ready */
+  PH_COPY = 4,       /* one chunk: stores or put */
+  PH_SIGNAL = 5,     /* fence and counter update after a chunk */
+  PH_WAIT_DATA = 6,  /* receiver waits for the senders' chunks */
+  PH_WAIT = 7        /* a barrier's or signal wait's wait */
+};
+const char *phase_name(int phase);
+
+struct trace_event {
+  uint64_t t_ns; /* %globaltimer */
+  uint32_t call;
+  uint16_t op, phase;
+  uint16_t block;
+  int16_t peer;
+  uint8_t begin;
+  uint8_t pad_[11];
+};
+static_assert(sizeof(trace_event) == 32, "trace_event is 32 bytes");
+
 /* Host-mapped (cudaHostAllocMapped): written by the device once, read by the host without synchronising. */
 struct error_slot {
   int status; /* 0, or a sy_status_t; written last */
@@ -47,16 +73,16 @@ struct dev_state {
   uint64_t barrier_calls;
   uint64_t a2a_calls;
   unsigned a2a_blocks_done;
-  unsigned pad_;
+  unsigned trace_next; /* next free trace_event */
 };
 
 struct a2a_mail {
-  uint64_t offset, bytes;
+  uint64_t word[4]; /* (payload32 << 32) | call32: offset low/high, bytes low/high */
 };
 
 /* Symmetric control region; world_size entries each, laid out by ctrl_layout(). */
 struct ctrl_layout {
-  size_t barrier, a2a_ready, a2a_data, a2a_mail, a2a_mail_out, total;
+  size_t barrier, a2a_data, a2a_mail, total;
 };
 ctrl_layout make_ctrl_layout(int world_size);
 
@@ -68,6 +94,8 @@ struct dev_ctx {
   int rank, world_size;
   int force_put;
   ctrl_layout layout;
+  trace_event *trace; /* NULL unless SY_TRACE_FILE is set */
+  uint32_t trace_cap;
 };
 
 /* Host-side state of one communicator. */
@@ -79,7 +107,12 @@ struct cuda_state {
   int a2a_blocks;   /* blocks per all-to-all launch (SY_A2A_BLOCKS, else the SM count) */
   size_t a2a_chunk; /* smallest chunk of one peer's bytes that gets its own signal (SY_A2A_CHUNK) */
   bool nvshmem_up;
+  char trace_path[512];
 };
+
+/* trace.cu: reserve the buffer at init (when SY_TRACE_FILE is set) and write it out at destroy. */
+sy_status_t trace_init(cuda_state *st, int rank);
+void trace_finish(cuda_state *st);
 
 /* Kernel launches (signal.cu, alltoall.cu). Arguments are already checked by src/core. */
 sy_status_t launch_barrier(cuda_state *st, cudaStream_t stream);

@@ -59,6 +59,21 @@ __device__ inline void report_error(const dev_ctx &ctx, int status, int op, int 
   atomicExch(&ctx.state->abort, 1);
 }
 
+/* Thread 0 of a block marks a phase boundary; costs one branch when tracing is off. */
+__device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, bool begin, int peer, uint64_t call) {
+  if (!ctx.trace) return;
+  const unsigned i = atomicAdd(&ctx.state->trace_next, 1u);
+  if (i >= ctx.trace_cap) return;
+  trace_event *e = ctx.trace + i;
+  e->t_ns = global_timer_ns();
+  e->call = (uint32_t)call;
+  e->op = (uint16_t)op;
+  e->phase = (uint16_t)phase;
+  e->block = (uint16_t)blockIdx.x;
+  e->peer = (int16_t)peer;
+  e->begin = begin;
+}
+
 __device__ __forceinline__ bool aborted(const dev_ctx &ctx) {
   return *(volatile int *)&ctx.state->abort != 0;
 }

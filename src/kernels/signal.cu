@@ -26,14 +26,20 @@ __global__ void barrier_kernel(dev_ctx ctx) {
       nvshmemx_signal_op(arrive + ctx.rank, call, NVSHMEM_SIGNAL_SET, p);
     }
   }
+  if (threadIdx.x == 0) trace(ctx, OP_BARRIER, PH_WAIT, true, -1, call);
   for (int p = peer; p < ctx.world_size && ok; p += blockDim.x)
     ok = wait_geq(ctx, arrive + p, call, OP_BARRIER, p, call);
   __syncthreads();
-  if (threadIdx.x == 0) ctx.state->barrier_calls = call;
+  if (threadIdx.x == 0) {
+    trace(ctx, OP_BARRIER, PH_WAIT, false, -1, call);
+    ctx.state->barrier_calls = call;
+  }
 }
 
 __global__ void signal_wait_kernel(dev_ctx ctx, const uint64_t *signal, uint64_t value) {
+  trace(ctx, OP_SIGNAL_WAIT, PH_WAIT, true, -1, value);
   wait_geq(ctx, signal, value, OP_SIGNAL_WAIT, ctx.rank, value);
+  trace(ctx, OP_SIGNAL_WAIT, PH_WAIT, false, -1, value);
 }
 
 sy_status_t launch_barrier(cuda_state *st, cudaStream_t stream) {
