@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, true, p, call);
     if (peer_base) {
       copy_block(peer_base + dst_off, src, hi - lo);
-      __threadfence_system();
+      /* One release for the block: bar.sync orders every thread's stores before thread 0's red.release.sys,
+       * and release is cumulative, so the receiver's acquire of the count sees the whole chunk. */
       __syncthreads();
       if (threadIdx.x == 0) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), 1);
     } else if (hi > lo) {
