@@ -193,6 +193,142 @@ SY_API sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *
 SY_API sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, size_t bytes_per_rank,
                                cudaStream_t stream);
 
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Context-parallel attention dispatch                                                                    */
+/*                                                                                                        */
+/* Tokens live in the MLP layout: rank r holds num_tokens[r] rows, its sequences back to back. A plan      */
+/* (built on the CPU from every rank's sequence lengths and placements) says where each sequence's query   */
+/* rows go (one rank, or -1 = not sent) and where its key/value rows go (up to max_replicas ranks each).   */
+/* At a destination, rows arrive in the attention layout ordered by source rank, then sequence, then       */
+/* replica. Four directions move rows by a plan:                                                          */
+/*   Q forward      MLP rows -> attention layout (q_recv)                                                 */
+/*   Q+KV forward   the same, plus each KV sequence to every listed replica rank (kv_recv)                */
+/*   Q reverse      attention-layout rows (e.g. the attention output) -> the owner's original rows        */
+/*   KV backward    every replica's KV gradient -> the owner, summed in fp32 in replica order 0, 1, ...   */
+/*                  (deterministic), one gradient per owned token; or, with SY_ATTN_UNSUMMED, each replica */
+/*                  separately as [max_replicas][num_tokens] rows, absent replicas zero                   */
+/* Rows are opaque bytes of any size; the KV backward knows its element type.                             */
+/* ---------------------------------------------------------------------------------------------------- */
+typedef struct sy_attn_plan *sy_attn_plan_t;
+typedef struct sy_attn *sy_attn_t;
+
+typedef enum sy_dtype { SY_DTYPE_BF16 = 0, SY_DTYPE_FP16 = 1, SY_DTYPE_FP32 = 2 } sy_dtype_t;
+
+/* Every rank's sequences, the same on every rank (each rank builds the plan for itself from it). */
+typedef struct sy_attn_plan_desc {
+  size_t size;                    /* sizeof(sy_attn_plan_desc_t) */
+  int world_size;                 /* ranks */
+  int max_replicas;               /* C: KV destinations per sequence, 1..world_size (0: no KV) */
+  const int *num_seqs;            /* [world_size] sequences of each rank */
+  const int64_t *num_tokens;      /* [world_size] rows of each rank's MLP layout (= sum of its lengths) */
+  const int64_t *const *seq_lens; /* [world_size][num_seqs[r]] tokens, each > 0 */
+  const int *const *q_dst;        /* [world_size][num_seqs[r]] rank, or -1: not sent */
+  const int *const *kv_dst;       /* [world_size][num_seqs[r] * max_replicas] rank or -1; NULL when C is 0.
+                                     A rank appears at most once in one sequence's list. */
+} sy_attn_plan_desc_t;
+
+#define SY_ATTN_PLAN_DESC_INIT {sizeof(sy_attn_plan_desc_t), 0, 0, NULL, NULL, NULL, NULL, NULL}
+
+/* What a plan asks of this rank's buffers, in rows. */
+typedef struct sy_attn_plan_info {
+  int64_t num_tokens;  /* this rank's MLP rows */
+  int64_t q_recv_rows; /* rows of q_recv (attention layout) */
+  int64_t kv_recv_rows;
+  const int64_t *q_recv_from;  /* [world_size] rows from each source, in arrival order (valid with the plan) */
+  const int64_t *kv_recv_from; /* [world_size] */
+  const int64_t *q_send_to;    /* [world_size] */
+  const int64_t *kv_send_to;   /* [world_size] */
+} sy_attn_plan_info_t;
+
+/* Builds this rank's plan (forward and reverse metadata) from the global description; rejects inconsistent
+ * input naming the argument (lengths that do not tile num_tokens, a rank outside the world, max_replicas too
+ * large, a rank listed twice for one sequence). CPU only: comm gives the rank and backend (device copies of
+ * the metadata are made here, synchronously). Not graph-capturable. */
+SY_API sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan);
+SY_API sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info);
+SY_API sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan);
+
+typedef struct sy_attn_config {
+  size_t size;                 /* sizeof(sy_attn_config_t) */
+  int64_t max_tokens;          /* most MLP rows any rank will own in any plan used with this object */
+  int max_replicas;            /* most KV replicas per sequence (C) */
+  size_t max_kv_grad_row_bytes; /* KV backward: largest gradient row, bytes (0: no KV backward) */
+} sy_attn_config_t;
+
+#define SY_ATTN_CONFIG_INIT {sizeof(sy_attn_config_t), 0, 0, 0}
+
+/* Symmetric memory sy_attn_create reserves for a configuration (the KV backward's replica staging and
+ * control words), so the caller can size the heap (SY_HEAP_SIZE). */
+SY_API sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config, size_t *bytes);
+
+/* Collective. Reserves what the operation needs; calls of one object follow each other on streams with no
+ * barrier or reset in between (call numbers live on the device). */
+SY_API sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config, sy_attn_t *attn);
+SY_API sy_status_t sy_attn_destroy(sy_attn_t attn);
+
+/* Collective, stream-ordered, graph-capturable. q: this rank's MLP rows (device memory), q_row_bytes each.
+ * q_recv: a symmetric allocation with room for plan info's q_recv_rows rows. Rows of sequences whose
+ * destination is -1 are not sent. Every rank must pass the same plan (built from the same description). */
+SY_API sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes,
+                                     void *q_recv, cudaStream_t stream);
+/* Q forward plus each KV sequence to every replica rank listed for it. kv_recv: symmetric, kv_recv_rows rows. */
+SY_API sy_status_t sy_attn_qkv_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes,
+                                       void *q_recv, const void *kv, size_t kv_row_bytes, void *kv_recv,
+                                       cudaStream_t stream);
+/* Attention-layout rows (q_recv_rows of them, row_bytes each) back to their owners' original rows in out
+ * (a symmetric allocation of num_tokens rows). Rows of sequences that were not sent are left untouched. */
+SY_API sy_status_t sy_attn_q_reverse(sy_attn_t attn, sy_attn_plan_t plan, const void *attn_rows, size_t row_bytes,
+                                     void *out, cudaStream_t stream);
+
+#define SY_ATTN_UNSUMMED 1u
+/* KV gradients (kv_recv_rows rows in the KV attention layout, row_bytes each, elements of dtype) back to
+ * their owners. Default: grad_out holds num_tokens rows, each the fp32 sum over the sequence's replicas in
+ * replica order, rounded once to dtype; tokens of sequences with no replica are zero. SY_ATTN_UNSUMMED:
+ * grad_out holds max_replicas * num_tokens rows, replica c of token t at row c * num_tokens + t, zero where
+ * the sequence has no replica c. grad_out: any device memory of this rank. */
+SY_API sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, const void *grad_rows, size_t row_bytes,
+                                       sy_dtype_t dtype, unsigned flags, void *grad_out, cudaStream_t stream);
+
+
+/* ---- Placement planner (core-attention load balancing) --------------------------------------------- */
+/* Every rank holds documents (token counts, back to back in its MLP layout) and is also an attention
+ * server. The planner splits documents into head/tail shards and places each shard's queries on a server
+ * so that every server's causal attention work — for a shard of q queries over kv keys (its own tokens and
+ * every earlier token of its document), q*kv - q*(q-1)/2 — is within `tolerance` of the mean, preferring
+ * moves that send fewer bytes (a shard stays on its owner when it can). A shard's KV goes to every server
+ * that holds a later-or-same shard of the same document. The result is a plan description (shards are the
+ * sequences) ready for sy_attn_plan_create. */
+typedef struct sy_attn_placement *sy_attn_placement_t;
+
+typedef struct sy_attn_place_desc {
+  size_t size;                    /* sizeof(sy_attn_place_desc_t) */
+  int world_size;
+  const int *num_docs;            /* [world_size] */
+  const int64_t *const *doc_lens; /* [world_size][num_docs[r]] tokens, each > 0 */
+  double tolerance;               /* allowed max/mean - 1 of the servers' work; 0: 0.10 */
+  int max_shards_per_doc;         /* 0: world_size */
+  size_t q_row_bytes, kv_row_bytes; /* weights for "bytes sent" (0: 1 each) */
+} sy_attn_place_desc_t;
+
+#define SY_ATTN_PLACE_DESC_INIT {sizeof(sy_attn_place_desc_t), 0, NULL, NULL, 0.0, 0, 0, 0}
+
+typedef struct sy_attn_place_stats {
+  double max_over_mean;    /* the most loaded server's work over the mean (1.0 = perfect) */
+  double work_max, work_mean;
+  int64_t q_rows_moved;    /* query rows placed off their owner */
+  int64_t kv_rows_moved;   /* KV rows sent to servers other than their owner, counting each replica */
+  int shards;              /* sequences in the result */
+  int balanced;            /* 1 if within tolerance */
+} sy_attn_place_stats_t;
+
+/* Pure CPU. On success *placement holds the shards; the caller reads them with sy_attn_placement_desc. */
+SY_API sy_status_t sy_attn_place(const sy_attn_place_desc_t *desc, sy_attn_placement_t *placement);
+/* Fills desc (pointers owned by the placement, valid until it is destroyed) for sy_attn_plan_create. */
+SY_API sy_status_t sy_attn_placement_desc(sy_attn_placement_t placement, sy_attn_plan_desc_t *desc);
+SY_API sy_status_t sy_attn_placement_stats(sy_attn_placement_t placement, sy_attn_place_stats_t *stats);
+SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
+
 #ifdef __cplusplus
 }
 #endif

@@ -112,6 +112,33 @@ typedef struct sy_a2a_args {
   const size_t *recv_bytes, *recv_offsets; /* world_size each */
 } sy_a2a_args_t;
 
+/* One attention-dispatch call as the backends see it (src/core/attn.c builds it after checking). */
+struct sy_attn_plan;
+typedef struct sy_attn_channel {
+  int dir;          /* SY_ATTN_Q_FWD, SY_ATTN_KV_FWD, SY_ATTN_Q_REV, SY_ATTN_KV_BWD (src/plan/attn_plan.h) */
+  const void *src;  /* the sender's rows */
+  size_t row_bytes;
+  void *dst;        /* the receiver's rows (symmetric); KV backward: the object's staging */
+} sy_attn_channel_t;
+
+typedef struct sy_attn_call {
+  int num_channels; /* 1, or 2 for Q+KV forward (one kernel, both channels) */
+  sy_attn_channel_t ch[2];
+  int kv_backward;  /* ch[0] lands in attn->staging; then the reduce into grad_out */
+  sy_dtype_t dtype;
+  unsigned flags;   /* SY_ATTN_UNSUMMED */
+  void *grad_out;
+} sy_attn_call_t;
+
+/* The attention-dispatch object (public handle sy_attn_t). */
+struct sy_attn {
+  sy_comm_t comm;
+  sy_attn_config_t config;
+  void *staging;        /* symmetric, max_replicas * max_tokens * max_kv_grad_row_bytes (NULL if 0) */
+  size_t staging_bytes;
+  void *backend_state;
+};
+
 typedef struct sy_backend_ops {
   const char *name;
   sy_status_t (*destroy)(sy_comm_t comm);
@@ -126,6 +153,12 @@ typedef struct sy_backend_ops {
   sy_status_t (*allgather_host)(sy_comm_t comm, const void *send, void *recv, size_t bytes);
   /* Reads the backend's asynchronous error state (device error slot, host group abort). */
   sy_status_t (*poll_error)(sy_comm_t comm, char *detail, size_t detail_bytes);
+  /* Attention dispatch: per-object state, plan upload (at plan create), one call. */
+  sy_status_t (*attn_create)(sy_comm_t comm, struct sy_attn *attn);
+  void (*attn_destroy)(sy_comm_t comm, struct sy_attn *attn);
+  sy_status_t (*attn_plan_upload)(sy_comm_t comm, struct sy_attn_plan *plan);
+  sy_status_t (*attn_run)(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
+                          const sy_attn_call_t *call, cudaStream_t stream);
 } sy_backend_ops_t;
 
 /* One symmetric allocation as this rank sees it. */

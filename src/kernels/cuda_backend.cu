@@ -179,8 +179,9 @@ static sy_status_t cuda_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cud
 }
 
 static const sy_backend_ops_t cuda_ops = {
-    "cuda",         cuda_destroy,  cuda_mem_alloc,   cuda_mem_free,       cuda_peer_ptr, cuda_barrier,
-    cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error,
+    "cuda",          cuda_destroy,     cuda_mem_alloc, cuda_mem_free,       cuda_peer_ptr,   cuda_barrier,
+    cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error, sy__cuda_attn_create,
+    sy__cuda_attn_destroy, sy__cuda_attn_plan_upload, sy__cuda_attn_run,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */

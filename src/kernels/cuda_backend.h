@@ -119,6 +119,19 @@ sy_status_t launch_barrier(cuda_state *st, cudaStream_t stream);
 sy_status_t launch_signal_wait(cuda_state *st, uint64_t *signal, uint64_t value, cudaStream_t stream);
 sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStream_t stream);
 
+}  // namespace sy
+
+/* Attention dispatch on the GPU (attn.cu). */
+extern "C" {
+sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn);
+void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn);
+sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan);
+sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
+                              const sy_attn_call_t *call, cudaStream_t stream);
+}
+
+namespace sy {
+
 /* Maps a CUDA error to SY_ERR_CUDA with a log line naming the call; clears a non-sticky error. */
 sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int line);
 #define SY_CUDA_CHECK(call)                                                  \
