@@ -47,50 +47,6 @@ __device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t 
   *hi = b < bytes ? b : bytes;
 }
 
-/* Receiver half, start: tell sender p that this rank entered call `call` and where p's bytes go, in four
- * self-validating words (no fence: the sender checks every word's call bits). */
-__device__ inline void a2a_post_mail(const dev_ctx &ctx, int p, uint64_t call, int64_t delta, uint64_t bytes) {
-  a2a_mail *mail = (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail) + ctx.rank; /* our slot at p */
-  const uint64_t c = (uint32_t)call, d = (uint64_t)delta;
-  const uint64_t w[4] = {(d << 32) | c, (d & 0xFFFFFFFF00000000ull) | c, (bytes << 32) | c,
-                         (bytes & 0xFFFFFFFF00000000ull) | c};
-  a2a_mail *remote = ctx.force_put && p != ctx.rank ? nullptr : (a2a_mail *)nvshmem_ptr(mail, p);
-  if (remote) {
-    volatile uint64_t *r = remote->word;
-    for (int k = 0; k < 4; k++) r[k] = w[k];
-  } else {
-    for (int k = 0; k < 4; k++) nvshmem_uint64_p(mail->word + k, w[k], p);
-  }
-}
-
-/* Sender: waits (bounded) until receiver p's mail for `call` is whole; returns its offset and bytes. */
-__device__ inline bool a2a_wait_mail(const dev_ctx &ctx, int p, uint64_t call, int64_t *delta, uint64_t *bytes) {
-  const volatile uint64_t *m = ((const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail) + p)->word;
-  const uint32_t c = (uint32_t)call;
-  uint64_t w[4];
-  uint64_t start = 0;
-  for (uint32_t polls = 0;; polls++) {
-    int whole = 1;
-    for (int k = 0; k < 4; k++) {
-      w[k] = m[k];
-      whole &= (uint32_t)w[k] == c;
-    }
-    if (whole) break;
-    if ((polls & 1023u) == 1023u) {
-      if (aborted(ctx)) return false;
-      const uint64_t now = global_timer_ns();
-      if (!start) start = now;
-      else if (now - start > ctx.timeout_ns) {
-        report_error(ctx, SY_ERR_TIMEOUT, OP_A2A_READY, p, call, call, (uint32_t)w[0]);
-        return false;
-      }
-    }
-  }
-  *delta = (int64_t)((w[0] >> 32) | (w[1] & 0xFFFFFFFF00000000ull));
-  *bytes = (w[2] >> 32) | (w[3] & 0xFFFFFFFF00000000ull);
-  return true;
-}
-
 template <int MAXW>
 __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_constant__ a2a_params<MAXW> P) {
   const dev_ctx &ctx = P.ctx;
@@ -118,7 +74,8 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, true, -1, call);
     for (int p = threadIdx.x; p < W; p += blockDim.x)
-      a2a_post_mail(ctx, p, call, (int64_t)((P.recv + P.recv_offsets[p]) - ctx.ctrl), P.recv_bytes[p]);
+      post_mail(ctx, (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail), p, call,
+                (uint64_t)((P.recv + P.recv_offsets[p]) - ctx.ctrl), P.recv_bytes[p]);
     if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, false, -1, call);
   }
 
@@ -138,12 +95,12 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       __syncthreads(); /* everyone is done with the previous peer's state_s / delta_s */
       if (threadIdx.x == 0) {
         trace(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);
-        int64_t delta = 0;
-        uint64_t bytes = 0;
-        int s = a2a_wait_mail(ctx, p, call, &delta, &bytes) ? 1 : 0;
+        uint64_t delta = 0, bytes = 0;
+        int s = wait_mail(ctx, (const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail), p, call, OP_A2A_READY, &delta,
+                          &bytes) ? 1 : 0;
         trace(ctx, OP_A2A_READY, PH_WAIT_READY, false, p, call);
         if (s) {
-          delta_s = delta;
+          delta_s = (int64_t)delta;
           if (bytes != P.send_bytes[p]) {
             s = -1;
             if (j == 0) report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, p, call, P.send_bytes[p], bytes);

@@ -1,7 +1,463 @@
-/* placeholder: the attention-dispatch kernels are being written */
-#include "kernels/cuda_backend.h"
-extern "C" sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn) { return SY_ERR_UNSUPPORTED; }
-extern "C" void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn) {}
-extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan) { return SY_ERR_UNSUPPORTED; }
+/*
+ * attn.cu — attention dispatch on the GPU: one kernel per call moves rows by a plan's send lists (src/plan/
+ * attn_plan.h), for one channel (Q forward, Q reverse, KV backward) or two (Q+KV forward), and for the KV
+ * backward then reduces the replicas that landed in the object's staging into the caller's gradient.
+ *
+ *   block 0:    post mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
+ *               communicator's control region), channel 1's at that one"           [receiver half, start]
+ *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; per peer: wait (bounded) for its
+ *               mail; per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
+ *               large ones with the whole block, small ones one warp each — with direct stores (peer is
+ *               load/store reachable) or NVSHMEM puts; then one counter update at the receiver
+ *   receiver:   wait (bounded) until each source's counter reaches its expected total (block 0; for the KV
+ *               backward every block, which then sums its share of the tokens)
+ *   last block: advance the call number and the expected counter bases (counters only grow: no reset).
+ * A pair's chunk count depends only on its bytes and SY_A2A_CHUNK, so both sides agree without talking.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.cuh"
+#include "plan/attn_plan.h"
+
+namespace sy {
+
+constexpr int ATTN_THREADS = 512;
+constexpr uint32_t ATTN_MAX_CHUNKS = 1024;
+constexpr uint64_t ATTN_SMALL_PIECE = 2048; /* pieces below this are copied by one warp */
+
+/* Device copy of one direction's send lists. segs: 4 int64 per segment {src_row, dst_row, rows, cum}, cum =
+ * rows of the same peer before this segment. */
+struct attn_dir_dev {
+  const int64_t *send_start; /* [W + 1] */
+  const int64_t *segs;
+  const int64_t *send_rows; /* [W] */
+  const int64_t *recv_rows; /* [W] */
+};
+
+struct attn_plan_dev {
+  attn_dir_dev dir[SY_ATTN_DIRS];
+  const int64_t *seq_start; /* [num_seqs + 1] */
+  const int *kv_dst;        /* [num_seqs * C] */
+  void *blob;               /* the one device allocation */
+};
+
+/* Device-local state of one attention object. */
+struct attn_local {
+  uint64_t calls;
+  unsigned blocks_done;
+  unsigned pad_;
+  uint64_t base[1]; /* [W]: chunks expected from each source before this call */
+};
+
+struct attn_gpu {
+  char *ctrl;       /* symmetric: mail[W] then data[W] */
+  a2a_mail *mail;
+  uint64_t *data;
+  attn_local *local;
+};
+
+struct attn_chan {
+  attn_dir_dev d;
+  const char *src;
+  char *dst;
+  uint64_t row_bytes;
+};
+
+enum { REDUCE_NONE = 0, REDUCE_SUM = 1, REDUCE_UNSUMMED = 2 };
+
+struct attn_params {
+  dev_ctx ctx;
+  a2a_mail *mail;
+  uint64_t *data;
+  attn_local *local;
+  int nch;
+  attn_chan ch[2];
+  uint64_t min_chunk;
+  /* KV backward post-process */
+  int reduce, dtype, num_seqs, C;
+  int64_t num_tokens;
+  const int64_t *seq_start;
+  const int *kv_dst;
+  char *grad_out;
+};
+
+__host__ __device__ inline uint32_t attn_chunk_count(uint64_t bytes, uint64_t min_chunk) {
+  if (bytes == 0) return 1;
+  uint64_t c = (bytes + min_chunk - 1) / min_chunk;
+  return c > ATTN_MAX_CHUNKS ? ATTN_MAX_CHUNKS : (uint32_t)c;
+}
+
+__device__ inline uint64_t attn_expected(const attn_params &P, int s) {
+  uint64_t e = 0;
+  for (int c = 0; c < P.nch; c++) e += attn_chunk_count((uint64_t)P.ch[c].d.recv_rows[s] * P.ch[c].row_bytes, P.min_chunk);
+  return e;
+}
+
+/* Element access for the reduce. */
+__device__ inline float load_elem(const char *row, int64_t e, int dtype) {
+  if (dtype == SY_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)row)[e] << 16);
+  if (dtype == SY_DTYPE_FP16) return __half2float(((const __half *)row)[e]);
+  return ((const float *)row)[e];
+}
+
+__device__ inline void store_elem(char *row, int64_t e, int dtype, float v) {
+  if (dtype == SY_DTYPE_BF16) ((__nv_bfloat16 *)row)[e] = __float2bfloat16_rn(v);
+  else if (dtype == SY_DTYPE_FP16) ((__half *)row)[e] = __float2half_rn(v);
+  else ((float *)row)[e] = v;
+}
+
+/* KV backward: rows of this rank's tokens, one warp per row. Sum: the first present replica's value, then the
+ * others added in replica order, in fp32, rounded once (the reference in src/ref does the same). */
+__device__ void attn_reduce(const attn_params &P, const char *staging, uint64_t rb) {
+  const int64_t N = P.num_tokens;
+  const int C = P.C, esize = P.dtype == SY_DTYPE_FP32 ? 4 : 2;
+  const int64_t E = (int64_t)(rb / esize);
+  const unsigned lane = threadIdx.x & 31u;
+  const int64_t warp = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+  for (int64_t t = warp; t < N; t += warps) {
+    int lo = 0, hi = P.num_seqs - 1; /* the sequence s with seq_start[s] <= t < seq_start[s + 1] */
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (P.seq_start[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    const int *dst = P.kv_dst + (int64_t)lo * C;
+    if (P.reduce == REDUCE_UNSUMMED) {
+      for (int c = 0; c < C; c++) {
+        char *out = P.grad_out + ((int64_t)c * N + t) * (int64_t)rb;
+        if (dst[c] >= 0) {
+          copy_warp(out, staging + ((int64_t)c * N + t) * (int64_t)rb, rb);
+        } else {
+          for (uint64_t b = lane; b < rb; b += 32) out[b] = 0;
+        }
+      }
+      continue;
+    }
+    char *out = P.grad_out + t * (int64_t)rb;
+    for (int64_t e = lane; e < E; e += 32) {
+      float acc = 0.0f;
+      bool any = false;
+      for (int c = 0; c < C; c++) {
+        if (dst[c] < 0) continue;
+        const float v = load_elem(staging + ((int64_t)c * N + t) * (int64_t)rb, e, P.dtype);
+        acc = any ? acc + v : v;
+        any = true;
+      }
+      if (any) store_elem(out, e, P.dtype, acc);
+      else if (esize == 2) ((uint16_t *)out)[e] = 0;
+      else ((uint32_t *)out)[e] = 0;
+    }
+  }
+}
+
+template <int MAXW>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constant__ attn_params P) {
+  const dev_ctx &ctx = P.ctx;
+  const int W = ctx.world_size, me = ctx.rank, nch = P.nch;
+  const unsigned warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+
+  __shared__ uint64_t call_s;
+  __shared__ uint32_t prefix_s[2 * MAXW + 1]; /* chunks over (k, channel), k -> peer (me + 1 + k) % W */
+  __shared__ int64_t delta_s[2];              /* current peer's destinations, from the control region */
+  __shared__ int state_s;                     /* 1 send, 0 skip (failed wait) */
+  __shared__ char *peer_base_s;               /* current peer's control region if load/store reachable */
+
+  for (int i = threadIdx.x; i < W * nch; i += blockDim.x) {
+    const int p = (me + 1 + i / nch) % W, c = i % nch;
+    prefix_s[i + 1] = attn_chunk_count((uint64_t)P.ch[c].d.send_rows[p] * P.ch[c].row_bytes, P.min_chunk);
+  }
+  if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    prefix_s[0] = 0;
+    for (int i = 0; i < W * nch; i++) prefix_s[i + 1] += prefix_s[i];
+  }
+  __syncthreads();
+  const uint64_t call = call_s;
+  if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_KERNEL, true, -1, call);
+
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) trace(ctx, OP_ATTN_READY, PH_POST_READY, true, -1, call);
+    const uint64_t d0 = (uint64_t)(P.ch[0].dst - ctx.ctrl), d1 = nch > 1 ? (uint64_t)(P.ch[1].dst - ctx.ctrl) : 0;
+    for (int p = threadIdx.x; p < W; p += blockDim.x) post_mail(ctx, P.mail, p, call, d0, d1);
+    if (threadIdx.x == 0) trace(ctx, OP_ATTN_READY, PH_POST_READY, false, -1, call);
+  }
+
+  const uint32_t total = prefix_s[W * nch];
+  int current = -1;
+  for (uint32_t item = blockIdx.x; item < total; item += gridDim.x) {
+    int lo_i = 0, hi_i = W * nch - 1;
+    while (lo_i < hi_i) {
+      int mid = (lo_i + hi_i + 1) / 2;
+      if (prefix_s[mid] <= item) lo_i = mid;
+      else hi_i = mid - 1;
+    }
+    const int p = (me + 1 + lo_i / nch) % W, c = lo_i % nch;
+    const uint32_t j = item - prefix_s[lo_i], count = prefix_s[lo_i + 1] - prefix_s[lo_i];
+    if (p != current) {
+      current = p;
+      __syncthreads(); /* everyone is done with the previous peer's shared state */
+      if (threadIdx.x == 0) {
+        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, true, p, call);
+        uint64_t v0 = 0, v1 = 0;
+        state_s = wait_mail(ctx, P.mail, p, call, OP_ATTN_READY, &v0, &v1) ? 1 : 0;
+        delta_s[0] = (int64_t)v0;
+        delta_s[1] = (int64_t)v1;
+        peer_base_s = ctx.force_put && p != me ? nullptr : (char *)nvshmem_ptr(ctx.ctrl, p);
+        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
+      }
+      __syncthreads();
+    }
+    if (!state_s) continue;
+    char *peer_base = peer_base_s;
+    const attn_chan &ch = P.ch[c];
+    const uint64_t rb = ch.row_bytes, pair = (uint64_t)ch.d.send_rows[p] * rb;
+    const uint64_t len = ((pair + count - 1) / count + 15) & ~(uint64_t)15;
+    const uint64_t lo = (uint64_t)j * len < pair ? (uint64_t)j * len : pair;
+    const uint64_t hi = lo + len < pair ? lo + len : pair;
+    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
+    if (hi > lo) {
+      const int64_t *segs = ch.d.segs;
+      int64_t first = ch.d.send_start[p], last = ch.d.send_start[p + 1] - 1;
+      while (first < last) { /* the last segment starting at or before lo */
+        int64_t mid = (first + last + 1) / 2;
+        if ((uint64_t)segs[4 * mid + 3] * rb <= lo) first = mid;
+        else last = mid - 1;
+      }
+      const int64_t end = ch.d.send_start[p + 1];
+      unsigned small = 0;
+      for (int64_t g = first; g < end; g++) {
+        const int64_t src_row = segs[4 * g], dst_row = segs[4 * g + 1], rows = segs[4 * g + 2], cum = segs[4 * g + 3];
+        const uint64_t seg_lo = (uint64_t)cum * rb, seg_hi = seg_lo + (uint64_t)rows * rb;
+        if (seg_lo >= hi) break;
+        const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
+        const char *src = ch.src + (uint64_t)src_row * rb + (a - seg_lo);
+        const int64_t dst_off = delta_s[c] + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
+        if (b - a >= ATTN_SMALL_PIECE) {
+          if (peer_base) copy_block(peer_base + dst_off, src, b - a);
+          else nvshmemx_putmem_nbi_block(ctx.ctrl + dst_off, src, b - a, p);
+        } else {
+          if (small++ % nwarps == warp) {
+            if (peer_base) copy_warp(peer_base + dst_off, src, b - a);
+            else nvshmemx_putmem_nbi_warp(ctx.ctrl + dst_off, src, b - a, p);
+          }
+        }
+      }
+    }
+    /* One counter update per chunk, after the whole block's stores (bar.sync, then a cumulative release). */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t *count_at_peer = P.data + me;
+      if (peer_base) {
+        red_add_release_sys((uint64_t *)(peer_base + ((char *)count_at_peer - ctx.ctrl)), 1);
+      } else {
+        nvshmem_quiet();
+        nvshmemx_signal_op(count_at_peer, 1, NVSHMEM_SIGNAL_ADD, p);
+      }
+      trace(ctx, OP_ATTN_DATA, PH_COPY, false, p, call);
+    }
+  }
+
+  if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
+    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
+    for (int s = threadIdx.x; s < W; s += blockDim.x)
+      wait_geq(ctx, P.data + s, P.local->base[s] + attn_expected(P, s), OP_ATTN_DATA, s, call);
+    __syncthreads();
+    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
+    if (P.reduce != REDUCE_NONE && !aborted(ctx)) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
+  }
+
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
+    __threadfence();
+    if (atomicAdd(&P.local->blocks_done, 1u) == gridDim.x - 1) {
+      for (int s = 0; s < W; s++) P.local->base[s] += attn_expected(P, s);
+      P.local->blocks_done = 0;
+      P.local->calls = call;
+      __threadfence();
+    }
+  }
+}
+
+template <int MAXW>
+static sy_status_t launch(cuda_state *st, attn_params &P, int blocks, cudaStream_t stream) {
+  attn_kernel<MAXW><<<blocks, ATTN_THREADS, 0, stream>>>(P);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+}  // namespace sy
+
+using namespace sy;
+
+static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+
+static void plan_device_free(void *device) {
+  attn_plan_dev *d = (attn_plan_dev *)device;
+  if (!d) return;
+  cudaFree(d->blob);
+  free(d);
+}
+
+extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan) {
+  const int W = plan->world_size, C = plan->max_replicas;
+  /* Layout of the blob (int64 units unless noted): per direction send_start[W+1], send_rows[W], recv_rows[W],
+   * segs[4 n]; then seq_start[num_seqs + 1]; then kv_dst (int32). */
+  size_t words = 0;
+  for (int d = 0; d < SY_ATTN_DIRS; d++) {
+    const sy_attn_dir_t *dir = &plan->dir[d];
+    words += (size_t)(W + 1) + 2 * (size_t)W + 4 * (size_t)dir->send_start[W];
+  }
+  words += (size_t)plan->num_seqs + 1;
+  const size_t kv_count = (size_t)plan->num_seqs * (size_t)(C > 0 ? C : 0);
+  const size_t bytes = words * sizeof(int64_t) + kv_count * sizeof(int) + 16;
+  int64_t *host = (int64_t *)malloc(bytes);
+  attn_plan_dev *dev = (attn_plan_dev *)calloc(1, sizeof *dev);
+  if (!host || !dev) {
+    free(host);
+    free(dev);
+    return SY_ERR_NO_MEMORY;
+  }
+  cudaError_t err = cudaMalloc(&dev->blob, bytes);
+  if (err != cudaSuccess) {
+    free(host);
+    free(dev);
+    return cuda_error(err, "cudaMalloc(attention plan)", __FILE__, __LINE__);
+  }
+  int64_t *base = (int64_t *)dev->blob;
+  size_t at = 0;
+  for (int d = 0; d < SY_ATTN_DIRS; d++) {
+    const sy_attn_dir_t *dir = &plan->dir[d];
+    attn_dir_dev *dd = &dev->dir[d];
+    dd->send_start = base + at;
+    memcpy(host + at, dir->send_start, sizeof(int64_t) * (size_t)(W + 1));
+    at += (size_t)W + 1;
+    dd->send_rows = base + at;
+    memcpy(host + at, dir->send_rows, sizeof(int64_t) * (size_t)W);
+    at += (size_t)W;
+    dd->recv_rows = base + at;
+    memcpy(host + at, dir->recv_rows, sizeof(int64_t) * (size_t)W);
+    at += (size_t)W;
+    dd->segs = base + at;
+    for (int p = 0; p < W; p++) {
+      int64_t cum = 0;
+      for (int64_t g = dir->send_start[p]; g < dir->send_start[p + 1]; g++) {
+        host[at + 4 * g] = dir->send_segs[g].src_row;
+        host[at + 4 * g + 1] = dir->send_segs[g].dst_row;
+        host[at + 4 * g + 2] = dir->send_segs[g].rows;
+        host[at + 4 * g + 3] = cum;
+        cum += dir->send_segs[g].rows;
+      }
+    }
+    at += 4 * (size_t)dir->send_start[W];
+  }
+  dev->seq_start = base + at;
+  memcpy(host + at, plan->seq_start, sizeof(int64_t) * ((size_t)plan->num_seqs + 1));
+  at += (size_t)plan->num_seqs + 1;
+  dev->kv_dst = (const int *)(base + at);
+  if (kv_count) memcpy(host + at, plan->kv_dst, kv_count * sizeof(int));
+  err = cudaMemcpy(dev->blob, host, bytes, cudaMemcpyHostToDevice);
+  free(host);
+  if (err != cudaSuccess) {
+    cudaFree(dev->blob);
+    free(dev);
+    return cuda_error(err, "cudaMemcpy(attention plan)", __FILE__, __LINE__);
+  }
+  plan->device = dev;
+  plan->device_free = plan_device_free;
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn) {
+  const int W = comm->world_size;
+  attn_gpu *g = (attn_gpu *)calloc(1, sizeof *g);
+  if (!g) return SY_ERR_NO_MEMORY;
+  const size_t ctrl_bytes = (size_t)W * (sizeof(a2a_mail) + sizeof(uint64_t));
+  sy_status_t s = sy_mem_alloc(comm, ctrl_bytes, (void **)&g->ctrl);
+  if (s != SY_SUCCESS) {
+    free(g);
+    return s;
+  }
+  g->mail = (a2a_mail *)g->ctrl;
+  g->data = (uint64_t *)(g->ctrl + (size_t)W * sizeof(a2a_mail));
+  const size_t local_bytes = sizeof(attn_local) + sizeof(uint64_t) * (size_t)W;
+  cudaError_t err = cudaMalloc((void **)&g->local, local_bytes);
+  if (err == cudaSuccess) err = cudaMemset(g->local, 0, local_bytes);
+  if (err == cudaSuccess) err = cudaMemset(g->ctrl, 0, ctrl_bytes);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    if (g->local) cudaFree(g->local);
+    sy_mem_free(comm, g->ctrl);
+    free(g);
+    return cuda_error(err, "attention control state", __FILE__, __LINE__);
+  }
+  nvshmem_barrier_all(); /* every rank's control words are zero before anyone posts into them */
+  attn->backend_state = g;
+  return SY_SUCCESS;
+}
+
+extern "C" void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn) {
+  attn_gpu *g = (attn_gpu *)attn->backend_state;
+  if (!g) return;
+  cudaDeviceSynchronize();
+  cudaFree(g->local);
+  sy_mem_free(comm, g->ctrl);
+  free(g);
+  attn->backend_state = NULL;
+}
+
 extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
-                                         const sy_attn_call_t *call, cudaStream_t stream) { return SY_ERR_UNSUPPORTED; }
+                                         const sy_attn_call_t *call, cudaStream_t stream) {
+  cuda_state *st = state_of(comm);
+  attn_gpu *g = (attn_gpu *)attn->backend_state;
+  const attn_plan_dev *dev = (const attn_plan_dev *)plan->device;
+  if (!dev) {
+    SY_WARN("attention dispatch: the plan has no device copy (was it created on this communicator?)");
+    return SY_ERR_INVALID_ARG;
+  }
+  attn_params P;
+  memset(&P, 0, sizeof P);
+  P.ctx = st->ctx;
+  P.mail = g->mail;
+  P.data = g->data;
+  P.local = g->local;
+  P.nch = call->num_channels;
+  P.min_chunk = st->a2a_chunk;
+  uint64_t items = 0;
+  for (int c = 0; c < P.nch; c++) {
+    const int d = call->ch[c].dir;
+    P.ch[c].d = dev->dir[d];
+    P.ch[c].src = (const char *)call->ch[c].src;
+    P.ch[c].dst = (char *)call->ch[c].dst;
+    P.ch[c].row_bytes = call->ch[c].row_bytes;
+    for (int p = 0; p < plan->world_size; p++)
+      items += attn_chunk_count((uint64_t)plan->dir[d].send_rows[p] * call->ch[c].row_bytes, P.min_chunk);
+  }
+  if (call->kv_backward) {
+    P.reduce = (call->flags & SY_ATTN_UNSUMMED) ? REDUCE_UNSUMMED : REDUCE_SUM;
+    P.dtype = (int)call->dtype;
+    P.num_seqs = plan->num_seqs;
+    P.C = plan->max_replicas;
+    P.num_tokens = plan->num_tokens;
+    P.seq_start = dev->seq_start;
+    P.kv_dst = dev->kv_dst;
+    P.grad_out = (char *)call->grad_out;
+  }
+  int blocks = items < (uint64_t)st->a2a_blocks ? (int)items : st->a2a_blocks;
+  if (P.reduce != REDUCE_NONE) blocks = st->a2a_blocks; /* the reduce wants the whole GPU */
+  if (blocks < 1) blocks = 1;
+  const int W = comm->world_size;
+  if (W <= 8) return launch<8>(st, P, blocks, stream);
+  if (W <= 64) return launch<64>(st, P, blocks, stream);
+  if (W <= 256) return launch<256>(st, P, blocks, stream);
+  SY_WARN("attention dispatch: the cuda backend supports up to 256 ranks, this communicator has %d", W);
+  return SY_ERR_UNSUPPORTED;
+}

@@ -22,6 +22,8 @@ const char *op_name(int op) {
     case OP_A2A_READY: return "alltoallv (waiting for the receiver to enter the call)";
     case OP_A2A_DATA: return "alltoallv (waiting for a sender's data)";
     case OP_A2A_MISMATCH: return "alltoallv (a pair disagrees on its byte count; expected = this rank's, saw = the peer's)";
+    case OP_ATTN_READY: return "attention dispatch (waiting for the receiver to enter the call)";
+    case OP_ATTN_DATA: return "attention dispatch (waiting for a sender's rows)";
     default: return "unknown operation";
   }
 }

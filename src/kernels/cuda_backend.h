@@ -31,7 +31,9 @@ enum op_id : int {
   OP_SIGNAL_WAIT = 2,
   OP_A2A_READY = 3,   /* sender waited for the receiver to enter the call */
   OP_A2A_DATA = 4,    /* receiver waited for a sender's chunks */
-  OP_A2A_MISMATCH = 5 /* sender and receiver disagree on the byte count */
+  OP_A2A_MISMATCH = 5, /* sender and receiver disagree on the byte count */
+  OP_ATTN_READY = 6,   /* attention: sender waited for the receiver to enter the call */
+  OP_ATTN_DATA = 7     /* attention: receiver waited for a sender's rows */
 };
 const char *op_name(int op);
 

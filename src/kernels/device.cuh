@@ -7,6 +7,8 @@
 #ifndef SY_KERNELS_DEVICE_CUH
 #define SY_KERNELS_DEVICE_CUH
 
+#include <nvshmem.h>
+#include <nvshmemx.h>
 #include <stdint.h>
 
 #include "kernels/cuda_backend.h"
@@ -98,11 +100,58 @@ __device__ inline bool wait_geq(const dev_ctx &ctx, const uint64_t *counter, uin
   }
 }
 
-/* Block-wide copy of `bytes` from src to dst (dst may be a peer's memory mapped over NVLink). 16-byte
- * vectors with four loads in flight per thread when src and dst share their alignment modulo 16; 8/4-byte or
- * byte copies otherwise. Every thread of the block must call it. */
-__device__ inline void copy_block(char *dst, const char *src, size_t bytes) {
-  const unsigned tid = threadIdx.x, nthreads = blockDim.x;
+/* Mail: "receiver `me` entered call n; here are two 64-bit values" (the all-to-all: where the sender's
+ * bytes go and how many; attention dispatch: where each channel's rows go), posted by the receiver into
+ * slot `me` of mail[] at sender p as four self-validating 8-byte words — 32 bits of payload and the low 32
+ * bits of n in each — with plain stores and no fence. The sender knows the mail is whole when all four
+ * words carry n. */
+__device__ inline void post_mail(const dev_ctx &ctx, a2a_mail *mail, int p, uint64_t call, uint64_t v0, uint64_t v1) {
+  a2a_mail *slot = mail + ctx.rank; /* our slot, at p */
+  const uint64_t c = (uint32_t)call;
+  const uint64_t w[4] = {(v0 << 32) | c, (v0 & 0xFFFFFFFF00000000ull) | c, (v1 << 32) | c,
+                         (v1 & 0xFFFFFFFF00000000ull) | c};
+  a2a_mail *remote = ctx.force_put && p != ctx.rank ? nullptr : (a2a_mail *)nvshmem_ptr(slot, p);
+  if (remote) {
+    volatile uint64_t *r = remote->word;
+    for (int k = 0; k < 4; k++) r[k] = w[k];
+  } else {
+    for (int k = 0; k < 4; k++) nvshmem_uint64_p(slot->word + k, w[k], p);
+  }
+}
+
+/* Sender: waits (bounded) until receiver p's mail for `call` is whole, then returns its two values. */
+__device__ inline bool wait_mail(const dev_ctx &ctx, const a2a_mail *mail, int p, uint64_t call, int op, uint64_t *v0,
+                                 uint64_t *v1) {
+  const volatile uint64_t *m = mail[p].word;
+  const uint32_t c = (uint32_t)call;
+  uint64_t w[4];
+  uint64_t start = 0;
+  for (uint32_t polls = 0;; polls++) {
+    int whole = 1;
+    for (int k = 0; k < 4; k++) {
+      w[k] = m[k];
+      whole &= (uint32_t)w[k] == c;
+    }
+    if (whole) break;
+    if ((polls & 1023u) == 1023u) {
+      if (aborted(ctx)) return false;
+      const uint64_t now = global_timer_ns();
+      if (!start) start = now;
+      else if (now - start > ctx.timeout_ns) {
+        report_error(ctx, SY_ERR_TIMEOUT, op, p, call, call, (uint32_t)w[0]);
+        return false;
+      }
+    }
+  }
+  *v0 = (w[0] >> 32) | (w[1] & 0xFFFFFFFF00000000ull);
+  *v1 = (w[2] >> 32) | (w[3] & 0xFFFFFFFF00000000ull);
+  return true;
+}
+
+/* Copy of `bytes` from src to dst by a group of nthreads threads (tid = rank in the group); dst may be a
+ * peer's memory mapped over NVLink. 16-byte vectors with four loads in flight per thread when src and dst
+ * share their alignment modulo 16; 4-byte or byte copies otherwise. Every thread of the group calls it. */
+__device__ inline void copy_group(char *dst, const char *src, size_t bytes, unsigned tid, unsigned nthreads) {
   const uintptr_t mis = ((uintptr_t)dst ^ (uintptr_t)src);
   if ((mis & 15) == 0) {
     size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
@@ -142,6 +191,14 @@ __device__ inline void copy_block(char *dst, const char *src, size_t bytes) {
     return;
   }
   for (size_t i = tid; i < bytes; i += nthreads) dst[i] = src[i];
+}
+
+__device__ __forceinline__ void copy_block(char *dst, const char *src, size_t bytes) {
+  copy_group(dst, src, bytes, threadIdx.x, blockDim.x);
+}
+
+__device__ __forceinline__ void copy_warp(char *dst, const char *src, size_t bytes) {
+  copy_group(dst, src, bytes, threadIdx.x & 31u, 32u);
 }
 
 }  // namespace sy

@@ -33,6 +33,8 @@ static const char *op_short(int op) {
     case OP_A2A_READY:
     case OP_A2A_DATA:
     case OP_A2A_MISMATCH: return "alltoallv";
+    case OP_ATTN_READY:
+    case OP_ATTN_DATA: return "attn";
     default: return "op";
   }
 }

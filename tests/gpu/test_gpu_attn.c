@@ -1,0 +1,438 @@
+/*
+ * test_gpu_attn.c — attention dispatch on the GPUs against the CPU reference (the host backend of the same
+ * library, run in this process on threads with the same plans and inputs), bit for bit, with every output
+ * poisoned first so unwritten rows show:
+ *  - seeded random plans, C = 1..W, some destinations -1, ranks with no sequences; all tokens to one rank;
+ *    a rank with no tokens; every destination -1;
+ *  - rows of 2, 48, 130 and 4096 bytes;
+ *  - Q forward, Q+KV forward, Q reverse (and Q forward then Q reverse returns the input), KV backward summed
+ *    (bf16, fp16, fp32) and unsummed;
+ *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between.
+ */
+#include "gpu_test.h"
+
+#define POISON 0xEE
+
+/* ---- plan descriptions ------------------------------------------------------------------------------ */
+typedef enum { GEN_RANDOM, GEN_ALL_TO_ONE, GEN_EMPTY_RANK, GEN_ALL_MINUS_ONE } gen_kind_t;
+
+typedef struct {
+  int W, C;
+  int *num_seqs;
+  int64_t *num_tokens;
+  int64_t **lens;
+  int **q_dst, **kv_dst;
+  sy_attn_plan_desc_t desc;
+} gen_t;
+
+static void gen_make(gen_t *g, int W, int C, gen_kind_t kind, uint64_t seed) {
+  memset(g, 0, sizeof *g);
+  g->W = W;
+  g->C = C;
+  g->num_seqs = (int *)calloc((size_t)W, sizeof(int));
+  g->num_tokens = (int64_t *)calloc((size_t)W, sizeof(int64_t));
+  g->lens = (int64_t **)calloc((size_t)W, sizeof(int64_t *));
+  g->q_dst = (int **)calloc((size_t)W, sizeof(int *));
+  g->kv_dst = (int **)calloc((size_t)W, sizeof(int *));
+  uint64_t rng = seed;
+  for (int r = 0; r < W; r++) {
+    int n = (int)(gt_rand(&rng) % 9);
+    if (kind == GEN_EMPTY_RANK && r == W - 1) n = 0;
+    if (kind == GEN_RANDOM && gt_rand(&rng) % 5 == 0) n = 0;
+    g->num_seqs[r] = n;
+    g->lens[r] = (int64_t *)calloc((size_t)n + 1, sizeof(int64_t));
+    g->q_dst[r] = (int *)calloc((size_t)n + 1, sizeof(int));
+    g->kv_dst[r] = (int *)calloc((size_t)n * C + 1, sizeof(int));
+    for (int s = 0; s < n; s++) {
+      g->lens[r][s] = 1 + (int64_t)(gt_rand(&rng) % (gt_rand(&rng) % 4 == 0 ? 300 : 40));
+      g->num_tokens[r] += g->lens[r][s];
+      int q = (int)(gt_rand(&rng) % (uint64_t)W);
+      if (gt_rand(&rng) % 8 == 0) q = -1;
+      /* KV replicas: C distinct ranks from a shuffled list, some dropped */
+      int perm[256];
+      for (int i = 0; i < W; i++) perm[i] = i;
+      for (int i = W - 1; i > 0; i--) {
+        int k = (int)(gt_rand(&rng) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[k];
+        perm[k] = t;
+      }
+      for (int c = 0; c < C; c++) {
+        int d = perm[c];
+        if (gt_rand(&rng) % 6 == 0) d = -1;
+        if (kind == GEN_ALL_TO_ONE) d = c == 0 ? 0 : -1;
+        if (kind == GEN_ALL_MINUS_ONE) d = -1;
+        g->kv_dst[r][s * C + c] = d;
+      }
+      if (kind == GEN_ALL_TO_ONE) q = 0;
+      if (kind == GEN_ALL_MINUS_ONE) q = -1;
+      g->q_dst[r][s] = q;
+    }
+  }
+  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
+  d.world_size = W;
+  d.max_replicas = C;
+  d.num_seqs = g->num_seqs;
+  d.num_tokens = g->num_tokens;
+  d.seq_lens = (const int64_t *const *)g->lens;
+  d.q_dst = (const int *const *)g->q_dst;
+  d.kv_dst = (const int *const *)g->kv_dst;
+  g->desc = d;
+}
+
+static void gen_free(gen_t *g) {
+  for (int r = 0; r < g->W; r++) free(g->lens[r]), free(g->q_dst[r]), free(g->kv_dst[r]);
+  free(g->num_seqs), free(g->num_tokens), free(g->lens), free(g->q_dst), free(g->kv_dst);
+}
+
+/* ---- one scenario, run identically on the GPU (this rank) and on the oracle (every rank as a thread) ---- */
+enum { OP_QFWD, OP_QKVFWD, OP_QREV, OP_KVBWD };
+
+typedef struct {
+  gen_t *g;
+  int op;
+  size_t q_rb, kv_rb;
+  sy_dtype_t dtype;
+  unsigned flags;
+  uint64_t seed;
+  size_t cap_q, cap_kv, cap_out; /* bytes of each output, the same on every rank */
+  int64_t max_tokens;            /* the most MLP rows of any rank */
+  int me;
+  uint8_t *want[2]; /* the oracle's outputs of rank `me` */
+} scen_t;
+
+/* Inputs of rank r: Q rows (num_tokens), KV rows (num_tokens), attention-layout rows for the reverse
+ * directions (q_recv_rows or kv_recv_rows): payload bytes; for the KV backward, elements of dtype that are
+ * finite and never zero. */
+static void fill_rows(uint8_t *p, int64_t rows, size_t rb, uint64_t seed, int r, int which) {
+  for (int64_t i = 0; i < rows; i++)
+    for (size_t b = 0; b < rb; b++) p[i * rb + b] = gt_payload(seed + (uint64_t)which, r, (int)(i & 0xFFFF), (uint64_t)i * rb + b);
+}
+
+static void fill_grads(uint8_t *p, int64_t rows, size_t rb, sy_dtype_t dtype, uint64_t seed, int r) {
+  uint64_t rng = seed * 131 + (uint64_t)r;
+  const size_t esize = dtype == SY_DTYPE_FP32 ? 4 : 2, n = (size_t)rows * rb / esize;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t x = gt_rand(&rng);
+    if (dtype == SY_DTYPE_FP32) {
+      uint32_t v = (uint32_t)(x & 0x807FFFFF) | ((uint32_t)(100 + x % 50) << 23); /* exponent 100..149 */
+      memcpy(p + 4 * i, &v, 4);
+    } else if (dtype == SY_DTYPE_BF16) {
+      uint16_t v = (uint16_t)((x & 0x807F) | ((100 + (x >> 16) % 50) << 7));
+      memcpy(p + 2 * i, &v, 2);
+    } else {
+      uint16_t v = (uint16_t)((x & 0x83FF) | ((3 + (x >> 16) % 25) << 10)); /* exponent 3..27 */
+      memcpy(p + 2 * i, &v, 2);
+    }
+  }
+}
+
+/* Runs the scenario on `comm` (either backend); outputs copied to out[0], out[1] (host). */
+static int run_scenario(sy_comm_t comm, int rank, scen_t *sc, uint8_t *out0, uint8_t *out1, cudaStream_t stream) {
+  sy_backend_t backend;
+  sy_comm_backend(comm, &backend);
+  const int gpu = backend == SY_BACKEND_CUDA;
+  sy_attn_plan_t plan = NULL;
+  sy_attn_t attn = NULL;
+  if (sy_attn_plan_create(comm, &sc->g->desc, &plan) != SY_SUCCESS) return 1;
+  sy_attn_plan_info_t info;
+  sy_attn_plan_info(plan, &info);
+  sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+  cfg.max_tokens = sc->max_tokens;
+  cfg.max_replicas = sc->g->C;
+  cfg.max_kv_grad_row_bytes = sc->op == OP_KVBWD ? sc->kv_rb : 0;
+  if (sy_attn_create(comm, &cfg, &attn) != SY_SUCCESS) return 1;
+  const int64_t N = info.num_tokens;
+  const size_t in_bytes = (size_t)(N ? N : 1) * (sc->q_rb > sc->kv_rb ? sc->q_rb : sc->kv_rb) + 64;
+  const size_t attn_in = sc->cap_q > sc->cap_kv ? sc->cap_q : sc->cap_kv;
+  uint8_t *h_q = (uint8_t *)malloc(in_bytes), *h_kv = (uint8_t *)malloc(in_bytes), *h_a = (uint8_t *)malloc(attn_in + 64);
+  uint8_t *q = NULL, *kv = NULL, *a = NULL, *o0 = NULL, *o1 = NULL;
+  sy_mem_alloc(comm, sc->cap_q, (void **)&o0);
+  sy_mem_alloc(comm, sc->cap_kv, (void **)&o1);
+  if (gpu) {
+    cudaMalloc((void **)&q, in_bytes), cudaMalloc((void **)&kv, in_bytes), cudaMalloc((void **)&a, attn_in + 64);
+  } else {
+    q = (uint8_t *)malloc(in_bytes), kv = (uint8_t *)malloc(in_bytes), a = (uint8_t *)malloc(attn_in + 64);
+  }
+  fill_rows(h_q, N, sc->q_rb, sc->seed, rank, 0);
+  fill_rows(h_kv, N, sc->kv_rb, sc->seed, rank, 1);
+  if (sc->op == OP_QREV) fill_rows(h_a, info.q_recv_rows, sc->q_rb, sc->seed, rank, 2);
+  if (sc->op == OP_KVBWD) fill_grads(h_a, info.kv_recv_rows, sc->kv_rb, sc->dtype, sc->seed, rank);
+  uint8_t *grad = NULL;
+  const size_t grad_bytes = (size_t)(N ? N : 1) * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
+  if (gpu) {
+    cudaMemcpy(q, h_q, in_bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(kv, h_kv, in_bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(a, h_a, attn_in, cudaMemcpyHostToDevice);
+    cudaMemset(o0, POISON, sc->cap_q);
+    cudaMemset(o1, POISON, sc->cap_kv);
+    cudaMalloc((void **)&grad, grad_bytes);
+    cudaMemset(grad, POISON, grad_bytes);
+    cudaDeviceSynchronize();
+  } else {
+    memcpy(q, h_q, in_bytes), memcpy(kv, h_kv, in_bytes), memcpy(a, h_a, attn_in);
+    memset(o0, POISON, sc->cap_q), memset(o1, POISON, sc->cap_kv);
+    grad = (uint8_t *)malloc(grad_bytes);
+    memset(grad, POISON, grad_bytes);
+  }
+  sy_comm_barrier(comm, stream); /* everyone's outputs are poisoned before anyone writes */
+  sy_status_t st = SY_SUCCESS;
+  if (sc->op == OP_QFWD) st = sy_attn_q_forward(attn, plan, q, sc->q_rb, o0, stream);
+  else if (sc->op == OP_QKVFWD) st = sy_attn_qkv_forward(attn, plan, q, sc->q_rb, o0, kv, sc->kv_rb, o1, stream);
+  else if (sc->op == OP_QREV) st = sy_attn_q_reverse(attn, plan, a, sc->q_rb, o0, stream);
+  else st = sy_attn_kv_backward(attn, plan, a, sc->kv_rb, sc->dtype, sc->flags, grad, stream);
+  if (st != SY_SUCCESS) GT_FAIL("%s op %d: %s", gpu ? "gpu" : "oracle", sc->op, sy_status_name(st));
+  const size_t out1_bytes = sc->op == OP_KVBWD ? grad_bytes : sc->cap_kv;
+  if (gpu) {
+    cudaStreamSynchronize(stream);
+    cudaMemcpy(out0, o0, sc->cap_q, cudaMemcpyDeviceToHost);
+    cudaMemcpy(out1, sc->op == OP_KVBWD ? grad : o1, out1_bytes, cudaMemcpyDeviceToHost);
+    cudaFree(q), cudaFree(kv), cudaFree(a), cudaFree(grad);
+  } else {
+    memcpy(out0, o0, sc->cap_q);
+    memcpy(out1, sc->op == OP_KVBWD ? grad : o1, out1_bytes);
+    free(q), free(kv), free(a), free(grad);
+  }
+  sy_status_t async = SY_SUCCESS;
+  char detail[256] = "";
+  sy_comm_async_error(comm, &async, detail, sizeof detail);
+  if (async != SY_SUCCESS) GT_FAIL("%s: async error %s: %s", gpu ? "gpu" : "oracle", sy_status_name(async), detail);
+  sy_mem_free(comm, o0);
+  sy_mem_free(comm, o1);
+  sy_attn_destroy(attn);
+  sy_attn_plan_destroy(plan);
+  free(h_q), free(h_kv), free(h_a);
+  return st != SY_SUCCESS || async != SY_SUCCESS;
+}
+
+static void oracle_rank(int r, sy_comm_t comm, void *arg) {
+  scen_t *sc = (scen_t *)arg;
+  size_t big = sc->cap_q > sc->cap_kv ? sc->cap_q : sc->cap_kv;
+  big = big > sc->cap_out ? big : sc->cap_out;
+  uint8_t *o0 = (uint8_t *)malloc(big), *o1 = (uint8_t *)malloc(big);
+  run_scenario(comm, r, sc, o0, o1, NULL);
+  if (r == sc->me) memcpy(sc->want[0], o0, sc->cap_q), memcpy(sc->want[1], o1, big);
+  free(o0), free(o1);
+}
+
+/* Output capacities, the same on every rank: the largest need of any rank. */
+static void capacities(sy_comm_t comm, scen_t *sc, int W) {
+  sy_attn_plan_t plan;
+  GT_OK(sy_attn_plan_create(comm, &sc->g->desc, &plan));
+  sy_attn_plan_info_t info;
+  GT_OK(sy_attn_plan_info(plan, &info));
+  int64_t mine[3] = {info.q_recv_rows, info.kv_recv_rows, info.num_tokens}, *all = (int64_t *)calloc(3 * (size_t)W, 8);
+  GT_OK(sy_comm_allgather_host(comm, mine, all, sizeof mine));
+  int64_t mq = 1, mkv = 1, mn = 1;
+  for (int r = 0; r < W; r++) {
+    mq = all[3 * r] > mq ? all[3 * r] : mq;
+    mkv = all[3 * r + 1] > mkv ? all[3 * r + 1] : mkv;
+    mn = all[3 * r + 2] > mn ? all[3 * r + 2] : mn;
+  }
+  free(all);
+  sy_attn_plan_destroy(plan);
+  size_t rows_q = (size_t)(mq > mn ? mq : mn), rows_kv = (size_t)(mkv > mn * sc->g->C ? mkv : mn * sc->g->C);
+  sc->cap_q = rows_q * sc->q_rb + 64;
+  sc->cap_kv = rows_kv * sc->kv_rb + 64;
+  sc->cap_out = (size_t)mn * sc->kv_rb * (size_t)sc->g->C + 64;
+  sc->max_tokens = mn;
+}
+
+static void check_scenario(sy_comm_t comm, int rank, int W, scen_t *sc, cudaStream_t stream, const char *name) {
+  capacities(comm, sc, W);
+  size_t big = sc->cap_q > sc->cap_kv ? sc->cap_q : sc->cap_kv;
+  big = big > sc->cap_out ? big : sc->cap_out;
+  uint8_t *got0 = (uint8_t *)malloc(big), *got1 = (uint8_t *)malloc(big);
+  sc->want[0] = (uint8_t *)malloc(big);
+  sc->want[1] = (uint8_t *)malloc(big);
+  sc->me = rank;
+  run_scenario(comm, rank, sc, got0, got1, stream);
+  gt_run_host(W, oracle_rank, sc);
+  char what[160];
+  snprintf(what, sizeof what, "%s: op %d, q rows %zu B, kv rows %zu B, output 0", name, sc->op, sc->q_rb, sc->kv_rb);
+  gt_compare(what, got0, sc->want[0], sc->cap_q);
+  if (sc->op == OP_QKVFWD || sc->op == OP_KVBWD) {
+    snprintf(what, sizeof what, "%s: op %d, kv rows %zu B, output 1", name, sc->op, sc->kv_rb);
+    size_t n = sc->op == OP_KVBWD ? (size_t)1 : sc->cap_kv;
+    if (sc->op == OP_KVBWD) { /* the gradient: this rank's rows only */
+      sy_attn_plan_t plan;
+      sy_attn_plan_info_t info;
+      sy_attn_plan_create(comm, &sc->g->desc, &plan);
+      sy_attn_plan_info(plan, &info);
+      n = (size_t)info.num_tokens * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
+      sy_attn_plan_destroy(plan);
+    }
+    if (n) gt_compare(what, got1, sc->want[1], n);
+  }
+  free(got0), free(got1), free(sc->want[0]), free(sc->want[1]);
+}
+
+int main(void) {
+  gt_require_gpu("test_gpu_attn");
+  setenv("SY_HEAP_SIZE", "4G", 0); /* outputs and the KV staging of the largest cases */
+  sy_comm_t comm = NULL;
+  GT_OK(sy_comm_init(&comm, NULL));
+  int rank, W;
+  GT_OK(sy_comm_rank(comm, &rank));
+  GT_OK(sy_comm_size(comm, &W));
+  gt_rank = rank;
+  cudaStream_t stream;
+  GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  static const size_t row_sizes[] = {2, 48, 130, 4096};
+  static const sy_dtype_t dtypes[] = {SY_DTYPE_BF16, SY_DTYPE_FP16, SY_DTYPE_FP32};
+  const char *kinds[] = {"random", "all to one", "empty rank", "all -1"};
+  int cases = 0;
+  for (int kind = 0; kind < 4; kind++) {
+    for (int C = 1; C <= W; C++) {
+      gen_t g;
+      gen_make(&g, W, C, (gen_kind_t)kind, 100 + (uint64_t)(kind * 17 + C));
+      for (int op = OP_QFWD; op <= OP_KVBWD; op++) {
+        for (int ri = 0; ri < 4; ri++) {
+          scen_t sc;
+          memset(&sc, 0, sizeof sc);
+          sc.g = &g;
+          sc.op = op;
+          sc.q_rb = row_sizes[ri];
+          sc.kv_rb = row_sizes[(ri + 1) % 4];
+          sc.seed = 7000 + (uint64_t)cases;
+          if (op == OP_KVBWD) {
+            sc.dtype = dtypes[(cases / 2) % 3];
+            if (sc.dtype == SY_DTYPE_FP32 && sc.kv_rb % 4) sc.dtype = SY_DTYPE_BF16;
+            sc.flags = (cases % 2) ? SY_ATTN_UNSUMMED : 0;
+          }
+          char name[96];
+          snprintf(name, sizeof name, "%s plan, C=%d", kinds[kind], C);
+          check_scenario(comm, rank, W, &sc, stream, name);
+          cases++;
+        }
+      }
+      gen_free(&g);
+    }
+  }
+  if (rank == 0) printf("[test rank 0] %d scenarios checked against the host backend\n", cases);
+
+  /* Q forward then Q reverse on the GPU returns the input rows of every sent sequence, untouched elsewhere. */
+  {
+    gen_t g;
+    gen_make(&g, W, 1, GEN_RANDOM, 4242);
+    sy_attn_plan_t plan;
+    sy_attn_t attn;
+    GT_OK(sy_attn_plan_create(comm, &g.desc, &plan));
+    sy_attn_plan_info_t info;
+    GT_OK(sy_attn_plan_info(plan, &info));
+    sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+    cfg.max_tokens = 1 << 16;
+    cfg.max_replicas = 1;
+    GT_OK(sy_attn_create(comm, &cfg, &attn));
+    const size_t rb = 48, cap = (size_t)1 << 22;
+    uint8_t *q, *mid, *back, *h = (uint8_t *)malloc(cap), *h2 = (uint8_t *)malloc(cap);
+    GT_CUDA(cudaMalloc((void **)&q, cap));
+    GT_OK(sy_mem_alloc(comm, cap, (void **)&mid));
+    GT_OK(sy_mem_alloc(comm, cap, (void **)&back));
+    fill_rows(h, info.num_tokens, rb, 99, rank, 0);
+    GT_CUDA(cudaMemcpy(q, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemset(back, POISON, cap));
+    GT_CUDA(cudaDeviceSynchronize());
+    GT_OK(sy_comm_barrier(comm, stream));
+    GT_OK(sy_attn_q_forward(attn, plan, q, rb, mid, stream));
+    GT_OK(sy_attn_q_reverse(attn, plan, mid, rb, back, stream));
+    GT_CUDA(cudaStreamSynchronize(stream));
+    GT_CUDA(cudaMemcpy(h2, back, (size_t)info.num_tokens * rb, cudaMemcpyDeviceToHost));
+    int64_t row = 0;
+    size_t wrong = 0;
+    for (int s = 0; s < g.num_seqs[rank]; s++) {
+      for (int64_t i = 0; i < g.lens[rank][s]; i++, row++)
+        for (size_t b = 0; b < rb; b++)
+          wrong += h2[row * rb + b] != (g.q_dst[rank][s] >= 0 ? h[row * rb + b] : POISON);
+    }
+    if (wrong) GT_FAIL("Q forward then Q reverse: %zu bytes differ from the input (or from the poison where unsent)", wrong);
+    GT_CUDA(cudaFree(q));
+    GT_OK(sy_mem_free(comm, mid));
+    GT_OK(sy_mem_free(comm, back));
+    GT_OK(sy_attn_destroy(attn));
+    GT_OK(sy_attn_plan_destroy(plan));
+    free(h), free(h2);
+    gen_free(&g);
+  }
+
+  /* 1,000 back-to-back Q forwards, plans cycling, each result copied out in stream order, checked at the end. */
+  {
+    const int nplans = 10, calls = 1000;
+    const size_t rb = 16;
+    gen_t g[10];
+    sy_attn_plan_t plans[10];
+    size_t cap = 64;
+    for (int k = 0; k < nplans; k++) {
+      gen_make(&g[k], W, 1, GEN_RANDOM, 9000 + (uint64_t)k);
+      GT_OK(sy_attn_plan_create(comm, &g[k].desc, &plans[k]));
+      int64_t total = 0;
+      for (int r = 0; r < W; r++) total += g[k].num_tokens[r];
+      cap = (size_t)total * rb + 64 > cap ? (size_t)total * rb + 64 : cap;
+    }
+    sy_attn_t attn;
+    sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+    cfg.max_tokens = 1 << 16;
+    cfg.max_replicas = 1;
+    GT_OK(sy_attn_create(comm, &cfg, &attn));
+    uint8_t *q, *recv, *results, *h = (uint8_t *)malloc(cap);
+    GT_CUDA(cudaMalloc((void **)&q, (size_t)nplans * cap));
+    GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
+    GT_CUDA(cudaMallocHost((void **)&results, (size_t)calls * cap));
+    for (int k = 0; k < nplans; k++) {
+      sy_attn_plan_info_t info;
+      GT_OK(sy_attn_plan_info(plans[k], &info));
+      fill_rows(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
+      GT_CUDA(cudaMemcpy(q + (size_t)k * cap, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
+    }
+    GT_CUDA(cudaDeviceSynchronize());
+    GT_OK(sy_comm_barrier(comm, stream));
+    double t0 = gt_now_s();
+    for (int i = 0; i < calls; i++) {
+      const int k = i % nplans;
+      GT_CUDA(cudaMemsetAsync(recv, POISON, cap, stream));
+      GT_OK(sy_attn_q_forward(attn, plans[k], q + (size_t)k * cap, rb, recv, stream));
+      GT_CUDA(cudaMemcpyAsync(results + (size_t)i * cap, recv, cap, cudaMemcpyDeviceToHost, stream));
+    }
+    GT_CUDA(cudaStreamSynchronize(stream));
+    double dt = gt_now_s() - t0;
+    /* expected per plan: the oracle */
+    size_t wrong = 0;
+    for (int k = 0; k < nplans && !wrong; k++) {
+      scen_t sc;
+      memset(&sc, 0, sizeof sc);
+      sc.g = &g[k];
+      sc.op = OP_QFWD;
+      sc.q_rb = rb;
+      sc.kv_rb = rb;
+      sc.seed = 500 + (uint64_t)k;
+      sc.cap_q = cap;
+      sc.cap_kv = 64;
+      sc.cap_out = 64;
+      sc.max_tokens = 1 << 16;
+      sc.me = rank;
+      sc.want[0] = (uint8_t *)malloc(cap);
+      sc.want[1] = (uint8_t *)malloc(cap);
+      gt_run_host(W, oracle_rank, &sc);
+      for (int i = k; i < calls && !wrong; i += nplans) {
+        char what[64];
+        snprintf(what, sizeof what, "back-to-back call %d (plan %d)", i, k);
+        wrong += gt_compare(what, results + (size_t)i * cap, sc.want[0], cap);
+      }
+      free(sc.want[0]), free(sc.want[1]);
+    }
+    if (rank == 0) printf("[test rank 0] %d back-to-back calls (with a poison memset and a copy-out each) in %.1f ms\n", calls, dt * 1e3);
+    GT_CUDA(cudaFree(q));
+    GT_CUDA(cudaFreeHost(results));
+    GT_OK(sy_mem_free(comm, recv));
+    GT_OK(sy_attn_destroy(attn));
+    for (int k = 0; k < nplans; k++) sy_attn_plan_destroy(plans[k]), gen_free(&g[k]);
+    free(h);
+  }
+
+  sy_status_t async;
+  char detail[256];
+  GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
+  if (async != SY_SUCCESS) GT_FAIL("async error: %s: %s", sy_status_name(async), detail);
+  GT_CUDA(cudaStreamDestroy(stream));
+  GT_OK(sy_comm_destroy(comm));
+  return gt_finish("test_gpu_attn");
+}
