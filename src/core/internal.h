@@ -206,6 +206,11 @@ typedef struct sy_resolved_config {
 /* Backends: fill comm->ops and comm->backend_state. */
 sy_status_t sy__host_comm_init(sy_comm_t comm, const sy_resolved_config_t *config);
 sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_config_t *config);
+/* Benchmarks only: every rank stores bytes_per_peer into slot `rank` of every peer's symmetric buf at once
+ * (plain stores, no loads, no signals); the direct-store reference sy-bench compares against. */
+sy_status_t sy__cuda_store_probe(sy_comm_t comm, void *buf, size_t bytes_per_peer, cudaStream_t stream);
+/* Benchmarks only: launches one empty kernel (the launch floor of event-timed calls). */
+sy_status_t sy__cuda_empty_launch(cudaStream_t stream);
 /* Whether the cuda backend can run here (a device visible and the driver usable); reason on failure. */
 int sy__cuda_available(char *reason, size_t reason_bytes);
 

@@ -29,7 +29,8 @@ typedef struct sy_attn_seg {
 } sy_attn_seg_t;
 
 /* One direction as this rank sees it. Segments are grouped by peer (send: destination; recv: source) and,
- * within a peer, sorted by src_row on the send side... see each field. */
+ * within a peer, in ascending dst_row on both sides (for the KV backward that is replica, then token, so the
+ * src_rows are not ascending there). Adjacent rows that continue on both sides are merged into one segment. */
 typedef struct sy_attn_dir {
   /* Send side: send_segs[send_start[p] .. send_start[p + 1]) go to peer p, in the order the peer's buffer
    * receives them (ascending dst_row). send_rows[p] = their total rows. */

@@ -104,6 +104,8 @@ static void fill_bw(bench_ctx_t *ctx, bench_timing_t *t, size_t bytes) {
   t->busbw_gbs = t->algbw_gbs * (ctx->world - 1) / ctx->world;
 }
 
+size_t bench_alltoall_heap(const bench_opts_t *opts) { return opts->max_bytes + ((size_t)64 << 20); }
+
 int bench_alltoall(bench_ctx_t *ctx) {
   const bench_opts_t *o = ctx->opts;
   const int W = ctx->world;

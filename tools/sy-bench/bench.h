@@ -24,6 +24,7 @@ typedef struct bench_opts {
   int check;
   int nccl;
   const char *json_path;
+  int64_t min_tokens, max_tokens; /* token-based entries (attn): tokens per rank */
 } bench_opts_t;
 
 /* One measured variant at one size. */
@@ -50,10 +51,14 @@ typedef struct bench_entry {
   const char *name;
   const char *doc;
   int (*run)(bench_ctx_t *ctx); /* 0 on success (wrong values are counted in ctx->total_wrong) */
+  size_t (*heap_bytes)(const bench_opts_t *opts); /* symmetric memory the entry needs per rank */
 } bench_entry_t;
 
 /* Entries (one file each). */
 int bench_alltoall(bench_ctx_t *ctx);
+size_t bench_alltoall_heap(const bench_opts_t *opts);
+int bench_attn(bench_ctx_t *ctx);
+size_t bench_attn_heap(const bench_opts_t *opts);
 
 /* Timing: runs op(arg) warmup + iters times on ctx->stream; fills time_us/host_us (medians). */
 typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);

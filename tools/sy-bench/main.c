@@ -17,7 +17,8 @@
 #include "core/internal.h"
 
 static const bench_entry_t entries[] = {
-    {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall},
+    {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall, bench_alltoall_heap},
+    {"attn", "attention Q+KV forward (Q 4096 B, KV 1024 B rows, C=2), vs NCCL all-to-all-v", bench_attn, bench_attn_heap},
 };
 static const int num_entries = (int)(sizeof entries / sizeof entries[0]);
 
@@ -141,6 +142,8 @@ static void usage(FILE *f) {
           "  -c, --check 0|1           check results against the CPU reference (default 1)\n"
           "      --no-nccl             skip the NCCL baseline\n"
           "      --json FILE           also write the rows as JSON\n"
+          "  -t, --min-tokens N        token-based entries: fewest tokens per rank (default 8K)\n"
+          "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host)\n"
           "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
 }
@@ -177,6 +180,8 @@ static int setup_nccl(bench_ctx_t *ctx) {
   return 0;
 }
 
+static int op_empty(bench_ctx_t *ctx, void *arg) { return sy__cuda_empty_launch(ctx->stream) != SY_SUCCESS; }
+
 static void print_header(bench_ctx_t *ctx) {
   char device[320] = "host threads";
   if (ctx->backend == SY_BACKEND_CUDA) {
@@ -200,6 +205,13 @@ static void print_header(bench_ctx_t *ctx) {
     bench_print(ctx, "# baseline: none (%s)\n", ctx->backend == SY_BACKEND_HOST ? "host backend" : "--no-nccl");
   bench_print(ctx, "# %s; %d timed calls per size after %d warm-up, medians; check %s\n", date, ctx->opts->iters,
               ctx->opts->warmup, ctx->opts->check ? "on" : "off");
+  if (ctx->backend == SY_BACKEND_CUDA) {
+    bench_timing_t t;
+    memset(&t, 0, sizeof t);
+    if (bench_time(ctx, op_empty, NULL, &t) == 0)
+      bench_print(ctx, "# launch floor: an empty kernel takes %.2f us event-timed, %.2f us host-observed\n", t.time_us,
+                  t.host_us);
+  }
 }
 
 static void *rank_main(void *p) {
@@ -214,7 +226,7 @@ static void *rank_main(void *p) {
     cfg.rank = job->rank;
     cfg.world_size = opts->world;
   }
-  cfg.heap_bytes = 2 * opts->max_bytes + ((size_t)64 << 20);
+  cfg.heap_bytes = find_entry(opts->entry)->heap_bytes(opts);
   sy_status_t st = sy_comm_init(&ctx.comm, &cfg);
   if (st != SY_SUCCESS) {
     fprintf(stderr, "sy-bench: sy_comm_init: %s (%s)\n", sy_status_name(st), sy_status_string(st));
@@ -268,7 +280,8 @@ static int parse_int_arg(const char *flag, const char *text, int min, int *out) 
 }
 
 int main(int argc, char **argv) {
-  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL};
+  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0};
+  size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
@@ -301,6 +314,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "-w") || !strcmp(a, "--warmup")) bad = parse_int_arg(a, v, 0, &opts.warmup);
     else if (!strcmp(a, "-c") || !strcmp(a, "--check")) bad = parse_int_arg(a, v, 0, &opts.check);
     else if (!strcmp(a, "--json")) opts.json_path = v;
+    else if (!strcmp(a, "-t") || !strcmp(a, "--min-tokens")) {
+      bad = parse_size_arg(a, v, &tokens_arg);
+      opts.min_tokens = (int64_t)tokens_arg;
+    } else if (!strcmp(a, "-T") || !strcmp(a, "--max-tokens")) {
+      bad = parse_size_arg(a, v, &tokens_arg);
+      opts.max_tokens = (int64_t)tokens_arg;
+    }
     else {
       fprintf(stderr, "sy-bench: unknown option %s\n", a);
       usage(stderr);
@@ -320,6 +340,12 @@ int main(int argc, char **argv) {
     if (env && !strcasecmp(env, "host")) opts.backend = SY_BACKEND_HOST;
     else if (env && !strcasecmp(env, "cuda")) opts.backend = SY_BACKEND_CUDA;
     else opts.backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
+  }
+  if (!opts.max_tokens) opts.max_tokens = opts.backend == SY_BACKEND_CUDA ? 512 * 1024 : 32 * 1024;
+  if (opts.min_tokens > opts.max_tokens) {
+    fprintf(stderr, "sy-bench: --min-tokens %lld is larger than --max-tokens %lld\n", (long long)opts.min_tokens,
+            (long long)opts.max_tokens);
+    return 2;
   }
   if (!opts.max_bytes) opts.max_bytes = opts.backend == SY_BACKEND_CUDA ? (size_t)512 << 20 : (size_t)16 << 20;
   if (opts.min_bytes > opts.max_bytes) {
