@@ -258,13 +258,14 @@ typedef struct sy_attn_config {
 
 #define SY_ATTN_CONFIG_INIT {sizeof(sy_attn_config_t), 0, 0, 0}
 
-/* Symmetric memory sy_attn_create reserves for a configuration (the KV backward's replica staging and
- * control words), so the caller can size the heap (SY_HEAP_SIZE). */
+/* Symmetric memory sy_attn_create reserves for a configuration: the KV backward's replica staging. The cuda
+ * backend adds 40 bytes per rank of control words on top; leave that much room in SY_HEAP_SIZE too. */
 SY_API sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config, size_t *bytes);
 
 /* Collective. Reserves what the operation needs; calls of one object follow each other on streams with no
  * barrier or reset in between (call numbers live on the device). */
 SY_API sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config, sy_attn_t *attn);
+/* Collective (it frees symmetric memory). Accepted after an error. */
 SY_API sy_status_t sy_attn_destroy(sy_attn_t attn);
 
 /* Collective, stream-ordered, graph-capturable. q: this rank's MLP rows (device memory), q_row_bytes each.

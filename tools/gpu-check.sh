@@ -52,17 +52,19 @@ t0=$(date +%s)
 if (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
 else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
+declare -A entry_args=([alltoall]="" [attn]="-t 128")
+entries=(alltoall attn)
 for n in "${counts[@]}"; do
-  for entry in alltoall; do
-    run "bench_$entry" "$n" "$bin/sy-bench" $SY_BENCH_ARGS --json "$out/bench_$entry.n$n.json" "$entry"
+  for entry in "${entries[@]}"; do
+    run "bench_$entry" "$n" "$bin/sy-bench" $SY_BENCH_ARGS ${entry_args[$entry]} --json "$out/bench_$entry.n$n.json" "$entry"
   done
 done
 
 echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="
 for n in "${counts[@]}"; do
-  for entry in alltoall; do
-    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +bytes|  +[0-9]|# average)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
+  for entry in "${entries[@]}"; do
+    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# direct|# launch)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

@@ -44,12 +44,12 @@ static void expand_path(const char *pattern, char *out, size_t out_bytes) {
 /* Called with log_lock held. */
 static void log_init_locked(void) {
   const char *level = getenv("SY_DEBUG");
-  log_level = SY_LOG_WARN;
+  int new_level = SY_LOG_WARN;
   if (level && *level) {
-    if (!strcasecmp(level, "NONE")) log_level = SY_LOG_NONE;
-    else if (!strcasecmp(level, "WARN")) log_level = SY_LOG_WARN;
-    else if (!strcasecmp(level, "INFO")) log_level = SY_LOG_INFO;
-    else if (!strcasecmp(level, "TRACE")) log_level = SY_LOG_TRACE;
+    if (!strcasecmp(level, "NONE")) new_level = SY_LOG_NONE;
+    else if (!strcasecmp(level, "WARN")) new_level = SY_LOG_WARN;
+    else if (!strcasecmp(level, "INFO")) new_level = SY_LOG_INFO;
+    else if (!strcasecmp(level, "TRACE")) new_level = SY_LOG_TRACE;
     else fprintf(stderr, "sy warn: SY_DEBUG=%s is not NONE, WARN, INFO or TRACE; using WARN\n", level);
   }
   const char *file = getenv("SY_DEBUG_FILE");
@@ -66,6 +66,7 @@ static void log_init_locked(void) {
       fprintf(stderr, "sy warn: cannot open SY_DEBUG_FILE=%s; logging to stderr\n", path);
     }
   }
+  __atomic_store_n(&log_level, new_level, __ATOMIC_RELEASE); /* last: the file is ready when the level shows */
 }
 
 void sy__log_reset(void) {
@@ -75,8 +76,14 @@ void sy__log_reset(void) {
 }
 
 int sy__log_enabled(sy_log_level_t level) {
-  if (log_level < 0) sy__log_reset();
-  return level != SY_LOG_NONE && (int)level <= log_level;
+  int current = __atomic_load_n(&log_level, __ATOMIC_ACQUIRE);
+  if (current < 0) { /* first use: one thread reads the environment, under the lock */
+    pthread_mutex_lock(&log_lock);
+    if (log_level < 0) log_init_locked();
+    current = log_level;
+    pthread_mutex_unlock(&log_lock);
+  }
+  return level != SY_LOG_NONE && (int)level <= current;
 }
 
 void sy__log(sy_log_level_t level, const char *file, int line, const char *fmt, ...) {

@@ -12,6 +12,7 @@
  * its arguments in slots[rank], a barrier, every rank reads all slots, a second barrier.
  */
 #include "core/internal.h"
+#include "ref/host_internal.h"
 #include "ref/ref.h"
 
 #include <errno.h>
@@ -262,6 +263,15 @@ static const void *exchange_slot(sy_comm_t comm, int rank) {
   host_state_t *hs = comm->backend_state;
   return hs->group->slots[rank];
 }
+
+/* The exchange for the backend's other files (host_internal.h), bounded by the communicator's timeout. */
+sy_status_t sy__host_exchange_begin(sy_comm_t comm, const char *op, const void *mine) {
+  return exchange_begin(comm, op, mine, comm->timeout_ms);
+}
+
+const void *sy__host_exchange_slot(sy_comm_t comm, int rank) { return exchange_slot(comm, rank); }
+
+sy_status_t sy__host_barrier(sy_comm_t comm, const char *op) { return group_barrier(comm, op, comm->timeout_ms); }
 
 /* ---- symmetric blocks ------------------------------------------------------------------------------------- */
 
@@ -593,6 +603,10 @@ static const sy_backend_ops_t host_ops = {
     .alltoallv = host_alltoallv,
     .allgather_host = host_allgather_host,
     .poll_error = host_poll_error,
+    .attn_create = sy__host_attn_create,
+    .attn_destroy = sy__host_attn_destroy,
+    .attn_plan_upload = sy__host_attn_plan_upload,
+    .attn_run = sy__host_attn_run,
 };
 
 /* ---- init: the rendezvous ------------------------------------------------------------------------------- */

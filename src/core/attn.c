@@ -1,0 +1,345 @@
+/*
+ * attn.c — the public entry points of the context-parallel attention dispatch: plans (built by src/plan,
+ * uploaded by the backend), the dispatch object (its symmetric staging for the KV backward), and the four
+ * directions. Each checks everything it can at the boundary, once, and hands the backend a sy_attn_call_t it
+ * can trust; a rejected call changes nothing. Failures a backend reports for the collective as a whole
+ * (a timed-out wait, ranks that disagree) are sticky, as in comm.c.
+ */
+#include "internal.h"
+#include "plan/attn_plan.h"
+#include "ref/attn_ref.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Refreshes comm->error from the backend's asynchronous state and returns it (comm.c's comm_health). */
+static sy_status_t attn_health(sy_comm_t comm) {
+  if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
+    char detail[sizeof comm->error_detail];
+    detail[0] = '\0';
+    sy_status_t st = comm->ops->poll_error(comm, detail, sizeof detail);
+    if (st != SY_SUCCESS) {
+      sy__comm_set_error(comm, st, "%s", detail);
+      SY_WARN("communicator failed: %s: %s", sy_status_name(st), detail);
+    }
+  }
+  return comm->error;
+}
+
+#define ATTN_COMM_GUARD(comm, func)                                               \
+  do {                                                                            \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
+    sy__log_set_rank((comm)->rank);                                               \
+    sy_status_t sy_health_ = attn_health(comm);                                   \
+    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
+  } while (0)
+
+static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
+  SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
+               "stream is NULL (the legacy default stream); pass a stream you created");
+  return SY_SUCCESS;
+}
+
+/* A backend's failure of a collective call is the communicator's: a peer may be left waiting. */
+static sy_status_t record(sy_comm_t comm, sy_status_t st, const char *fn) {
+  if (st == SY_ERR_TIMEOUT || st == SY_ERR_MISMATCH || st == SY_ERR_ABORTED || st == SY_ERR_CUDA ||
+      st == SY_ERR_NVSHMEM)
+    sy__comm_set_error(comm, st, "%s failed: %s", fn, sy_status_name(st));
+  return st;
+}
+
+/* ---- plans ------------------------------------------------------------------------------------------------ */
+
+sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan_out) {
+  static const char *fn = "sy_attn_plan_create";
+  ATTN_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
+  *plan_out = NULL;
+  SY_ARG_CHECK(desc != NULL, fn, "desc is NULL");
+  SY_ARG_CHECK(desc->size >= sizeof(sy_attn_plan_desc_t), fn,
+               "desc->size=%zu is too small (initialise the description with SY_ATTN_PLAN_DESC_INIT)", desc->size);
+  SY_ARG_CHECK(desc->world_size == comm->world_size, fn, "desc->world_size=%d but the communicator has %d ranks",
+               desc->world_size, comm->world_size);
+  sy_attn_plan_desc_t d = *desc; /* a newer caller's larger struct: its known prefix */
+  d.size = sizeof d;
+  struct sy_attn_plan *plan = NULL;
+  SY_CHECK(sy__attn_plan_build(&d, comm->rank, &plan));
+  plan->backend = comm->backend;
+  if (comm->ops->attn_plan_upload) {
+    sy_status_t st = comm->ops->attn_plan_upload(comm, plan);
+    if (st != SY_SUCCESS) {
+      SY_INFO("%s: the backend could not take the plan: %s", fn, sy_status_name(st));
+      sy__attn_plan_free(plan);
+      return st;
+    }
+  }
+  *plan_out = plan;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info) {
+  static const char *fn = "sy_attn_plan_info";
+  SY_ARG_CHECK(plan != NULL, fn, "plan is NULL");
+  SY_ARG_CHECK(info != NULL, fn, "info is NULL");
+  memset(info, 0, sizeof *info);
+  info->num_tokens = plan->num_tokens;
+  info->q_recv_rows = plan->dir[SY_ATTN_Q_FWD].recv_total;
+  info->kv_recv_rows = plan->dir[SY_ATTN_KV_FWD].recv_total;
+  info->q_recv_from = plan->dir[SY_ATTN_Q_FWD].recv_rows;
+  info->kv_recv_from = plan->dir[SY_ATTN_KV_FWD].recv_rows;
+  info->q_send_to = plan->dir[SY_ATTN_Q_FWD].send_rows;
+  info->kv_send_to = plan->dir[SY_ATTN_KV_FWD].send_rows;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan) {
+  if (plan) sy__attn_plan_free(plan); /* frees the backend's copy through plan->device_free */
+  return SY_SUCCESS;
+}
+
+/* ---- the dispatch object ------------------------------------------------------------------------------------ */
+
+/* Copies the caller's config (a newer caller's larger struct: its known prefix) and checks it. */
+static sy_status_t read_config(sy_comm_t comm, const sy_attn_config_t *in, sy_attn_config_t *config, const char *fn) {
+  SY_ARG_CHECK(in != NULL, fn, "config is NULL (it has no defaults: set max_tokens and max_replicas)");
+  SY_ARG_CHECK(in->size >= sizeof(sy_attn_config_t), fn,
+               "config->size=%zu is too small (initialise the config with SY_ATTN_CONFIG_INIT)", in->size);
+  *config = *in;
+  config->size = sizeof *config;
+  SY_ARG_CHECK(config->max_tokens >= 1, fn, "config->max_tokens=%lld must be >= 1", (long long)config->max_tokens);
+  SY_ARG_CHECK(config->max_replicas >= 1 && config->max_replicas <= comm->world_size, fn,
+               "config->max_replicas=%d outside [1, world_size=%d]", config->max_replicas, comm->world_size);
+  const size_t row = config->max_kv_grad_row_bytes;
+  SY_ARG_CHECK(row % 2 == 0, fn,
+               "config->max_kv_grad_row_bytes=%zu is not a whole number of bf16/fp16/fp32 elements", row);
+  /* The staging, max_replicas * max_tokens rows, must have a size (and room to round it up to 256). */
+  const size_t limit = SIZE_MAX - 255;
+  SY_ARG_CHECK(row == 0 || ((uint64_t)config->max_tokens <= limit / (size_t)config->max_replicas &&
+                            row <= limit / ((size_t)config->max_replicas * (size_t)config->max_tokens)),
+               fn, "config: max_replicas=%d * max_tokens=%lld * max_kv_grad_row_bytes=%zu overflows",
+               config->max_replicas, (long long)config->max_tokens, row);
+  return SY_SUCCESS;
+}
+
+static size_t staging_bytes(const sy_attn_config_t *config) {
+  size_t bytes = (size_t)config->max_replicas * (size_t)config->max_tokens * config->max_kv_grad_row_bytes;
+  return (bytes + 255) / 256 * 256;
+}
+
+/* Only the KV backward's replica staging. A backend reserves its own control words (a few per rank) on top
+ * of this, in its attn_create; the cuda backend's are (sizeof mail + 8) * world_size bytes, 256-aligned. */
+sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config_in, size_t *bytes) {
+  static const char *fn = "sy_attn_workspace_size";
+  ATTN_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
+  sy_attn_config_t config;
+  SY_CHECK(read_config(comm, config_in, &config, fn));
+  *bytes = staging_bytes(&config);
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy_attn_t *attn_out) {
+  static const char *fn = "sy_attn_create";
+  ATTN_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(attn_out != NULL, fn, "attn is NULL");
+  *attn_out = NULL;
+  sy_attn_config_t config;
+  SY_CHECK(read_config(comm, config_in, &config, fn));
+  if (!comm->ops->attn_create || !comm->ops->attn_run) {
+    SY_WARN("%s: the %s backend has no attention dispatch", fn, comm->ops->name);
+    return SY_ERR_UNSUPPORTED;
+  }
+  struct sy_attn *attn = calloc(1, sizeof *attn);
+  if (!attn) return SY_ERR_NO_MEMORY; /* the peers time out in the collective below, as for any local failure */
+  attn->comm = comm;
+  attn->config = config;
+  attn->staging_bytes = staging_bytes(&config);
+  sy_status_t st = SY_SUCCESS;
+  if (attn->staging_bytes) SY_CHECK_GOTO(sy_mem_alloc(comm, attn->staging_bytes, &attn->staging), st, fail);
+  SY_CHECK_GOTO(comm->ops->attn_create(comm, attn), st, fail_staging);
+  *attn_out = attn;
+  return SY_SUCCESS;
+fail_staging:
+  /* The backends decide create together, so every rank frees here together (after an error sy_mem_free
+   * returns it at once and the staging goes with the communicator). */
+  if (attn->staging) sy_mem_free(comm, attn->staging);
+fail:
+  free(attn);
+  return st;
+}
+
+/* Collective. Accepted after an error: then the staging stays with the communicator, which frees it. */
+sy_status_t sy_attn_destroy(sy_attn_t attn) {
+  if (!attn) return SY_SUCCESS;
+  sy_comm_t comm = attn->comm;
+  sy__log_set_rank(comm->rank);
+  if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
+  sy_status_t st = SY_SUCCESS;
+  if (attn->staging && attn_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
+  free(attn);
+  return st;
+}
+
+/* ---- the four directions ------------------------------------------------------------------------------------ */
+
+/* What every direction checks: the object, the communicator's health, the stream, and a plan of this
+ * communicator that fits the object's configuration. */
+static sy_status_t check_call(sy_attn_t attn, sy_attn_plan_t plan, cudaStream_t stream, const char *fn) {
+  SY_ARG_CHECK(attn != NULL, fn, "attn is NULL");
+  sy_comm_t comm = attn->comm;
+  ATTN_COMM_GUARD(comm, fn);
+  SY_CHECK(check_stream(comm, stream, fn));
+  SY_ARG_CHECK(plan != NULL, fn, "plan is NULL");
+  SY_ARG_CHECK(plan->rank == comm->rank && plan->world_size == comm->world_size && plan->backend == comm->backend,
+               fn, "plan was built for rank %d of %d on the %s backend; this communicator is rank %d of %d on %s",
+               plan->rank, plan->world_size, sy_backend_name(plan->backend), comm->rank, comm->world_size,
+               sy_backend_name(comm->backend));
+  SY_ARG_CHECK(plan->num_tokens <= attn->config.max_tokens, fn,
+               "plan has %lld tokens on this rank, more than config.max_tokens=%lld", (long long)plan->num_tokens,
+               (long long)attn->config.max_tokens);
+  SY_ARG_CHECK(plan->max_replicas <= attn->config.max_replicas, fn,
+               "plan has max_replicas=%d, more than config.max_replicas=%d", plan->max_replicas,
+               attn->config.max_replicas);
+  return SY_SUCCESS;
+}
+
+/* rows * row_bytes, or SIZE_MAX when it does not fit. */
+static size_t rows_bytes(int64_t rows, size_t row_bytes) {
+  if (rows <= 0 || row_bytes == 0) return 0;
+  return (uint64_t)rows > SIZE_MAX / row_bytes ? SIZE_MAX : (size_t)rows * row_bytes;
+}
+
+static int64_t rows_sent(const sy_attn_plan_t plan, int dir) {
+  int64_t rows = 0;
+  for (int p = 0; p < plan->world_size; p++) rows += plan->dir[dir].send_rows[p];
+  return rows;
+}
+
+static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+/* A channel's buffers: row_bytes > 0; the source non-NULL when rows are sent (src_rows of it are read when
+ * src_rows >= 0 is known); the destination symmetric with room for dst_rows rows when any arrive, apart
+ * from the source. */
+static sy_status_t check_channel(sy_comm_t comm, sy_attn_plan_t plan, int dir, const void *src, const char *src_name,
+                                 int64_t src_rows, size_t row_bytes, const char *row_name, const void *dst,
+                                 const char *dst_name, int64_t dst_rows, const char *fn) {
+  SY_ARG_CHECK(row_bytes > 0, fn, "%s=0", row_name);
+  const int64_t sent = rows_sent(plan, dir);
+  SY_ARG_CHECK(sent == 0 || src != NULL, fn, "%s is NULL while this rank sends %lld rows", src_name, (long long)sent);
+  const size_t dst_bytes = rows_bytes(dst_rows, row_bytes), src_bytes = rows_bytes(src_rows, row_bytes);
+  SY_ARG_CHECK(dst_bytes != SIZE_MAX && src_bytes != SIZE_MAX, fn, "%s=%zu times %lld rows overflows", row_name,
+               row_bytes, (long long)(dst_bytes == SIZE_MAX ? dst_rows : src_rows));
+  if (dst_bytes) {
+    SY_ARG_CHECK(dst != NULL, fn, "%s is NULL while %lld rows of %zu bytes arrive here", dst_name,
+                 (long long)dst_rows, row_bytes);
+    const sy_symm_block_t *b = sy__symm_find(comm, dst, 0);
+    SY_ARG_CHECK(b != NULL, fn, "%s=%p is not a symmetric allocation (use sy_mem_alloc)", dst_name, dst);
+    const size_t room = b->bytes - (size_t)((const char *)dst - (const char *)b->ptr);
+    SY_ARG_CHECK(dst_bytes <= room, fn,
+                 "%s=%p has room for %zu bytes in its symmetric allocation, %lld rows of %zu bytes need %zu",
+                 dst_name, dst, room, (long long)dst_rows, row_bytes, dst_bytes);
+    SY_ARG_CHECK(!src || !overlap(src, src_bytes, dst, dst_bytes), fn, "%s=%p and %s=%p overlap", src_name, src,
+                 dst_name, dst);
+  }
+  return SY_SUCCESS;
+}
+
+static sy_status_t run(sy_attn_t attn, sy_attn_plan_t plan, const sy_attn_call_t *call, cudaStream_t stream,
+                       const char *fn) {
+  return record(attn->comm, attn->comm->ops->attn_run(attn->comm, attn, plan, call, stream), fn);
+}
+
+sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes, void *q_recv,
+                              cudaStream_t stream) {
+  static const char *fn = "sy_attn_q_forward";
+  SY_CHECK(check_call(attn, plan, stream, fn));
+  SY_CHECK(check_channel(attn->comm, plan, SY_ATTN_Q_FWD, q, "q", plan->num_tokens, q_row_bytes, "q_row_bytes",
+                         q_recv, "q_recv", plan->dir[SY_ATTN_Q_FWD].recv_total, fn));
+  sy_attn_call_t call;
+  memset(&call, 0, sizeof call);
+  call.num_channels = 1;
+  call.ch[0] = (sy_attn_channel_t){SY_ATTN_Q_FWD, q, q_row_bytes, q_recv};
+  return run(attn, plan, &call, stream, fn);
+}
+
+sy_status_t sy_attn_qkv_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes, void *q_recv,
+                                const void *kv, size_t kv_row_bytes, void *kv_recv, cudaStream_t stream) {
+  static const char *fn = "sy_attn_qkv_forward";
+  SY_CHECK(check_call(attn, plan, stream, fn));
+  SY_ARG_CHECK(plan->max_replicas > 0, fn, "plan has max_replicas=0 (no KV destinations); use sy_attn_q_forward");
+  const int64_t q_rows = plan->dir[SY_ATTN_Q_FWD].recv_total, kv_rows = plan->dir[SY_ATTN_KV_FWD].recv_total;
+  SY_CHECK(check_channel(attn->comm, plan, SY_ATTN_Q_FWD, q, "q", plan->num_tokens, q_row_bytes, "q_row_bytes", q_recv,
+                         "q_recv", q_rows, fn));
+  SY_CHECK(check_channel(attn->comm, plan, SY_ATTN_KV_FWD, kv, "kv", plan->num_tokens, kv_row_bytes, "kv_row_bytes",
+                         kv_recv, "kv_recv", kv_rows, fn));
+  /* Both receive regions are written by the same call; the sources are only read. */
+  const size_t q_bytes = rows_bytes(q_rows, q_row_bytes), kv_bytes = rows_bytes(kv_rows, kv_row_bytes);
+  SY_ARG_CHECK(!overlap(q_recv, q_bytes, kv_recv, kv_bytes), fn, "q_recv=%p (%zu bytes) and kv_recv=%p (%zu bytes) overlap",
+               q_recv, q_bytes, kv_recv, kv_bytes);
+  SY_ARG_CHECK(!q || !overlap(q, rows_bytes(plan->num_tokens, q_row_bytes), kv_recv, kv_bytes), fn,
+               "q=%p and kv_recv=%p overlap", q, kv_recv);
+  SY_ARG_CHECK(!kv || !overlap(kv, rows_bytes(plan->num_tokens, kv_row_bytes), q_recv, q_bytes), fn,
+               "kv=%p and q_recv=%p overlap", kv, q_recv);
+  sy_attn_call_t call;
+  memset(&call, 0, sizeof call);
+  call.num_channels = 2;
+  call.ch[0] = (sy_attn_channel_t){SY_ATTN_Q_FWD, q, q_row_bytes, q_recv};
+  call.ch[1] = (sy_attn_channel_t){SY_ATTN_KV_FWD, kv, kv_row_bytes, kv_recv};
+  return run(attn, plan, &call, stream, fn);
+}
+
+sy_status_t sy_attn_q_reverse(sy_attn_t attn, sy_attn_plan_t plan, const void *attn_rows, size_t row_bytes, void *out,
+                              cudaStream_t stream) {
+  static const char *fn = "sy_attn_q_reverse";
+  SY_CHECK(check_call(attn, plan, stream, fn));
+  SY_CHECK(check_channel(attn->comm, plan, SY_ATTN_Q_REV, attn_rows, "attn_rows", plan->dir[SY_ATTN_Q_FWD].recv_total,
+                         row_bytes, "row_bytes", out, "out", plan->num_tokens, fn));
+  sy_attn_call_t call;
+  memset(&call, 0, sizeof call);
+  call.num_channels = 1;
+  call.ch[0] = (sy_attn_channel_t){SY_ATTN_Q_REV, attn_rows, row_bytes, out};
+  return run(attn, plan, &call, stream, fn);
+}
+
+sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, const void *grad_rows, size_t row_bytes,
+                                sy_dtype_t dtype, unsigned flags, void *grad_out, cudaStream_t stream) {
+  static const char *fn = "sy_attn_kv_backward";
+  SY_CHECK(check_call(attn, plan, stream, fn));
+  SY_ARG_CHECK(plan->max_replicas > 0, fn, "plan has max_replicas=0: no KV rows went out, none come back");
+  const size_t elem = sy__dtype_size(dtype);
+  SY_ARG_CHECK(elem != 0, fn, "dtype=%d is not a sy_dtype_t", (int)dtype);
+  SY_ARG_CHECK((flags & ~SY_ATTN_UNSUMMED) == 0, fn, "flags=0x%x: only SY_ATTN_UNSUMMED (0x%x) is defined", flags,
+               SY_ATTN_UNSUMMED);
+  SY_ARG_CHECK(row_bytes > 0 && row_bytes % elem == 0, fn, "row_bytes=%zu is not a positive multiple of %zu (dtype %d)",
+               row_bytes, elem, (int)dtype);
+  SY_ARG_CHECK(row_bytes <= attn->config.max_kv_grad_row_bytes, fn,
+               "row_bytes=%zu exceeds config.max_kv_grad_row_bytes=%zu (the staging's row)", row_bytes,
+               attn->config.max_kv_grad_row_bytes);
+  const int64_t src_rows = plan->dir[SY_ATTN_KV_FWD].recv_total;
+  const int64_t sent = rows_sent(plan, SY_ATTN_KV_BWD);
+  SY_ARG_CHECK(sent == 0 || grad_rows != NULL, fn, "grad_rows is NULL while this rank sends %lld rows",
+               (long long)sent);
+  /* The staging holds config.max_replicas * config.max_tokens rows of max_kv_grad_row_bytes: room for these. */
+  const int64_t out_rows = (flags & SY_ATTN_UNSUMMED) ? (int64_t)plan->max_replicas * plan->num_tokens : plan->num_tokens;
+  const size_t out_bytes = rows_bytes(out_rows, row_bytes);
+  SY_ARG_CHECK(out_bytes == 0 || grad_out != NULL, fn, "grad_out is NULL while this rank owns %lld tokens",
+               (long long)plan->num_tokens);
+  SY_ARG_CHECK(!grad_rows || !overlap(grad_rows, rows_bytes(src_rows, row_bytes), grad_out, out_bytes), fn,
+               "grad_rows=%p and grad_out=%p overlap", grad_rows, grad_out);
+  SY_ARG_CHECK(!overlap(attn->staging, attn->staging_bytes, grad_out, out_bytes) &&
+                   !(grad_rows && overlap(attn->staging, attn->staging_bytes, grad_rows, rows_bytes(src_rows, row_bytes))),
+               fn, "grad_rows=%p or grad_out=%p overlaps the object's staging", grad_rows, grad_out);
+  sy_attn_call_t call;
+  memset(&call, 0, sizeof call);
+  call.num_channels = 1;
+  call.ch[0] = (sy_attn_channel_t){SY_ATTN_KV_BWD, grad_rows, row_bytes, attn->staging};
+  call.kv_backward = 1;
+  call.dtype = dtype;
+  call.flags = flags;
+  call.grad_out = grad_out;
+  return run(attn, plan, &call, stream, fn);
+}

@@ -1,0 +1,323 @@
+/*
+ * test_attn_host_args.c — the attention dispatch's argument checks (src/core/attn.c) and its collective
+ * agreement checks (src/ref/attn_host.c) on the host backend: every bad argument is SY_ERR_INVALID_ARG with
+ * buffers untouched and the communicator still healthy (a valid call works afterwards); ranks that disagree
+ * on a call (row sizes, plans, directions) get SY_ERR_MISMATCH on every rank, nothing copied, and the error
+ * is sticky.
+ */
+#include "attn_test.h"
+
+/* ---- a fixed two-rank description in which every rank sends and receives Q and KV ------------------------- */
+
+typedef struct fixed {
+  int64_t lens0[2], lens1[1], tokens[2];
+  int num_seqs[2], q0[2], q1[1], kv0[4], kv1[2];
+  const int64_t *lens[2];
+  const int *q[2], *kv[2];
+  sy_attn_plan_desc_t desc;
+} fixed_t;
+
+static void fixed_make(fixed_t *f, int variant) {
+  memset(f, 0, sizeof *f);
+  f->lens0[0] = 3, f->lens0[1] = 5, f->lens1[0] = 4;
+  f->tokens[0] = 8, f->tokens[1] = 4;
+  f->num_seqs[0] = 2, f->num_seqs[1] = 1;
+  f->q0[0] = 1, f->q0[1] = variant ? 1 : 0, f->q1[0] = 0;
+  f->kv0[0] = 0, f->kv0[1] = 1, f->kv0[2] = 1, f->kv0[3] = -1;
+  f->kv1[0] = 1, f->kv1[1] = 0;
+  f->lens[0] = f->lens0, f->lens[1] = f->lens1;
+  f->q[0] = f->q0, f->q[1] = f->q1;
+  f->kv[0] = f->kv0, f->kv[1] = f->kv1;
+  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
+  d.world_size = 2;
+  d.max_replicas = 2;
+  d.num_seqs = f->num_seqs;
+  d.num_tokens = f->tokens;
+  d.seq_lens = f->lens;
+  d.q_dst = f->q;
+  d.kv_dst = f->kv;
+  f->desc = d;
+}
+
+/* ---- bad arguments ------------------------------------------------------------------------------------------- */
+
+#define RB 16    /* Q / KV row bytes */
+#define GRB 8    /* gradient row bytes */
+#define ROWS 64  /* rows of every buffer: more than any rank needs */
+
+typedef struct args_shared {
+  sy_attn_plan_t plans[2];
+} args_shared_t;
+
+typedef struct bufs {
+  unsigned char *q_recv, *kv_recv, *out; /* symmetric, ROWS * RB each */
+  unsigned char *q, *kv, *attn_rows, *grads, *grad_out, *local;
+  unsigned char *snapshot;
+} bufs_t;
+
+#define BUF_BYTES (ROWS * RB)
+
+static void poison_all(bufs_t *b) {
+  memset(b->q_recv, POISON, BUF_BYTES);
+  memset(b->kv_recv, POISON, BUF_BYTES);
+  memset(b->out, POISON, BUF_BYTES);
+  memset(b->grad_out, POISON, BUF_BYTES);
+  memset(b->local, POISON, BUF_BYTES);
+}
+
+/* The outputs still poisoned and the inputs as filled. */
+static int untouched(const bufs_t *b, int me) {
+  static unsigned char poison[BUF_BYTES];
+  memset(poison, POISON, sizeof poison);
+  unsigned char *want = b->snapshot;
+  int same = !memcmp(b->q_recv, poison, BUF_BYTES) && !memcmp(b->kv_recv, poison, BUF_BYTES) &&
+             !memcmp(b->out, poison, BUF_BYTES) && !memcmp(b->grad_out, poison, BUF_BYTES) &&
+             !memcmp(b->local, poison, BUF_BYTES);
+  payload_fill(want, BUF_Q, me, ROWS, 0, RB);
+  same = same && !memcmp(b->q, want, BUF_BYTES);
+  payload_fill(want, BUF_KV, me, ROWS, 0, RB);
+  same = same && !memcmp(b->kv, want, BUF_BYTES);
+  return same;
+}
+
+/* A rejected call: SY_ERR_INVALID_ARG, nothing written, the communicator healthy. */
+#define REJECTED(call)                                                                                \
+  do {                                                                                                \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                           \
+    if (!untouched(&b, me)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call); \
+    CHECK(untouched(&b, me));                                                                         \
+  } while (0)
+
+static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
+  args_shared_t *shared = arg;
+  fixed_t f;
+  fixed_make(&f, 0);
+  bufs_t b;
+  memset(&b, 0, sizeof b);
+  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b.q_recv));
+  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b.kv_recv));
+  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b.out));
+  if (!b.q_recv || !b.kv_recv || !b.out) return;
+  b.q = malloc(BUF_BYTES), b.kv = malloc(BUF_BYTES), b.attn_rows = malloc(BUF_BYTES), b.grads = malloc(BUF_BYTES);
+  b.grad_out = malloc(BUF_BYTES), b.local = malloc(BUF_BYTES), b.snapshot = malloc(BUF_BYTES);
+  payload_fill(b.q, BUF_Q, me, ROWS, 0, RB);
+  payload_fill(b.kv, BUF_KV, me, ROWS, 0, RB);
+  payload_fill(b.attn_rows, BUF_ATTN, me, ROWS, 0, RB);
+  memset(b.grads, 0x3C, BUF_BYTES); /* 0x3C3C: a finite bf16 and fp16 */
+  poison_all(&b);
+
+  /* ---- plans ---- */
+  sy_attn_plan_t plan = (sy_attn_plan_t)&b; /* must be cleared on rejection */
+  REJECTED(sy_attn_plan_create(NULL, &f.desc, &plan));
+  REJECTED(sy_attn_plan_create(comm, &f.desc, NULL));
+  REJECTED(sy_attn_plan_create(comm, NULL, &plan));
+  CHECK(plan == NULL);
+  sy_attn_plan_desc_t d = f.desc;
+  d.size = 8;
+  REJECTED(sy_attn_plan_create(comm, &d, &plan));
+  d = f.desc;
+  d.world_size = 3;
+  REJECTED(sy_attn_plan_create(comm, &d, &plan));
+  fixed_t broken;
+  fixed_make(&broken, 0);
+  broken.tokens[1] = 5; /* lengths do not tile num_tokens */
+  REJECTED(sy_attn_plan_create(comm, &broken.desc, &plan));
+  fixed_make(&broken, 0);
+  broken.kv1[1] = 1; /* rank 1 listed twice for one sequence */
+  REJECTED(sy_attn_plan_create(comm, &broken.desc, &plan));
+  CHECK(plan == NULL);
+  CHECK_OK(sy_attn_plan_create(comm, &f.desc, &plan));
+  shared->plans[me] = plan;
+  sy_attn_plan_info_t info;
+  REJECTED(sy_attn_plan_info(NULL, &info));
+  REJECTED(sy_attn_plan_info(plan, NULL));
+  CHECK_OK(sy_attn_plan_info(plan, &info));
+  CHECK_OK(sy_attn_plan_destroy(NULL));
+  fixed_t q_only_desc;
+  fixed_make(&q_only_desc, 0);
+  q_only_desc.desc.max_replicas = 0;
+  q_only_desc.desc.kv_dst = NULL;
+  sy_attn_plan_t q_only = NULL;
+  CHECK_OK(sy_attn_plan_create(comm, &q_only_desc.desc, &q_only));
+
+  /* ---- configuration ---- */
+  sy_attn_config_t config = SY_ATTN_CONFIG_INIT;
+  config.max_tokens = 8;
+  config.max_replicas = 2;
+  config.max_kv_grad_row_bytes = GRB;
+  size_t bytes = 12345;
+  REJECTED(sy_attn_workspace_size(NULL, &config, &bytes));
+  REJECTED(sy_attn_workspace_size(comm, &config, NULL));
+  REJECTED(sy_attn_workspace_size(comm, NULL, &bytes));
+  sy_attn_config_t c = config;
+  c.size = 4;
+  REJECTED(sy_attn_workspace_size(comm, &c, &bytes));
+  c = config, c.max_tokens = 0;
+  REJECTED(sy_attn_workspace_size(comm, &c, &bytes));
+  c = config, c.max_replicas = 0;
+  REJECTED(sy_attn_workspace_size(comm, &c, &bytes));
+  c = config, c.max_replicas = 3;
+  REJECTED(sy_attn_workspace_size(comm, &c, &bytes));
+  c = config, c.max_kv_grad_row_bytes = 3;
+  REJECTED(sy_attn_workspace_size(comm, &c, &bytes));
+  c = config, c.max_tokens = INT64_MAX, c.max_kv_grad_row_bytes = (size_t)1 << 40;
+  REJECTED(sy_attn_workspace_size(comm, &c, &bytes));
+  CHECK_EQ_INT(bytes, 12345);
+  CHECK_OK(sy_attn_workspace_size(comm, &config, &bytes));
+  CHECK_EQ_INT(bytes, 256); /* 2 * 8 * 8 = 128, rounded up to 256 */
+  c = config, c.max_kv_grad_row_bytes = 0;
+  CHECK_OK(sy_attn_workspace_size(comm, &c, &bytes));
+  CHECK_EQ_INT(bytes, 0);
+  c = config, c.max_tokens = 1000, c.max_kv_grad_row_bytes = 4096;
+  CHECK_OK(sy_attn_workspace_size(comm, &c, &bytes));
+  CHECK_EQ_INT(bytes, 2 * 1000 * 4096);
+
+  sy_attn_t attn = (sy_attn_t)&b;
+  REJECTED(sy_attn_create(comm, &config, NULL));
+  REJECTED(sy_attn_create(NULL, &config, &attn));
+  c = config, c.max_replicas = 3;
+  REJECTED(sy_attn_create(comm, &c, &attn));
+  CHECK(attn == NULL);
+  CHECK_OK(sy_attn_destroy(NULL));
+  /* Collective creates, in the same order on both ranks. */
+  CHECK_OK(sy_attn_create(comm, &config, &attn));
+  sy_attn_t few_tokens = NULL, few_replicas = NULL, no_grads = NULL;
+  c = config, c.max_tokens = 4; /* rank 0 owns 8 */
+  CHECK_OK(sy_attn_create(comm, &c, &few_tokens));
+  c = config, c.max_replicas = 1;
+  CHECK_OK(sy_attn_create(comm, &c, &few_replicas));
+  c = config, c.max_kv_grad_row_bytes = 0;
+  CHECK_OK(sy_attn_create(comm, &c, &no_grads));
+  CHECK_OK(sy_comm_barrier(comm, NULL)); /* both plans are published */
+  sy_attn_plan_t other = shared->plans[1 - me];
+
+  /* ---- Q forward ---- */
+  unsigned char *q_recv = b.q_recv;
+  const size_t q_need = (size_t)info.q_recv_rows * RB; /* > 0 on both ranks */
+  CHECK(q_need > 0 && q_need < BUF_BYTES);
+  REJECTED(sy_attn_q_forward(NULL, plan, b.q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, NULL, b.q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, other, b.q, RB, q_recv, NULL));
+  if (me == 0) REJECTED(sy_attn_q_forward(few_tokens, plan, b.q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(few_replicas, plan, b.q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, plan, b.q, 0, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, plan, NULL, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, NULL, NULL));
+  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, b.local, NULL)); /* not symmetric */
+  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, q_recv + BUF_BYTES - q_need + 1, NULL)); /* one byte short */
+  REJECTED(sy_attn_q_forward(attn, plan, b.q_recv + RB, RB, q_recv, NULL)); /* q overlaps q_recv */
+
+  /* ---- Q+KV forward ---- */
+  unsigned char *kv_recv = b.kv_recv;
+  const size_t kv_need = (size_t)info.kv_recv_rows * RB;
+  CHECK(kv_need > 0 && kv_need < BUF_BYTES);
+  REJECTED(sy_attn_qkv_forward(attn, q_only, b.q, RB, q_recv, b.kv, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, NULL, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, 0, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, RB, b.local, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, RB, kv_recv + BUF_BYTES - kv_need + 1, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, RB, q_recv + RB, NULL)); /* the outputs overlap */
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, kv_recv, RB, kv_recv, NULL));  /* kv is kv_recv */
+  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, NULL, b.kv, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(few_replicas, plan, b.q, RB, q_recv, b.kv, RB, kv_recv, NULL));
+
+  /* ---- Q reverse ---- */
+  const size_t out_need = (size_t)info.num_tokens * RB;
+  REJECTED(sy_attn_q_reverse(attn, plan, NULL, RB, b.out, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, 0, b.out, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, RB, NULL, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, RB, b.local, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, RB, b.out + BUF_BYTES - out_need + 1, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b.out, RB, b.out + RB, NULL)); /* attn_rows overlaps out */
+  REJECTED(sy_attn_q_reverse(attn, other, b.attn_rows, RB, b.out, NULL));
+
+  /* ---- KV backward ---- */
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, (sy_dtype_t)3, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, (sy_dtype_t)-1, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 2u, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, 6, SY_DTYPE_FP32, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, 3, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, 0, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB + 2, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 0, NULL, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, SY_ATTN_UNSUMMED, NULL, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, NULL, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 0, b.grads + GRB, NULL)); /* overlap */
+  REJECTED(sy_attn_kv_backward(attn, q_only, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(no_grads, plan, b.grads, 2, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(few_replicas, plan, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, other, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+
+  /* ---- nothing sticky: valid calls work ---- */
+  sy_status_t async = SY_ERR_INTERNAL;
+  CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
+  CHECK_EQ_INT(async, SY_SUCCESS);
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  CHECK_OK(sy_attn_q_forward(attn, plan, b.q, RB, q_recv, NULL));
+  CHECK(memcmp(q_recv, b.q_recv + BUF_BYTES - RB, RB) != 0); /* rows arrived (the tail stays poison) */
+  CHECK_OK(sy_attn_q_forward(attn, q_only, b.q, RB, q_recv, NULL));
+  CHECK_OK(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+  CHECK_OK(sy_attn_kv_backward(attn, plan, b.grads, 2, SY_DTYPE_FP16, SY_ATTN_UNSUMMED, b.grad_out, NULL));
+
+  CHECK_OK(sy_comm_barrier(comm, NULL)); /* the peer is done with this rank's plan */
+  CHECK_OK(sy_attn_destroy(no_grads));
+  CHECK_OK(sy_attn_destroy(few_replicas));
+  CHECK_OK(sy_attn_destroy(few_tokens));
+  CHECK_OK(sy_attn_destroy(attn));
+  CHECK_OK(sy_attn_plan_destroy(plan));
+  CHECK_OK(sy_attn_plan_destroy(q_only));
+  CHECK_OK(sy_mem_free(comm, b.q_recv));
+  CHECK_OK(sy_mem_free(comm, b.kv_recv));
+  CHECK_OK(sy_mem_free(comm, b.out));
+  free(b.q), free(b.kv), free(b.attn_rows), free(b.grads), free(b.grad_out), free(b.local), free(b.snapshot);
+}
+
+/* ---- ranks that disagree ----------------------------------------------------------------------------------- */
+
+typedef enum disagreement { ROW_BYTES, PLANS, DIRECTIONS, DISAGREEMENTS } disagreement_t;
+
+static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
+  const disagreement_t what = *(const disagreement_t *)arg;
+  fixed_t f;
+  fixed_make(&f, what == PLANS && me == 1); /* rank 1's description sends one more sequence to rank 1 */
+  sy_attn_plan_t plan = NULL;
+  CHECK_OK(sy_attn_plan_create(comm, &f.desc, &plan));
+  sy_attn_config_t config = SY_ATTN_CONFIG_INIT;
+  config.max_tokens = 8;
+  config.max_replicas = 2;
+  sy_attn_t attn = NULL;
+  CHECK_OK(sy_attn_create(comm, &config, &attn));
+  unsigned char *recv = NULL;
+  CHECK_OK(sy_mem_alloc(comm, 64 * 64, (void **)&recv));
+  if (!plan || !attn || !recv) return;
+  unsigned char *in = malloc(64 * 64), poison[64 * 64];
+  payload_fill(in, BUF_Q, me, 64, 0, 32);
+  memset(recv, POISON, sizeof poison);
+  memset(poison, POISON, sizeof poison);
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  const size_t rb = what == ROW_BYTES && me == 1 ? 48 : 32;
+  if (what == DIRECTIONS && me == 1) CHECK_STATUS(sy_attn_q_reverse(attn, plan, in, rb, recv, NULL), SY_ERR_MISMATCH);
+  else CHECK_STATUS(sy_attn_q_forward(attn, plan, in, rb, recv, NULL), SY_ERR_MISMATCH);
+  CHECK(!memcmp(recv, poison, sizeof poison)); /* nothing copied */
+  /* Sticky: every later call returns it; destroy is still accepted. */
+  sy_status_t async = SY_SUCCESS;
+  CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
+  CHECK_EQ_INT(async, SY_ERR_MISMATCH);
+  CHECK_STATUS(sy_attn_q_forward(attn, plan, in, 32, recv, NULL), SY_ERR_MISMATCH);
+  CHECK_STATUS(sy_comm_barrier(comm, NULL), SY_ERR_MISMATCH);
+  CHECK_OK(sy_attn_destroy(attn));
+  CHECK_OK(sy_attn_plan_destroy(plan));
+  free(in);
+}
+
+int main(void) {
+  seed_from_env();
+  args_shared_t shared;
+  memset(&shared, 0, sizeof shared);
+  run_ranks(2, bad_args_rank, &shared);
+  for (int k = 0; k < DISAGREEMENTS; k++) {
+    disagreement_t what = (disagreement_t)k;
+    run_ranks(2, mismatch_rank, &what);
+  }
+  return check_report();
+}
