@@ -42,7 +42,9 @@ __device__ __forceinline__ void red_add_release_sys(uint64_t *p, uint64_t v) {
 }
 
 /* Records the first error of this communicator: arbitration in device memory (atomics on host-mapped memory
- * are not native over PCIe), then the fields and last the status into the host-mapped slot; raises abort. */
+ * are not native over PCIe), then the fields and last the status into the host-mapped slot. A timeout also
+ * raises abort, so every other wait gives up; a disagreement between two ranks (a mismatch) does not: the
+ * call still serves every other peer, which would otherwise time out. */
 __device__ inline void report_error(const dev_ctx &ctx, int status, int op, int peer, uint64_t call,
                                     uint64_t expected, uint64_t seen) {
   if (atomicCAS(&ctx.state->error_claimed, 0, 1) == 0) {
@@ -58,7 +60,7 @@ __device__ inline void report_error(const dev_ctx &ctx, int status, int op, int 
     slot->status = status;
     __threadfence_system();
   }
-  atomicExch(&ctx.state->abort, 1);
+  if (status == SY_ERR_TIMEOUT) atomicExch(&ctx.state->abort, 1);
 }
 
 /* Thread 0 of a block marks a phase boundary; costs one branch when tracing is off. */
