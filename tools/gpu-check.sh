@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
-# all-to-all and ring tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
+# all-to-all, ring and attention tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
 # benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt, the benchmark
 # JSON (bench_<entry>.n<N>.json) and logs.tar.gz (every log: build, machine, each test, each benchmark).
 # Exit status: non-zero if any test or benchmark check failed.
@@ -46,6 +46,7 @@ for n in "${counts[@]}"; do
   done
   SY_FORCE_PUT=1 run test_gpu_alltoall.put "$n" "$root/build/tests/gpu/test_gpu_alltoall"
   SY_FORCE_PUT=1 run test_gpu_ring.put "$n" "$root/build/tests/gpu/test_gpu_ring"
+  SY_FORCE_PUT=1 run test_gpu_attn.put "$n" "$root/build/tests/gpu/test_gpu_attn"
 done
 
 t0=$(date +%s)
