@@ -330,6 +330,96 @@ SY_API sy_status_t sy_attn_placement_desc(sy_attn_placement_t placement, sy_attn
 SY_API sy_status_t sy_attn_placement_stats(sy_attn_placement_t placement, sy_attn_place_stats_t *stats);
 SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Expert-parallel (MoE) low-latency dispatch and combine                                                 */
+/*                                                                                                        */
+/* num_experts experts are spread evenly: rank p holds experts p*L .. p*L + L - 1 (L = num_experts / world */
+/* size), local index e = expert - p*L. Each rank dispatches up to max_tokens BF16 tokens of `hidden`       */
+/* elements to its top_k experts (ids -1 = none; an id may appear once per token); the experts' ranks      */
+/* receive them in an expert-major layout of S = world_size * max_tokens slots per local expert, ordered by */
+/* source rank, then source token. Combine brings the experts' BF16 outputs back and sums them per token.   */
+/*                                                                                                        */
+/* Wire formats. FP8: E4M3 with one fp32 scale per 128 elements, quantised in the dispatch kernel:          */
+/*   amax = max |x| over the group (x = the bf16 value as fp32); scale = amax / 448 (fp32, round to nearest  */
+/*   even), or 1 for an all-zero group; q = E4M3(x / scale), round to nearest even, saturating to +-448.     */
+/*   FP8_UE8M0: the same with scale rounded up to a power of two (2^ceil(log2(amax / 448))), so dequantising */
+/*   is exact in the exponent. BF16: the tokens as they are. The host backend quantises bit for bit alike.   */
+/*                                                                                                        */
+/* Combine sums in fp32 with fused multiply-adds, accumulators starting at +0, in a fixed order:           */
+/*   default (rank-reduced): each expert's rank adds w_k * y_k over the token's experts it holds, k in order,*/
+/*     rounds that partial to bf16 and sends one vector per (token, rank); the owner adds the partials in   */
+/*     ascending rank order and rounds once to bf16. Each token crosses each link once in both directions.  */
+/*   SY_MOE_PER_EXPERT: one copy per (token, expert) both ways; the owner adds w_k * y_k for k = 0..top_k-1. */
+/* The two modes round differently; each is deterministic (same inputs, same bits).                        */
+/*                                                                                                        */
+/* Halves. dispatch = dispatch_send + dispatch_recv, combine = combine_send + combine_recv, on one stream.  */
+/* Each rank calls them in the order send, recv, send, recv, ... (dispatch, then its combine, then the next */
+/* dispatch); receive regions are double-buffered by call parity, so a rank may run ahead of its peers by   */
+/* one half but must complete the receive half of call n before the send half of call n + 2. Every call is */
+/* graph-capturable (phase and signal values live on the device); none allocates or synchronises.          */
+/* ---------------------------------------------------------------------------------------------------- */
+typedef struct sy_moe *sy_moe_t;
+
+typedef enum sy_moe_wire { SY_MOE_WIRE_FP8 = 0, SY_MOE_WIRE_FP8_UE8M0 = 1, SY_MOE_WIRE_BF16 = 2 } sy_moe_wire_t;
+typedef enum sy_index_type { SY_INDEX_INT32 = 0, SY_INDEX_INT64 = 1 } sy_index_type_t;
+
+#define SY_MOE_PER_EXPERT 1u  /* one copy per (token, expert) instead of per (token, rank) */
+#define SY_MOE_FP8_GROUP 128  /* elements per FP8 scale */
+
+typedef struct sy_moe_config {
+  size_t size;         /* sizeof(sy_moe_config_t) */
+  int max_tokens;      /* tokens per rank per call, >= 1 */
+  int hidden;          /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16 */
+  int top_k;           /* experts per token, 1..32 */
+  int num_experts;     /* a positive multiple of the world size */
+  sy_moe_wire_t wire;  /* SY_MOE_WIRE_FP8 by default */
+  unsigned flags;      /* SY_MOE_PER_EXPERT */
+} sy_moe_config_t;
+
+#define SY_MOE_CONFIG_INIT {sizeof(sy_moe_config_t), 0, 0, 0, 0, SY_MOE_WIRE_FP8, 0u}
+
+/* What a dispatch writes on an experts' rank, in the caller's device memory (L local experts, S slots each).
+ * Slots at or beyond expert_counts[e] are left as they were. */
+typedef struct sy_moe_recv {
+  void *tokens;            /* [L][S][hidden]: E4M3 bytes (FP8 wires) or bf16 */
+  float *scales;           /* FP8 wires: [L][hidden/128][S] fp32, group-major and slot-minor (the MN-major
+                              scale layout DeepGEMM's m-grouped masked FP8 GEMM reads); BF16: NULL */
+  int32_t *src;            /* [L][S][2]: {source rank, source token index} */
+  int32_t *expert_counts;  /* [L]: slots filled */
+  int32_t *rank_counts;    /* [L][W]: slots filled from each source rank (they start at the prefix sum) */
+} sy_moe_recv_t;
+
+/* Symmetric memory sy_moe_create reserves: both parities of the dispatch and combine receive regions and the
+ * counters (so the caller can size SY_HEAP_SIZE). */
+SY_API sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config, size_t *bytes);
+/* Collective. Checks the configuration (naming the field), reserves the workspace. */
+SY_API sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config, sy_moe_t *moe);
+/* Collective. Accepted after an error. */
+SY_API sy_status_t sy_moe_destroy(sy_moe_t moe);
+
+/* tokens: bf16 [num_tokens][hidden]; expert_ids: [num_tokens][top_k] of id_type; weights: fp32
+ * [num_tokens][top_k], the routing weights (needed by the default rank-reduced combine, which applies them
+ * on the experts' ranks; may be NULL with SY_MOE_PER_EXPERT). 0 <= num_tokens <= max_tokens. An id outside
+ * [-1, num_experts) or repeated within a token is reported as SY_ERR_INVALID_ARG (asynchronously on the cuda
+ * backend, through sy_comm_async_error). Collective; every rank calls it, with any num_tokens. */
+SY_API sy_status_t sy_moe_dispatch(sy_moe_t moe, const void *tokens, int num_tokens, const void *expert_ids,
+                                   sy_index_type_t id_type, const float *weights, const sy_moe_recv_t *recv,
+                                   cudaStream_t stream);
+SY_API sy_status_t sy_moe_dispatch_send(sy_moe_t moe, const void *tokens, int num_tokens, const void *expert_ids,
+                                        sy_index_type_t id_type, const float *weights, cudaStream_t stream);
+SY_API sy_status_t sy_moe_dispatch_recv(sy_moe_t moe, const sy_moe_recv_t *recv, cudaStream_t stream);
+
+/* expert_out: bf16 [L][S][hidden], the experts' outputs in the dispatch's slots; expert_ids, weights and
+ * num_tokens as given to the dispatch this combine answers (weights are used by SY_MOE_PER_EXPERT; the
+ * default mode uses the dispatch's). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
+SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids,
+                                  sy_index_type_t id_type, const float *weights, int num_tokens, void *out,
+                                  cudaStream_t stream);
+SY_API sy_status_t sy_moe_combine_send(sy_moe_t moe, const void *expert_out, cudaStream_t stream);
+SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_index_type_t id_type,
+                                       const float *weights, int num_tokens, void *out, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
