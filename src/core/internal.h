@@ -139,6 +139,25 @@ struct sy_attn {
   void *backend_state;
 };
 
+/* One MoE dispatch's inputs as the backends see them (src/core/moe.c checks them first). */
+typedef struct sy_moe_dispatch_args {
+  const void *tokens; /* bf16 [num_tokens][hidden] (NULL in combine_recv) */
+  int num_tokens;
+  const void *expert_ids; /* [num_tokens][top_k] */
+  sy_index_type_t id_type;
+  const float *weights; /* [num_tokens][top_k] or NULL */
+} sy_moe_dispatch_args_t;
+
+/* The MoE low-latency object (public handle sy_moe_t). */
+struct sy_moe {
+  sy_comm_t comm;
+  sy_moe_config_t config;
+  int local_experts; /* L = num_experts / world_size */
+  int slots;         /* S = world_size * max_tokens */
+  int next_half;     /* 0 dispatch_send, 1 dispatch_recv, 2 combine_send, 3 combine_recv: the order the API enforces */
+  void *backend_state;
+};
+
 typedef struct sy_backend_ops {
   const char *name;
   sy_status_t (*destroy)(sy_comm_t comm);
@@ -159,6 +178,15 @@ typedef struct sy_backend_ops {
   sy_status_t (*attn_plan_upload)(sy_comm_t comm, struct sy_attn_plan *plan);
   sy_status_t (*attn_run)(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
                           const sy_attn_call_t *call, cudaStream_t stream);
+  /* MoE low-latency halves (src/core/moe.c enforces their order). */
+  sy_status_t (*moe_create)(sy_comm_t comm, struct sy_moe *moe);
+  void (*moe_destroy)(sy_comm_t comm, struct sy_moe *moe);
+  sy_status_t (*moe_dispatch_send)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                                   cudaStream_t stream);
+  sy_status_t (*moe_dispatch_recv)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv, cudaStream_t stream);
+  sy_status_t (*moe_combine_send)(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
+  sy_status_t (*moe_combine_recv)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args, void *out,
+                                  cudaStream_t stream);
 } sy_backend_ops_t;
 
 /* One symmetric allocation as this rank sees it. */
