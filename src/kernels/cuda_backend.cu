@@ -184,6 +184,8 @@ static const sy_backend_ops_t cuda_ops = {
     "cuda",          cuda_destroy,     cuda_mem_alloc, cuda_mem_free,       cuda_peer_ptr,   cuda_barrier,
     cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error, sy__cuda_attn_create,
     sy__cuda_attn_destroy, sy__cuda_attn_plan_upload, sy__cuda_attn_run,
+    /* MoE low-latency kernels: not written yet; sy_moe_create reports SY_ERR_UNSUPPORTED on this backend. */
+    NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */
