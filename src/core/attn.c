@@ -13,34 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Refreshes comm->error from the backend's asynchronous state and returns it (comm.c's comm_health). */
-static sy_status_t attn_health(sy_comm_t comm) {
-  if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
-    char detail[sizeof comm->error_detail];
-    detail[0] = '\0';
-    sy_status_t st = comm->ops->poll_error(comm, detail, sizeof detail);
-    if (st != SY_SUCCESS) {
-      sy__comm_set_error(comm, st, "%s", detail);
-      SY_WARN("communicator failed: %s: %s", sy_status_name(st), detail);
-    }
-  }
-  return comm->error;
-}
-
-#define ATTN_COMM_GUARD(comm, func)                                               \
-  do {                                                                            \
-    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
-    sy__log_set_rank((comm)->rank);                                               \
-    sy_status_t sy_health_ = attn_health(comm);                                   \
-    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
-  } while (0)
-
-static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
-  SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
-               "stream is NULL (the legacy default stream); pass a stream you created");
-  return SY_SUCCESS;
-}
-
 /* A backend's failure of a collective call is the communicator's: a peer may be left waiting. */
 static sy_status_t record(sy_comm_t comm, sy_status_t st, const char *fn) {
   if (st == SY_ERR_TIMEOUT || st == SY_ERR_MISMATCH || st == SY_ERR_ABORTED || st == SY_ERR_CUDA ||
@@ -53,7 +25,7 @@ static sy_status_t record(sy_comm_t comm, sy_status_t st, const char *fn) {
 
 sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan_out) {
   static const char *fn = "sy_attn_plan_create";
-  ATTN_COMM_GUARD(comm, fn);
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
   *plan_out = NULL;
   SY_ARG_CHECK(desc != NULL, fn, "desc is NULL");
@@ -131,7 +103,7 @@ static size_t staging_bytes(const sy_attn_config_t *config) {
  * of this, in its attn_create; the cuda backend's are (sizeof mail + 8) * world_size bytes, 256-aligned. */
 sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config_in, size_t *bytes) {
   static const char *fn = "sy_attn_workspace_size";
-  ATTN_COMM_GUARD(comm, fn);
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
   sy_attn_config_t config;
   SY_CHECK(read_config(comm, config_in, &config, fn));
@@ -141,7 +113,7 @@ sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *confi
 
 sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy_attn_t *attn_out) {
   static const char *fn = "sy_attn_create";
-  ATTN_COMM_GUARD(comm, fn);
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(attn_out != NULL, fn, "attn is NULL");
   *attn_out = NULL;
   sy_attn_config_t config;
@@ -176,7 +148,7 @@ sy_status_t sy_attn_destroy(sy_attn_t attn) {
   sy__log_set_rank(comm->rank);
   if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
   sy_status_t st = SY_SUCCESS;
-  if (attn->staging && attn_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
+  if (attn->staging && sy__comm_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
   free(attn);
   return st;
 }
@@ -188,8 +160,8 @@ sy_status_t sy_attn_destroy(sy_attn_t attn) {
 static sy_status_t check_call(sy_attn_t attn, sy_attn_plan_t plan, cudaStream_t stream, const char *fn) {
   SY_ARG_CHECK(attn != NULL, fn, "attn is NULL");
   sy_comm_t comm = attn->comm;
-  ATTN_COMM_GUARD(comm, fn);
-  SY_CHECK(check_stream(comm, stream, fn));
+  SY_COMM_GUARD(comm, fn);
+  SY_CHECK(sy__check_stream(comm, stream, fn));
   SY_ARG_CHECK(plan != NULL, fn, "plan is NULL");
   SY_ARG_CHECK(plan->rank == comm->rank && plan->world_size == comm->world_size && plan->backend == comm->backend,
                fn, "plan was built for rank %d of %d on the %s backend; this communicator is rank %d of %d on %s",

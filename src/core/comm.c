@@ -21,8 +21,7 @@ void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...
   va_end(ap);
 }
 
-/* Refreshes comm->error from the backend's asynchronous state and returns it. */
-static sy_status_t comm_health(sy_comm_t comm) {
+sy_status_t sy__comm_health(sy_comm_t comm) {
   if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
     char detail[sizeof comm->error_detail];
     detail[0] = '\0';
@@ -34,14 +33,6 @@ static sy_status_t comm_health(sy_comm_t comm) {
   }
   return comm->error;
 }
-
-#define SY_COMM_GUARD(comm, func)                                                 \
-  do {                                                                            \
-    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
-    sy__log_set_rank((comm)->rank);                                               \
-    sy_status_t sy_health_ = comm_health(comm);                                   \
-    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
-  } while (0)
 
 /* ---- init / destroy --------------------------------------------------------------------------------- */
 
@@ -204,7 +195,7 @@ sy_status_t sy_comm_async_error(sy_comm_t comm, sy_status_t *async_status, char 
   SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
   SY_ARG_CHECK(async_status != NULL, fn, "async_status is NULL");
   SY_ARG_CHECK(detail == NULL || detail_bytes > 0, fn, "detail given with detail_bytes=0");
-  *async_status = comm_health(comm);
+  *async_status = sy__comm_health(comm);
   if (detail) snprintf(detail, detail_bytes, "%s", comm->error ? comm->error_detail : "");
   return SY_SUCCESS;
 }
@@ -264,7 +255,7 @@ sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **p
 
 /* ---- signals, barrier ----------------------------------------------------------------------------------- */
 
-static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
+sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
   SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
                "stream is NULL (the legacy default stream); pass a stream you created");
   return SY_SUCCESS;
@@ -273,7 +264,7 @@ static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char 
 sy_status_t sy_comm_barrier(sy_comm_t comm, cudaStream_t stream) {
   static const char *fn = "sy_comm_barrier";
   SY_COMM_GUARD(comm, fn);
-  SY_CHECK(check_stream(comm, stream, fn));
+  SY_CHECK(sy__check_stream(comm, stream, fn));
   return comm->ops->barrier(comm, stream);
 }
 
@@ -281,7 +272,7 @@ sy_status_t sy_put_signal(sy_comm_t comm, void *dst, const void *src, size_t byt
                           sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream) {
   static const char *fn = "sy_put_signal";
   SY_COMM_GUARD(comm, fn);
-  SY_CHECK(check_stream(comm, stream, fn));
+  SY_CHECK(sy__check_stream(comm, stream, fn));
   SY_ARG_CHECK(peer >= 0 && peer < comm->world_size, fn, "peer=%d outside [0, %d)", peer, comm->world_size);
   SY_ARG_CHECK(op == SY_SIGNAL_SET || op == SY_SIGNAL_ADD, fn, "op=%d is not SY_SIGNAL_SET or SY_SIGNAL_ADD", (int)op);
   if (bytes > 0) {
@@ -299,7 +290,7 @@ sy_status_t sy_put_signal(sy_comm_t comm, void *dst, const void *src, size_t byt
 sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t value, cudaStream_t stream) {
   static const char *fn = "sy_signal_wait";
   SY_COMM_GUARD(comm, fn);
-  SY_CHECK(check_stream(comm, stream, fn));
+  SY_CHECK(sy__check_stream(comm, stream, fn));
   SY_ARG_CHECK(signal != NULL && ((uintptr_t)signal & 7) == 0, fn, "signal=%p must be an 8-byte aligned uint64_t",
                (void *)signal);
   SY_ARG_CHECK(sy__symm_find(comm, signal, sizeof *signal) != NULL, fn,
@@ -318,7 +309,7 @@ sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_by
                          void *recv, const size_t *recv_bytes, const size_t *recv_offsets, cudaStream_t stream) {
   static const char *fn = "sy_alltoallv";
   SY_COMM_GUARD(comm, fn);
-  SY_CHECK(check_stream(comm, stream, fn));
+  SY_CHECK(sy__check_stream(comm, stream, fn));
   SY_ARG_CHECK(send_bytes && send_offsets && recv_bytes && recv_offsets, fn,
                "send_bytes=%p send_offsets=%p recv_bytes=%p recv_offsets=%p: all four arrays are required",
                (const void *)send_bytes, (const void *)send_offsets, (const void *)recv_bytes,

@@ -218,6 +218,21 @@ sy_status_t sy__symm_remove(sy_comm_t comm, void *ptr);
 /* The allocation holding [ptr, ptr + bytes), or NULL. bytes may be 0 (then ptr itself must be inside). */
 const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t bytes);
 
+/* Refreshes comm->error from the backend's asynchronous state (device error slot, host group abort) and
+ * returns it: the gate every public call but destroy passes first. */
+sy_status_t sy__comm_health(sy_comm_t comm);
+/* Rejects the legacy default stream (NULL) on the cuda backend, naming the function. */
+sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
+
+/* Opening of a public call on a communicator: comm non-NULL, the log's rank, no sticky error. */
+#define SY_COMM_GUARD(comm, func)                                                 \
+  do {                                                                            \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
+    sy__log_set_rank((comm)->rank);                                               \
+    sy_status_t sy_health_ = sy__comm_health(comm);                               \
+    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
+  } while (0)
+
 /* Records the first asynchronous/fatal error of a communicator (keeps the first). */
 void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
