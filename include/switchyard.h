@@ -390,8 +390,10 @@ typedef struct sy_moe_recv {
   int32_t *rank_counts;    /* [L][W]: slots filled from each source rank (they start at the prefix sum) */
 } sy_moe_recv_t;
 
-/* Symmetric memory sy_moe_create reserves: both parities of the dispatch and combine receive regions and the
- * counters (so the caller can size SY_HEAP_SIZE). */
+/* Symmetric memory sy_moe_create reserves: both parities of the dispatch receive region (world_size x
+ * max_tokens messages: a header with the token's local experts, k and weights, the payload, the scales) and of
+ * the combine receive region (world_size x max_tokens vectors by default; top_k x max_tokens with
+ * SY_MOE_PER_EXPERT), and the counters — so the caller can size SY_HEAP_SIZE. */
 SY_API sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config, size_t *bytes);
 /* Collective. Checks the configuration (naming the field), reserves the workspace. */
 SY_API sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config, sy_moe_t *moe);
@@ -402,7 +404,8 @@ SY_API sy_status_t sy_moe_destroy(sy_moe_t moe);
  * [num_tokens][top_k], the routing weights (needed by the default rank-reduced combine, which applies them
  * on the experts' ranks; may be NULL with SY_MOE_PER_EXPERT). 0 <= num_tokens <= max_tokens. An id outside
  * [-1, num_experts) or repeated within a token is reported as SY_ERR_INVALID_ARG (asynchronously on the cuda
- * backend, through sy_comm_async_error). Collective; every rank calls it, with any num_tokens. */
+ * backend, through sy_comm_async_error; on the host backend the call is rejected before anything is sent).
+ * Collective; every rank calls it, with any num_tokens (0 allowed, with NULL buffers). */
 SY_API sy_status_t sy_moe_dispatch(sy_moe_t moe, const void *tokens, int num_tokens, const void *expert_ids,
                                    sy_index_type_t id_type, const float *weights, const sy_moe_recv_t *recv,
                                    cudaStream_t stream);

@@ -13,6 +13,7 @@
  */
 #include "core/internal.h"
 #include "ref/host_internal.h"
+#include "ref/moe_ref.h"
 #include "ref/ref.h"
 
 #include <errno.h>
@@ -607,6 +608,12 @@ static const sy_backend_ops_t host_ops = {
     .attn_destroy = sy__host_attn_destroy,
     .attn_plan_upload = sy__host_attn_plan_upload,
     .attn_run = sy__host_attn_run,
+    .moe_create = sy__host_moe_create,
+    .moe_destroy = sy__host_moe_destroy,
+    .moe_dispatch_send = sy__host_moe_dispatch_send,
+    .moe_dispatch_recv = sy__host_moe_dispatch_recv,
+    .moe_combine_send = sy__host_moe_combine_send,
+    .moe_combine_recv = sy__host_moe_combine_recv,
 };
 
 /* ---- init: the rendezvous ------------------------------------------------------------------------------- */

@@ -1,0 +1,364 @@
+/*
+ * moe.c — the public entry points of the expert-parallel (MoE) low-latency dispatch and combine: the object
+ * (its configuration, its workspace size), and the four halves. Each checks everything it can at the
+ * boundary, once, and hands the backend arguments it can trust; a rejected call changes nothing (not the
+ * object's next half either). The halves' order is enforced here per object: dispatch_send, dispatch_recv,
+ * combine_send, combine_recv, dispatch_send, ... (the double-buffered receive regions are only safe in that
+ * order; see moe_host.c). Failures a backend reports for the collective as a whole (a timed-out wait, ranks
+ * that disagree) are sticky, as in comm.c.
+ */
+#include "internal.h"
+#include "ref/moe_ref.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Refreshes comm->error from the backend's asynchronous state and returns it (comm.c's comm_health). */
+static sy_status_t moe_health(sy_comm_t comm) {
+  if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
+    char detail[sizeof comm->error_detail];
+    detail[0] = '\0';
+    sy_status_t st = comm->ops->poll_error(comm, detail, sizeof detail);
+    if (st != SY_SUCCESS) {
+      sy__comm_set_error(comm, st, "%s", detail);
+      SY_WARN("communicator failed: %s: %s", sy_status_name(st), detail);
+    }
+  }
+  return comm->error;
+}
+
+#define MOE_COMM_GUARD(comm, func)                                                \
+  do {                                                                            \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
+    sy__log_set_rank((comm)->rank);                                               \
+    sy_status_t sy_health_ = moe_health(comm);                                    \
+    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
+  } while (0)
+
+static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
+  SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
+               "stream is NULL (the legacy default stream); pass a stream you created");
+  return SY_SUCCESS;
+}
+
+/* A backend's failure of a collective call is the communicator's: a peer may be left waiting. */
+static sy_status_t record(sy_comm_t comm, sy_status_t st, const char *fn) {
+  if (st == SY_ERR_TIMEOUT || st == SY_ERR_MISMATCH || st == SY_ERR_ABORTED || st == SY_ERR_CUDA ||
+      st == SY_ERR_NVSHMEM)
+    sy__comm_set_error(comm, st, "%s failed: %s", fn, sy_status_name(st));
+  return st;
+}
+
+/* ---- the workspace ---------------------------------------------------------------------------------------- */
+
+static int mul_size(size_t a, size_t b, size_t *out) {
+  if (a && b > SIZE_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+static int add_size(size_t a, size_t b, size_t *out) {
+  if (b > SIZE_MAX - a) return 0;
+  *out = a + b;
+  return 1;
+}
+
+static int align_size(size_t x, size_t to, size_t *out) {
+  if (!add_size(x, to - 1, out)) return 0;
+  *out = *out / to * to;
+  return 1;
+}
+
+/*
+ * The one definition of the workspace, for both backends (the cuda backend's kernels address the same
+ * layout; moe_ref.h draws it):
+ *   total = 2 parities x (dispatch region + combine region) + counters, where
+ *   dispatch region = W x max_tokens messages of (16 + 8 x top_k header (16-aligned) + payload + scales),
+ *                     payload = hidden bytes (FP8 wires) or 2 x hidden (BF16), scales = hidden / 128 x 4
+ *                     (FP8 wires) or 0, each message rounded up to 16 bytes;
+ *   combine region  = W x max_tokens x hidden x 2 bytes (one bf16 partial per (expert rank, token)), or with
+ *                     SY_MOE_PER_EXPERT top_k x max_tokens x hidden x 2 (one bf16 output per (token, k): a
+ *                     token's top_k experts may sit on one rank, so W vectors per token are not always enough);
+ *   counters        = 2 parities x W sources x 32 bytes;
+ * every region rounded up to 256 bytes. A receiver needs room for every source's whole call because it
+ * cannot tell a sender to wait: the regions are sized for the worst routing.
+ */
+sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world, sy_moe_layout_t *layout) {
+  sy_moe_layout_t l;
+  memset(&l, 0, sizeof l);
+  const size_t W = (size_t)world, T = (size_t)config->max_tokens, K = (size_t)config->top_k;
+  const size_t H = (size_t)config->hidden;
+  const int fp8 = config->wire != SY_MOE_WIRE_BF16;
+  size_t header, payload, scales, messages, vectors, row_bytes, counters;
+  int ok = align_size(8 * K, 16, &header);
+  l.payload_offset = SY_MOE_MSG_HEADER + header;
+  ok = ok && mul_size(H, sy__moe_wire_elem(config->wire), &payload);
+  ok = ok && add_size(l.payload_offset, payload, &l.scales_offset);
+  scales = fp8 ? H / SY_MOE_FP8_GROUP * sizeof(float) : 0;
+  ok = ok && add_size(l.scales_offset, scales, &l.msg_bytes) && align_size(l.msg_bytes, 16, &l.msg_bytes);
+  ok = ok && mul_size(W, T, &messages) && mul_size(messages, l.msg_bytes, &l.dispatch_bytes) &&
+       align_size(l.dispatch_bytes, 256, &l.dispatch_bytes);
+  l.combine_rows = (config->flags & SY_MOE_PER_EXPERT) ? K : W;
+  ok = ok && mul_size(l.combine_rows, T, &vectors) && mul_size(H, sizeof(uint16_t), &row_bytes) &&
+       mul_size(vectors, row_bytes, &l.combine_bytes) && align_size(l.combine_bytes, 256, &l.combine_bytes);
+  ok = ok && add_size(l.dispatch_bytes, l.combine_bytes, &l.parity_bytes) &&
+       mul_size(2, l.parity_bytes, &l.counters_offset);
+  ok = ok && mul_size(2 * W, SY_MOE_COUNTER_BYTES, &counters) && align_size(counters, 256, &l.counters_bytes);
+  ok = ok && add_size(l.counters_offset, l.counters_bytes, &l.total);
+  if (!ok) return SY_ERR_INVALID_ARG;
+  *layout = l;
+  return SY_SUCCESS;
+}
+
+/* ---- the object --------------------------------------------------------------------------------------------- */
+
+/* Copies the caller's config (a newer caller's larger struct: its known prefix) and checks it, naming the
+ * field. */
+static sy_status_t read_config(sy_comm_t comm, const sy_moe_config_t *in, sy_moe_config_t *config, const char *fn) {
+  SY_ARG_CHECK(in != NULL, fn, "config is NULL (it has no defaults: set max_tokens, hidden, top_k, num_experts)");
+  SY_ARG_CHECK(in->size >= sizeof(sy_moe_config_t), fn,
+               "config->size=%zu is too small (initialise the config with SY_MOE_CONFIG_INIT)", in->size);
+  *config = *in;
+  config->size = sizeof *config;
+  const int W = comm->world_size;
+  SY_ARG_CHECK(config->max_tokens >= 1, fn, "config->max_tokens=%d must be >= 1", config->max_tokens);
+  SY_ARG_CHECK(config->wire == SY_MOE_WIRE_FP8 || config->wire == SY_MOE_WIRE_FP8_UE8M0 ||
+                   config->wire == SY_MOE_WIRE_BF16,
+               fn, "config->wire=%d is not a sy_moe_wire_t (SY_MOE_WIRE_FP8, _FP8_UE8M0, _BF16)", (int)config->wire);
+  const int multiple = config->wire == SY_MOE_WIRE_BF16 ? 8 : SY_MOE_FP8_GROUP;
+  SY_ARG_CHECK(config->hidden >= 1 && config->hidden % multiple == 0, fn,
+               "config->hidden=%d is not a positive multiple of %d (%s)", config->hidden, multiple,
+               config->wire == SY_MOE_WIRE_BF16 ? "the BF16 wire's 16-byte rows" : "the FP8 wires' scale group");
+  SY_ARG_CHECK(config->top_k >= 1 && config->top_k <= 32, fn, "config->top_k=%d outside [1, 32]", config->top_k);
+  SY_ARG_CHECK(config->num_experts >= 1 && config->num_experts % W == 0, fn,
+               "config->num_experts=%d is not a positive multiple of the world size %d", config->num_experts, W);
+  SY_ARG_CHECK((config->flags & ~SY_MOE_PER_EXPERT) == 0, fn,
+               "config->flags=0x%x: only SY_MOE_PER_EXPERT (0x%x) is defined", config->flags, SY_MOE_PER_EXPERT);
+  /* Slots are int32 (src pairs, counts); the caller's [L][S][hidden] buffers and the workspace need a size. */
+  const int64_t slots = (int64_t)W * config->max_tokens;
+  SY_ARG_CHECK(slots <= INT32_MAX, fn, "config->max_tokens=%d x world size %d = %lld slots per expert exceeds 2^31 - 1",
+               config->max_tokens, W, (long long)slots);
+  size_t recv_bytes;
+  sy_moe_layout_t layout;
+  SY_ARG_CHECK(mul_size((size_t)(config->num_experts / W) * (size_t)slots, (size_t)config->hidden * 2, &recv_bytes) &&
+                   sy__moe_layout(config, W, &layout) == SY_SUCCESS,
+               fn, "config: max_tokens=%d, hidden=%d, top_k=%d, num_experts=%d on %d ranks: the sizes overflow",
+               config->max_tokens, config->hidden, config->top_k, config->num_experts, W);
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_in, size_t *bytes) {
+  static const char *fn = "sy_moe_workspace_size";
+  MOE_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
+  sy_moe_config_t config;
+  SY_CHECK(read_config(comm, config_in, &config, fn));
+  sy_moe_layout_t layout;
+  SY_CHECK(sy__moe_layout(&config, comm->world_size, &layout));
+  *bytes = layout.total;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_moe_t *moe_out) {
+  static const char *fn = "sy_moe_create";
+  MOE_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(moe_out != NULL, fn, "moe is NULL");
+  *moe_out = NULL;
+  sy_moe_config_t config;
+  SY_CHECK(read_config(comm, config_in, &config, fn));
+  if (!comm->ops->moe_create) {
+    SY_WARN("%s: the %s backend has no MoE dispatch/combine yet (its kernels are not written)", fn, comm->ops->name);
+    return SY_ERR_UNSUPPORTED;
+  }
+  struct sy_moe *moe = calloc(1, sizeof *moe);
+  if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
+  moe->comm = comm;
+  moe->config = config;
+  moe->local_experts = config.num_experts / comm->world_size;
+  moe->slots = comm->world_size * config.max_tokens;
+  moe->next_half = 0;
+  /* The backends decide create together (a rank whose configuration differs fails it everywhere, with
+   * nothing created and the communicator still usable, as sy_attn_create). */
+  sy_status_t st = comm->ops->moe_create(comm, moe);
+  if (st != SY_SUCCESS) {
+    free(moe);
+    return st;
+  }
+  *moe_out = moe;
+  return SY_SUCCESS;
+}
+
+/* Collective. Accepted after an error (then the workspace stays with the communicator, which frees it). */
+sy_status_t sy_moe_destroy(sy_moe_t moe) {
+  if (!moe) return SY_SUCCESS;
+  sy_comm_t comm = moe->comm;
+  sy__log_set_rank(comm->rank);
+  moe_health(comm);
+  if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
+  free(moe);
+  return SY_SUCCESS;
+}
+
+/* ---- the halves ------------------------------------------------------------------------------------------- */
+
+enum { HALF_DISPATCH_SEND = 0, HALF_DISPATCH_RECV = 1, HALF_COMBINE_SEND = 2, HALF_COMBINE_RECV = 3 };
+
+static const char *half_name(int half) {
+  static const char *names[4] = {"sy_moe_dispatch_send (or sy_moe_dispatch)", "sy_moe_dispatch_recv",
+                                 "sy_moe_combine_send (or sy_moe_combine)", "sy_moe_combine_recv"};
+  return half >= 0 && half < 4 ? names[half] : "?";
+}
+
+/* The object, the communicator's health, the stream, and the halves' order. */
+static sy_status_t check_call(sy_moe_t moe, int half, cudaStream_t stream, const char *fn) {
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  MOE_COMM_GUARD(moe->comm, fn);
+  SY_CHECK(check_stream(moe->comm, stream, fn));
+  SY_ARG_CHECK(moe->next_half == half, fn,
+               "called out of order: this object's next call is %s (each rank calls dispatch_send, dispatch_recv, "
+               "combine_send, combine_recv, dispatch_send, ...)", half_name(moe->next_half));
+  return SY_SUCCESS;
+}
+
+static sy_status_t check_index_type(sy_index_type_t id_type, const char *fn) {
+  SY_ARG_CHECK(id_type == SY_INDEX_INT32 || id_type == SY_INDEX_INT64, fn,
+               "id_type=%d is not a sy_index_type_t (SY_INDEX_INT32, SY_INDEX_INT64)", (int)id_type);
+  return SY_SUCCESS;
+}
+
+static sy_status_t check_num_tokens(const sy_moe_t moe, int num_tokens, const char *fn) {
+  SY_ARG_CHECK(num_tokens >= 0 && num_tokens <= moe->config.max_tokens, fn,
+               "num_tokens=%d outside [0, config.max_tokens=%d]", num_tokens, moe->config.max_tokens);
+  return SY_SUCCESS;
+}
+
+static sy_status_t check_dispatch_send(sy_moe_t moe, const sy_moe_dispatch_args_t *a, const char *fn) {
+  SY_CHECK(check_num_tokens(moe, a->num_tokens, fn));
+  SY_CHECK(check_index_type(a->id_type, fn));
+  if (a->num_tokens == 0) return SY_SUCCESS;
+  SY_ARG_CHECK(a->tokens != NULL, fn, "tokens is NULL while num_tokens=%d", a->num_tokens);
+  SY_ARG_CHECK(a->expert_ids != NULL, fn, "expert_ids is NULL while num_tokens=%d", a->num_tokens);
+  SY_ARG_CHECK(a->weights != NULL || (moe->config.flags & SY_MOE_PER_EXPERT), fn,
+               "weights is NULL while num_tokens=%d (the default rank-reduced combine applies them on the experts' "
+               "ranks; only SY_MOE_PER_EXPERT may leave them out)", a->num_tokens);
+  /* The host backend's ids are host memory: checked here, naming this call (the backend checks again before
+   * writing anything); the cuda kernel checks them on the device and reports through the async error. */
+  if (moe->comm->backend == SY_BACKEND_HOST)
+    SY_CHECK(sy__moe_check_ids(fn, moe->comm->rank, a->expert_ids, a->id_type, a->num_tokens, moe->config.top_k,
+                               moe->config.num_experts));
+  return SY_SUCCESS;
+}
+
+static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a && b && a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+static sy_status_t check_recv(sy_moe_t moe, const sy_moe_recv_t *recv, const char *fn) {
+  SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
+  const int fp8 = moe->config.wire != SY_MOE_WIRE_BF16;
+  SY_ARG_CHECK(recv->tokens != NULL, fn, "recv->tokens is NULL");
+  SY_ARG_CHECK(!fp8 || recv->scales != NULL, fn, "recv->scales is NULL with an FP8 wire");
+  SY_ARG_CHECK(recv->src != NULL, fn, "recv->src is NULL");
+  SY_ARG_CHECK(recv->expert_counts != NULL, fn, "recv->expert_counts is NULL");
+  SY_ARG_CHECK(recv->rank_counts != NULL, fn, "recv->rank_counts is NULL");
+  /* The five outputs are written by one call: none may overlap another. */
+  const size_t L = (size_t)moe->local_experts, S = (size_t)moe->slots, H = (size_t)moe->config.hidden;
+  const char *names[5] = {"recv->tokens", "recv->scales", "recv->src", "recv->expert_counts", "recv->rank_counts"};
+  const void *ptrs[5] = {recv->tokens, fp8 ? recv->scales : NULL, recv->src, recv->expert_counts, recv->rank_counts};
+  const size_t bytes[5] = {L * S * H * sy__moe_wire_elem(moe->config.wire), L * (H / SY_MOE_FP8_GROUP) * S * 4,
+                           L * S * 8, L * 4, L * (size_t)moe->comm->world_size * 4};
+  for (int i = 0; i < 5; i++)
+    for (int j = i + 1; j < 5; j++)
+      SY_ARG_CHECK(!overlap(ptrs[i], bytes[i], ptrs[j], bytes[j]), fn, "%s=%p (%zu bytes) and %s=%p (%zu bytes) overlap",
+                   names[i], ptrs[i], bytes[i], names[j], ptrs[j], bytes[j]);
+  return SY_SUCCESS;
+}
+
+static sy_status_t check_combine_recv(sy_moe_t moe, const sy_moe_dispatch_args_t *a, const void *out, const char *fn) {
+  SY_CHECK(check_num_tokens(moe, a->num_tokens, fn));
+  SY_CHECK(check_index_type(a->id_type, fn));
+  if (a->num_tokens == 0) return SY_SUCCESS;
+  SY_ARG_CHECK(a->expert_ids != NULL, fn, "expert_ids is NULL while num_tokens=%d", a->num_tokens);
+  SY_ARG_CHECK(a->weights != NULL || !(moe->config.flags & SY_MOE_PER_EXPERT), fn,
+               "weights is NULL while num_tokens=%d (SY_MOE_PER_EXPERT applies them at the owner)", a->num_tokens);
+  SY_ARG_CHECK(out != NULL, fn, "out is NULL while num_tokens=%d", a->num_tokens);
+  const size_t entries = (size_t)a->num_tokens * (size_t)moe->config.top_k;
+  const size_t out_bytes = (size_t)a->num_tokens * (size_t)moe->config.hidden * 2;
+  SY_ARG_CHECK(!overlap(out, out_bytes, a->expert_ids, entries * (a->id_type == SY_INDEX_INT64 ? 8 : 4)), fn,
+               "out=%p and expert_ids=%p overlap", out, a->expert_ids);
+  SY_ARG_CHECK(!(moe->config.flags & SY_MOE_PER_EXPERT) || !overlap(out, out_bytes, a->weights, entries * 4), fn,
+               "out=%p and weights=%p overlap", out, (const void *)a->weights);
+  /* The host backend knows this rank's dispatch here; the cuda backend's kernel checks on the device. */
+  if (moe->comm->backend == SY_BACKEND_HOST) SY_CHECK(sy__host_moe_check_combine(moe->comm, moe, a, fn));
+  return SY_SUCCESS;
+}
+
+/* Runs one half in the backend; the object moves to its next half only when the half was done. */
+static sy_status_t run_half(sy_moe_t moe, int half, sy_status_t st, const char *fn) {
+  st = record(moe->comm, st, fn);
+  if (st == SY_SUCCESS) moe->next_half = (half + 1) % 4;
+  return st;
+}
+
+sy_status_t sy_moe_dispatch_send(sy_moe_t moe, const void *tokens, int num_tokens, const void *expert_ids,
+                                 sy_index_type_t id_type, const float *weights, cudaStream_t stream) {
+  static const char *fn = "sy_moe_dispatch_send";
+  SY_CHECK(check_call(moe, HALF_DISPATCH_SEND, stream, fn));
+  const sy_moe_dispatch_args_t args = {tokens, num_tokens, expert_ids, id_type, weights};
+  SY_CHECK(check_dispatch_send(moe, &args, fn));
+  sy_comm_t comm = moe->comm;
+  return run_half(moe, HALF_DISPATCH_SEND, comm->ops->moe_dispatch_send(comm, moe, &args, stream), fn);
+}
+
+sy_status_t sy_moe_dispatch_recv(sy_moe_t moe, const sy_moe_recv_t *recv, cudaStream_t stream) {
+  static const char *fn = "sy_moe_dispatch_recv";
+  SY_CHECK(check_call(moe, HALF_DISPATCH_RECV, stream, fn));
+  SY_CHECK(check_recv(moe, recv, fn));
+  sy_comm_t comm = moe->comm;
+  return run_half(moe, HALF_DISPATCH_RECV, comm->ops->moe_dispatch_recv(comm, moe, recv, stream), fn);
+}
+
+sy_status_t sy_moe_dispatch(sy_moe_t moe, const void *tokens, int num_tokens, const void *expert_ids,
+                            sy_index_type_t id_type, const float *weights, const sy_moe_recv_t *recv,
+                            cudaStream_t stream) {
+  static const char *fn = "sy_moe_dispatch";
+  SY_CHECK(check_call(moe, HALF_DISPATCH_SEND, stream, fn));
+  const sy_moe_dispatch_args_t args = {tokens, num_tokens, expert_ids, id_type, weights};
+  SY_CHECK(check_dispatch_send(moe, &args, fn));
+  SY_CHECK(check_recv(moe, recv, fn));
+  sy_comm_t comm = moe->comm;
+  SY_CHECK(run_half(moe, HALF_DISPATCH_SEND, comm->ops->moe_dispatch_send(comm, moe, &args, stream), fn));
+  return run_half(moe, HALF_DISPATCH_RECV, comm->ops->moe_dispatch_recv(comm, moe, recv, stream), fn);
+}
+
+sy_status_t sy_moe_combine_send(sy_moe_t moe, const void *expert_out, cudaStream_t stream) {
+  static const char *fn = "sy_moe_combine_send";
+  SY_CHECK(check_call(moe, HALF_COMBINE_SEND, stream, fn));
+  SY_ARG_CHECK(expert_out != NULL, fn, "expert_out is NULL");
+  sy_comm_t comm = moe->comm;
+  return run_half(moe, HALF_COMBINE_SEND, comm->ops->moe_combine_send(comm, moe, expert_out, stream), fn);
+}
+
+sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_index_type_t id_type, const float *weights,
+                                int num_tokens, void *out, cudaStream_t stream) {
+  static const char *fn = "sy_moe_combine_recv";
+  SY_CHECK(check_call(moe, HALF_COMBINE_RECV, stream, fn));
+  const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type, weights};
+  SY_CHECK(check_combine_recv(moe, &args, out, fn));
+  sy_comm_t comm = moe->comm;
+  return run_half(moe, HALF_COMBINE_RECV, comm->ops->moe_combine_recv(comm, moe, &args, out, stream), fn);
+}
+
+sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids, sy_index_type_t id_type,
+                           const float *weights, int num_tokens, void *out, cudaStream_t stream) {
+  static const char *fn = "sy_moe_combine";
+  SY_CHECK(check_call(moe, HALF_COMBINE_SEND, stream, fn));
+  SY_ARG_CHECK(expert_out != NULL, fn, "expert_out is NULL");
+  const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type, weights};
+  SY_CHECK(check_combine_recv(moe, &args, out, fn));
+  sy_comm_t comm = moe->comm;
+  SY_CHECK(run_half(moe, HALF_COMBINE_SEND, comm->ops->moe_combine_send(comm, moe, expert_out, stream), fn));
+  return run_half(moe, HALF_COMBINE_RECV, comm->ops->moe_combine_recv(comm, moe, &args, out, stream), fn);
+}

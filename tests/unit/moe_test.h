@@ -1,0 +1,422 @@
+/*
+ * moe_test.h — what the MoE dispatch/combine CPU tests share: ranks as threads of one host group, seeded
+ * inputs any rank can regenerate for any rank and round (tokens, routing, weights, expert outputs), and the
+ * expectation computed here from switchyard.h's words alone: slots of a local expert handed out by walking
+ * sources, then source tokens; FP8 groups quantised with amax/scale written out here (only the per-value
+ * rules, sy__fp8_group_scale and sy__fp8_e4m3_from_float, come from the library); the combine's fmaf sums in
+ * the order the header states. Nothing here calls src/ref/moe_ref.c or the backend's helpers.
+ */
+#ifndef SY_TEST_MOE_TEST_H
+#define SY_TEST_MOE_TEST_H
+
+#include "check.h"
+#include "switchyard.h"
+#include "ref/attn_ref.h"
+#include "ref/fp8.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_RANKS 8
+#define TEST_TIMEOUT_MS 60000 /* generous: a loaded 2-core CI machine must not trip it */
+#define POISON 0xEE
+
+static uint64_t seed = 0x30e5eed5eedull;
+
+static inline uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static inline void seed_from_env(void) {
+  const char *env = getenv("SY_TEST_SEED");
+  if (env) seed = strtoull(env, NULL, 0);
+}
+
+/* ---- rank threads -------------------------------------------------------------------------------------- */
+
+typedef void (*rank_fn_t)(int rank, sy_comm_t comm, void *arg);
+
+typedef struct rank_ctx {
+  int rank, world, group;
+  uint64_t timeout_ms;
+  rank_fn_t fn;
+  void *arg;
+  pthread_t thread;
+} rank_ctx_t;
+
+static int next_group = 5100;
+
+static inline void *rank_main(void *p) {
+  rank_ctx_t *ctx = p;
+  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
+  config.backend = SY_BACKEND_HOST;
+  config.rank = ctx->rank;
+  config.world_size = ctx->world;
+  config.host_group = ctx->group;
+  config.timeout_ms = ctx->timeout_ms;
+  config.heap_bytes = (size_t)1 << 32; /* accounting only on the host backend */
+  sy_comm_t comm = NULL;
+  CHECK_OK(sy_comm_init(&comm, &config));
+  if (!comm) return NULL;
+  ctx->fn(ctx->rank, comm, ctx->arg);
+  CHECK_OK(sy_comm_destroy(comm));
+  return NULL;
+}
+
+/* Runs fn on `world` ranks, each a thread with its own communicator of a fresh host group. */
+static inline void run_ranks_timeout(int world, uint64_t timeout_ms, rank_fn_t fn, void *arg) {
+  rank_ctx_t ctx[MAX_RANKS];
+  const int group = __atomic_fetch_add(&next_group, 1, __ATOMIC_RELAXED);
+  for (int r = 0; r < world; r++) {
+    ctx[r] = (rank_ctx_t){r, world, group, timeout_ms, fn, arg, 0};
+    if (pthread_create(&ctx[r].thread, NULL, rank_main, &ctx[r])) {
+      fprintf(stderr, "pthread_create failed\n");
+      exit(1);
+    }
+  }
+  for (int r = 0; r < world; r++) pthread_join(ctx[r].thread, NULL);
+}
+
+static inline void run_ranks(int world, rank_fn_t fn, void *arg) { run_ranks_timeout(world, TEST_TIMEOUT_MS, fn, arg); }
+
+/* ---- a case and its seeded inputs ---------------------------------------------------------------------- */
+
+enum {
+  ROUTE_RANDOM,     /* top_k distinct experts, one in eight -1 */
+  ROUTE_ONE_EXPERT, /* every token routed to one expert (the round's), its other k random or -1 */
+  ROUTE_EMPTY_RANK, /* random, and rank (round % W) dispatches no token */
+  ROUTE_SAME_RANK,  /* several of a token's experts on one rank */
+  ROUTE_NONE,       /* every id -1: tokens with no expert */
+  ROUTE_FULL        /* random, every rank max_tokens tokens */
+};
+
+typedef struct moe_case {
+  const char *name;
+  int W, E, K, H, T;
+  sy_moe_wire_t wire;
+  unsigned flags;
+  sy_index_type_t id_type;
+  int route, rounds, mode, specials, check_ref;
+  uint64_t salt;
+} moe_case_t;
+
+static inline sy_moe_config_t case_config(const moe_case_t *c) {
+  sy_moe_config_t config = SY_MOE_CONFIG_INIT;
+  config.max_tokens = c->T;
+  config.hidden = c->H;
+  config.top_k = c->K;
+  config.num_experts = c->E;
+  config.wire = c->wire;
+  config.flags = c->flags;
+  return config;
+}
+
+static inline uint64_t case_key(const moe_case_t *c, uint64_t what, uint64_t round, uint64_t rank) {
+  return mix(mix(mix(mix(seed ^ c->salt) ^ what) ^ round) ^ rank);
+}
+
+static inline int gen_num_tokens(const moe_case_t *c, int round, int rank) {
+  if (c->route == ROUTE_EMPTY_RANK && rank == round % c->W) return 0;
+  if (c->route == ROUTE_FULL) return c->T;
+  const uint64_t h = case_key(c, 1, (uint64_t)round, (uint64_t)rank);
+  return h % 3 == 0 ? c->T : (int)((h >> 8) % (uint64_t)(c->T + 1));
+}
+
+/* A random expert not yet in ids[0..K) (and passing `local_to`: -1 any, else on that rank), or -1. */
+static inline int64_t pick_expert(const moe_case_t *c, const int64_t *ids, uint64_t *h, int local_to) {
+  const int L = c->E / c->W;
+  for (int tries = 0; tries < 64; tries++) {
+    *h = mix(*h);
+    int64_t x = local_to < 0 ? (int64_t)(*h % (uint64_t)c->E) : (int64_t)local_to * L + (int64_t)(*h % (uint64_t)L);
+    int taken = 0;
+    for (int k = 0; k < c->K; k++) taken |= ids[k] == x;
+    if (!taken) return x;
+  }
+  return -1;
+}
+
+/* ids [n][K] of rank `rank` in `round`. */
+static inline void gen_ids(const moe_case_t *c, int round, int rank, int n, int64_t *ids) {
+  const uint64_t target = case_key(c, 2, (uint64_t)round, 0) % (uint64_t)c->E;
+  for (int t = 0; t < n; t++) {
+    int64_t *row = ids + (size_t)t * c->K;
+    uint64_t h = case_key(c, 3, (uint64_t)round, (uint64_t)rank * 100000 + (uint64_t)t);
+    for (int k = 0; k < c->K; k++) row[k] = -1;
+    if (c->route == ROUTE_NONE) continue;
+    if (c->route == ROUTE_ONE_EXPERT) row[(h >> 20) % (uint64_t)c->K] = (int64_t)target;
+    if (c->route == ROUTE_SAME_RANK) { /* 2.. of its experts on rank d, at random k */
+      const int d = (int)((h >> 12) % (uint64_t)c->W), L = c->E / c->W;
+      int want = 2 + (int)((h >> 24) % (uint64_t)c->K);
+      want = want > c->K ? c->K : want > L ? L : want;
+      for (int i = 0; i < want; i++) {
+        int k;
+        do k = (int)((h = mix(h)) % (uint64_t)c->K); while (row[k] != -1);
+        row[k] = pick_expert(c, row, &h, d);
+      }
+    }
+    for (int k = 0; k < c->K; k++) {
+      if (row[k] != -1 || (c->route == ROUTE_SAME_RANK && (h = mix(h)) % 2)) continue;
+      if ((h = mix(h)) % 8 == 0) continue; /* -1 */
+      if (c->route == ROUTE_ONE_EXPERT && h % 3 == 0) continue;
+      row[k] = pick_expert(c, row, &h, -1);
+    }
+  }
+}
+
+/* A bf16 of random sign and mantissa with fp32-biased exponent `exponent` (0: subnormal). */
+static inline uint16_t bf16_bits(uint64_t h, int exponent) {
+  const uint16_t sign = (uint16_t)((h >> 63) << 15), mantissa = (uint16_t)((h >> 40) & 0x7Fu);
+  return (uint16_t)(sign | (uint16_t)exponent << 7 | (exponent == 0 ? (mantissa | 1) : mantissa));
+}
+
+/* A special value for one in `rate` elements when c->specials: NaN, +-inf, -0.0 or a subnormal. */
+static inline int special_bits(const moe_case_t *c, uint64_t h, uint64_t rate, uint16_t *out) {
+  if (!c->specials || (h >> 3) % rate) return 0;
+  static const uint16_t values[5] = {0x7FC1, 0xFF80, 0x7F80, 0x8000, 0x0003};
+  *out = values[(h >> 48) % 5];
+  return 1;
+}
+
+/* Tokens [n][H]: each 128-group its own magnitude (2^-27 .. 2^22), elements within 2^7 of it, one group in 16
+ * all zero, one element in 64 zero, one in 50 subnormal. */
+static inline void gen_tokens(const moe_case_t *c, int round, int rank, int n, uint16_t *tok) {
+  for (int t = 0; t < n; t++) {
+    for (int g = 0; g < c->H / 8; g++) { /* groups of 8 for BF16-sized hidden, magnitudes per 128 */
+      const uint64_t hg = case_key(c, 4, (uint64_t)round, (uint64_t)rank << 40 ^ (uint64_t)t << 20 ^ (uint64_t)(g / 16));
+      const int zero_group = hg % 16 == 0, base = 100 + (int)((hg >> 8) % 50);
+      for (int i = 0; i < 8; i++) {
+        const size_t at = (size_t)t * c->H + (size_t)g * 8 + (size_t)i;
+        const uint64_t h = mix(hg ^ (uint64_t)(g * 8 + i) << 32);
+        uint16_t v;
+        if (special_bits(c, h, 301, &v)) tok[at] = v;
+        else if (zero_group || h % 64 == 0) tok[at] = 0;
+        else tok[at] = bf16_bits(h, h % 50 == 1 ? 0 : base - (int)((h >> 16) % 8));
+      }
+    }
+  }
+}
+
+/* Weights [n][K] (which 0: the dispatch's, 1: the combine's): full-mantissa fp32 in (-1, 1), some tiny. */
+static inline void gen_weights(const moe_case_t *c, int round, int rank, int n, int which, float *w) {
+  for (size_t i = 0; i < (size_t)n * c->K; i++) {
+    const uint64_t h = case_key(c, 5 + (uint64_t)which, (uint64_t)round, (uint64_t)rank << 32 ^ i);
+    float v = (float)(int32_t)(uint32_t)(h >> 32) * 0x1p-31f;
+    if (h % 7 == 0) v *= 0x1p-12f;
+    w[i] = v;
+  }
+}
+
+/* Element h of expert e's output in slot `slot` on rank `rank`. */
+static inline uint16_t ybits(const moe_case_t *c, int round, int rank, int e, int slot, int h) {
+  const uint64_t x = case_key(c, 7, (uint64_t)round, (uint64_t)rank << 48 ^ (uint64_t)e << 36 ^ (uint64_t)slot << 16) ^
+                     (uint64_t)h;
+  const uint64_t m = mix(x);
+  uint16_t v;
+  if (special_bits(c, m, 997, &v)) return v;
+  return bf16_bits(m, 110 + (int)((m >> 8) % 30));
+}
+
+static inline void gen_expert_out(const moe_case_t *c, int round, int rank, uint16_t *y) {
+  const int L = c->E / c->W, S = c->W * c->T;
+  for (int e = 0; e < L; e++)
+    for (int s = 0; s < S; s++)
+      for (int h = 0; h < c->H; h++) y[((size_t)e * S + s) * c->H + h] = ybits(c, round, rank, e, s, h);
+}
+
+/* ---- every rank's inputs of a round, regenerated ------------------------------------------------------------ */
+
+typedef struct world_inputs {
+  int n[MAX_RANKS];
+  int64_t *ids[MAX_RANKS]; /* [T][K] */
+  float *w[MAX_RANKS], *cw[MAX_RANKS];
+  uint16_t *tok[MAX_RANKS]; /* [T][H] */
+} world_inputs_t;
+
+static inline void inputs_alloc(const moe_case_t *c, world_inputs_t *wi) {
+  memset(wi, 0, sizeof *wi);
+  for (int r = 0; r < c->W; r++) {
+    wi->ids[r] = malloc((size_t)c->T * c->K * sizeof(int64_t));
+    wi->w[r] = malloc((size_t)c->T * c->K * sizeof(float));
+    wi->cw[r] = malloc((size_t)c->T * c->K * sizeof(float));
+    wi->tok[r] = malloc((size_t)c->T * c->H * sizeof(uint16_t));
+  }
+}
+
+static inline void inputs_free(const moe_case_t *c, world_inputs_t *wi) {
+  for (int r = 0; r < c->W; r++) free(wi->ids[r]), free(wi->w[r]), free(wi->cw[r]), free(wi->tok[r]);
+}
+
+static inline void inputs_gen(const moe_case_t *c, int round, world_inputs_t *wi) {
+  for (int r = 0; r < c->W; r++) {
+    wi->n[r] = gen_num_tokens(c, round, r);
+    gen_ids(c, round, r, wi->n[r], wi->ids[r]);
+    gen_weights(c, round, r, wi->n[r], 0, wi->w[r]);
+    gen_weights(c, round, r, wi->n[r], 1, wi->cw[r]);
+    gen_tokens(c, round, r, wi->n[r], wi->tok[r]);
+  }
+}
+
+/* ---- the expectation ------------------------------------------------------------------------------------------ */
+
+/* Whether token t of rank s is routed to expert x. */
+static inline int routed_to(const moe_case_t *c, const world_inputs_t *wi, int s, int t, int64_t x) {
+  for (int k = 0; k < c->K; k++)
+    if (wi->ids[s][(size_t)t * c->K + k] == x) return 1;
+  return 0;
+}
+
+/* The FP8 wire's bytes and scales of one bf16 token, written from the header's words. */
+static inline void quantise(const uint16_t *tok, int H, int ue8m0, uint8_t *q, float *scales) {
+  for (int g = 0; g < H / 128; g++) {
+    float amax = 0.0f;
+    for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(sy__bf16_to_float(tok[g * 128 + i])));
+    scales[g] = sy__fp8_group_scale(amax, ue8m0);
+    for (int i = 0; i < 128; i++) q[g * 128 + i] = sy__fp8_e4m3_from_float(sy__bf16_to_float(tok[g * 128 + i]) / scales[g]);
+  }
+}
+
+static inline int all_poison(const void *p, size_t bytes) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < bytes; i++)
+    if (b[i] != POISON) return 0;
+  return 1;
+}
+
+/* Checks what rank `me` received against every rank's regenerated inputs; returns the failures (reporting
+ * the first few). Slots beyond a count must still hold the poison. */
+static inline int check_dispatch(const moe_case_t *c, const world_inputs_t *wi, int me, const sy_moe_recv_t *recv,
+                                 const char *what) {
+  const int L = c->E / c->W, S = c->W * c->T, G = c->H / 128, fp8 = c->wire != SY_MOE_WIRE_BF16;
+  const size_t elem = fp8 ? 1 : 2, row = (size_t)c->H * elem;
+  unsigned char *want = malloc(row);
+  float *scales = malloc((size_t)(G ? G : 1) * sizeof(float));
+  int bad = 0;
+#define FAIL(...)                                                                        \
+  do {                                                                                   \
+    if (bad++ < 4) {                                                                     \
+      fprintf(stderr, "%s: rank %d: ", what, me);                                        \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fprintf(stderr, " (seed 0x%llx)\n", (unsigned long long)seed);                     \
+    }                                                                                    \
+  } while (0)
+  for (int e = 0; e < L; e++) {
+    const int64_t x = (int64_t)me * L + e;
+    int slot = 0;
+    for (int s = 0; s < c->W; s++) {
+      int from_s = 0;
+      for (int t = 0; t < wi->n[s]; t++) {
+        if (!routed_to(c, wi, s, t, x)) continue;
+        const size_t at = (size_t)e * S + (size_t)slot;
+        if (slot >= S) {
+          FAIL("expert %d got more than S=%d slots", e, S);
+          break;
+        }
+        const uint16_t *tok = wi->tok[s] + (size_t)t * c->H;
+        if (fp8) quantise(tok, c->H, c->wire == SY_MOE_WIRE_FP8_UE8M0, want, scales);
+        else memcpy(want, tok, row);
+        if (memcmp((const unsigned char *)recv->tokens + at * row, want, row))
+          FAIL("expert %d slot %d (rank %d token %d): token bytes differ", e, slot, s, t);
+        for (int g = 0; fp8 && g < G; g++) {
+          const float got = recv->scales[((size_t)e * G + g) * S + slot];
+          if (memcmp(&got, &scales[g], sizeof got))
+            FAIL("expert %d slot %d group %d: scale %a, want %a", e, slot, g, (double)got, (double)scales[g]);
+        }
+        if (recv->src[2 * at] != s || recv->src[2 * at + 1] != t)
+          FAIL("expert %d slot %d: src {%d, %d}, want {%d, %d}", e, slot, recv->src[2 * at], recv->src[2 * at + 1], s, t);
+        slot++;
+        from_s++;
+      }
+      if (recv->rank_counts[(size_t)e * c->W + s] != from_s)
+        FAIL("rank_counts[%d][%d]=%d, want %d", e, s, recv->rank_counts[(size_t)e * c->W + s], from_s);
+    }
+    if (recv->expert_counts[e] != slot) FAIL("expert_counts[%d]=%d, want %d", e, recv->expert_counts[e], slot);
+    for (int sl = slot; sl < S; sl++) {
+      const size_t at = (size_t)e * S + (size_t)sl;
+      int kept = all_poison((const unsigned char *)recv->tokens + at * row, row) && all_poison(&recv->src[2 * at], 8);
+      for (int g = 0; fp8 && g < G; g++) kept = kept && all_poison(&recv->scales[((size_t)e * G + g) * S + sl], 4);
+      if (!kept) {
+        FAIL("expert %d slot %d at or past its count %d was written", e, sl, slot);
+        break;
+      }
+    }
+  }
+#undef FAIL
+  free(want);
+  free(scales);
+  if (bad) __atomic_fetch_add(&check_failures_, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&check_count_, 1, __ATOMIC_RELAXED);
+  return bad;
+}
+
+/* What owner `o` must get from the combine: the header's sums, in its order, over the experts' outputs in
+ * the slots the dispatch gave (walking sources, then tokens, per expert). */
+static inline void expect_combine(const moe_case_t *c, const world_inputs_t *wi, int round, int o, uint16_t *out) {
+  const int L = c->E / c->W, K = c->K;
+  int *next = calloc((size_t)c->E, sizeof *next); /* the next slot of each expert for o's tokens */
+  for (int s = 0; s < o; s++)
+    for (int t = 0; t < wi->n[s]; t++)
+      for (int k = 0; k < K; k++)
+        if (wi->ids[s][(size_t)t * K + k] >= 0) next[wi->ids[s][(size_t)t * K + k]]++;
+  int slot[32];
+  for (int t = 0; t < wi->n[o]; t++) {
+    const int64_t *ids = wi->ids[o] + (size_t)t * K;
+    for (int k = 0; k < K; k++) slot[k] = ids[k] >= 0 ? next[ids[k]]++ : -1;
+    for (int h = 0; h < c->H; h++) {
+      float acc = 0.0f;
+      if (c->flags & SY_MOE_PER_EXPERT) {
+        for (int k = 0; k < K; k++) {
+          if (ids[k] < 0) continue;
+          const float y = sy__bf16_to_float(ybits(c, round, (int)(ids[k] / L), (int)(ids[k] % L), slot[k], h));
+          acc = fmaf(wi->cw[o][(size_t)t * K + k], y, acc);
+        }
+      } else {
+        for (int r = 0; r < c->W; r++) {
+          float partial = 0.0f;
+          int held = 0;
+          for (int k = 0; k < K; k++) {
+            if (ids[k] < 0 || ids[k] / L != r) continue;
+            const float y = sy__bf16_to_float(ybits(c, round, r, (int)(ids[k] % L), slot[k], h));
+            partial = fmaf(wi->w[o][(size_t)t * K + k], y, partial);
+            held = 1;
+          }
+          if (held) acc += sy__bf16_to_float(sy__float_to_bf16(partial));
+        }
+      }
+      out[(size_t)t * c->H + h] = sy__float_to_bf16(acc);
+    }
+  }
+  free(next);
+}
+
+/* Compares out (num_tokens rows, then poison up to max_tokens) with the expectation; returns failures. */
+static inline int check_combine(const moe_case_t *c, const world_inputs_t *wi, int round, int me, const uint16_t *out,
+                                const char *what) {
+  uint16_t *want = malloc((size_t)c->T * c->H * sizeof *want);
+  expect_combine(c, wi, round, me, want);
+  int bad = 0;
+  for (size_t i = 0; i < (size_t)wi->n[me] * c->H; i++) {
+    if (out[i] == want[i]) continue;
+    if (bad++ < 4)
+      fprintf(stderr, "%s: rank %d round %d: out[%zu][%zu]=0x%04x, want 0x%04x (seed 0x%llx)\n", what, me, round,
+              i / (size_t)c->H, i % (size_t)c->H, out[i], want[i], (unsigned long long)seed);
+  }
+  const size_t used = (size_t)wi->n[me] * c->H * 2, all = (size_t)c->T * c->H * 2;
+  if (!all_poison((const unsigned char *)out + used, all - used)) {
+    bad++;
+    fprintf(stderr, "%s: rank %d round %d: out past num_tokens=%d was written\n", what, me, round, wi->n[me]);
+  }
+  free(want);
+  if (bad) __atomic_fetch_add(&check_failures_, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&check_count_, 1, __ATOMIC_RELAXED);
+  return bad;
+}
+
+#endif
