@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int check_failures_;
@@ -55,6 +56,33 @@ static int check_count_;
   } while (0)
 
 #define CHECK_OK(call) CHECK_STATUS(call, SY_SUCCESS)
+
+/* The library's log read back, for tests that check a rejection names its argument: point SY_DEBUG_FILE at
+ * check_log_path (and call sy__log_reset), then check_log_has tells whether the lines written since its last
+ * call contain needle, printing them when they do not. */
+static char check_log_path[256];
+static long check_log_pos;
+
+static inline int check_log_has(const char *needle, int line) {
+  FILE *f = fopen(check_log_path, "rb");
+  if (!f) return 0;
+  fseek(f, 0, SEEK_END);
+  long end = ftell(f);
+  long n = end - check_log_pos;
+  char *text = (char *)calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+  int found = 0;
+  if (text) {
+    fseek(f, check_log_pos, SEEK_SET);
+    size_t got = n > 0 ? fread(text, 1, (size_t)n, f) : 0;
+    text[got] = '\0';
+    found = strstr(text, needle) != NULL;
+    if (!found) fprintf(stderr, "line %d: log lacks \"%s\"; it says:\n%s\n", line, needle, text);
+    free(text);
+  }
+  fclose(f);
+  check_log_pos = end;
+  return found;
+}
 
 static inline int check_report(void) {
   if (check_failures_) {

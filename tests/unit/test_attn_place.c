@@ -22,29 +22,6 @@
 
 #define MAXW 8
 
-static char log_path[160];
-static long log_pos;
-
-static int log_has(const char *needle, int line) {
-  FILE *f = fopen(log_path, "rb");
-  if (!f) return 0;
-  fseek(f, 0, SEEK_END);
-  long end = ftell(f);
-  long n = end - log_pos;
-  char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-  int found = 0;
-  if (text) {
-    fseek(f, log_pos, SEEK_SET);
-    size_t got = n > 0 ? fread(text, 1, (size_t)n, f) : 0;
-    text[got] = '\0';
-    found = strstr(text, needle) != NULL;
-    if (!found) fprintf(stderr, "line %d: log lacks \"%s\"; it says:\n%s\n", line, needle, text);
-    free(text);
-  }
-  fclose(f);
-  log_pos = end;
-  return found;
-}
 
 static uint64_t rng_state;
 static uint32_t rnd(void) {
@@ -368,7 +345,7 @@ static void test_empty(void) {
 #define REJECT(call, needle)                                                                              \
   do {                                                                                                    \
     CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                               \
-    CHECK(log_has(needle, __LINE__));                                                                     \
+    CHECK(check_log_has(needle, __LINE__));                                                                     \
   } while (0)
 
 static void test_reject(void) {
@@ -427,8 +404,8 @@ static void test_reject(void) {
 int main(void) {
   char dir[] = "/tmp/sy_test_attn_place_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(log_path, sizeof log_path, "%s/log.txt", dir);
-  setenv("SY_DEBUG_FILE", log_path, 1);
+  snprintf(check_log_path, sizeof check_log_path, "%s/log.txt", dir);
+  setenv("SY_DEBUG_FILE", check_log_path, 1);
   setenv("SY_DEBUG", "WARN", 1);
   sy__log_reset();
 
@@ -446,7 +423,7 @@ int main(void) {
 
   unsetenv("SY_DEBUG_FILE");
   sy__log_reset();
-  unlink(log_path);
+  unlink(check_log_path);
   CHECK_EQ_INT(rmdir(dir), 0);
   return check_report();
 }

@@ -22,29 +22,6 @@
 
 /* ---- the log, read back ----------------------------------------------------------------------------- */
 
-static char log_path[160];
-static long log_pos;
-
-static int log_has(const char *needle, int line) {
-  FILE *f = fopen(log_path, "rb");
-  if (!f) return 0;
-  fseek(f, 0, SEEK_END);
-  long end = ftell(f);
-  long n = end - log_pos;
-  char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-  int found = 0;
-  if (text) {
-    fseek(f, log_pos, SEEK_SET);
-    size_t got = n > 0 ? fread(text, 1, (size_t)n, f) : 0;
-    text[got] = '\0';
-    found = strstr(text, needle) != NULL;
-    if (!found) fprintf(stderr, "line %d: log lacks \"%s\"; it says:\n%s\n", line, needle, text);
-    free(text);
-  }
-  fclose(f);
-  log_pos = end;
-  return found;
-}
 
 /* ---- a description the test owns ---------------------------------------------------------------------- */
 
@@ -536,7 +513,7 @@ static void test_random(void) {
     struct sy_attn_plan *plan_ = (struct sy_attn_plan *)&rng_state;                                      \
     CHECK_STATUS(sy__attn_plan_build(desc, rank, &plan_), SY_ERR_INVALID_ARG);                           \
     CHECK(plan_ == NULL);                                                                                \
-    CHECK(log_has(needle, __LINE__));                                                                    \
+    CHECK(check_log_has(needle, __LINE__));                                                                    \
   } while (0)
 
 static void test_reject(void) {
@@ -559,7 +536,7 @@ static void test_reject(void) {
   sy_attn_plan_desc_t d;
 
   CHECK_STATUS(sy__attn_plan_build(&t.desc, 0, NULL), SY_ERR_INVALID_ARG);
-  CHECK(log_has("plan is NULL", __LINE__));
+  CHECK(check_log_has("plan is NULL", __LINE__));
   REJECT(NULL, 0, "sy_attn_plan_create: invalid argument: desc is NULL");
   d = t.desc, d.size = 8;
   REJECT(&d, 0, "desc->size=8");
@@ -673,8 +650,8 @@ static void test_timing(void) {
 int main(void) {
   char dir[] = "/tmp/sy_test_attn_plan_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(log_path, sizeof log_path, "%s/log.txt", dir);
-  setenv("SY_DEBUG_FILE", log_path, 1);
+  snprintf(check_log_path, sizeof check_log_path, "%s/log.txt", dir);
+  setenv("SY_DEBUG_FILE", check_log_path, 1);
   setenv("SY_DEBUG", "WARN", 1);
   sy__log_reset();
 
@@ -686,7 +663,7 @@ int main(void) {
 
   unsetenv("SY_DEBUG_FILE");
   sy__log_reset();
-  unlink(log_path);
+  unlink(check_log_path);
   CHECK_EQ_INT(rmdir(dir), 0);
   return check_report();
 }

@@ -13,30 +13,6 @@
 
 #include <unistd.h>
 
-static char log_path[256];
-static long log_pos;
-
-/* Whether the log lines written since the last call contain needle (only rank 0 checks). */
-static int log_has(const char *needle, int line) {
-  FILE *f = fopen(log_path, "rb");
-  if (!f) return 0;
-  fseek(f, 0, SEEK_END);
-  long end = ftell(f);
-  long n = end - log_pos;
-  char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-  int found = 0;
-  if (text) {
-    fseek(f, log_pos, SEEK_SET);
-    size_t got = n > 0 ? fread(text, 1, (size_t)n, f) : 0;
-    text[got] = '\0';
-    found = strstr(text, needle) != NULL;
-    if (!found) fprintf(stderr, "line %d: log lacks \"%s\"; it says:\n%s\n", line, needle, text);
-    free(text);
-  }
-  fclose(f);
-  log_pos = end;
-  return found;
-}
 
 /* ---- the case both ranks run: every rank full in round 0, rank 0 empty (NULL buffers) in round 1 ----------- */
 
@@ -125,7 +101,7 @@ static int untouched(bufs_t *b) {
   do {                                                                                               \
     snapshot(&b);                                                                                    \
     CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                          \
-    CHECK(log_has(needle, __LINE__));                                                                \
+    CHECK(check_log_has(needle, __LINE__));                                                                \
     if (!untouched(&b)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call);   \
     CHECK(untouched(&b));                                                                            \
   } while (0)
@@ -215,7 +191,7 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   other.hidden = me == 0 ? 128 : 256;
   CHECK_STATUS(sy_moe_create(comm, &other, &moe), SY_ERR_MISMATCH);
   CHECK(moe == NULL);
-  if (me == 0) CHECK(log_has("configures max_tokens=4 hidden=", __LINE__));
+  if (me == 0) CHECK(check_log_has("configures max_tokens=4 hidden=", __LINE__));
   CHECK_OK(sy_moe_create(comm, &config, &moe));
   if (!moe) return;
   bufs_t b;
@@ -378,7 +354,7 @@ static void unsupported_rank(int me, sy_comm_t comm, void *arg) {
   sy_moe_t moe = (sy_moe_t)&ops;
   CHECK_STATUS(sy_moe_create(comm, &config, &moe), SY_ERR_UNSUPPORTED);
   CHECK(moe == NULL);
-  CHECK(log_has("backend has no MoE dispatch/combine yet", __LINE__));
+  CHECK(check_log_has("backend has no MoE dispatch/combine yet", __LINE__));
   comm->ops = saved;
 }
 
@@ -398,7 +374,7 @@ static void timeout_rank(int me, sy_comm_t comm, void *arg) {
   if (me == 0) {
     CHECK_OK(sy_moe_dispatch_send(moe, b.tokens, wi.n[0], b.ids, c->id_type, b.w, NULL));
     CHECK_STATUS(sy_moe_dispatch_recv(moe, &b.recv, NULL), SY_ERR_TIMEOUT);
-    CHECK(log_has("moe dispatch_recv: call 1: rank 1's dispatch_send did not arrive", __LINE__));
+    CHECK(check_log_has("moe dispatch_recv: call 1: rank 1's dispatch_send did not arrive", __LINE__));
     CHECK_STATUS(sy_moe_combine_send(moe, b.y, NULL), SY_ERR_TIMEOUT); /* sticky */
     sy_status_t async = SY_SUCCESS;
     CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
@@ -417,8 +393,8 @@ int main(void) {
   seed_from_env();
   char dir[] = "/tmp/sy_test_moe_args_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(log_path, sizeof log_path, "%s/log.txt", dir);
-  setenv("SY_DEBUG_FILE", log_path, 1);
+  snprintf(check_log_path, sizeof check_log_path, "%s/log.txt", dir);
+  setenv("SY_DEBUG_FILE", check_log_path, 1);
   setenv("SY_DEBUG", "WARN", 1);
   sy__log_reset();
 
@@ -429,7 +405,7 @@ int main(void) {
 
   unsetenv("SY_DEBUG_FILE");
   sy__log_reset();
-  unlink(log_path);
+  unlink(check_log_path);
   CHECK_EQ_INT(rmdir(dir), 0);
   return check_report();
 }

@@ -213,11 +213,11 @@ static char *log_capture_end(void) {
   unlink(log_path);
   return text;
 }
-static void check_log_has(const char *log, const char *needle, int line) {
+static void check_text_has(const char *log, const char *needle, int line) {
   if (!strstr(log, needle)) fprintf(stderr, "line %d: log lacks \"%s\"; log:\n%s\n", line, needle, log);
   CHECK(strstr(log, needle) != NULL);
 }
-#define CHECK_LOG_HAS(log, needle) check_log_has(log, needle, __LINE__)
+#define CHECK_LOG_HAS(log, needle) check_text_has(log, needle, __LINE__)
 
 static void check_all_ok(const rank_run_t *runs, int count, const char *what) {
   for (int i = 0; i < count; i++) {
