@@ -13,14 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A backend's failure of a collective call is the communicator's: a peer may be left waiting. */
-static sy_status_t record(sy_comm_t comm, sy_status_t st, const char *fn) {
-  if (st == SY_ERR_TIMEOUT || st == SY_ERR_MISMATCH || st == SY_ERR_ABORTED || st == SY_ERR_CUDA ||
-      st == SY_ERR_NVSHMEM)
-    sy__comm_set_error(comm, st, "%s failed: %s", fn, sy_status_name(st));
-  return st;
-}
-
 /* ---- plans ------------------------------------------------------------------------------------------------ */
 
 sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan_out) {
@@ -222,7 +214,7 @@ static sy_status_t check_channel(sy_comm_t comm, sy_attn_plan_t plan, int dir, c
 
 static sy_status_t run(sy_attn_t attn, sy_attn_plan_t plan, const sy_attn_call_t *call, cudaStream_t stream,
                        const char *fn) {
-  return record(attn->comm, attn->comm->ops->attn_run(attn->comm, attn, plan, call, stream), fn);
+  return sy__comm_record(attn->comm, attn->comm->ops->attn_run(attn->comm, attn, plan, call, stream), fn);
 }
 
 sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes, void *q_recv,

@@ -255,6 +255,13 @@ sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **p
 
 /* ---- signals, barrier ----------------------------------------------------------------------------------- */
 
+sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn) {
+  if (st == SY_ERR_TIMEOUT || st == SY_ERR_MISMATCH || st == SY_ERR_ABORTED || st == SY_ERR_CUDA ||
+      st == SY_ERR_NVSHMEM)
+    sy__comm_set_error(comm, st, "%s failed: %s", fn, sy_status_name(st));
+  return st;
+}
+
 sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
   SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
                "stream is NULL (the legacy default stream); pass a stream you created");

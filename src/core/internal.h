@@ -221,6 +221,9 @@ const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t byt
 /* Refreshes comm->error from the backend's asynchronous state (device error slot, host group abort) and
  * returns it: the gate every public call but destroy passes first. */
 sy_status_t sy__comm_health(sy_comm_t comm);
+/* A backend's failure of a collective call is the communicator's (a peer may be left waiting): timeouts,
+ * mismatches, aborts, CUDA and NVSHMEM errors become sticky. Returns st. */
+sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn);
 /* Rejects the legacy default stream (NULL) on the cuda backend, naming the function. */
 sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
 

@@ -14,42 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Refreshes comm->error from the backend's asynchronous state and returns it (comm.c's comm_health). */
-static sy_status_t moe_health(sy_comm_t comm) {
-  if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
-    char detail[sizeof comm->error_detail];
-    detail[0] = '\0';
-    sy_status_t st = comm->ops->poll_error(comm, detail, sizeof detail);
-    if (st != SY_SUCCESS) {
-      sy__comm_set_error(comm, st, "%s", detail);
-      SY_WARN("communicator failed: %s: %s", sy_status_name(st), detail);
-    }
-  }
-  return comm->error;
-}
-
-#define MOE_COMM_GUARD(comm, func)                                                \
-  do {                                                                            \
-    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
-    sy__log_set_rank((comm)->rank);                                               \
-    sy_status_t sy_health_ = moe_health(comm);                                    \
-    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
-  } while (0)
-
-static sy_status_t check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
-  SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
-               "stream is NULL (the legacy default stream); pass a stream you created");
-  return SY_SUCCESS;
-}
-
-/* A backend's failure of a collective call is the communicator's: a peer may be left waiting. */
-static sy_status_t record(sy_comm_t comm, sy_status_t st, const char *fn) {
-  if (st == SY_ERR_TIMEOUT || st == SY_ERR_MISMATCH || st == SY_ERR_ABORTED || st == SY_ERR_CUDA ||
-      st == SY_ERR_NVSHMEM)
-    sy__comm_set_error(comm, st, "%s failed: %s", fn, sy_status_name(st));
-  return st;
-}
-
 /* ---- the workspace ---------------------------------------------------------------------------------------- */
 
 static int mul_size(size_t a, size_t b, size_t *out) {
@@ -150,7 +114,7 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_config_t *in, sy_moe
 
 sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_in, size_t *bytes) {
   static const char *fn = "sy_moe_workspace_size";
-  MOE_COMM_GUARD(comm, fn);
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
   sy_moe_config_t config;
   SY_CHECK(read_config(comm, config_in, &config, fn));
@@ -162,7 +126,7 @@ sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_
 
 sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_moe_t *moe_out) {
   static const char *fn = "sy_moe_create";
-  MOE_COMM_GUARD(comm, fn);
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(moe_out != NULL, fn, "moe is NULL");
   *moe_out = NULL;
   sy_moe_config_t config;
@@ -194,7 +158,7 @@ sy_status_t sy_moe_destroy(sy_moe_t moe) {
   if (!moe) return SY_SUCCESS;
   sy_comm_t comm = moe->comm;
   sy__log_set_rank(comm->rank);
-  moe_health(comm);
+  sy__comm_health(comm);
   if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
   free(moe);
   return SY_SUCCESS;
@@ -213,8 +177,8 @@ static const char *half_name(int half) {
 /* The object, the communicator's health, the stream, and the halves' order. */
 static sy_status_t check_call(sy_moe_t moe, int half, cudaStream_t stream, const char *fn) {
   SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
-  MOE_COMM_GUARD(moe->comm, fn);
-  SY_CHECK(check_stream(moe->comm, stream, fn));
+  SY_COMM_GUARD(moe->comm, fn);
+  SY_CHECK(sy__check_stream(moe->comm, stream, fn));
   SY_ARG_CHECK(moe->next_half == half, fn,
                "called out of order: this object's next call is %s (each rank calls dispatch_send, dispatch_recv, "
                "combine_send, combine_recv, dispatch_send, ...)", half_name(moe->next_half));
@@ -297,7 +261,7 @@ static sy_status_t check_combine_recv(sy_moe_t moe, const sy_moe_dispatch_args_t
 
 /* Runs one half in the backend; the object moves to its next half only when the half was done. */
 static sy_status_t run_half(sy_moe_t moe, int half, sy_status_t st, const char *fn) {
-  st = record(moe->comm, st, fn);
+  st = sy__comm_record(moe->comm, st, fn);
   if (st == SY_SUCCESS) moe->next_half = (half + 1) % 4;
   return st;
 }
