@@ -6,6 +6,7 @@
 #define SY_TEST_CHECK_H
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,29 @@ static inline int check_log_has(const char *needle, int line) {
   fclose(f);
   check_log_pos = end;
   return found;
+}
+
+/* A small text file's contents (up to 64 KiB), NUL-terminated; the caller frees it. NULL if unreadable. */
+static inline char *check_read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *text = (char *)calloc(1, 65536);
+  if (text && fread(text, 1, 65535, f) == 0) text[0] = '\0';
+  fclose(f);
+  return text;
+}
+
+/* A float from its bits and back (conversion tests). */
+static inline float check_bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint32_t check_float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
 }
 
 static inline int check_report(void) {

@@ -9,8 +9,8 @@
 #ifndef SY_TEST_MOE_TEST_H
 #define SY_TEST_MOE_TEST_H
 
-#include "check.h"
-#include "switchyard.h"
+#define TEST_SEED_DEFAULT 0x30e5eed5eedull
+#include "ranks.h"
 #include "ref/attn_ref.h"
 #include "ref/fp8.h"
 
@@ -22,70 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_RANKS 8
-#define TEST_TIMEOUT_MS 60000 /* generous: a loaded 2-core CI machine must not trip it */
 #define POISON 0xEE
-
-static uint64_t seed = 0x30e5eed5eedull;
-
-static inline uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-static inline void seed_from_env(void) {
-  const char *env = getenv("SY_TEST_SEED");
-  if (env) seed = strtoull(env, NULL, 0);
-}
-
-/* ---- rank threads -------------------------------------------------------------------------------------- */
-
-typedef void (*rank_fn_t)(int rank, sy_comm_t comm, void *arg);
-
-typedef struct rank_ctx {
-  int rank, world, group;
-  uint64_t timeout_ms;
-  rank_fn_t fn;
-  void *arg;
-  pthread_t thread;
-} rank_ctx_t;
-
-static int next_group = 5100;
-
-static inline void *rank_main(void *p) {
-  rank_ctx_t *ctx = p;
-  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
-  config.backend = SY_BACKEND_HOST;
-  config.rank = ctx->rank;
-  config.world_size = ctx->world;
-  config.host_group = ctx->group;
-  config.timeout_ms = ctx->timeout_ms;
-  config.heap_bytes = (size_t)1 << 32; /* accounting only on the host backend */
-  sy_comm_t comm = NULL;
-  CHECK_OK(sy_comm_init(&comm, &config));
-  if (!comm) return NULL;
-  ctx->fn(ctx->rank, comm, ctx->arg);
-  CHECK_OK(sy_comm_destroy(comm));
-  return NULL;
-}
-
-/* Runs fn on `world` ranks, each a thread with its own communicator of a fresh host group. */
-static inline void run_ranks_timeout(int world, uint64_t timeout_ms, rank_fn_t fn, void *arg) {
-  rank_ctx_t ctx[MAX_RANKS];
-  const int group = __atomic_fetch_add(&next_group, 1, __ATOMIC_RELAXED);
-  for (int r = 0; r < world; r++) {
-    ctx[r] = (rank_ctx_t){r, world, group, timeout_ms, fn, arg, 0};
-    if (pthread_create(&ctx[r].thread, NULL, rank_main, &ctx[r])) {
-      fprintf(stderr, "pthread_create failed\n");
-      exit(1);
-    }
-  }
-  for (int r = 0; r < world; r++) pthread_join(ctx[r].thread, NULL);
-}
-
-static inline void run_ranks(int world, rank_fn_t fn, void *arg) { run_ranks_timeout(world, TEST_TIMEOUT_MS, fn, arg); }
 
 /* ---- a case and its seeded inputs ---------------------------------------------------------------------- */
 

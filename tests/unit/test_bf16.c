@@ -40,26 +40,14 @@ static double fp16_value(uint32_t h) {
   return sign ? -v : v;
 }
 
-static float bits_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint32_t float_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
 static void decode_and_round_trip(void) {
   int bad_bf16 = 0, bad_fp16 = 0;
   for (uint32_t h = 0; h < 65536; h++) {
     /* bf16: the top half of the fp32, NaN payloads included; back to itself, NaN to 0x7FFF. */
     const int bf16_nan = (h & 0x7F80u) == 0x7F80u && (h & 0x7Fu);
     const float b = sy__bf16_to_float((uint16_t)h);
-    if (float_bits(b) != h << 16 || (!bf16_nan && (double)b != bf16_value(h))) {
-      if (bad_bf16++ < 5) fprintf(stderr, "bf16 0x%04x decodes to 0x%08x\n", h, float_bits(b));
+    if (check_float_bits(b) != h << 16 || (!bf16_nan && (double)b != bf16_value(h))) {
+      if (bad_bf16++ < 5) fprintf(stderr, "bf16 0x%04x decodes to 0x%08x\n", h, check_float_bits(b));
     }
     const uint16_t b_back = sy__float_to_bf16(b);
     if (b_back != (bf16_nan ? 0x7FFF : h)) {
@@ -68,8 +56,8 @@ static void decode_and_round_trip(void) {
     /* fp16: exact, subnormals normalised; NaN to 0x7FFFFFFF; back to itself, NaN to 0x7FFF. */
     const int fp16_nan = (h & 0x7C00u) == 0x7C00u && (h & 0x3FFu);
     const float f = sy__fp16_to_float((uint16_t)h);
-    if (fp16_nan ? float_bits(f) != 0x7FFFFFFFu : ((double)f != fp16_value(h) || (float_bits(f) >> 31) != h >> 15)) {
-      if (bad_fp16++ < 5) fprintf(stderr, "fp16 0x%04x decodes to 0x%08x\n", h, float_bits(f));
+    if (fp16_nan ? check_float_bits(f) != 0x7FFFFFFFu : ((double)f != fp16_value(h) || (check_float_bits(f) >> 31) != h >> 15)) {
+      if (bad_fp16++ < 5) fprintf(stderr, "fp16 0x%04x decodes to 0x%08x\n", h, check_float_bits(f));
     }
     const uint16_t f_back = sy__float_to_fp16(f);
     if (f_back != (fp16_nan ? 0x7FFF : h)) {
@@ -117,10 +105,10 @@ typedef struct tally {
 /* Checks the magnitudes first, first + stride, ... below last (and their negatives) in the formats of `which`:
  * stride 1 walks the midpoints, others find the result by bisection. */
 static void check_range(uint32_t first, uint32_t last, uint32_t stride, int which, tally_t *t) {
-  const double x0 = (double)bits_float(first);
+  const double x0 = (double)check_bits_float(first);
   uint32_t hb = start_at(bf16_mid, 0x7F80, x0), hf = start_at(fp16_mid, 0x7C00, x0);
   for (uint32_t u = first; u < last; u += stride) {
-    const float f = bits_float(u);
+    const float f = check_bits_float(u);
     const double x = (double)f;
     if (which & BF16) {
       hb = stride == 1 ? advance(bf16_mid, hb, 0x7F80, x) : start_at(bf16_mid, 0x7F80, x);
@@ -190,8 +178,8 @@ static void every_float(void) {
   /* Every NaN, both signs. */
   long long bad_nan = 0;
   for (uint32_t u = 0x7F800001u; u != 0x80000000u; u++) {
-    bad_nan += sy__float_to_bf16(bits_float(u)) != 0x7FFF || sy__float_to_bf16(bits_float(u | 0x80000000u)) != 0x7FFF;
-    bad_nan += sy__float_to_fp16(bits_float(u)) != 0x7FFF || sy__float_to_fp16(bits_float(u | 0x80000000u)) != 0x7FFF;
+    bad_nan += sy__float_to_bf16(check_bits_float(u)) != 0x7FFF || sy__float_to_bf16(check_bits_float(u | 0x80000000u)) != 0x7FFF;
+    bad_nan += sy__float_to_fp16(check_bits_float(u)) != 0x7FFF || sy__float_to_fp16(check_bits_float(u | 0x80000000u)) != 0x7FFF;
   }
   CHECK_EQ_INT(bad_nan, 0);
 }
@@ -199,14 +187,14 @@ static void every_float(void) {
 /* A few named cases, so a failure reads plainly. */
 static void named_cases(void) {
   CHECK_EQ_INT(sy__float_to_bf16(1.0f), 0x3F80);
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x3F808000u)), 0x3F80); /* tie, even below */
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x3F818000u)), 0x3F82); /* tie, even above */
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x3F808001u)), 0x3F81);
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x7F7F8000u)), 0x7F80); /* the largest finite's tie: infinity */
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x7F7F7FFFu)), 0x7F7F);
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x00008000u)), 0x0000); /* subnormal tie to even zero */
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0x80018000u)), 0x8002);
-  CHECK_EQ_INT(sy__float_to_bf16(bits_float(0xFFC00001u)), 0x7FFF);
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x3F808000u)), 0x3F80); /* tie, even below */
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x3F818000u)), 0x3F82); /* tie, even above */
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x3F808001u)), 0x3F81);
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x7F7F8000u)), 0x7F80); /* the largest finite's tie: infinity */
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x7F7F7FFFu)), 0x7F7F);
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x00008000u)), 0x0000); /* subnormal tie to even zero */
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0x80018000u)), 0x8002);
+  CHECK_EQ_INT(sy__float_to_bf16(check_bits_float(0xFFC00001u)), 0x7FFF);
   CHECK_EQ_INT(sy__float_to_fp16(1.0f), 0x3C00);
   CHECK_EQ_INT(sy__float_to_fp16(65504.0f), 0x7BFF);
   CHECK_EQ_INT(sy__float_to_fp16(65519.996f), 0x7BFF);
@@ -217,13 +205,13 @@ static void named_cases(void) {
   CHECK_EQ_INT(sy__float_to_fp16(ldexpf(3.0f, -25)), 0x0002);                  /* 1.5 ulp: tie to even 2 */
   CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1.0f, -25) * 1.0000001f), 0x0001);
   CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1023.5f, -24)), 0x0400);               /* up into the normals */
-  CHECK_EQ_INT(sy__float_to_fp16(bits_float(0x00000001u)), 0x0000);
+  CHECK_EQ_INT(sy__float_to_fp16(check_bits_float(0x00000001u)), 0x0000);
   CHECK_EQ_INT(sy__float_to_fp16(-0.0f), 0x8000);
-  CHECK_EQ_INT(sy__float_to_fp16(bits_float(0xFF800001u)), 0x7FFF);
-  CHECK_EQ_INT(float_bits(sy__fp16_to_float(0x0001)), float_bits(ldexpf(1.0f, -24)));
-  CHECK_EQ_INT(float_bits(sy__fp16_to_float(0x83FF)), float_bits(-ldexpf(1023.0f, -24)));
-  CHECK_EQ_INT(float_bits(sy__fp16_to_float(0xFC00)), 0xFF800000u);
-  CHECK_EQ_INT(float_bits(sy__fp16_to_float(0xFE00)), 0x7FFFFFFFu);
+  CHECK_EQ_INT(sy__float_to_fp16(check_bits_float(0xFF800001u)), 0x7FFF);
+  CHECK_EQ_INT(check_float_bits(sy__fp16_to_float(0x0001)), check_float_bits(ldexpf(1.0f, -24)));
+  CHECK_EQ_INT(check_float_bits(sy__fp16_to_float(0x83FF)), check_float_bits(-ldexpf(1023.0f, -24)));
+  CHECK_EQ_INT(check_float_bits(sy__fp16_to_float(0xFC00)), 0xFF800000u);
+  CHECK_EQ_INT(check_float_bits(sy__fp16_to_float(0xFE00)), 0x7FFFFFFFu);
 }
 
 int main(void) {

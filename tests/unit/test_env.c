@@ -232,15 +232,6 @@ static void test_log_levels(void) {
   CHECK_EQ_INT(sy__log_enabled(SY_LOG_INFO), 0);
 }
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *text = calloc(1, 65536);
-  if (text && fread(text, 1, 65535, f) == 0) text[0] = '\0';
-  fclose(f);
-  return text;
-}
-
 static void test_log_file(void) {
   char dir[] = "/tmp/sy_test_env_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -261,7 +252,7 @@ static void test_log_file(void) {
   sy__log_reset(); /* closes the file, back to stderr */
   sy__log_set_rank(saved_rank);
 
-  char *text = read_file(path);
+  char *text = check_read_file(path);
   CHECK(text != NULL);
   if (text) {
     CHECK(strstr(text, "[rank 3] sy warn: test line 7\n") != NULL);

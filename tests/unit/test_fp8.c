@@ -28,18 +28,6 @@
 #include <string.h>
 #include <time.h>
 
-static float bits_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint32_t float_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
 /* ---- the independent rule ------------------------------------------------------------------------------ */
 
 /* The value of a finite E4M3 code: 1.m * 2^(e - 7), or m/8 * 2^-6 when e = 0. */
@@ -99,17 +87,17 @@ static void decode_all_codes(void) {
   for (uint32_t q = 0; q < 256; q++) {
     const float f = sy__fp8_e4m3_to_float((uint8_t)q);
     const int nan_code = (q & 0x7F) == 0x7F;
-    const int ok = nan_code ? float_bits(f) == 0x7FFFFFFFu
-                            : (double)f == e4m3_value(q) && (float_bits(f) >> 31) == (q >> 7);
+    const int ok = nan_code ? check_float_bits(f) == 0x7FFFFFFFu
+                            : (double)f == e4m3_value(q) && (check_float_bits(f) >> 31) == (q >> 7);
     const uint8_t back = sy__fp8_e4m3_from_float(f);
     if ((!ok || back != (nan_code ? 0x7F : q)) && bad++ < 5)
-      fprintf(stderr, "e4m3 0x%02x decodes to 0x%08x, encodes back to 0x%02x\n", q, float_bits(f), back);
+      fprintf(stderr, "e4m3 0x%02x decodes to 0x%08x, encodes back to 0x%02x\n", q, check_float_bits(f), back);
   }
   CHECK_EQ_INT(bad, 0);
-  CHECK_EQ_INT(float_bits(sy__fp8_e4m3_to_float(0x00)), 0x00000000u);
-  CHECK_EQ_INT(float_bits(sy__fp8_e4m3_to_float(0x80)), 0x80000000u);
-  CHECK_EQ_INT(float_bits(sy__fp8_e4m3_to_float(0x7F)), 0x7FFFFFFFu);
-  CHECK_EQ_INT(float_bits(sy__fp8_e4m3_to_float(0xFF)), 0x7FFFFFFFu);
+  CHECK_EQ_INT(check_float_bits(sy__fp8_e4m3_to_float(0x00)), 0x00000000u);
+  CHECK_EQ_INT(check_float_bits(sy__fp8_e4m3_to_float(0x80)), 0x80000000u);
+  CHECK_EQ_INT(check_float_bits(sy__fp8_e4m3_to_float(0x7F)), 0x7FFFFFFFu);
+  CHECK_EQ_INT(check_float_bits(sy__fp8_e4m3_to_float(0xFF)), 0x7FFFFFFFu);
   CHECK(sy__fp8_e4m3_to_float(0x7E) == 448.0f);
   CHECK(sy__fp8_e4m3_to_float(0xFE) == -448.0f);
   CHECK(sy__fp8_e4m3_to_float(0x01) == ldexpf(1.0f, -9));
@@ -128,9 +116,9 @@ typedef struct range {
 /* Each magnitude and its negative. Stride 1 walks the midpoints; others find the code by bisection. */
 static void *check_range(void *arg) {
   range_t *r = arg;
-  uint32_t h = code_of((double)bits_float(r->first));
+  uint32_t h = code_of((double)check_bits_float(r->first));
   for (uint32_t u = r->first; u < r->last; u += r->stride) {
-    const float f = bits_float(u);
+    const float f = check_bits_float(u);
     h = r->stride == 1 ? advance(h, (double)f) : code_of((double)f);
     const uint8_t p = sy__fp8_e4m3_from_float(f), n = sy__fp8_e4m3_from_float(-f);
     if ((p != h || n != (0x80u | h)) && r->bad++ < 5)
@@ -161,7 +149,7 @@ static void every_float_in_range(void) {
 
   long long bad_nan = 0; /* every NaN, both signs */
   for (uint32_t u = 0x7F800001u; u != 0x80000000u; u++)
-    bad_nan += sy__fp8_e4m3_from_float(bits_float(u)) != 0x7F || sy__fp8_e4m3_from_float(bits_float(u | 0x80000000u)) != 0x7F;
+    bad_nan += sy__fp8_e4m3_from_float(check_bits_float(u)) != 0x7F || sy__fp8_e4m3_from_float(check_bits_float(u | 0x80000000u)) != 0x7F;
   CHECK_EQ_INT(bad_nan, 0);
 }
 
@@ -169,7 +157,7 @@ static void every_float_in_range(void) {
 static void every_bf16(void) {
   int bad = 0;
   for (uint32_t b = 0; b < 65536; b++) {
-    const float f = bits_float(b << 16);
+    const float f = check_bits_float(b << 16);
     const uint8_t got = sy__fp8_e4m3_from_float(f), want = ref_encode(f);
     if (got != want && bad++ < 5) fprintf(stderr, "bf16 0x%04x: e4m3 0x%02x, want 0x%02x\n", b, got, want);
   }
@@ -200,17 +188,17 @@ static void named_cases(void) {
     CHECK_EQ_INT(got, cases[i].want);
     CHECK_EQ_INT(ref_encode(cases[i].x), cases[i].want); /* the reference agrees with the hand-made answers */
   }
-  CHECK_EQ_INT(sy__fp8_e4m3_from_float(bits_float(0x7FC00000u)), 0x7F);
-  CHECK_EQ_INT(sy__fp8_e4m3_from_float(bits_float(0xFFC00000u)), 0x7F);
-  CHECK_EQ_INT(sy__fp8_e4m3_from_float(bits_float(0x7F800001u)), 0x7F);
-  CHECK_EQ_INT(sy__fp8_e4m3_from_float(bits_float(0x80000001u)), 0x80);
-  CHECK_EQ_INT(sy__fp8_e4m3_from_float(bits_float(0x00000001u)), 0x00);
+  CHECK_EQ_INT(sy__fp8_e4m3_from_float(check_bits_float(0x7FC00000u)), 0x7F);
+  CHECK_EQ_INT(sy__fp8_e4m3_from_float(check_bits_float(0xFFC00000u)), 0x7F);
+  CHECK_EQ_INT(sy__fp8_e4m3_from_float(check_bits_float(0x7F800001u)), 0x7F);
+  CHECK_EQ_INT(sy__fp8_e4m3_from_float(check_bits_float(0x80000001u)), 0x80);
+  CHECK_EQ_INT(sy__fp8_e4m3_from_float(check_bits_float(0x00000001u)), 0x00);
 }
 
 /* ---- group scales ------------------------------------------------------------------------------------- */
 
 static int is_pow2(float s) {
-  const uint32_t u = float_bits(s), e = u >> 23, m = u & 0x7FFFFFu;
+  const uint32_t u = check_float_bits(s), e = u >> 23, m = u & 0x7FFFFFu;
   return e == 0 ? m != 0 && (m & (m - 1)) == 0 : e < 0xFF && m == 0;
 }
 
@@ -218,7 +206,7 @@ static int is_pow2(float s) {
 static int check_scale(float amax, int bf16_domain) {
   const float plain = sy__fp8_group_scale(amax, 0), ue8m0 = sy__fp8_group_scale(amax, 1);
   const float want = ref_scale(amax);
-  int ok = float_bits(plain) == float_bits(want) && float_bits(ue8m0) == float_bits(ref_pow2_at_least(want));
+  int ok = check_float_bits(plain) == check_float_bits(want) && check_float_bits(ue8m0) == check_float_bits(ref_pow2_at_least(want));
   ok = ok && is_pow2(ue8m0) && ue8m0 >= plain && (double)ue8m0 * 448.0 < 2.0 * (double)amax;
   if (bf16_domain) ok = ok && (double)ue8m0 * 448.0 >= (double)amax;
   if (!ok) fprintf(stderr, "amax %a: scale %a, ue8m0 %a (want %a)\n", (double)amax, (double)plain, (double)ue8m0, (double)want);
@@ -241,19 +229,19 @@ static void scales(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const float plain = sy__fp8_group_scale(cases[i].amax, 0), ue8m0 = sy__fp8_group_scale(cases[i].amax, 1);
-    if (float_bits(plain) != float_bits(cases[i].plain) || float_bits(ue8m0) != float_bits(cases[i].ue8m0))
+    if (check_float_bits(plain) != check_float_bits(cases[i].plain) || check_float_bits(ue8m0) != check_float_bits(cases[i].ue8m0))
       fprintf(stderr, "scale case %zu: amax %a gives %a, ue8m0 %a\n", i, (double)cases[i].amax, (double)plain, (double)ue8m0);
-    CHECK_EQ_INT(float_bits(plain), float_bits(cases[i].plain));
-    CHECK_EQ_INT(float_bits(ue8m0), float_bits(cases[i].ue8m0));
+    CHECK_EQ_INT(check_float_bits(plain), check_float_bits(cases[i].plain));
+    CHECK_EQ_INT(check_float_bits(ue8m0), check_float_bits(cases[i].ue8m0));
   }
   CHECK(isnan(sy__fp8_group_scale(NAN, 0)) && isnan(sy__fp8_group_scale(NAN, 1)));
   CHECK(sy__fp8_group_scale(INFINITY, 0) == INFINITY && sy__fp8_group_scale(INFINITY, 1) == INFINITY);
 
   int bad = 0;
-  for (uint32_t b = 1; b < 0x7F80u; b++) bad += !check_scale(bits_float(b << 16), 1); /* every positive bf16 */
+  for (uint32_t b = 1; b < 0x7F80u; b++) bad += !check_scale(check_bits_float(b << 16), 1); /* every positive bf16 */
   CHECK_EQ_INT(bad, 0);
   bad = 0; /* floats: every 9973rd from 224 * 2^-149 (where the quotient stops rounding to 0) */
-  for (uint32_t u = 0xE1u; u < 0x7F800000u; u += 9973u) bad += !check_scale(bits_float(u), 0);
+  for (uint32_t u = 0xE1u; u < 0x7F800000u; u += 9973u) bad += !check_scale(check_bits_float(u), 0);
   CHECK_EQ_INT(bad, 0);
 }
 
@@ -307,23 +295,23 @@ static void check_token(int hidden, int ue8m0, const uint16_t *x, const int *kin
   static float scales[7168 / GROUP * STRIDE];
   const uint32_t poison = 0x7FBADBADu;
   memset(q, 0xA5, sizeof q);
-  for (int i = 0; i < groups * STRIDE; i++) scales[i] = bits_float(poison);
+  for (int i = 0; i < groups * STRIDE; i++) scales[i] = check_bits_float(poison);
   sy__fp8_quantize_token(x, hidden, ue8m0, q, scales, STRIDE);
   for (int g = 0; g < groups; g++) {
     t->groups[kinds[g]]++;
-    for (int s = 1; s < STRIDE; s++) t->bad_poison += float_bits(scales[g * STRIDE + s]) != poison;
+    for (int s = 1; s < STRIDE; s++) t->bad_poison += check_float_bits(scales[g * STRIDE + s]) != poison;
     float amax = 0.0f; /* the largest magnitude; NaN never compares larger */
     for (int i = 0; i < GROUP; i++) {
-      const float a = fabsf(bits_float((uint32_t)x[g * GROUP + i] << 16));
+      const float a = fabsf(check_bits_float((uint32_t)x[g * GROUP + i] << 16));
       if (a > amax) amax = a;
     }
     float scale = ref_scale(amax);
     if (ue8m0) scale = ref_pow2_at_least(scale);
-    if (float_bits(scales[g * STRIDE]) != float_bits(scale) && t->bad_scale++ < 5)
+    if (check_float_bits(scales[g * STRIDE]) != check_float_bits(scale) && t->bad_scale++ < 5)
       fprintf(stderr, "hidden %d ue8m0 %d group %d (kind %d): scale %a, want %a\n", hidden, ue8m0, g, kinds[g],
               (double)scales[g * STRIDE], (double)scale);
     for (int i = 0; i < GROUP; i++) {
-      const float xf = bits_float((uint32_t)x[g * GROUP + i] << 16);
+      const float xf = check_bits_float((uint32_t)x[g * GROUP + i] << 16);
       const uint8_t got = q[g * GROUP + i], want = ref_encode((float)((double)xf / (double)scale));
       if (got != want && t->bad_q++ < 5)
         fprintf(stderr, "hidden %d ue8m0 %d group %d (kind %d) element %d: x %a gives 0x%02x, want 0x%02x\n",

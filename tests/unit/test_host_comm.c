@@ -269,15 +269,6 @@ static void test_world_mismatch(void) {
     if (i != first) CHECK_EQ_INT(jobs[i].status, SY_SUCCESS);
 }
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *text = calloc(1, 65536);
-  if (text && fread(text, 1, 65535, f) == 0) text[0] = '\0';
-  fclose(f);
-  return text;
-}
-
 static void test_missing_rank(void) {
   char dir[] = "/tmp/sy_test_host_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -300,7 +291,7 @@ static void test_missing_rank(void) {
   unsetenv("SY_DEBUG_FILE");
   unsetenv("SY_BOOT_TIMEOUT_MS");
   sy__log_reset();
-  char *text = read_text(log_path);
+  char *text = check_read_file(log_path);
   CHECK(text != NULL);
   if (text) {
     CHECK(strstr(text, "never arrived") != NULL);
