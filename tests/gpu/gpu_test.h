@@ -63,6 +63,18 @@ static inline void gt_require_gpu(const char *test) {
   }
 }
 
+/* The opening of most GPU tests: skip without a GPU, a default communicator (rank and world from the
+ * launcher), the rank for the failure messages. */
+static inline sy_comm_t gt_init(const char *test, int *rank, int *world) {
+  gt_require_gpu(test);
+  sy_comm_t comm = NULL;
+  GT_OK(sy_comm_init(&comm, NULL));
+  GT_OK(sy_comm_rank(comm, rank));
+  GT_OK(sy_comm_size(comm, world));
+  gt_rank = *rank;
+  return comm;
+}
+
 static inline int gt_finish(const char *test) {
   if (gt_failures) {
     fprintf(stderr, "[test rank %d] FAILED: %s: %d failures\n", gt_rank, test, gt_failures);

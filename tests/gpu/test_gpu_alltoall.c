@@ -114,13 +114,8 @@ static void oracle_rank(int r, sy_comm_t comm, void *arg) {
 }
 
 int main(void) {
-  gt_require_gpu("test_gpu_alltoall");
-  sy_comm_t comm = NULL;
-  GT_OK(sy_comm_init(&comm, NULL));
   int rank, W;
-  GT_OK(sy_comm_rank(comm, &rank));
-  GT_OK(sy_comm_size(comm, &W));
-  gt_rank = rank;
+  sy_comm_t comm = gt_init("test_gpu_alltoall", &rank, &W);
   const size_t max_pair = 4u << 20;
   const size_t send_cap = (size_t)W * (max_pair + 64) + 64, recv_cap = send_cap + 64 * (size_t)W;
   uint8_t *send = NULL, *recv = NULL;

@@ -25,13 +25,8 @@ __global__ void store_kernel(uint4 *dst, size_t nvec, int src) {
 }
 
 int main(void) {
-  gt_require_gpu("test_gpu_peer_store");
-  sy_comm_t comm = NULL;
-  GT_OK(sy_comm_init(&comm, NULL));
   int rank, world;
-  GT_OK(sy_comm_rank(comm, &rank));
-  GT_OK(sy_comm_size(comm, &world));
-  gt_rank = rank;
+  sy_comm_t comm = gt_init("test_gpu_peer_store", &rank, &world);
   const size_t bytes = (size_t)256 << 20;
   uint8_t *buf = NULL;
   GT_OK(sy_mem_alloc(comm, bytes, (void **)&buf));

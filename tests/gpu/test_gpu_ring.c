@@ -6,13 +6,8 @@
 #include "gpu_test.h"
 
 int main(void) {
-  gt_require_gpu("test_gpu_ring");
-  sy_comm_t comm = NULL;
-  GT_OK(sy_comm_init(&comm, NULL));
   int rank, world;
-  GT_OK(sy_comm_rank(comm, &rank));
-  GT_OK(sy_comm_size(comm, &world));
-  gt_rank = rank;
+  sy_comm_t comm = gt_init("test_gpu_ring", &rank, &world);
   const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
   const size_t max_bytes = 8u << 20;
   static const size_t sizes[] = {1, 3, 16, 100, 4096, 65537, 1u << 20, 8u << 20};
