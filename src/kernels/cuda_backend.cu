@@ -24,6 +24,16 @@ const char *op_name(int op) {
     case OP_A2A_MISMATCH: return "alltoallv (a pair disagrees on its byte count; expected = this rank's, saw = the peer's)";
     case OP_ATTN_READY: return "attention dispatch (waiting for the receiver to enter the call)";
     case OP_ATTN_DATA: return "attention dispatch (waiting for a sender's rows)";
+    case OP_MOE_IDS:
+      return "moe dispatch_send: an expert id outside [-1, num_experts) or repeated within its token (peer = the "
+             "token, expected = k, saw = the id); the entry was treated as -1";
+    case OP_MOE_DISPATCH_SEND: return "moe dispatch_send";
+    case OP_MOE_DISPATCH_RECV: return "moe dispatch_recv (waiting for a source's tokens; expected/saw = call numbers)";
+    case OP_MOE_COMBINE_SEND: return "moe combine_send";
+    case OP_MOE_COMBINE_RECV: return "moe combine_recv (waiting for an expert rank's outputs)";
+    case OP_MOE_COMBINE_ARGS:
+      return "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (peer = -1: num_tokens, "
+             "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)";
     default: return "unknown operation";
   }
 }
@@ -184,8 +194,8 @@ static const sy_backend_ops_t cuda_ops = {
     "cuda",          cuda_destroy,     cuda_mem_alloc, cuda_mem_free,       cuda_peer_ptr,   cuda_barrier,
     cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error, sy__cuda_attn_create,
     sy__cuda_attn_destroy, sy__cuda_attn_plan_upload, sy__cuda_attn_run,
-    /* MoE low-latency kernels: not written yet; sy_moe_create reports SY_ERR_UNSUPPORTED on this backend. */
-    NULL, NULL, NULL, NULL, NULL, NULL,
+    sy__cuda_moe_create, sy__cuda_moe_destroy, sy__cuda_moe_dispatch_send, sy__cuda_moe_dispatch_recv,
+    sy__cuda_moe_combine_send, sy__cuda_moe_combine_recv,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */

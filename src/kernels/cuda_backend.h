@@ -33,7 +33,13 @@ enum op_id : int {
   OP_A2A_DATA = 4,    /* receiver waited for a sender's chunks */
   OP_A2A_MISMATCH = 5, /* sender and receiver disagree on the byte count */
   OP_ATTN_READY = 6,   /* attention: sender waited for the receiver to enter the call */
-  OP_ATTN_DATA = 7     /* attention: receiver waited for a sender's rows */
+  OP_ATTN_DATA = 7,    /* attention: receiver waited for a sender's rows */
+  OP_MOE_IDS = 8,           /* MoE dispatch_send: a bad expert id (peer = token, expected = k, seen = id) */
+  OP_MOE_DISPATCH_SEND = 9, /* MoE dispatch_send (trace) */
+  OP_MOE_DISPATCH_RECV = 10, /* MoE dispatch_recv: waited for a source's messages */
+  OP_MOE_COMBINE_SEND = 11, /* MoE combine_send (trace) */
+  OP_MOE_COMBINE_RECV = 12, /* MoE combine_recv: waited for an expert rank's vectors */
+  OP_MOE_COMBINE_ARGS = 13  /* MoE combine_recv: num_tokens or ids differ from the dispatch's */
 };
 const char *op_name(int op);
 
@@ -46,7 +52,10 @@ enum trace_phase : uint16_t {
   PH_COPY = 4,       /* one chunk: stores or put */
   PH_SIGNAL = 5,     /* fence and counter update after a chunk */
   PH_WAIT_DATA = 6,  /* receiver waits for the senders' chunks */
-  PH_WAIT = 7        /* a barrier's or signal wait's wait */
+  PH_WAIT = 7,       /* a barrier's or signal wait's wait */
+  PH_ROUTE = 8,      /* MoE dispatch: every token's destinations and message indices */
+  PH_POST = 9,       /* MoE dispatch_recv: messages laid out into the caller's expert-major buffers */
+  PH_REDUCE = 10     /* MoE combine_recv: the weighted sum per token */
 };
 const char *phase_name(int phase);
 
@@ -130,6 +139,16 @@ void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn);
 sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan);
 sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
                               const sy_attn_call_t *call, cudaStream_t stream);
+/* MoE low-latency dispatch and combine on the GPU (moe.cu). */
+sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe);
+void sy__cuda_moe_destroy(sy_comm_t comm, struct sy_moe *moe);
+sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                                       cudaStream_t stream);
+sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
+                                       cudaStream_t stream);
+sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
+sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                                      void *out, cudaStream_t stream);
 }
 
 namespace sy {

@@ -22,6 +22,9 @@ const char *phase_name(int phase) {
     case PH_SIGNAL: return "signal";
     case PH_WAIT_DATA: return "wait data";
     case PH_WAIT: return "wait";
+    case PH_ROUTE: return "route";
+    case PH_POST: return "post-process";
+    case PH_REDUCE: return "reduce";
     default: return "phase";
   }
 }
@@ -35,6 +38,12 @@ static const char *op_short(int op) {
     case OP_A2A_MISMATCH: return "alltoallv";
     case OP_ATTN_READY:
     case OP_ATTN_DATA: return "attn";
+    case OP_MOE_IDS:
+    case OP_MOE_DISPATCH_SEND: return "moe dispatch_send";
+    case OP_MOE_DISPATCH_RECV: return "moe dispatch_recv";
+    case OP_MOE_COMBINE_SEND: return "moe combine_send";
+    case OP_MOE_COMBINE_RECV:
+    case OP_MOE_COMBINE_ARGS: return "moe combine_recv";
     default: return "op";
   }
 }

@@ -13,6 +13,10 @@
 
 #include "switchyard.h"
 
+#define BENCH_MAX_TOKEN_LIST 16
+#define BENCH_MIN_TOKENS_GIVEN 1u
+#define BENCH_MAX_TOKENS_GIVEN 2u
+
 typedef struct bench_opts {
   const char *entry;
   sy_backend_t backend;
@@ -25,6 +29,9 @@ typedef struct bench_opts {
   int nccl;
   const char *json_path;
   int64_t min_tokens, max_tokens; /* token-based entries (attn): tokens per rank */
+  unsigned tokens_given;          /* BENCH_MIN_TOKENS_GIVEN | BENCH_MAX_TOKENS_GIVEN: set on the command line */
+  int num_token_list;             /* --tokens: entries with a list of sizes (moe-ll); 0: the entry's default */
+  int64_t token_list[BENCH_MAX_TOKEN_LIST];
 } bench_opts_t;
 
 /* One measured variant at one size. */
@@ -59,10 +66,16 @@ int bench_alltoall(bench_ctx_t *ctx);
 size_t bench_alltoall_heap(const bench_opts_t *opts);
 int bench_attn(bench_ctx_t *ctx);
 size_t bench_attn_heap(const bench_opts_t *opts);
+int bench_moe(bench_ctx_t *ctx);
+size_t bench_moe_heap(const bench_opts_t *opts);
 
 /* Timing: runs op(arg) warmup + iters times on ctx->stream; fills time_us/host_us (medians). */
 typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);
 int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out);
+/* For entries that time inside their own loop (moe-ll times two halves of one call): the monotonic clock in
+ * seconds, and the median of v[0..n) (sorts v). */
+double bench_now_s(void);
+double bench_median(double *v, int n);
 
 /* Output (rank 0 prints; every rank calls). */
 void bench_print(bench_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -19,6 +19,8 @@
 static const bench_entry_t entries[] = {
     {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall, bench_alltoall_heap},
     {"attn", "attention Q+KV forward (Q 4096 B, KV 1024 B rows, C=2), vs NCCL all-to-all-v", bench_attn, bench_attn_heap},
+    {"moe-ll", "MoE low-latency dispatch and combine (hidden 7168, top-8 of 256 experts), vs NCCL send/recv", bench_moe,
+     bench_moe_heap},
 };
 static const int num_entries = (int)(sizeof entries / sizeof entries[0]);
 
@@ -70,7 +72,7 @@ double bench_allreduce_max_d(bench_ctx_t *ctx, double value) {
   return best;
 }
 
-static double now_s(void) {
+double bench_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -81,7 +83,7 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
+double bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -111,15 +113,15 @@ int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out)
     }
     for (int i = 0; i < 2 * iters; i++) cudaEventDestroy(ev[i]);
     free(ev);
-    if (!rc) out->time_us = median(t, iters);
+    if (!rc) out->time_us = bench_median(t, iters);
   }
   for (int i = 0; i < iters && !rc; i++) { /* host-observed: enqueue to completion */
-    double t0 = now_s();
+    double t0 = bench_now_s();
     rc = op(ctx, arg);
     if (gpu && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-    t[i] = (now_s() - t0) * 1e6;
+    t[i] = (bench_now_s() - t0) * 1e6;
   }
-  if (!rc) out->host_us = median(t, iters);
+  if (!rc) out->host_us = bench_median(t, iters);
   if (!gpu) out->time_us = out->host_us;
   free(t);
   /* The collective's time is its slowest rank's. */
@@ -143,7 +145,9 @@ static void usage(FILE *f) {
           "      --no-nccl             skip the NCCL baseline\n"
           "      --json FILE           also write the rows as JSON\n"
           "  -t, --min-tokens N        token-based entries: fewest tokens per rank (default 8K)\n"
-          "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host)\n"
+          "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host);\n"
+          "                            moe-ll: keeps the sizes of its list inside [-t, -T]\n"
+          "      --tokens N[,N...]     moe-ll: tokens per rank to run (default 1,32,128,256)\n"
           "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
 }
@@ -279,8 +283,28 @@ static int parse_int_arg(const char *flag, const char *text, int min, int *out) 
   return 0;
 }
 
+/* "1,32,128" into opts->token_list. */
+static int parse_token_list(const char *flag, const char *text, bench_opts_t *opts) {
+  char buf[256];
+  if (strlen(text) >= sizeof buf) return fprintf(stderr, "sy-bench: %s: list too long\n", flag) > 0;
+  strcpy(buf, text);
+  opts->num_token_list = 0;
+  for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    size_t v;
+    if (opts->num_token_list == BENCH_MAX_TOKEN_LIST || sy__parse_size(item, &v) != SY_SUCCESS || v == 0 ||
+        v > INT32_MAX) {
+      fprintf(stderr, "sy-bench: %s %s: want up to %d positive token counts, comma-separated\n", flag, text,
+              BENCH_MAX_TOKEN_LIST);
+      return 1;
+    }
+    opts->token_list[opts->num_token_list++] = (int64_t)v;
+  }
+  if (!opts->num_token_list) return fprintf(stderr, "sy-bench: %s: empty list\n", flag) > 0;
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0};
+  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -317,10 +341,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "-t") || !strcmp(a, "--min-tokens")) {
       bad = parse_size_arg(a, v, &tokens_arg);
       opts.min_tokens = (int64_t)tokens_arg;
+      opts.tokens_given |= BENCH_MIN_TOKENS_GIVEN;
     } else if (!strcmp(a, "-T") || !strcmp(a, "--max-tokens")) {
       bad = parse_size_arg(a, v, &tokens_arg);
       opts.max_tokens = (int64_t)tokens_arg;
-    }
+      opts.tokens_given |= BENCH_MAX_TOKENS_GIVEN;
+    } else if (!strcmp(a, "--tokens")) bad = parse_token_list(a, v, &opts);
     else {
       fprintf(stderr, "sy-bench: unknown option %s\n", a);
       usage(stderr);
@@ -342,6 +368,9 @@ int main(int argc, char **argv) {
     else opts.backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
   }
   if (!opts.max_tokens) opts.max_tokens = opts.backend == SY_BACKEND_CUDA ? 512 * 1024 : 32 * 1024;
+  /* -T alone below the default -t (moe-ll -T 128): the default gives way. */
+  if (!(opts.tokens_given & BENCH_MIN_TOKENS_GIVEN) && opts.min_tokens > opts.max_tokens)
+    opts.min_tokens = opts.max_tokens;
   if (opts.min_tokens > opts.max_tokens) {
     fprintf(stderr, "sy-bench: --min-tokens %lld is larger than --max-tokens %lld\n", (long long)opts.min_tokens,
             (long long)opts.max_tokens);

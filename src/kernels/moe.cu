@@ -1,0 +1,941 @@
+/*
+ * moe.cu — the MoE low-latency dispatch and combine on the GPU: four kernels, one per half, in the workspace
+ * layout both backends share (sy__moe_layout; src/ref/moe_ref.h draws it) and with the results of the host
+ * backend (src/ref/moe_host.c) bit for bit. docs/moe_ll_kernels.md is the plan; in short:
+ *
+ *   dispatch_send  every block routes all tokens (a warp per 32 tokens: ballots over "one of its experts is on
+ *                  rank p" give each token its message index at p, so messages to p are in token order), then
+ *                  blocks take tokens: FP8 quantisation in registers (8 lanes per 128-element group), and the
+ *                  message — header, k entries, payload, scales — stored straight into every destination's
+ *                  dispatch region (NVLink stores; a staged NVSHMEM put where the peer is not load/store
+ *                  reachable). The block that completes a destination's messages raises one self-validating
+ *                  word there: (message count << 32) | call.
+ *   dispatch_recv  waits for every source's word; a block per (local expert, split) scans the messages in
+ *                  (source, token) order for entries naming its expert — that order is the slot order — and
+ *                  copies the hits into the caller's expert-major buffers; remembers each entry's slot.
+ *   combine_send   a block per received message: default, fmaf(w_k, y_k, .) over its entries in k order from
+ *                  +0, rounded to bf16, stored into the owner's combine region at [this rank][token];
+ *                  SY_MOE_PER_EXPERT, y_k into [token][k]. Then one release-ordered word per owner.
+ *   combine_recv   waits for every rank's word; a block per token adds the rank partials in rank order (or
+ *                  fmaf(w_k, y_k) in k order) from +0 and rounds once.
+ * Call numbers live on the device (dispatch_send's last block advances them), so every half is
+ * graph-capturable and needs no reset; the completion counters are reset by the block that completes them.
+ * Parity n % 2 of every region is safe to reuse at call n + 2 by the argument in moe_host.c.
+ */
+#include <cuda_bf16.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.cuh"
+#include "ref/fp8.h"
+#include "ref/moe_ref.h"
+
+namespace sy {
+
+constexpr int MOE_THREADS = 512;
+constexpr int MOE_WARPS = MOE_THREADS / 32;
+constexpr int MOE_MAX_K = 32;
+
+/* Device-local state of one object. */
+struct moe_local {
+  uint64_t call;           /* the current call: advanced by dispatch_send's last block */
+  unsigned blocks_done;    /* dispatch_send's blocks that finished this call */
+  int num_tokens;          /* this rank's dispatch of the current call */
+};
+
+struct moe_params {
+  dev_ctx ctx;
+  char *ws; /* this rank's workspace (symmetric) */
+  moe_local *local;
+  unsigned *done;     /* [2][W]: messages completed per destination (dispatch), per owner (combine) */
+  int32_t *ids;       /* [T][K]: this rank's dispatch ids, checked (-1 for a rejected one) */
+  int32_t *slot_of;   /* [W][T][K]: slot of (source, message, k) here */
+  char *staging;      /* [blocks][stage_bytes]: messages and vectors on their way to a put-only peer */
+  uint64_t stage_bytes;
+  uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset;
+  int T, H, K, E, L, W, S, G, wire, per_expert, splits;
+  /* the call's arguments */
+  const uint16_t *tokens;
+  int num_tokens;
+  const void *expert_ids;
+  int id64;
+  const float *weights;
+  sy_moe_recv_t recv;
+  const uint16_t *expert_out;
+  uint16_t *out;
+};
+
+/* ---- addressing ---------------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint64_t msg_offset(const moe_params &P, int parity, int source, int index) {
+  return (uint64_t)parity * P.parity_bytes + ((uint64_t)source * P.T + (uint64_t)index) * P.msg_bytes;
+}
+
+__device__ __forceinline__ uint64_t combine_offset(const moe_params &P, int parity, uint64_t vector) {
+  return (uint64_t)parity * P.parity_bytes + P.dispatch_bytes + vector * (uint64_t)P.H * 2u;
+}
+
+__device__ __forceinline__ uint64_t counter_offset(const moe_params &P, int parity, int source, int word) {
+  return P.counters_offset + ((uint64_t)parity * P.W + (uint64_t)source) * SY_MOE_COUNTER_BYTES + 8u * (uint64_t)word;
+}
+
+/* This rank's workspace as peer p sees it, when p is load/store reachable (else NULL: puts). */
+__device__ __forceinline__ char *peer_ws(const moe_params &P, int p) {
+  if (P.ctx.force_put && p != P.ctx.rank) return nullptr;
+  return (char *)nvshmem_ptr(P.ws, p);
+}
+
+__device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
+  return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
+}
+
+/* Expert k of token t, or -1 (none, or an id outside [-1, E) or repeated in the token: reported when `report`,
+ * peer = the token, expected = k, seen = the id). */
+__device__ int checked_id(const moe_params &P, int t, int k, bool report, uint64_t call) {
+  const uint64_t row = (uint64_t)t * (uint64_t)P.K;
+  const int64_t id = load_id(P, row + (uint64_t)k);
+  if (id == -1) return -1;
+  bool bad = id < -1 || id >= P.E;
+  for (int j = 0; !bad && j < k; j++) bad = load_id(P, row + (uint64_t)j) == id;
+  if (bad) {
+    if (report) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)id);
+    return -1;
+  }
+  return (int)id;
+}
+
+/* Raises word `word` of this rank's counters at p: a release store where p is reachable, an NVSHMEM signal
+ * (after the puts, which the caller quieted) otherwise. */
+__device__ __forceinline__ void signal_peer(const moe_params &P, char *peer, int p, int parity, int word,
+                                            uint64_t value) {
+  const uint64_t off = counter_offset(P, parity, P.ctx.rank, word);
+  if (peer) st_release_sys((uint64_t *)(peer + off), value);
+  else nvshmemx_signal_op((uint64_t *)(P.ws + off), value, NVSHMEM_SIGNAL_SET, p);
+}
+
+/* Waits (bounded) until the low 32 bits of *w equal call's; returns the word, or 0 on failure (reported). */
+__device__ uint64_t wait_call32(const dev_ctx &ctx, const uint64_t *w, uint64_t call, int op, int peer) {
+  const uint32_t c = (uint32_t)call;
+  uint64_t seen = ld_acquire_sys(w);
+  if ((uint32_t)seen == c) return seen;
+  const uint64_t start = global_timer_ns();
+  for (uint32_t polls = 1;; polls++) {
+    seen = ld_acquire_sys(w);
+    if ((uint32_t)seen == c) return seen;
+    if ((polls & 1023u) == 0) {
+      if (aborted(ctx)) return 0;
+      if (global_timer_ns() - start > ctx.timeout_ns) {
+        report_error(ctx, SY_ERR_TIMEOUT, op, peer, call, c, (uint32_t)seen);
+        return 0;
+      }
+    }
+  }
+}
+
+/* Message count `count` completed at destination/owner p (by this block's n of them): the block that brings
+ * the shared counter to `total` raises p's word. One thread per p, after the block's stores (bar.sync). */
+__device__ __forceinline__ void complete(const moe_params &P, unsigned *done, char *peer, int p, unsigned n,
+                                         unsigned total, int parity, int word, uint64_t value) {
+  if (n == 0) return;
+  if (!peer) nvshmem_quiet();
+  __threadfence_system();
+  if (atomicAdd(done, n) + n == total) {
+    __threadfence_system();
+    *done = 0; /* the next call's kernel starts after this one ends */
+    signal_peer(P, peer, p, parity, word, value);
+  }
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
+/* Loads of workspace data that peers wrote: plain loads (not the non-coherent path), after the block's
+ * pollers' acquire and a bar.sync. */
+__device__ __forceinline__ uint4 ld_plain(const void *p) { return *(const uint4 *)p; }
+
+/* Binary search: the source s with start[s] <= i < start[s + 1] (start has W + 1 entries, non-decreasing). */
+__device__ __forceinline__ int source_of(const int *start, int W, int i) {
+  int lo = 0, hi = W - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* ---- dispatch_send ---------------------------------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __grid_constant__ moe_params P) {
+  extern __shared__ uint64_t moe_dyn[];
+  const int W = P.W, K = P.K, L = P.L, me = P.ctx.rank, nt = P.num_tokens;
+  const int NC = (P.T + 31) / 32; /* chunks of 32 tokens (sized for max_tokens) */
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
+  /* dynamic: peers[W] (pointers), masks[W][NC], prefix[W][NC + 1], sent[W] */
+  char **peers = (char **)moe_dyn;
+  uint32_t *masks = (uint32_t *)(peers + W);
+  int *prefix = (int *)(masks + (size_t)W * NC);
+  int *sent = prefix + (size_t)W * (NC + 1);
+
+  __shared__ uint64_t call_s;
+  __shared__ int ndest_s, dest_s[MOE_MAX_K], idx_s[MOE_MAX_K], ent_e_s[MOE_MAX_K];
+  __shared__ float ent_w_s[MOE_MAX_K];
+  __shared__ char *tgt_s[MOE_MAX_K];
+  __shared__ int any_put_s;
+
+  if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->call) + 1;
+  for (int p = threadIdx.x; p < W; p += blockDim.x) {
+    peers[p] = peer_ws(P, p);
+    sent[p] = 0;
+  }
+  __syncthreads();
+  const uint64_t call = call_s;
+  const int parity = (int)(call & 1);
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, true, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, true, -1, call);
+  }
+
+  /* Routing: masks[p][c] bit j = token 32c + j goes to rank p. */
+  const int chunks = (nt + 31) / 32;
+  for (int c = (int)warp; c < chunks; c += MOE_WARPS) {
+    const int t = c * 32 + (int)lane;
+    for (int w0 = 0; w0 < W; w0 += 64) {
+      uint64_t dm = 0;
+      if (t < nt)
+        for (int k = 0; k < K; k++) {
+          const int e = checked_id(P, t, k, blockIdx.x == 0 && w0 == 0, call);
+          const int p = e >= 0 ? e / L : -1;
+          if (p >= w0 && p < w0 + 64) dm |= 1ull << (p - w0);
+        }
+      const int wend = W < w0 + 64 ? W : w0 + 64;
+      for (int p = w0; p < wend; p++) {
+        const uint32_t m = __ballot_sync(0xFFFFFFFFu, (dm >> (p - w0)) & 1u);
+        if (lane == 0) masks[(size_t)p * NC + c] = m;
+      }
+    }
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < W; p += blockDim.x) {
+    int acc = 0;
+    for (int c = 0; c < chunks; c++) {
+      prefix[(size_t)p * (NC + 1) + c] = acc;
+      acc += __popc(masks[(size_t)p * NC + c]);
+    }
+    prefix[(size_t)p * (NC + 1) + NC] = acc;
+    /* A destination with no message hears from block 0 now: every destination hears from every source. */
+    if (acc == 0 && blockIdx.x == 0) signal_peer(P, peers[p], p, parity, SY_MOE_COUNTER_DISPATCH, call & 0xFFFFFFFFull);
+  }
+  /* Block 0 keeps this dispatch's ids for the combine. */
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) P.local->num_tokens = nt;
+    for (int i = threadIdx.x; i < nt * K; i += blockDim.x) P.ids[i] = checked_id(P, i / K, i % K, false, call);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, false, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, true, -1, call);
+  }
+
+  const int fp8 = P.wire != SY_MOE_WIRE_BF16, ue8m0 = P.wire == SY_MOE_WIRE_FP8_UE8M0;
+  char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
+  for (int t = blockIdx.x; t < nt; t += gridDim.x) {
+    __syncthreads(); /* the previous token's shared state is no longer read */
+    if (threadIdx.x == 0) {
+      ndest_s = 0;
+      any_put_s = 0;
+    }
+    __syncthreads();
+    const int c = t / 32, b = t % 32;
+    for (int p = threadIdx.x; p < W; p += blockDim.x) {
+      const uint32_t m = masks[(size_t)p * NC + c];
+      if (!((m >> b) & 1u)) continue;
+      const int j = atomicAdd(&ndest_s, 1);
+      const int idx = prefix[(size_t)p * (NC + 1) + c] + __popc(m & ((1u << b) - 1u));
+      dest_s[j] = p;
+      idx_s[j] = idx;
+      tgt_s[j] = peers[p] ? peers[p] + msg_offset(P, parity, me, idx) : nullptr;
+      if (!peers[p]) any_put_s = 1;
+      sent[p]++;
+    }
+    if (threadIdx.x < (unsigned)K) {
+      ent_e_s[threadIdx.x] = checked_id(P, t, (int)threadIdx.x, false, call);
+      ent_w_s[threadIdx.x] = P.weights ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
+    }
+    __syncthreads();
+    const int ndest = ndest_s, any_put = any_put_s;
+    const uint16_t *tok = P.tokens + (uint64_t)t * P.H;
+    if (fp8) {
+      const int nvec = P.H / 16; /* 16 elements per lane, 8 lanes per 128-element group */
+      for (int v0 = (int)warp * 32; v0 < nvec; v0 += MOE_THREADS) {
+        const int v = v0 + (int)lane;
+        const bool active = v < nvec;
+        uint4 a = make_uint4(0, 0, 0, 0), bb = make_uint4(0, 0, 0, 0);
+        if (active) {
+          a = __ldg((const uint4 *)(tok + (uint64_t)v * 16));
+          bb = __ldg((const uint4 *)(tok + (uint64_t)v * 16 + 8));
+        }
+        const uint32_t w[8] = {a.x, a.y, a.z, a.w, bb.x, bb.y, bb.z, bb.w};
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          x[2 * i] = bf16_lo(w[i]);
+          x[2 * i + 1] = bf16_hi(w[i]);
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
+        const float scale = sy__fp8_scale(amax, ue8m0);
+        uint32_t q[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          q[i] = (uint32_t)sy__fp8_quantize(x[4 * i], scale) | (uint32_t)sy__fp8_quantize(x[4 * i + 1], scale) << 8 |
+                 (uint32_t)sy__fp8_quantize(x[4 * i + 2], scale) << 16 |
+                 (uint32_t)sy__fp8_quantize(x[4 * i + 3], scale) << 24;
+        const uint4 qv = make_uint4(q[0], q[1], q[2], q[3]);
+        if (active) {
+          const uint64_t po = P.payload_offset + (uint64_t)v * 16, so = P.scales_offset + (uint64_t)(v / 8) * 4;
+          for (int j = 0; j < ndest; j++) {
+            char *dst = tgt_s[j];
+            if (!dst) continue;
+            *(uint4 *)(dst + po) = qv;
+            if ((lane & 7u) == 0) *(float *)(dst + so) = scale;
+          }
+          if (any_put) {
+            *(uint4 *)(stage + po) = qv;
+            if ((lane & 7u) == 0) *(float *)(stage + so) = scale;
+          }
+        }
+      }
+    } else {
+      const int nvec = P.H / 8;
+      for (int v = threadIdx.x; v < nvec; v += MOE_THREADS) {
+        const uint4 a = __ldg((const uint4 *)(tok + (uint64_t)v * 8));
+        const uint64_t po = P.payload_offset + (uint64_t)v * 16;
+        for (int j = 0; j < ndest; j++)
+          if (tgt_s[j]) *(uint4 *)(tgt_s[j] + po) = a;
+        if (any_put) *(uint4 *)(stage + po) = a;
+      }
+    }
+    /* Headers: {source token, entries on p, call, 0}, then per k {local expert on p or -1, weight}. */
+    for (int i = threadIdx.x; i < ndest * (K + 1); i += blockDim.x) {
+      const int j = i / (K + 1), r = i % (K + 1), p = dest_s[j];
+      char *dst = tgt_s[j] ? tgt_s[j] : stage + P.msg_bytes + (uint64_t)j * P.payload_offset;
+      if (r == 0) {
+        int entries = 0;
+        for (int k = 0; k < K; k++) entries += ent_e_s[k] >= 0 && ent_e_s[k] / L == p;
+        *(int4 *)dst = make_int4(t, entries, (int)(uint32_t)call, 0);
+      } else {
+        const int k = r - 1, e = ent_e_s[k];
+        *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) =
+            make_int2(e >= 0 && e / L == p ? e - p * L : -1, __float_as_int(ent_w_s[k]));
+      }
+    }
+    if (any_put) {
+      __syncthreads();
+      for (int j = 0; j < ndest; j++) {
+        if (tgt_s[j]) continue;
+        const int p = dest_s[j];
+        char *remote = P.ws + msg_offset(P, parity, me, idx_s[j]);
+        nvshmemx_putmem_block(remote, stage + P.msg_bytes + (uint64_t)j * P.payload_offset, P.payload_offset, p);
+        nvshmemx_putmem_block(remote + P.payload_offset, stage + P.payload_offset, P.msg_bytes - P.payload_offset, p);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, false, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, true, -1, call);
+  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) {
+    const unsigned total = (unsigned)prefix[(size_t)p * (NC + 1) + NC];
+    complete(P, P.done + p, peers[p], p, (unsigned)sent[p], total, parity, SY_MOE_COUNTER_DISPATCH,
+             (uint64_t)total << 32 | (call & 0xFFFFFFFFull));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, call);
+    __threadfence();
+    if (atomicAdd(&P.local->blocks_done, 1u) == gridDim.x - 1) {
+      P.local->blocks_done = 0;
+      P.local->call = call;
+      __threadfence();
+    }
+  }
+}
+
+/* ---- dispatch_recv ----------------------------------------------------------------------------------------------- */
+
+/* Every block: wait for each source's word of this call; start[s] = the first flattened message of source s. */
+__device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64_t call, int op) {
+  __shared__ int total_s;
+  for (int s = threadIdx.x; s < P.W; s += blockDim.x) {
+    const uint64_t off = counter_offset(P, parity, s, SY_MOE_COUNTER_DISPATCH);
+    uint64_t word;
+    if (op == OP_MOE_DISPATCH_RECV) word = wait_call32(P.ctx, (const uint64_t *)(P.ws + off), call, op, s);
+    else word = ld_relaxed_gpu((const uint64_t *)(P.ws + off)); /* combine_send: dispatch_recv waited for it */
+    uint64_t count = (uint32_t)word == (uint32_t)call ? word >> 32 : 0;
+    if (count > (uint64_t)P.T) {
+      if (op == OP_MOE_DISPATCH_RECV) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, P.T, count);
+      count = 0;
+    }
+    start[s + 1] = (int)count;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    start[0] = 0;
+    for (int s = 0; s < P.W; s++) start[s + 1] += start[s];
+    total_s = start[P.W];
+  }
+  __syncthreads();
+  return total_s;
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
+  extern __shared__ uint64_t moe_dyn[];
+  const int W = P.W, K = P.K, T = P.T, S = P.S, G = P.G;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
+  int *start = (int *)moe_dyn;       /* [W + 1] */
+  int32_t *hits = start + W + 1;     /* [W * T]: (flattened message << 5) | k, in slot order */
+  __shared__ int warp_cnt[MOE_WARPS], warp_off[MOE_WARPS], round_s;
+  const uint64_t call = ld_relaxed_gpu(&P.local->call);
+  const int parity = (int)(call & 1);
+  const uint64_t row_bytes = (uint64_t)P.H * (P.wire == SY_MOE_WIRE_BF16 ? 2 : 1);
+
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, true, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, true, -1, call);
+  }
+  const int total = wait_dispatch(P, start, parity, call, OP_MOE_DISPATCH_RECV);
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, false, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, true, -1, call);
+  }
+  const int splits = P.splits, split = (int)blockIdx.x % splits;
+  for (int e = (int)blockIdx.x / splits; e < P.L; e += (int)gridDim.x / splits) {
+    /* The hits of expert e in (source, message) order: that order is the slot order. */
+    int nh = 0;
+    for (int base = 0; base < total; base += MOE_THREADS) {
+      const int i = base + (int)threadIdx.x;
+      int kh = -1;
+      if (i < total) {
+        const int s = source_of(start, W, i), m = i - start[s];
+        const char *msg = P.ws + msg_offset(P, parity, s, m);
+        for (int k = 0; k < K && kh < 0; k += 2) {
+          const uint4 two = ld_plain(msg + SY_MOE_MSG_HEADER + 8 * k); /* entries k and k + 1 */
+          if ((int)two.x == e) kh = k;
+          else if (k + 1 < K && (int)two.z == e) kh = k + 1;
+        }
+      }
+      const uint32_t bal = __ballot_sync(0xFFFFFFFFu, kh >= 0);
+      if (lane == 0) warp_cnt[warp] = __popc(bal);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int acc = 0;
+        for (int w = 0; w < MOE_WARPS; w++) {
+          warp_off[w] = acc;
+          acc += warp_cnt[w];
+        }
+        round_s = acc;
+      }
+      __syncthreads();
+      if (kh >= 0) hits[nh + warp_off[warp] + __popc(bal & ((1u << lane) - 1u))] = (i << 5) | kh;
+      nh += round_s;
+      __syncthreads();
+    }
+    if (split == 0) {
+      if (threadIdx.x == 0) P.recv.expert_counts[e] = nh;
+      for (int s = threadIdx.x; s < W; s += blockDim.x) {
+        int lo = 0, hi = nh; /* first hit of a message >= start[s], and >= start[s + 1] */
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if ((hits[mid] >> 5) < start[s]) lo = mid + 1;
+          else hi = mid;
+        }
+        int lo2 = lo, hi2 = nh;
+        while (lo2 < hi2) {
+          const int mid = (lo2 + hi2) / 2;
+          if ((hits[mid] >> 5) < start[s + 1]) lo2 = mid + 1;
+          else hi2 = mid;
+        }
+        P.recv.rank_counts[(size_t)e * W + s] = lo2 - lo;
+      }
+    }
+    for (int h = split * MOE_WARPS + (int)warp; h < nh; h += splits * MOE_WARPS) {
+      const int i = hits[h] >> 5, k = hits[h] & 31;
+      const int s = source_of(start, W, i), m = i - start[s];
+      const char *msg = P.ws + msg_offset(P, parity, s, m);
+      const uint64_t at = (uint64_t)e * S + (uint64_t)h;
+      const uint4 *src = (const uint4 *)(msg + P.payload_offset);
+      uint4 *dst = (uint4 *)((char *)P.recv.tokens + at * row_bytes);
+      const int nvec = (int)(row_bytes / 16);
+      int v = (int)lane;
+      for (; v + 96 < nvec; v += 128) {
+        const uint4 a = ld_plain(src + v), b = ld_plain(src + v + 32), c = ld_plain(src + v + 64),
+                    d = ld_plain(src + v + 96);
+        dst[v] = a;
+        dst[v + 32] = b;
+        dst[v + 64] = c;
+        dst[v + 96] = d;
+      }
+      for (; v < nvec; v += 32) dst[v] = ld_plain(src + v);
+      if (P.wire != SY_MOE_WIRE_BF16) {
+        const volatile float *sc = (const volatile float *)(msg + P.scales_offset);
+        for (int g = (int)lane; g < G; g += 32) P.recv.scales[((uint64_t)e * G + g) * S + (uint64_t)h] = sc[g];
+      }
+      if (lane == 0) {
+        P.recv.src[2 * at] = s;
+        P.recv.src[2 * at + 1] = *(const volatile int *)msg;
+        P.slot_of[((uint64_t)s * T + (uint64_t)m) * K + k] = h;
+      }
+    }
+    __syncthreads(); /* hits[] is rewritten for the next expert */
+  }
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, false, -1, call);
+    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, false, -1, call);
+  }
+}
+
+/* ---- combine_send ---------------------------------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __grid_constant__ moe_params P) {
+  extern __shared__ uint64_t moe_dyn[];
+  const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
+  char **peers = (char **)moe_dyn;      /* [W] */
+  int *start = (int *)(peers + W);      /* [W + 1] */
+  int *sent = start + W + 1;            /* [W] */
+  __shared__ int le_s[MOE_MAX_K], slot_s[MOE_MAX_K], tok_s;
+  __shared__ float w_s[MOE_MAX_K];
+  const uint64_t call = ld_relaxed_gpu(&P.local->call);
+  const int parity = (int)(call & 1);
+  for (int p = threadIdx.x; p < W; p += blockDim.x) {
+    peers[p] = peer_ws(P, p);
+    sent[p] = 0;
+  }
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, true, -1, call);
+    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, true, -1, call);
+  }
+  const int total = wait_dispatch(P, start, parity, call, OP_MOE_COMBINE_SEND);
+  char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
+  const int nvec = H / 8;
+  for (int i = blockIdx.x; i < total; i += gridDim.x) {
+    __syncthreads();
+    const int s = source_of(start, W, i), m = i - start[s];
+    const char *msg = P.ws + msg_offset(P, parity, s, m);
+    if (threadIdx.x < (unsigned)K) {
+      const int2 ent = *(const int2 *)(msg + SY_MOE_MSG_HEADER + 8 * threadIdx.x);
+      le_s[threadIdx.x] = ent.x;
+      w_s[threadIdx.x] = __int_as_float(ent.y);
+      slot_s[threadIdx.x] = ent.x >= 0 ? P.slot_of[((uint64_t)s * T + (uint64_t)m) * K + threadIdx.x] : -1;
+    }
+    if (threadIdx.x == 0) {
+      tok_s = *(const volatile int *)msg;
+      sent[s]++;
+    }
+    __syncthreads();
+    const int tok = tok_s;
+    char *peer = peers[s];
+    if (!P.per_expert) {
+      const uint64_t off = combine_offset(P, parity, (uint64_t)me * T + (uint64_t)tok);
+      char *dst = peer ? peer + off : stage;
+      for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) {
+        float acc[8];
+#pragma unroll
+        for (int i2 = 0; i2 < 8; i2++) acc[i2] = 0.0f;
+        for (int k = 0; k < K; k++) {
+          const int le = le_s[k];
+          if (le < 0) continue;
+          const uint4 y = __ldg((const uint4 *)(P.expert_out + ((uint64_t)le * S + (uint64_t)slot_s[k]) * H) + u);
+          const float w = w_s[k];
+          const uint32_t yw[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+          for (int i2 = 0; i2 < 4; i2++) {
+            acc[2 * i2] = __fmaf_rn(w, bf16_lo(yw[i2]), acc[2 * i2]);
+            acc[2 * i2 + 1] = __fmaf_rn(w, bf16_hi(yw[i2]), acc[2 * i2 + 1]);
+          }
+        }
+        ((uint4 *)dst)[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]), pack_bf16(acc[4], acc[5]),
+                                       pack_bf16(acc[6], acc[7]));
+      }
+      if (!peer) {
+        __syncthreads();
+        nvshmemx_putmem_block(P.ws + off, stage, (size_t)H * 2, s);
+      }
+    } else {
+      for (int k = 0; k < K; k++) {
+        const int le = le_s[k];
+        if (le < 0) continue;
+        const uint64_t off = combine_offset(P, parity, (uint64_t)tok * K + (uint64_t)k);
+        const uint4 *y = (const uint4 *)(P.expert_out + ((uint64_t)le * S + (uint64_t)slot_s[k]) * H);
+        uint4 *dst = (uint4 *)(peer ? peer + off : stage);
+        for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) dst[u] = __ldg(y + u);
+        if (!peer) {
+          __syncthreads();
+          nvshmemx_putmem_block(P.ws + off, stage, (size_t)H * 2, s);
+          __syncthreads();
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, false, -1, call);
+    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, true, -1, call);
+  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) {
+    const unsigned count = (unsigned)(start[p + 1] - start[p]);
+    if (count == 0) {
+      if (blockIdx.x == 0) signal_peer(P, peers[p], p, parity, SY_MOE_COUNTER_COMBINE, call);
+    } else {
+      complete(P, P.done + W + p, peers[p], p, (unsigned)sent[p], count, parity, SY_MOE_COUNTER_COMBINE, call);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, false, -1, call);
+    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, false, -1, call);
+  }
+}
+
+/* ---- combine_recv ---------------------------------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __grid_constant__ moe_params P) {
+  const int W = P.W, K = P.K, T = P.T, H = P.H, L = P.L;
+  __shared__ int id_s[MOE_MAX_K], ranks_s[MOE_MAX_K], nranks_s;
+  __shared__ float w_s[MOE_MAX_K];
+  const uint64_t call = ld_relaxed_gpu(&P.local->call);
+  const int parity = (int)(call & 1);
+  const int dispatched = P.local->num_tokens;
+  /* The combine answers this rank's dispatch: its num_tokens and ids must be the dispatch's. */
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0 && P.num_tokens != dispatched)
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, -1, call, (uint64_t)dispatched,
+                   (uint64_t)P.num_tokens);
+    const int n = P.num_tokens < dispatched ? P.num_tokens : dispatched;
+    for (int i = threadIdx.x; i < n * K; i += blockDim.x) {
+      const int id = checked_id(P, i / K, i % K, false, call);
+      if (id != P.ids[i]) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, i, call, (uint64_t)P.ids[i], (uint64_t)id);
+    }
+  }
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, true, -1, call);
+    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, true, -1, call);
+  }
+  for (int r = threadIdx.x; r < W; r += blockDim.x)
+    wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, r, SY_MOE_COUNTER_COMBINE)), call,
+             OP_MOE_COMBINE_RECV, r, call);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, false, -1, call);
+    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, true, -1, call);
+  }
+  const int ntok = P.num_tokens < dispatched ? P.num_tokens : dispatched;
+  const int nvec = H / 8;
+  for (int t = blockIdx.x; t < ntok; t += gridDim.x) {
+    __syncthreads();
+    if (threadIdx.x < (unsigned)K) {
+      id_s[threadIdx.x] = P.ids[(uint64_t)t * K + threadIdx.x];
+      w_s[threadIdx.x] = P.per_expert ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && !P.per_expert) { /* the ranks holding one of t's experts, ascending */
+      int n = 0;
+      for (int k = 0; k < K; k++) {
+        if (id_s[k] < 0) continue;
+        const int r = id_s[k] / L;
+        int j = n;
+        while (j > 0 && ranks_s[j - 1] > r) j--;
+        if (j > 0 && ranks_s[j - 1] == r) continue;
+        for (int q = n; q > j; q--) ranks_s[q] = ranks_s[q - 1];
+        ranks_s[j] = r;
+        n++;
+      }
+      nranks_s = n;
+    }
+    __syncthreads();
+    for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) {
+      float acc[8];
+#pragma unroll
+      for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+      if (!P.per_expert) {
+        for (int j = 0; j < nranks_s; j++) {
+          const uint4 p = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)ranks_s[j] * T + (uint64_t)t) + 16ull * u);
+          const uint32_t pw[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            acc[2 * i] = __fadd_rn(acc[2 * i], bf16_lo(pw[i]));
+            acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], bf16_hi(pw[i]));
+          }
+        }
+      } else {
+        for (int k = 0; k < K; k++) {
+          if (id_s[k] < 0) continue;
+          const uint4 y = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)t * K + (uint64_t)k) + 16ull * u);
+          const uint32_t yw[4] = {y.x, y.y, y.z, y.w};
+          const float w = w_s[k];
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            acc[2 * i] = __fmaf_rn(w, bf16_lo(yw[i]), acc[2 * i]);
+            acc[2 * i + 1] = __fmaf_rn(w, bf16_hi(yw[i]), acc[2 * i + 1]);
+          }
+        }
+      }
+      ((uint4 *)(P.out + (uint64_t)t * H))[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]),
+                                                           pack_bf16(acc[4], acc[5]), pack_bf16(acc[6], acc[7]));
+    }
+  }
+  if (threadIdx.x == 0) {
+    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, false, -1, call);
+    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, false, -1, call);
+  }
+}
+
+}  // namespace sy
+
+using namespace sy;
+
+/* ---- host side ---------------------------------------------------------------------------------------------------- */
+
+struct moe_gpu {
+  sy_moe_layout_t layout;
+  char *ws;
+  moe_local *local;
+  char *local_blob; /* local, done, ids, slot_of */
+  unsigned *done;
+  int32_t *ids, *slot_of;
+  char *staging;
+  size_t stage_bytes;
+  bool staging_registered;
+  int blocks;  /* send kernels' grid (the SM count) */
+  int splits;  /* dispatch_recv blocks per local expert */
+  size_t ds_smem, dr_smem, cs_smem;
+};
+
+static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+
+static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu *g, moe_params *P) {
+  const sy_moe_config_t *c = &moe->config;
+  memset(P, 0, sizeof *P);
+  P->ctx = state_of(comm)->ctx;
+  P->ws = g->ws;
+  P->local = g->local;
+  P->done = g->done;
+  P->ids = g->ids;
+  P->slot_of = g->slot_of;
+  P->staging = g->staging;
+  P->stage_bytes = g->stage_bytes;
+  P->msg_bytes = g->layout.msg_bytes;
+  P->payload_offset = g->layout.payload_offset;
+  P->scales_offset = g->layout.scales_offset;
+  P->dispatch_bytes = g->layout.dispatch_bytes;
+  P->parity_bytes = g->layout.parity_bytes;
+  P->counters_offset = g->layout.counters_offset;
+  P->T = c->max_tokens;
+  P->H = c->hidden;
+  P->K = c->top_k;
+  P->E = c->num_experts;
+  P->L = moe->local_experts;
+  P->W = comm->world_size;
+  P->S = moe->slots;
+  P->G = c->hidden / SY_MOE_FP8_GROUP;
+  P->wire = (int)c->wire;
+  P->per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
+  P->splits = g->splits;
+}
+
+static void free_gpu(sy_comm_t comm, moe_gpu *g, bool free_ws) {
+  if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
+  if (g->staging) cudaFree(g->staging);
+  if (g->local_blob) cudaFree(g->local_blob);
+  if (free_ws && g->ws) sy_mem_free(comm, g->ws);
+  free(g);
+}
+
+extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
+  cuda_state *st = state_of(comm);
+  const sy_moe_config_t *c = &moe->config;
+  const int W = comm->world_size, T = c->max_tokens, K = c->top_k;
+  /* Every rank must configure alike: compare over the bootstrap before reserving anything. */
+  sy_moe_config_t *all = (sy_moe_config_t *)calloc((size_t)W, sizeof *all);
+  if (!all) return SY_ERR_NO_MEMORY;
+  sy_status_t s = sy_comm_allgather_host(comm, c, all, sizeof *c);
+  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
+    const sy_moe_config_t *o = &all[r];
+    if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
+        o->num_experts != c->num_experts || o->wire != c->wire || o->flags != c->flags) {
+      SY_WARN("sy_moe_create: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
+              "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
+              r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->flags, c->max_tokens, c->hidden,
+              c->top_k, c->num_experts, (int)c->wire, c->flags);
+      s = SY_ERR_MISMATCH;
+    }
+  }
+  free(all);
+  SY_CHECK(s);
+
+  moe_gpu *g = (moe_gpu *)calloc(1, sizeof *g);
+  if (!g) return SY_ERR_NO_MEMORY;
+  SY_CHECK(sy__moe_layout(c, W, &g->layout));
+  /* Shared memory: the same on every rank (same configuration, same device kind), so the verdict is too. */
+  int smem_max = 0;
+  SY_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm->device));
+  const size_t NC = ((size_t)T + 31) / 32;
+  g->ds_smem = (size_t)W * sizeof(char *) + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 + (size_t)W * 4;
+  g->dr_smem = ((size_t)W + 1) * 4 + (size_t)W * (size_t)T * 4;
+  g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4 + (size_t)W * 4;
+  const size_t static_reserve = 2048; /* the kernels' static shared arrays */
+  if (g->ds_smem + static_reserve > (size_t)smem_max || g->dr_smem + static_reserve > (size_t)smem_max ||
+      (uint64_t)W * (uint64_t)T >= (1ull << 26)) {
+    SY_WARN("sy_moe_create: config->max_tokens=%d on %d ranks needs %zu bytes of shared memory per block (W x "
+            "max_tokens x 4 for the receive scan), more than this GPU's %d; lower max_tokens", T, W,
+            g->dr_smem + static_reserve, smem_max);
+    free(g);
+    return SY_ERR_UNSUPPORTED;
+  }
+  g->blocks = st->num_sms;
+  g->splits = st->num_sms / moe->local_experts;
+  if (g->splits < 1) g->splits = 1;
+  g->stage_bytes = align_up(g->layout.msg_bytes + (size_t)MOE_MAX_K * g->layout.payload_offset, 256);
+  if (g->stage_bytes < align_up((size_t)c->hidden * 2, 256)) g->stage_bytes = align_up((size_t)c->hidden * 2, 256);
+
+  s = sy_mem_alloc(comm, g->layout.total, (void **)&g->ws); /* collective: every rank, or none */
+  if (s != SY_SUCCESS) {
+    free(g);
+    return s;
+  }
+  /* Puts are needed where some peer is not load/store reachable (or SY_FORCE_PUT): stage them in registered
+   * device memory. The verdict may differ between ranks; nothing collective depends on it. */
+  bool need_puts = false;
+  for (int p = 0; p < W; p++) need_puts = need_puts || (p != comm->rank && (st->ctx.force_put || !nvshmem_ptr(g->ws, p)));
+  const size_t local_bytes = align_up(sizeof(moe_local), 256) + align_up(2 * (size_t)W * sizeof(unsigned), 256) +
+                             align_up((size_t)T * K * 4, 256) + (size_t)W * T * K * 4;
+  cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
+  if (err == cudaSuccess) err = cudaMemset(g->local_blob, 0, local_bytes);
+  if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);
+  if (err == cudaSuccess) err = cudaMemset(g->ws + g->layout.counters_offset, 0, g->layout.counters_bytes);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(moe_dispatch_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->ds_smem);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(moe_dispatch_recv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->dr_smem);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(moe_combine_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) s = cuda_error(err, "MoE state", __FILE__, __LINE__);
+  if (s == SY_SUCCESS && g->staging) {
+    if (nvshmemx_buffer_register(g->staging, (size_t)g->blocks * g->stage_bytes) != 0) {
+      SY_WARN("sy_moe_create: nvshmemx_buffer_register of %zu bytes of put staging failed",
+              (size_t)g->blocks * g->stage_bytes);
+      s = SY_ERR_NVSHMEM;
+    } else {
+      g->staging_registered = true;
+    }
+  }
+  char *p = g->local_blob;
+  g->local = (moe_local *)p;
+  p += align_up(sizeof(moe_local), 256);
+  g->done = (unsigned *)p;
+  p += align_up(2 * (size_t)W * sizeof(unsigned), 256);
+  g->ids = (int32_t *)p;
+  p += align_up((size_t)T * K * 4, 256);
+  g->slot_of = (int32_t *)p;
+  /* Every rank's counters are zero before anyone raises one; and every rank learns whether all succeeded. */
+  nvshmem_barrier_all();
+  int ok = s == SY_SUCCESS, oks[1024];
+  int *all_ok = W <= 1024 ? oks : (int *)malloc(sizeof(int) * (size_t)W);
+  sy_status_t ag = all_ok ? sy_comm_allgather_host(comm, &ok, all_ok, sizeof ok) : SY_ERR_NO_MEMORY;
+  for (int r = 0; ag == SY_SUCCESS && r < W; r++)
+    if (!all_ok[r]) ag = SY_ERR_INTERNAL;
+  if (all_ok && all_ok != oks) free(all_ok);
+  if (s == SY_SUCCESS && ag != SY_SUCCESS) s = ag;
+  if (s != SY_SUCCESS) {
+    free_gpu(comm, g, true);
+    return s;
+  }
+  SY_INFO("moe: workspace %zu bytes, %d send blocks, %d receive blocks per expert, %s", g->layout.total, g->blocks,
+          g->splits, need_puts ? "puts to some peers" : "stores to every peer");
+  moe->backend_state = g;
+  return SY_SUCCESS;
+}
+
+extern "C" void sy__cuda_moe_destroy(sy_comm_t comm, struct sy_moe *moe) {
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  if (!g) return;
+  cudaDeviceSynchronize();
+  /* After an error the workspace stays with the communicator, which frees it (a peer may still write). */
+  free_gpu(comm, g, comm->error == SY_SUCCESS);
+  moe->backend_state = NULL;
+}
+
+extern "C" sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
+                                                  cudaStream_t stream) {
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  moe_params P;
+  fill_params(comm, moe, g, &P);
+  P.tokens = (const uint16_t *)a->tokens;
+  P.num_tokens = a->num_tokens;
+  P.expert_ids = a->expert_ids;
+  P.id64 = a->id_type == SY_INDEX_INT64;
+  P.weights = a->weights;
+  const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
+  moe_dispatch_send_kernel<<<blocks, MOE_THREADS, g->ds_smem, stream>>>(P);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
+                                                  cudaStream_t stream) {
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  moe_params P;
+  fill_params(comm, moe, g, &P);
+  P.recv = *recv;
+  const int L = moe->local_experts;
+  int blocks = L * g->splits;
+  if (blocks > 4 * g->blocks) blocks = (4 * g->blocks / g->splits) * g->splits; /* experts loop */
+  if (blocks < g->splits) blocks = g->splits;
+  moe_dispatch_recv_kernel<<<blocks, MOE_THREADS, g->dr_smem, stream>>>(P);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
+                                                 cudaStream_t stream) {
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  moe_params P;
+  fill_params(comm, moe, g, &P);
+  P.expert_out = (const uint16_t *)expert_out;
+  moe_combine_send_kernel<<<g->blocks, MOE_THREADS, g->cs_smem, stream>>>(P);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
+                                                 void *out, cudaStream_t stream) {
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  moe_params P;
+  fill_params(comm, moe, g, &P);
+  P.num_tokens = a->num_tokens;
+  P.expert_ids = a->expert_ids;
+  P.id64 = a->id_type == SY_INDEX_INT64;
+  P.weights = a->weights;
+  P.out = (uint16_t *)out;
+  const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
+  moe_combine_recv_kernel<<<blocks, MOE_THREADS, 0, stream>>>(P);
+  SY_CUDA_CHECK(cudaGetLastError());
+  return SY_SUCCESS;
+}

@@ -1,0 +1,593 @@
+/*
+ * moe.c — sy-bench entry `moe-ll`: the MoE low-latency dispatch and combine (switchyard.h, "Expert-parallel
+ * (MoE) low-latency dispatch and combine") at decode sizes, beside NCCL moving the same bytes.
+ *
+ *   sizes    1, 32, 128, 256 tokens per rank (--tokens LIST; -t/-T keep the part of the list inside them),
+ *            hidden 7168, top-8 of 256 experts (the nearest multiple of the world size when 256 is not one)
+ *   wires    dispatch FP8 (E4M3, one fp32 scale per 128 elements) and BF16; combine BF16
+ *   modes    dedup: the default, one message per (token, expert rank), partial sums reduced on the experts'
+ *            rank; per-expert: SY_MOE_PER_EXPERT, one copy per (token, expert) both ways
+ *   routing  seeded and uniform: each token picks 8 distinct experts, weights in (0, 1]; one routing per size,
+ *            the same for every wire and mode, and any rank can regenerate any rank's
+ *
+ * One timed iteration is one dispatch + combine pair, because the API only accepts the halves in that order
+ * (dispatch_send, dispatch_recv, combine_send, combine_recv); CUDA events around each half give its kernel
+ * time and the host clock around each half, up to the stream's completion, its host-observed time: medians
+ * after warm-up, the slowest rank's. The inputs stay the same from one iteration to the next.
+ * The check, once per configuration before timing: expert_counts, rank_counts and every filled slot's src pair
+ * against the layout computed here from every rank's routing (slots of a local expert in order of source rank,
+ * then source token). Payload bits are the GPU tests' to check.
+ * The baseline: NCCL's grouped ncclSend/ncclRecv in this process carrying, per (source, destination) pair, the
+ * bytes our dispatch moves (messages x wire bytes: hidden + hidden / 128 x 4 scales for FP8, hidden x 2 for
+ * BF16) and, for the combine, the reverse pair's vectors in bf16 (hidden x 2 each). Self pairs included.
+ * Per-phase device timestamps: run with SY_TRACE_FILE=moe.%r.json (Chrome trace JSON, one file per rank).
+ */
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "boot/boot.h"
+#include "ref/moe_ref.h"
+
+enum { HIDDEN = 7168, TOP_K = 8, NUM_EXPERTS = 256 };
+static const int64_t default_tokens[] = {1, 32, 128, 256};
+static const sy_moe_wire_t wires[] = {SY_MOE_WIRE_FP8, SY_MOE_WIRE_BF16};
+static const unsigned modes[] = {0u, SY_MOE_PER_EXPERT};
+#define NUM_WIRES (int)(sizeof wires / sizeof *wires)
+#define NUM_MODES (int)(sizeof modes / sizeof *modes)
+
+/* The issue's targets, at 128 tokens per rank on 4 x H200: kernel time and the factor over NCCL. */
+#define TARGET_TOKENS 128
+#define TARGET_DISPATCH_US 12.0
+#define TARGET_COMBINE_US 20.0
+#define TARGET_SPEEDUP 5.0
+
+static const char *wire_name(sy_moe_wire_t wire) {
+  return wire == SY_MOE_WIRE_BF16 ? "bf16" : wire == SY_MOE_WIRE_FP8 ? "fp8" : "fp8-ue8m0";
+}
+
+static const char *mode_name(unsigned flags) { return flags & SY_MOE_PER_EXPERT ? "per-expert" : "dedup"; }
+
+/* Bytes one dispatched vector takes on the wire (what NCCL must carry for it). */
+static size_t wire_bytes(sy_moe_wire_t wire) {
+  return wire == SY_MOE_WIRE_BF16 ? (size_t)HIDDEN * 2 : (size_t)HIDDEN + HIDDEN / SY_MOE_FP8_GROUP * sizeof(float);
+}
+
+/* The sizes to run: --tokens, else the default list; -t/-T given on the command line keep those inside them. */
+static int token_sizes(const bench_opts_t *o, int64_t *out) {
+  const int64_t *list = o->num_token_list ? o->token_list : default_tokens;
+  const int n = o->num_token_list ? o->num_token_list : (int)(sizeof default_tokens / sizeof *default_tokens);
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    if ((o->tokens_given & BENCH_MIN_TOKENS_GIVEN) && list[i] < o->min_tokens) continue;
+    if ((o->tokens_given & BENCH_MAX_TOKENS_GIVEN) && list[i] > o->max_tokens) continue;
+    out[kept++] = list[i];
+  }
+  return kept;
+}
+
+/* 256, or the multiple of the world size nearest to it (ties go up), with room for TOP_K distinct experts. */
+static int experts_for(int world) {
+  if (NUM_EXPERTS % world == 0) return NUM_EXPERTS;
+  const int lo = NUM_EXPERTS / world * world, hi = lo + world;
+  int experts = lo >= TOP_K && NUM_EXPERTS - lo < hi - NUM_EXPERTS ? lo : hi;
+  while (experts < TOP_K) experts += world;
+  return experts;
+}
+
+static sy_moe_config_t make_config(int64_t tokens, int experts, sy_moe_wire_t wire, unsigned flags) {
+  sy_moe_config_t c = SY_MOE_CONFIG_INIT;
+  c.max_tokens = (int)tokens;
+  c.hidden = HIDDEN;
+  c.top_k = TOP_K;
+  c.num_experts = experts;
+  c.wire = wire;
+  c.flags = flags;
+  return c;
+}
+
+/* The heap is reserved before the communicator exists, so the world size comes from the options (host
+ * threads) or the launcher's environment; the workspace is sy_moe_workspace_size's own formula
+ * (sy__moe_layout) for the largest configuration run. Objects are created one at a time, and the receive
+ * buffers are ordinary device memory, so that is all the entry needs; the slack is for the backend's own. */
+size_t bench_moe_heap(const bench_opts_t *opts) {
+  int world = opts->world;
+  sy_launch_info_t info;
+  if (opts->backend != SY_BACKEND_HOST)
+    world = sy__launch_info_from_env(&info) == SY_SUCCESS && info.world_size >= 1 ? info.world_size : 8;
+  int64_t sizes[BENCH_MAX_TOKEN_LIST];
+  const int n = token_sizes(opts, sizes);
+  size_t most = 0;
+  for (int i = 0; i < n; i++)
+    for (int w = 0; w < NUM_WIRES; w++)
+      for (int m = 0; m < NUM_MODES; m++) {
+        const sy_moe_config_t c = make_config(sizes[i], experts_for(world), wires[w], modes[m]);
+        sy_moe_layout_t layout;
+        if (sizes[i] <= INT32_MAX && sy__moe_layout(&c, world, &layout) == SY_SUCCESS && layout.total > most)
+          most = layout.total;
+      }
+  return most + ((size_t)256 << 20);
+}
+
+/* ---- seeded inputs ------------------------------------------------------------------------------------------ */
+
+static uint64_t rnd(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t seed_of(int rank, int64_t tokens, uint64_t what) {
+  return 0x6D6F452D6C6C0000ull ^ (what << 56) ^ ((uint64_t)tokens << 24) ^ ((uint64_t)rank * 0xD1B54A32D192ED03ull);
+}
+
+/* Rank `rank`'s routing at `tokens` tokens per rank: TOP_K distinct experts per token, uniformly; weights
+ * (when asked for) in (0, 1]. */
+static void gen_routing(int rank, int tokens, int experts, int32_t *ids, float *weights) {
+  uint64_t s = seed_of(rank, tokens, 1);
+  for (int t = 0; t < tokens; t++) {
+    int32_t *row = ids + (size_t)t * TOP_K;
+    for (int k = 0; k < TOP_K; k++) {
+      int taken;
+      do {
+        row[k] = (int32_t)(rnd(&s) % (uint64_t)experts);
+        taken = 0;
+        for (int j = 0; j < k; j++) taken |= row[j] == row[k];
+      } while (taken);
+      const float w = (float)((rnd(&s) >> 40) + 1) / 16777216.0f;
+      if (weights) weights[(size_t)t * TOP_K + k] = w;
+    }
+  }
+}
+
+/* Finite, non-zero bf16 values in (-4, 4) (the float's upper half). */
+static void gen_tokens(int rank, int tokens, uint16_t *x) {
+  uint64_t s = seed_of(rank, tokens, 2);
+  for (size_t i = 0; i < (size_t)tokens * HIDDEN; i++) {
+    const uint64_t r = rnd(&s);
+    float f = ((float)(r >> 40) / 16777216.0f - 0.5f) * 8.0f;
+    if (f == 0.0f) f = 0.5f;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    x[i] = (uint16_t)(bits >> 16);
+  }
+}
+
+/* ---- memory: device buffers on the cuda backend, host memory on the host backend --------------------------- */
+
+static int gpu(bench_ctx_t *ctx) { return ctx->backend == SY_BACKEND_CUDA; }
+
+static void *dev_alloc(bench_ctx_t *ctx, size_t n) {
+  void *p = NULL;
+  if (gpu(ctx)) return cudaMalloc(&p, n ? n : 1) == cudaSuccess ? p : NULL;
+  return malloc(n ? n : 1); /* big receive buffers: only the slots a call fills are ever touched */
+}
+
+static void dev_free(bench_ctx_t *ctx, void *p) {
+  if (!p) return;
+  if (gpu(ctx)) cudaFree(p);
+  else free(p);
+}
+
+/* Stream-ordered on the cuda backend (ctx->stream does not wait for the legacy stream), then synchronised. */
+static int to_dev(bench_ctx_t *ctx, void *d, const void *h, size_t n) {
+  if (!gpu(ctx)) return memcpy(d, h, n), 0;
+  return cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, ctx->stream) != cudaSuccess ||
+         cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+}
+
+static int from_dev(bench_ctx_t *ctx, void *h, const void *d, size_t n) {
+  if (!gpu(ctx)) return memcpy(h, d, n), 0;
+  return cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, ctx->stream) != cudaSuccess ||
+         cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+}
+
+static int fill_bytes(bench_ctx_t *ctx, void *d, int byte, size_t n) {
+  if (!gpu(ctx)) return memset(d, byte, n), 0;
+  return cudaMemsetAsync(d, byte, n, ctx->stream) != cudaSuccess;
+}
+
+/* ---- the expectation ----------------------------------------------------------------------------------------- */
+
+/* Messages (dedup: one per token and destination rank holding any of its experts) and copies (per expert: one
+ * per token and expert) from every source s to every destination d, [s][d]. */
+static void count_pairs(const int32_t *all_ids, int world, int tokens, int local, long long *msgs, long long *copies) {
+  memset(msgs, 0, (size_t)world * world * sizeof *msgs);
+  memset(copies, 0, (size_t)world * world * sizeof *copies);
+  for (int s = 0; s < world; s++)
+    for (int t = 0; t < tokens; t++) {
+      const int32_t *row = all_ids + ((size_t)s * tokens + t) * TOP_K;
+      for (int d = 0; d < world; d++) {
+        int here = 0;
+        for (int k = 0; k < TOP_K; k++) here += row[k] / local == d;
+        msgs[(size_t)s * world + d] += here > 0;
+        copies[(size_t)s * world + d] += here;
+      }
+    }
+}
+
+/* Slots this rank's local experts get: [L]. */
+static void expected_counts(const int32_t *all_ids, int world, int me, int tokens, int local, int32_t *counts) {
+  memset(counts, 0, (size_t)local * sizeof *counts);
+  for (size_t i = 0; i < (size_t)world * tokens * TOP_K; i++)
+    if (all_ids[i] / local == me) counts[all_ids[i] - me * local]++;
+}
+
+/* Mismatches of the receive layout against switchyard.h's: slots of local expert e handed out walking sources,
+ * then source tokens; every filled slot's {source rank, source token}; expert_counts; rank_counts. */
+static long long check_layout(const int32_t *all_ids, int world, int me, int tokens, int local, const int32_t *counts,
+                              const int32_t *rank_counts, const int32_t *src, int32_t *fill, int32_t *want_rank) {
+  const size_t slots = (size_t)world * tokens;
+  long long wrong = 0;
+  memset(fill, 0, (size_t)local * sizeof *fill);
+  memset(want_rank, 0, (size_t)local * world * sizeof *want_rank);
+  for (int s = 0; s < world; s++)
+    for (int t = 0; t < tokens; t++)
+      for (int k = 0; k < TOP_K; k++) {
+        const int32_t id = all_ids[((size_t)s * tokens + t) * TOP_K + k];
+        if (id / local != me) continue;
+        const int e = id - me * local;
+        const size_t at = (size_t)e * slots + (size_t)fill[e]++;
+        wrong += src[2 * at] != s;
+        wrong += src[2 * at + 1] != t;
+        want_rank[(size_t)e * world + s]++;
+      }
+  for (int e = 0; e < local; e++) {
+    wrong += counts[e] != fill[e];
+    for (int s = 0; s < world; s++) wrong += rank_counts[(size_t)e * world + s] != want_rank[(size_t)e * world + s];
+  }
+  return wrong;
+}
+
+/* ---- the timed operations -------------------------------------------------------------------------------------- */
+
+typedef struct moe_bench {
+  sy_moe_t moe;
+  int tokens;
+  void *x;            /* bf16 [tokens][hidden]: this rank's tokens */
+  int32_t *ids;       /* [tokens][top_k] */
+  float *weights;     /* [tokens][top_k] */
+  sy_moe_recv_t recv; /* sized for the largest configuration */
+  void *expert_out;   /* bf16 [L][S][hidden] */
+  void *out;          /* bf16 [tokens][hidden] */
+  /* The NCCL baseline: pair bytes of the direction being timed, packed in peer order on both sides. */
+  uint8_t *nccl_send, *nccl_recv;
+  size_t nccl_cap;
+  size_t *send_bytes, *send_off, *recv_bytes, *recv_off; /* [W] each */
+} moe_bench_t;
+
+static int op_dispatch(bench_ctx_t *ctx, moe_bench_t *b) {
+  return sy_moe_dispatch(b->moe, b->x, b->tokens, b->ids, SY_INDEX_INT32, b->weights, &b->recv, ctx->stream) !=
+         SY_SUCCESS;
+}
+
+static int op_combine(bench_ctx_t *ctx, moe_bench_t *b) {
+  return sy_moe_combine(b->moe, b->expert_out, b->ids, SY_INDEX_INT32, b->weights, b->tokens, b->out, ctx->stream) !=
+         SY_SUCCESS;
+}
+
+static int op_nccl(bench_ctx_t *ctx, void *arg) {
+  moe_bench_t *b = arg;
+  ncclComm_t nc = (ncclComm_t)ctx->nccl;
+  ncclGroupStart();
+  for (int p = 0; p < ctx->world; p++) {
+    if (b->send_bytes[p]) ncclSend(b->nccl_send + b->send_off[p], b->send_bytes[p], ncclUint8, p, nc, ctx->stream);
+    if (b->recv_bytes[p]) ncclRecv(b->nccl_recv + b->recv_off[p], b->recv_bytes[p], ncclUint8, p, nc, ctx->stream);
+  }
+  return ncclGroupEnd() != ncclSuccess;
+}
+
+/* NCCL's pairs for one direction: this rank sends count[me -> p] x bytes to p and receives count[p -> me] x
+ * bytes from p, where count is pairs[s][d] (dispatch) or pairs[d][s] (combine, the reverse). Grows the buffers
+ * (zeroed once; their contents do not matter to NCCL's time). */
+static int nccl_pairs(bench_ctx_t *ctx, moe_bench_t *b, const long long *pairs, int reverse, size_t bytes) {
+  const int W = ctx->world, me = ctx->rank;
+  size_t sent = 0, got = 0;
+  for (int p = 0; p < W; p++) {
+    const long long to = reverse ? pairs[(size_t)p * W + me] : pairs[(size_t)me * W + p];
+    const long long from = reverse ? pairs[(size_t)me * W + p] : pairs[(size_t)p * W + me];
+    b->send_off[p] = sent, b->recv_off[p] = got;
+    b->send_bytes[p] = (size_t)to * bytes, b->recv_bytes[p] = (size_t)from * bytes;
+    sent += b->send_bytes[p], got += b->recv_bytes[p];
+  }
+  const size_t need = sent > got ? sent : got;
+  if (need <= b->nccl_cap) return 0;
+  dev_free(ctx, b->nccl_send), dev_free(ctx, b->nccl_recv);
+  b->nccl_send = dev_alloc(ctx, need), b->nccl_recv = dev_alloc(ctx, need);
+  b->nccl_cap = b->nccl_send && b->nccl_recv ? need : 0;
+  if (!b->nccl_cap) return 1;
+  return fill_bytes(ctx, b->nccl_send, 0, need) || fill_bytes(ctx, b->nccl_recv, 0, need);
+}
+
+/* warmup + iters dispatch + combine pairs: each half's median kernel time (events between the halves) and
+ * host-observed time, the slowest rank's. Every rank reaches the allreduces, whatever happened. */
+static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, bench_timing_t *comb) {
+  const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
+  double *td = calloc((size_t)iters, sizeof *td), *tc = calloc((size_t)iters, sizeof *tc);
+  int rc = !td || !tc;
+  for (int i = 0; i < warmup && !rc; i++) rc = op_dispatch(ctx, b) || op_combine(ctx, b);
+  if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+  if (gpu(ctx) && !rc) {
+    cudaEvent_t *ev = calloc(3 * (size_t)iters, sizeof *ev);
+    rc = !ev;
+    for (int i = 0; i < 3 * iters && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
+    for (int i = 0; i < iters && !rc; i++) {
+      cudaEventRecord(ev[3 * i], ctx->stream);
+      rc = op_dispatch(ctx, b);
+      cudaEventRecord(ev[3 * i + 1], ctx->stream);
+      if (!rc) rc = op_combine(ctx, b);
+      cudaEventRecord(ev[3 * i + 2], ctx->stream);
+    }
+    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    for (int i = 0; i < iters && !rc; i++) {
+      float ms_d = 0, ms_c = 0;
+      rc = cudaEventElapsedTime(&ms_d, ev[3 * i], ev[3 * i + 1]) != cudaSuccess ||
+           cudaEventElapsedTime(&ms_c, ev[3 * i + 1], ev[3 * i + 2]) != cudaSuccess;
+      td[i] = ms_d * 1e3, tc[i] = ms_c * 1e3;
+    }
+    for (int i = 0; ev && i < 3 * iters; i++)
+      if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ev);
+    if (!rc) disp->time_us = bench_median(td, iters), comb->time_us = bench_median(tc, iters);
+  }
+  for (int i = 0; i < iters && !rc; i++) {
+    const double t0 = bench_now_s();
+    rc = op_dispatch(ctx, b);
+    if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+    const double t1 = bench_now_s();
+    if (!rc) rc = op_combine(ctx, b);
+    if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+    td[i] = (t1 - t0) * 1e6, tc[i] = (bench_now_s() - t1) * 1e6;
+  }
+  if (!rc) disp->host_us = bench_median(td, iters), comb->host_us = bench_median(tc, iters);
+  if (!gpu(ctx)) disp->time_us = disp->host_us, comb->time_us = comb->host_us;
+  free(td), free(tc);
+  disp->time_us = bench_allreduce_max_d(ctx, disp->time_us);
+  disp->host_us = bench_allreduce_max_d(ctx, disp->host_us);
+  comb->time_us = bench_allreduce_max_d(ctx, comb->time_us);
+  comb->host_us = bench_allreduce_max_d(ctx, comb->host_us);
+  rc = bench_allreduce_max(ctx, rc) != 0;
+  disp->valid = comb->valid = !rc;
+  return rc;
+}
+
+/* ---- the entry --------------------------------------------------------------------------------------------------- */
+
+typedef struct moe_host_scratch {
+  int32_t *all_ids;   /* [W][T][K] every rank's routing */
+  float *weights;     /* [T][K] this rank's */
+  uint16_t *x;        /* [T][hidden] this rank's tokens */
+  int32_t *want;      /* [L] slots of each local expert */
+  int32_t *counts, *rank_counts, *src, *fill, *want_rank;
+  long long *msgs, *copies; /* [W][W] */
+} moe_host_scratch_t;
+
+static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
+  const int W = ctx->world;
+  bench_print(ctx, "# moe-ll: hidden %d, top-%d of %d experts (%d per rank), bf16 tokens in, combine bf16 out\n",
+              HIDDEN, TOP_K, experts, experts / W);
+  if (experts != NUM_EXPERTS)
+    bench_print(ctx, "# note: %d experts is not a multiple of world %d; using the nearest multiple, %d\n", NUM_EXPERTS,
+                W, experts);
+  bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly, weights in (0, 1]\n", TOP_K);
+  bench_print(ctx, "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
+                   " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert)\n");
+  bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): kernel time = "
+                   "CUDA events around each half, host = enqueue to stream sync; medians, slowest rank\n");
+  if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the kernel columns repeat the host-observed time\n");
+  else bench_print(ctx, "# the launch floor above bounds every kernel time from below\n");
+  bench_print(ctx, "# nccl: grouped ncclSend/ncclRecv carrying per (source, destination) the bytes our dispatch moves "
+                   "(messages x (%d + %d) B for fp8, x %d B for bf16) and, for the combine, the reverse pairs' "
+                   "vectors x %d B; x_ = nccl / ours\n", HIDDEN, HIDDEN / SY_MOE_FP8_GROUP * 4, 2 * HIDDEN, 2 * HIDDEN);
+  bench_print(ctx, "# #wrong: receive-layout mismatches (expert_counts, rank_counts, src pairs) against the routing "
+                   "(-1: not checked); payload bits are the gpu tests' job\n");
+  bench_print(ctx, "# per-phase device trace: set SY_TRACE_FILE=moe.%%r.json (Chrome trace JSON per rank); largest "
+                   "size %lld tokens per rank\n#\n", (long long)most_tokens);
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s | %9s %9s | %6s | %9s %9s | %6s %6s\n", "tokens", "wire", "mode",
+              "disp_us", "disp_host", "comb_us", "comb_host", "#wrong", "nccl_disp", "nccl_comb", "x_disp", "x_comb");
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s | %9s %9s | %6s | %9s %9s | %6s %6s\n", "/rank", "", "", "(kernel)",
+              "(host)", "(kernel)", "(host)", "", "(kernel)", "(kernel)", "", "");
+}
+
+int bench_moe(bench_ctx_t *ctx) {
+  const bench_opts_t *o = ctx->opts;
+  const int W = ctx->world, me = ctx->rank;
+  int64_t sizes[BENCH_MAX_TOKEN_LIST];
+  const int num_sizes = token_sizes(o, sizes);
+  if (!num_sizes) {
+    bench_print(ctx, "# moe-ll: no size of the list lies in [-t %lld, -T %lld]\n", (long long)o->min_tokens,
+                (long long)o->max_tokens);
+    return 1;
+  }
+  int64_t most = 0;
+  for (int i = 0; i < num_sizes; i++) most = sizes[i] > most ? sizes[i] : most;
+  if (most * W > INT32_MAX) {
+    bench_print(ctx, "# moe-ll: %lld tokens per rank x world %d exceeds the slot count an int32 holds\n",
+                (long long)most, W);
+    return 1;
+  }
+  const int experts = experts_for(W), L = experts / W;
+  const size_t T_max = (size_t)most, S_max = (size_t)W * T_max, H = HIDDEN, groups = HIDDEN / SY_MOE_FP8_GROUP;
+
+  moe_bench_t b;
+  memset(&b, 0, sizeof b);
+  moe_host_scratch_t h;
+  memset(&h, 0, sizeof h);
+  int rc = 0, unsupported = 0;
+  b.x = dev_alloc(ctx, T_max * H * 2);
+  b.ids = dev_alloc(ctx, T_max * TOP_K * sizeof(int32_t));
+  b.weights = dev_alloc(ctx, T_max * TOP_K * sizeof(float));
+  b.recv.tokens = dev_alloc(ctx, (size_t)L * S_max * H * 2); /* room for the BF16 wire */
+  b.recv.scales = dev_alloc(ctx, (size_t)L * groups * S_max * sizeof(float));
+  b.recv.src = dev_alloc(ctx, (size_t)L * S_max * 2 * sizeof(int32_t));
+  b.recv.expert_counts = dev_alloc(ctx, (size_t)L * sizeof(int32_t));
+  b.recv.rank_counts = dev_alloc(ctx, (size_t)L * W * sizeof(int32_t));
+  b.expert_out = dev_alloc(ctx, (size_t)L * S_max * H * 2);
+  b.out = dev_alloc(ctx, T_max * H * 2);
+  b.send_bytes = calloc(4 * (size_t)W, sizeof(size_t));
+  h.all_ids = malloc((size_t)W * T_max * TOP_K * sizeof *h.all_ids);
+  h.weights = malloc(T_max * TOP_K * sizeof *h.weights);
+  h.x = malloc(T_max * H * sizeof *h.x);
+  h.want = malloc((size_t)L * sizeof *h.want);
+  h.counts = malloc((size_t)L * sizeof *h.counts);
+  h.fill = malloc((size_t)L * sizeof *h.fill);
+  h.rank_counts = malloc((size_t)L * W * sizeof *h.rank_counts);
+  h.want_rank = malloc((size_t)L * W * sizeof *h.want_rank);
+  h.src = malloc((size_t)L * S_max * 2 * sizeof *h.src);
+  h.msgs = malloc(2 * (size_t)W * W * sizeof *h.msgs);
+  if (!b.x || !b.ids || !b.weights || !b.recv.tokens || !b.recv.scales || !b.recv.src || !b.recv.expert_counts ||
+      !b.recv.rank_counts || !b.expert_out || !b.out || !b.send_bytes || !h.all_ids || !h.weights || !h.x || !h.want ||
+      !h.counts || !h.fill || !h.rank_counts || !h.want_rank || !h.src || !h.msgs) {
+    fprintf(stderr, "sy-bench: rank %d: moe-ll: out of memory for %lld tokens per rank\n", me, (long long)most);
+    rc = 1;
+  }
+  rc = bench_allreduce_max(ctx, rc) != 0; /* every rank goes on, or none */
+  if (!rc) {
+    b.send_off = b.send_bytes + W, b.recv_bytes = b.send_bytes + 2 * W, b.recv_off = b.send_bytes + 3 * W;
+    h.copies = h.msgs + (size_t)W * W;
+    print_header(ctx, experts, most);
+  }
+
+  double sum_xd = 0, sum_xc = 0;
+  int ratio_rows = 0, have_target = 0;
+  double target[4] = {0, 0, 0, 0}; /* dispatch us, combine us, x dispatch, x combine */
+  for (int si = 0; si < num_sizes && !rc; si++) {
+    const int T = (int)sizes[si];
+    const size_t S = (size_t)W * T;
+    for (int r = 0; r < W; r++)
+      gen_routing(r, T, experts, h.all_ids + (size_t)r * T * TOP_K, r == me ? h.weights : NULL);
+    gen_tokens(me, T, h.x);
+    count_pairs(h.all_ids, W, T, L, h.msgs, h.copies);
+    expected_counts(h.all_ids, W, me, T, L, h.want);
+    b.tokens = T;
+    rc |= to_dev(ctx, b.x, h.x, (size_t)T * H * 2);
+    rc |= to_dev(ctx, b.ids, h.all_ids + (size_t)me * T * TOP_K, (size_t)T * TOP_K * sizeof(int32_t));
+    rc |= to_dev(ctx, b.weights, h.weights, (size_t)T * TOP_K * sizeof(float));
+    /* The experts' outputs: the slots this size fills, [L][S][hidden], bf16 0x3F3F (0.746). */
+    for (int e = 0; e < L && !rc; e++)
+      rc |= fill_bytes(ctx, (uint16_t *)b.expert_out + (size_t)e * S * H, 0x3F, (size_t)h.want[e] * H * 2);
+    if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+    rc = bench_allreduce_max(ctx, rc) != 0;
+
+    for (int wi = 0; wi < NUM_WIRES && !rc; wi++) {
+      for (int mi = 0; mi < NUM_MODES && !rc; mi++) {
+        const sy_moe_config_t cfg = make_config(T, experts, wires[wi], modes[mi]);
+        const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs;
+        bench_timing_t disp, comb, nd, nc;
+        memset(&disp, 0, sizeof disp), memset(&comb, 0, sizeof comb);
+        memset(&nd, 0, sizeof nd), memset(&nc, 0, sizeof nc);
+        long long wrong = -1;
+        int ours = 0;
+        /* Until the cuda kernels exist create says SY_ERR_UNSUPPORTED (with a warning): asked once. */
+        const sy_status_t st = unsupported ? SY_ERR_UNSUPPORTED : sy_moe_create(ctx->comm, &cfg, &b.moe);
+        if (st == SY_ERR_UNSUPPORTED) {
+          unsupported = 1;
+        } else if (st != SY_SUCCESS) {
+          bench_print(ctx, "# moe-ll: sy_moe_create (%d tokens, %s, %s): %s (%s)\n", T, wire_name(cfg.wire),
+                      mode_name(cfg.flags), sy_status_name(st), sy_status_string(st));
+          rc = 1;
+          break;
+        } else {
+          ours = 1;
+          if (o->check) { /* one pair on poisoned receive metadata; the dispatch's layout is compared */
+            long long bad = 0;
+            int crc = fill_bytes(ctx, b.recv.src, 0xEE, (size_t)L * S * 2 * sizeof(int32_t));
+            crc |= fill_bytes(ctx, b.recv.expert_counts, 0xEE, (size_t)L * sizeof(int32_t));
+            crc |= fill_bytes(ctx, b.recv.rank_counts, 0xEE, (size_t)L * W * sizeof(int32_t));
+            crc = crc || op_dispatch(ctx, &b);
+            if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+            crc = crc || from_dev(ctx, h.counts, b.recv.expert_counts, (size_t)L * sizeof(int32_t));
+            crc = crc || from_dev(ctx, h.rank_counts, b.recv.rank_counts, (size_t)L * W * sizeof(int32_t));
+            crc = crc || from_dev(ctx, h.src, b.recv.src, (size_t)L * S * 2 * sizeof(int32_t));
+            if (!crc)
+              bad = check_layout(h.all_ids, W, me, T, L, h.counts, h.rank_counts, h.src, h.fill, h.want_rank);
+            crc = crc || op_combine(ctx, &b);
+            if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+            wrong = bench_allreduce_max(ctx, crc ? -1 : bad);
+            if (bench_allreduce_max(ctx, crc)) rc = 1; /* a pair that did not complete leaves the object mid-call */
+          }
+          if (!rc) rc = time_pairs(ctx, &b, &disp, &comb);
+          sy_moe_destroy(b.moe);
+          b.moe = NULL;
+        }
+        if (ctx->nccl && !rc) {
+          rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, pairs, 0, wire_bytes(cfg.wire))) != 0;
+          if (!rc) rc = bench_time(ctx, op_nccl, &b, &nd);
+          if (!rc) rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, pairs, 1, H * 2)) != 0;
+          if (!rc) rc = bench_time(ctx, op_nccl, &b, &nc);
+        }
+        if (o->check && ours) {
+          ctx->total_wrong += wrong > 0 ? wrong : 0;
+          if (wrong < 0) ctx->total_wrong++; /* a check that could not run counts as wrong */
+        }
+        /* Bytes the busiest rank sends (self included), what both columns move. */
+        double disp_bytes = 0, comb_bytes = 0;
+        for (int s = 0; s < W; s++) {
+          long long out_msgs = 0, back = 0;
+          for (int d = 0; d < W; d++) out_msgs += pairs[(size_t)s * W + d], back += pairs[(size_t)d * W + s];
+          const double db = (double)out_msgs * wire_bytes(cfg.wire), cb = (double)back * H * 2;
+          disp_bytes = db > disp_bytes ? db : disp_bytes;
+          comb_bytes = cb > comb_bytes ? cb : comb_bytes;
+        }
+        const int have_nccl = ctx->nccl && nd.valid && nc.valid;
+        const double xd = have_nccl && ours && disp.time_us > 0 ? nd.time_us / disp.time_us : 0;
+        const double xc = have_nccl && ours && comb.time_us > 0 ? nc.time_us / comb.time_us : 0;
+        char our_cols[64], nccl_cols[64], x_cols[32];
+        if (ours)
+          snprintf(our_cols, sizeof our_cols, "%9.2f %9.2f | %9.2f %9.2f | %6lld", disp.time_us, disp.host_us,
+                   comb.time_us, comb.host_us, wrong);
+        else
+          snprintf(our_cols, sizeof our_cols, "%9s %9s | %9s %9s | %6s", "n/a", "", "n/a", "", "");
+        if (have_nccl) snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %9.2f", nd.time_us, nc.time_us);
+        else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s", "n/a", "n/a");
+        if (xd > 0 && xc > 0) snprintf(x_cols, sizeof x_cols, "%6.2f %6.2f", xd, xc);
+        else snprintf(x_cols, sizeof x_cols, "%6s %6s", "", "");
+        bench_print(ctx, "  %6d %5s %10s | %s | %s | %s\n", T, wire_name(cfg.wire), mode_name(cfg.flags), our_cols,
+                    nccl_cols, x_cols);
+        bench_json(ctx,
+                   "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
+                   "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
+                   "\"supported\": %s, "
+                   "\"dispatch\": {\"time_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
+                   "\"combine\": {\"time_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, \"wrong\": %lld, "
+                   "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f}, "
+                   "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f}",
+                   sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
+                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, disp.host_us, disp_bytes,
+                   comb.time_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
+                   nc.time_us, xd, xc);
+        if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
+        if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
+          have_target = 1;
+          target[0] = disp.time_us, target[1] = comb.time_us, target[2] = xd, target[3] = xc;
+        }
+      }
+    }
+  }
+  if (ratio_rows)
+    bench_print(ctx, "# average over %d rows: dispatch %.2fx, combine %.2fx faster than nccl\n", ratio_rows,
+                sum_xd / ratio_rows, sum_xc / ratio_rows);
+  if (have_target && gpu(ctx)) {
+    const int met = target[0] <= TARGET_DISPATCH_US && target[1] <= TARGET_COMBINE_US &&
+                    (!ctx->nccl || (target[2] >= TARGET_SPEEDUP && target[3] >= TARGET_SPEEDUP));
+    bench_print(ctx, "# target (4 x H200, %d tokens, fp8 dispatch, dedup): dispatch %.2f us (<= %.0f), combine %.2f us "
+                     "(<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n", TARGET_TOKENS, target[0], TARGET_DISPATCH_US,
+                target[1], TARGET_COMBINE_US, target[2], target[3], TARGET_SPEEDUP, met ? "met" : "NOT met",
+                ctx->nccl ? "" : " (no nccl baseline)");
+  }
+  if (unsupported) {
+    bench_print(ctx, "# moe-ll: sy_moe_create: %s on the %s backend (its MoE kernels are not built yet); the "
+                     "switchyard columns are n/a\n", sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
+    rc = 1;
+  }
+  dev_free(ctx, b.x), dev_free(ctx, b.ids), dev_free(ctx, b.weights), dev_free(ctx, b.recv.tokens);
+  dev_free(ctx, b.recv.scales), dev_free(ctx, b.recv.src), dev_free(ctx, b.recv.expert_counts);
+  dev_free(ctx, b.recv.rank_counts), dev_free(ctx, b.expert_out), dev_free(ctx, b.out);
+  dev_free(ctx, b.nccl_send), dev_free(ctx, b.nccl_recv);
+  free(b.send_bytes);
+  free(h.all_ids), free(h.weights), free(h.x), free(h.want), free(h.counts), free(h.fill), free(h.rank_counts);
+  free(h.want_rank), free(h.src), free(h.msgs);
+  return rc;
+}
