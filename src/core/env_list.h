@@ -22,3 +22,4 @@ SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch
 SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K", "all-to-all: smallest piece of one peer's bytes with its own signal; same on every rank")
 SY_ENV_ID_(SY_TRACE_FILE, SY_ENV_STRING, "", "write per-phase device timestamps as Chrome trace JSON here at destroy; %r rank, %p pid")
 SY_ENV_ID_(SY_TRACE_EVENTS, SY_ENV_INT, "262144", "trace buffer capacity in events (32 bytes each)")
+SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1", "launch the MoE kernels with programmatic dependent launch (a kernel starts while the one before it ends)")

@@ -92,21 +92,6 @@ __device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
   return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
 }
 
-/* Expert k of token t, or -1 (none, or an id outside [-1, E) or repeated in the token: reported when `report`,
- * peer = the token, expected = k, seen = the id). */
-__device__ int checked_id(const moe_params &P, int t, int k, bool report, uint64_t call) {
-  const uint64_t row = (uint64_t)t * (uint64_t)P.K;
-  const int64_t id = load_id(P, row + (uint64_t)k);
-  if (id == -1) return -1;
-  bool bad = id < -1 || id >= P.E;
-  for (int j = 0; !bad && j < k; j++) bad = load_id(P, row + (uint64_t)j) == id;
-  if (bad) {
-    if (report) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)id);
-    return -1;
-  }
-  return (int)id;
-}
-
 /* Raises word `word` of this rank's counters at p: a release store where p is reachable, an NVSHMEM signal
  * (after the puts, which the caller quieted) otherwise. */
 __device__ __forceinline__ void signal_peer(const moe_params &P, char *peer, int p, int parity, int word,
@@ -136,14 +121,16 @@ __device__ uint64_t wait_call32(const dev_ctx &ctx, const uint64_t *w, uint64_t 
 }
 
 /* Message count `count` completed at destination/owner p (by this block's n of them): the block that brings
- * the shared counter to `total` raises p's word. One thread per p, after the block's stores (bar.sync). */
+ * the shared counter to `total` raises p's word. One thread per p, after the block's stores (bar.sync): its
+ * acq_rel atomic at system scope orders the block's stores (to p's memory too) before the count, and the
+ * completing block's later release store after every block's. */
 __device__ __forceinline__ void complete(const moe_params &P, unsigned *done, char *peer, int p, unsigned n,
                                          unsigned total, int parity, int word, uint64_t value) {
   if (n == 0) return;
   if (!peer) nvshmem_quiet();
-  __threadfence_system();
-  if (atomicAdd(done, n) + n == total) {
-    __threadfence_system();
+  unsigned old;
+  asm volatile("atom.acq_rel.sys.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(done), "r"(n) : "memory");
+  if (old + n == total) {
     *done = 0; /* the next call's kernel starts after this one ends */
     signal_peer(P, peer, p, parity, word, value);
   }
@@ -172,21 +159,30 @@ __device__ __forceinline__ int source_of(const int *start, int W, int i) {
   return lo;
 }
 
+/* Programmatic dependent launch: the kernel may have started while the stream's previous kernel was still
+ * running; nothing is read or written before that kernel has completed. Then let the next one launch. */
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 /* ---- dispatch_send ---------------------------------------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, me = P.ctx.rank, nt = P.num_tokens;
   const int NC = (P.T + 31) / 32; /* chunks of 32 tokens (sized for max_tokens) */
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
-  /* dynamic: peers[W] (pointers), masks[W][NC], prefix[W][NC + 1], sent[W] */
+  /* dynamic: peers[W] (pointers), masks[W][NC], prefix[W][NC + 1], sent[W], ids[T][K] (checked) */
   char **peers = (char **)moe_dyn;
   uint32_t *masks = (uint32_t *)(peers + W);
   int *prefix = (int *)(masks + (size_t)W * NC);
   int *sent = prefix + (size_t)W * (NC + 1);
+  int *ids = sent + W;
 
   __shared__ uint64_t call_s;
-  __shared__ int ndest_s, dest_s[MOE_MAX_K], idx_s[MOE_MAX_K], ent_e_s[MOE_MAX_K];
+  __shared__ int ndest_s, dest_s[MOE_MAX_K], idx_s[MOE_MAX_K];
   __shared__ float ent_w_s[MOE_MAX_K];
   __shared__ char *tgt_s[MOE_MAX_K];
   __shared__ int any_put_s;
@@ -196,6 +192,15 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
     peers[p] = peer_ws(P, p);
     sent[p] = 0;
   }
+  /* The ids, loaded once (coalesced, independent loads) into shared memory; outside [-1, E): reported, -1. */
+  for (int i = threadIdx.x; i < nt * K; i += blockDim.x) {
+    const int64_t id = load_id(P, (uint64_t)i);
+    const bool bad = id < -1 || id >= P.E;
+    if (bad && blockIdx.x == 0)
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, i / K, ld_relaxed_gpu(&P.local->call) + 1, (uint64_t)(i % K),
+                   (uint64_t)id);
+    ids[i] = bad ? -1 : (int)id;
+  }
   __syncthreads();
   const uint64_t call = call_s;
   const int parity = (int)(call & 1);
@@ -203,6 +208,20 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, true, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, true, -1, call);
   }
+  /* A repeat of an earlier k of the same token: reported, -1 (one thread per token owns its row). */
+  for (int t = threadIdx.x; t < nt; t += blockDim.x) {
+    int *row = ids + (size_t)t * K;
+    for (int k = 1; k < K; k++) {
+      if (row[k] < 0) continue;
+      bool dup = false;
+      for (int j = 0; j < k; j++) dup = dup || row[j] == row[k];
+      if (dup) {
+        if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)row[k]);
+        row[k] = -1;
+      }
+    }
+  }
+  __syncthreads();
 
   /* Routing: masks[p][c] bit j = token 32c + j goes to rank p. */
   const int chunks = (nt + 31) / 32;
@@ -212,7 +231,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
       uint64_t dm = 0;
       if (t < nt)
         for (int k = 0; k < K; k++) {
-          const int e = checked_id(P, t, k, blockIdx.x == 0 && w0 == 0, call);
+          const int e = ids[(size_t)t * K + k];
           const int p = e >= 0 ? e / L : -1;
           if (p >= w0 && p < w0 + 64) dm |= 1ull << (p - w0);
         }
@@ -237,7 +256,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
   /* Block 0 keeps this dispatch's ids for the combine. */
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) P.local->num_tokens = nt;
-    for (int i = threadIdx.x; i < nt * K; i += blockDim.x) P.ids[i] = checked_id(P, i / K, i % K, false, call);
+    for (int i = threadIdx.x; i < nt * K; i += blockDim.x) P.ids[i] = ids[i];
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -266,10 +285,8 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
       if (!peers[p]) any_put_s = 1;
       sent[p]++;
     }
-    if (threadIdx.x < (unsigned)K) {
-      ent_e_s[threadIdx.x] = checked_id(P, t, (int)threadIdx.x, false, call);
-      ent_w_s[threadIdx.x] = P.weights ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
-    }
+    if (threadIdx.x < (unsigned)K) ent_w_s[threadIdx.x] = P.weights ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
+    const int *ent_e_s = ids + (size_t)t * K;
     __syncthreads();
     const int ndest = ndest_s, any_put = any_put_s;
     const uint16_t *tok = P.tokens + (uint64_t)t * P.H;
@@ -404,6 +421,7 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
 }
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, T = P.T, S = P.S, G = P.G;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
@@ -433,10 +451,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __
       if (i < total) {
         const int s = source_of(start, W, i), m = i - start[s];
         const char *msg = P.ws + msg_offset(P, parity, s, m);
-        for (int k = 0; k < K && kh < 0; k += 2) {
+#pragma unroll 4
+        for (int k = 0; k < K; k += 2) { /* independent loads: no early exit */
           const uint4 two = ld_plain(msg + SY_MOE_MSG_HEADER + 8 * k); /* entries k and k + 1 */
           if ((int)two.x == e) kh = k;
-          else if (k + 1 < K && (int)two.z == e) kh = k + 1;
+          if (k + 1 < K && (int)two.z == e) kh = k + 1;
         }
       }
       const uint32_t bal = __ballot_sync(0xFFFFFFFFu, kh >= 0);
@@ -481,16 +500,19 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __
       const uint4 *src = (const uint4 *)(msg + P.payload_offset);
       uint4 *dst = (uint4 *)((char *)P.recv.tokens + at * row_bytes);
       const int nvec = (int)(row_bytes / 16);
-      int v = (int)lane;
-      for (; v + 96 < nvec; v += 128) {
-        const uint4 a = ld_plain(src + v), b = ld_plain(src + v + 32), c = ld_plain(src + v + 64),
-                    d = ld_plain(src + v + 96);
-        dst[v] = a;
-        dst[v + 32] = b;
-        dst[v + 64] = c;
-        dst[v + 96] = d;
+      for (int v0 = 0; v0 < nvec; v0 += 8 * 32) { /* eight loads in flight per lane */
+        uint4 x[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const int v = v0 + j * 32 + (int)lane;
+          if (v < nvec) x[j] = ld_plain(src + v);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const int v = v0 + j * 32 + (int)lane;
+          if (v < nvec) dst[v] = x[j];
+        }
       }
-      for (; v < nvec; v += 32) dst[v] = ld_plain(src + v);
       if (P.wire != SY_MOE_WIRE_BF16) {
         const volatile float *sc = (const volatile float *)(msg + P.scales_offset);
         for (int g = (int)lane; g < G; g += 32) P.recv.scales[((uint64_t)e * G + g) * S + (uint64_t)h] = sc[g];
@@ -512,6 +534,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __
 /* ---- combine_send ---------------------------------------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
   char **peers = (char **)moe_dyn;      /* [W] */
@@ -556,16 +579,25 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __g
         float acc[8];
 #pragma unroll
         for (int i2 = 0; i2 < 8; i2++) acc[i2] = 0.0f;
-        for (int k = 0; k < K; k++) {
-          const int le = le_s[k];
-          if (le < 0) continue;
-          const uint4 y = __ldg((const uint4 *)(P.expert_out + ((uint64_t)le * S + (uint64_t)slot_s[k]) * H) + u);
-          const float w = w_s[k];
-          const uint32_t yw[4] = {y.x, y.y, y.z, y.w};
+        for (int k0 = 0; k0 < K; k0 += 8) { /* eight loads in flight, then the fmas in k order */
+          uint4 y[8];
 #pragma unroll
-          for (int i2 = 0; i2 < 4; i2++) {
-            acc[2 * i2] = __fmaf_rn(w, bf16_lo(yw[i2]), acc[2 * i2]);
-            acc[2 * i2 + 1] = __fmaf_rn(w, bf16_hi(yw[i2]), acc[2 * i2 + 1]);
+          for (int j = 0; j < 8; j++) {
+            const int k = k0 + j;
+            if (k < K && le_s[k] >= 0)
+              y[j] = __ldg((const uint4 *)(P.expert_out + ((uint64_t)le_s[k] * S + (uint64_t)slot_s[k]) * H) + u);
+          }
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const int k = k0 + j;
+            if (k >= K || le_s[k] < 0) continue;
+            const float w = w_s[k];
+            const uint32_t yw[4] = {y[j].x, y[j].y, y[j].z, y[j].w};
+#pragma unroll
+            for (int i2 = 0; i2 < 4; i2++) {
+              acc[2 * i2] = __fmaf_rn(w, bf16_lo(yw[i2]), acc[2 * i2]);
+              acc[2 * i2 + 1] = __fmaf_rn(w, bf16_hi(yw[i2]), acc[2 * i2 + 1]);
+            }
           }
         }
         ((uint4 *)dst)[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]), pack_bf16(acc[4], acc[5]),
@@ -614,6 +646,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __g
 /* ---- combine_recv ---------------------------------------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
   const int W = P.W, K = P.K, T = P.T, H = P.H, L = P.L;
   __shared__ int id_s[MOE_MAX_K], ranks_s[MOE_MAX_K], nranks_s;
   __shared__ float w_s[MOE_MAX_K];
@@ -626,8 +659,10 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __g
       report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, -1, call, (uint64_t)dispatched,
                    (uint64_t)P.num_tokens);
     const int n = P.num_tokens < dispatched ? P.num_tokens : dispatched;
+    /* (A repeated id that the dispatch reported and dropped shows here too; the dispatch's report stays first.) */
     for (int i = threadIdx.x; i < n * K; i += blockDim.x) {
-      const int id = checked_id(P, i / K, i % K, false, call);
+      int64_t id = load_id(P, (uint64_t)i);
+      if (id < -1 || id >= P.E) id = -1;
       if (id != P.ids[i]) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, i, call, (uint64_t)P.ids[i], (uint64_t)id);
     }
   }
@@ -672,25 +707,42 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __g
 #pragma unroll
       for (int i = 0; i < 8; i++) acc[i] = 0.0f;
       if (!P.per_expert) {
-        for (int j = 0; j < nranks_s; j++) {
-          const uint4 p = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)ranks_s[j] * T + (uint64_t)t) + 16ull * u);
-          const uint32_t pw[4] = {p.x, p.y, p.z, p.w};
+        const int nr = nranks_s;
+        for (int j0 = 0; j0 < nr; j0 += 8) { /* eight loads in flight, then the adds in rank order */
+          uint4 x[8];
 #pragma unroll
-          for (int i = 0; i < 4; i++) {
-            acc[2 * i] = __fadd_rn(acc[2 * i], bf16_lo(pw[i]));
-            acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], bf16_hi(pw[i]));
+          for (int j = 0; j < 8; j++)
+            if (j0 + j < nr)
+              x[j] = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)ranks_s[j0 + j] * T + (uint64_t)t) + 16ull * u);
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            if (j0 + j >= nr) continue;
+            const uint32_t pw[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+              acc[2 * i] = __fadd_rn(acc[2 * i], bf16_lo(pw[i]));
+              acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], bf16_hi(pw[i]));
+            }
           }
         }
       } else {
-        for (int k = 0; k < K; k++) {
-          if (id_s[k] < 0) continue;
-          const uint4 y = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)t * K + (uint64_t)k) + 16ull * u);
-          const uint32_t yw[4] = {y.x, y.y, y.z, y.w};
-          const float w = w_s[k];
+        for (int k0 = 0; k0 < K; k0 += 8) {
+          uint4 x[8];
 #pragma unroll
-          for (int i = 0; i < 4; i++) {
-            acc[2 * i] = __fmaf_rn(w, bf16_lo(yw[i]), acc[2 * i]);
-            acc[2 * i + 1] = __fmaf_rn(w, bf16_hi(yw[i]), acc[2 * i + 1]);
+          for (int j = 0; j < 8; j++)
+            if (k0 + j < K && id_s[k0 + j] >= 0)
+              x[j] = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)t * K + (uint64_t)(k0 + j)) + 16ull * u);
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const int k = k0 + j;
+            if (k >= K || id_s[k] < 0) continue;
+            const uint32_t yw[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
+            const float w = w_s[k];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+              acc[2 * i] = __fmaf_rn(w, bf16_lo(yw[i]), acc[2 * i]);
+              acc[2 * i + 1] = __fmaf_rn(w, bf16_hi(yw[i]), acc[2 * i + 1]);
+            }
           }
         }
       }
@@ -726,6 +778,29 @@ struct moe_gpu {
 };
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+
+/* Launches one of the kernels, with programmatic dependent launch unless SY_PDL=0. */
+static sy_status_t launch(void (*kernel)(moe_params), int blocks, size_t smem, cudaStream_t stream,
+                          const moe_params &P) {
+  static int pdl = -1;
+  if (pdl < 0) {
+    int on = 1;
+    if (sy__env_bool(SY_ENVID_SY_PDL, &on) != SY_SUCCESS) on = 1;
+    pdl = on;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks);
+  cfg.blockDim = dim3(MOE_THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  SY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, P));
+  return SY_SUCCESS;
+}
 
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -796,15 +871,16 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   int smem_max = 0;
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm->device));
   const size_t NC = ((size_t)T + 31) / 32;
-  g->ds_smem = (size_t)W * sizeof(char *) + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 + (size_t)W * 4;
+  g->ds_smem = (size_t)W * sizeof(char *) + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 + (size_t)W * 4 +
+               (size_t)T * K * 4;
   g->dr_smem = ((size_t)W + 1) * 4 + (size_t)W * (size_t)T * 4;
   g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4 + (size_t)W * 4;
   const size_t static_reserve = 2048; /* the kernels' static shared arrays */
   if (g->ds_smem + static_reserve > (size_t)smem_max || g->dr_smem + static_reserve > (size_t)smem_max ||
       (uint64_t)W * (uint64_t)T >= (1ull << 26)) {
-    SY_WARN("sy_moe_create: config->max_tokens=%d on %d ranks needs %zu bytes of shared memory per block (W x "
-            "max_tokens x 4 for the receive scan), more than this GPU's %d; lower max_tokens", T, W,
-            g->dr_smem + static_reserve, smem_max);
+    SY_WARN("sy_moe_create: config->max_tokens=%d, top_k=%d on %d ranks needs %zu bytes of shared memory per block "
+            "(max_tokens x top_k x 4 for the ids, W x max_tokens x 4 for the receive scan), more than this GPU's %d; "
+            "lower max_tokens", T, K, W, (g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem) + static_reserve, smem_max);
     free(g);
     return SY_ERR_UNSUPPORTED;
   }
@@ -893,9 +969,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe 
   P.id64 = a->id_type == SY_INDEX_INT64;
   P.weights = a->weights;
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
-  moe_dispatch_send_kernel<<<blocks, MOE_THREADS, g->ds_smem, stream>>>(P);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch(moe_dispatch_send_kernel, blocks, g->ds_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
@@ -908,9 +982,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe 
   int blocks = L * g->splits;
   if (blocks > 4 * g->blocks) blocks = (4 * g->blocks / g->splits) * g->splits; /* experts loop */
   if (blocks < g->splits) blocks = g->splits;
-  moe_dispatch_recv_kernel<<<blocks, MOE_THREADS, g->dr_smem, stream>>>(P);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch(moe_dispatch_recv_kernel, blocks, g->dr_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
@@ -919,9 +991,7 @@ extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *
   moe_params P;
   fill_params(comm, moe, g, &P);
   P.expert_out = (const uint16_t *)expert_out;
-  moe_combine_send_kernel<<<g->blocks, MOE_THREADS, g->cs_smem, stream>>>(P);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch(moe_combine_send_kernel, g->blocks, g->cs_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
@@ -935,7 +1005,5 @@ extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *
   P.weights = a->weights;
   P.out = (uint16_t *)out;
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
-  moe_combine_recv_kernel<<<blocks, MOE_THREADS, 0, stream>>>(P);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch(moe_combine_recv_kernel, blocks, 0, stream, P);
 }

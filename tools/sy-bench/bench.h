@@ -38,6 +38,7 @@ typedef struct bench_opts {
 typedef struct bench_timing {
   double time_us;   /* median device time per call (CUDA events); host backend: = host_us */
   double host_us;   /* median host-observed time per call (enqueue to stream sync) */
+  double graph_us;  /* moe-ll: median device time inside a replayed CUDA graph (no host enqueue gaps); 0: n/a */
   double algbw_gbs; /* bytes per rank / time */
   double busbw_gbs; /* algbw * (world - 1) / world */
   long long wrong;  /* wrong bytes in the checked call; -1: not checked */

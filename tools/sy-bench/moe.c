@@ -332,6 +332,39 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
     free(ev);
     if (!rc) disp->time_us = bench_median(td, iters), comb->time_us = bench_median(tc, iters);
   }
+  /* The same pair captured once in a CUDA graph with its three events, replayed: the halves' device time without
+   * the gaps of host enqueueing (how a decoding loop runs it). */
+  if (gpu(ctx) && !rc) {
+    cudaEvent_t ev[3] = {NULL, NULL, NULL};
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    for (int i = 0; i < 3 && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
+    if (!rc) rc = cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+    if (!rc) {
+      /* External: real event-record nodes (a plain record inside a capture only orders streams). */
+      int crc = cudaEventRecordWithFlags(ev[0], ctx->stream, cudaEventRecordExternal) != cudaSuccess ||
+                op_dispatch(ctx, b) ||
+                cudaEventRecordWithFlags(ev[1], ctx->stream, cudaEventRecordExternal) != cudaSuccess ||
+                op_combine(ctx, b) || cudaEventRecordWithFlags(ev[2], ctx->stream, cudaEventRecordExternal) != cudaSuccess;
+      rc = cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || crc;
+    }
+    if (!rc) rc = cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
+    for (int i = 0; i < warmup + iters && !rc; i++) {
+      rc = cudaGraphLaunch(exec, ctx->stream) != cudaSuccess || cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+      float ms_d = 0, ms_c = 0;
+      if (!rc && i >= warmup) {
+        rc = cudaEventElapsedTime(&ms_d, ev[0], ev[1]) != cudaSuccess ||
+             cudaEventElapsedTime(&ms_c, ev[1], ev[2]) != cudaSuccess;
+        td[i - warmup] = ms_d * 1e3, tc[i - warmup] = ms_c * 1e3;
+      }
+    }
+    if (!rc) disp->graph_us = bench_median(td, iters), comb->graph_us = bench_median(tc, iters);
+    else fprintf(stderr, "moe-ll: graph timing failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    for (int i = 0; i < 3; i++)
+      if (ev[i]) cudaEventDestroy(ev[i]);
+  }
   for (int i = 0; i < iters && !rc; i++) {
     const double t0 = bench_now_s();
     rc = op_dispatch(ctx, b);
@@ -348,6 +381,8 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
   disp->host_us = bench_allreduce_max_d(ctx, disp->host_us);
   comb->time_us = bench_allreduce_max_d(ctx, comb->time_us);
   comb->host_us = bench_allreduce_max_d(ctx, comb->host_us);
+  disp->graph_us = bench_allreduce_max_d(ctx, disp->graph_us);
+  comb->graph_us = bench_allreduce_max_d(ctx, comb->graph_us);
   rc = bench_allreduce_max(ctx, rc) != 0;
   disp->valid = comb->valid = !rc;
   return rc;
@@ -385,10 +420,12 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
                    "(-1: not checked); payload bits are the gpu tests' job\n");
   bench_print(ctx, "# per-phase device trace: set SY_TRACE_FILE=moe.%%r.json (Chrome trace JSON per rank); largest "
                    "size %lld tokens per rank\n#\n", (long long)most_tokens);
-  bench_print(ctx, "# %6s %5s %10s | %9s %9s | %9s %9s | %6s | %9s %9s | %6s %6s\n", "tokens", "wire", "mode",
-              "disp_us", "disp_host", "comb_us", "comb_host", "#wrong", "nccl_disp", "nccl_comb", "x_disp", "x_comb");
-  bench_print(ctx, "# %6s %5s %10s | %9s %9s | %9s %9s | %6s | %9s %9s | %6s %6s\n", "/rank", "", "", "(kernel)",
-              "(host)", "(kernel)", "(host)", "", "(kernel)", "(kernel)", "", "");
+  bench_print(ctx, "# graph: the same pair captured in a CUDA graph (events inside), replayed; median device time\n");
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s | %9s %9s %9s | %6s | %9s %9s | %6s %6s\n", "tokens", "wire", "mode",
+              "disp_us", "disp_grph", "disp_host", "comb_us", "comb_grph", "comb_host", "#wrong", "nccl_disp",
+              "nccl_comb", "x_disp", "x_comb");
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s | %9s %9s %9s | %6s | %9s %9s | %6s %6s\n", "/rank", "", "", "(kernel)",
+              "(graph)", "(host)", "(kernel)", "(graph)", "(host)", "", "(kernel)", "(kernel)", "", "");
 }
 
 int bench_moe(bench_ctx_t *ctx) {
@@ -534,12 +571,12 @@ int bench_moe(bench_ctx_t *ctx) {
         const int have_nccl = ctx->nccl && nd.valid && nc.valid;
         const double xd = have_nccl && ours && disp.time_us > 0 ? nd.time_us / disp.time_us : 0;
         const double xc = have_nccl && ours && comb.time_us > 0 ? nc.time_us / comb.time_us : 0;
-        char our_cols[64], nccl_cols[64], x_cols[32];
+        char our_cols[96], nccl_cols[64], x_cols[32];
         if (ours)
-          snprintf(our_cols, sizeof our_cols, "%9.2f %9.2f | %9.2f %9.2f | %6lld", disp.time_us, disp.host_us,
-                   comb.time_us, comb.host_us, wrong);
+          snprintf(our_cols, sizeof our_cols, "%9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f | %6lld", disp.time_us,
+                   disp.graph_us, disp.host_us, comb.time_us, comb.graph_us, comb.host_us, wrong);
         else
-          snprintf(our_cols, sizeof our_cols, "%9s %9s | %9s %9s | %6s", "n/a", "", "n/a", "", "");
+          snprintf(our_cols, sizeof our_cols, "%9s %9s %9s | %9s %9s %9s | %6s", "n/a", "", "", "n/a", "", "", "");
         if (have_nccl) snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %9.2f", nd.time_us, nc.time_us);
         else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s", "n/a", "n/a");
         if (xd > 0 && xc > 0) snprintf(x_cols, sizeof x_cols, "%6.2f %6.2f", xd, xc);
@@ -550,13 +587,14 @@ int bench_moe(bench_ctx_t *ctx) {
                    "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
                    "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
                    "\"supported\": %s, "
-                   "\"dispatch\": {\"time_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
-                   "\"combine\": {\"time_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, \"wrong\": %lld, "
+                   "\"dispatch\": {\"time_us\": %.3f, \"graph_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
+                   "\"combine\": {\"time_us\": %.3f, \"graph_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
+                   "\"wrong\": %lld, "
                    "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f}, "
                    "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f}",
                    sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
-                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, disp.host_us, disp_bytes,
-                   comb.time_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
+                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, disp.graph_us, disp.host_us,
+                   disp_bytes, comb.time_us, comb.graph_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
                    nc.time_us, xd, xc);
         if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
         if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
