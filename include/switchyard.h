@@ -350,21 +350,39 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /*   default (rank-reduced): each expert's rank adds w_k * y_k over the token's experts it holds, k in order,*/
 /*     rounds that partial to bf16 and sends one vector per (token, rank); the owner adds the partials in   */
 /*     ascending rank order and rounds once to bf16. Each token crosses each link once in both directions.  */
-/*   SY_MOE_PER_EXPERT: one copy per (token, expert) both ways; the owner adds w_k * y_k for k = 0..top_k-1. */
+/*   SY_MOE_PER_EXPERT: each expert's rank sends y_k back as is, one vector per (token, expert); the owner   */
+/*     adds w_k * y_k for k = 0..top_k-1. The dispatch is the same in both modes: one message per          */
+/*     (token, rank), expanded to the rank's experts on arrival.                                          */
 /* The two modes round differently; each is deterministic (same inputs, same bits).                        */
 /*                                                                                                        */
 /* Halves. dispatch = dispatch_send + dispatch_recv, combine = combine_send + combine_recv, on one stream.  */
 /* Each rank calls them in the order send, recv, send, recv, ... (dispatch, then its combine, then the next */
 /* dispatch); receive regions are double-buffered by call parity, so a rank may run ahead of its peers by   */
 /* one half but must complete the receive half of call n before the send half of call n + 2. Every call is */
-/* graph-capturable (phase and signal values live on the device); none allocates or synchronises.          */
+/* graph-capturable (phase and signal values live on the device); none allocates or synchronises. A graph */
+/* must hold whole rounds (the four halves in order), as the object's host-side order check advances at    */
+/* capture and the device's call number at replay.                                                        */
+/*                                                                                                        */
+/* Buffers. tokens, expert_ids and weights may be reused once dispatch_send has completed on the stream;    */
+/* expert_out once combine_send has; combine_recv's expert_ids and weights until it completes (on the host  */
+/* backend every call completes before it returns). recv and out are plain device memory of the caller.   */
+/*                                                                                                        */
+/* Errors found on the device (cuda backend) are reported through sy_comm_async_error and are sticky like  */
+/* any asynchronous error: an id outside [-1, num_experts) or repeated within its token (the entry is      */
+/* treated as -1), a combine whose num_tokens or expert_ids differ from its dispatch's (the dispatch's are  */
+/* used). The host backend rejects such calls before anything is sent.                                   */
+/*                                                                                                        */
+/* Limits of the cuda backend: max_tokens x top_k x 4 and world_size x max_tokens x 4 bytes must fit in   */
+/* one thread block's shared memory (sy_moe_create returns SY_ERR_UNSUPPORTED, naming them, otherwise).    */
+/* Besides the symmetric workspace it keeps (world_size + 1) x max_tokens x top_k x 4 bytes of local     */
+/* device memory, and a staging area for NVSHMEM puts when some peer is not load/store reachable.         */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_moe *sy_moe_t;
 
 typedef enum sy_moe_wire { SY_MOE_WIRE_FP8 = 0, SY_MOE_WIRE_FP8_UE8M0 = 1, SY_MOE_WIRE_BF16 = 2 } sy_moe_wire_t;
 typedef enum sy_index_type { SY_INDEX_INT32 = 0, SY_INDEX_INT64 = 1 } sy_index_type_t;
 
-#define SY_MOE_PER_EXPERT 1u  /* one copy per (token, expert) instead of per (token, rank) */
+#define SY_MOE_PER_EXPERT 1u  /* combine: one vector per (token, expert) back instead of per (token, rank) */
 #define SY_MOE_FP8_GROUP 128  /* elements per FP8 scale */
 
 typedef struct sy_moe_config {
@@ -414,8 +432,9 @@ SY_API sy_status_t sy_moe_dispatch_send(sy_moe_t moe, const void *tokens, int nu
 SY_API sy_status_t sy_moe_dispatch_recv(sy_moe_t moe, const sy_moe_recv_t *recv, cudaStream_t stream);
 
 /* expert_out: bf16 [L][S][hidden], the experts' outputs in the dispatch's slots; expert_ids, weights and
- * num_tokens as given to the dispatch this combine answers (weights are used by SY_MOE_PER_EXPERT; the
- * default mode uses the dispatch's). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
+ * num_tokens as given to the dispatch this combine answers (expert_ids in either index type; weights are
+ * used by SY_MOE_PER_EXPERT, and ignored by the default mode, which applied the dispatch's on the experts'
+ * ranks). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
 SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids,
                                   sy_index_type_t id_type, const float *weights, int num_tokens, void *out,
                                   cudaStream_t stream);

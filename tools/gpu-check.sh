@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
-# all-to-all, ring and attention tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
+# all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
 # benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt, the benchmark
 # JSON (bench_<entry>.n<N>.json) and logs.tar.gz (every log: build, machine, each test, each benchmark).
 # Exit status: non-zero if any test or benchmark check failed.
@@ -47,14 +47,15 @@ for n in "${counts[@]}"; do
   SY_FORCE_PUT=1 run test_gpu_alltoall.put "$n" "$root/build/tests/gpu/test_gpu_alltoall"
   SY_FORCE_PUT=1 run test_gpu_ring.put "$n" "$root/build/tests/gpu/test_gpu_ring"
   SY_FORCE_PUT=1 run test_gpu_attn.put "$n" "$root/build/tests/gpu/test_gpu_attn"
+  SY_FORCE_PUT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.put "$n" "$root/build/tests/gpu/test_gpu_moe"
 done
 
 t0=$(date +%s)
 if (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
 else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
-declare -A entry_args=([alltoall]="" [attn]="-t 128")
-entries=(alltoall attn)
+declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="")
+entries=(alltoall attn moe-ll)
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
     run "bench_$entry" "$n" "$bin/sy-bench" $SY_BENCH_ARGS ${entry_args[$entry]} --json "$out/bench_$entry.n$n.json" "$entry"
@@ -65,7 +66,7 @@ echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
-    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# direct|# launch)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
+    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

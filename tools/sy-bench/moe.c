@@ -6,7 +6,8 @@
  *            hidden 7168, top-8 of 256 experts (the nearest multiple of the world size when 256 is not one)
  *   wires    dispatch FP8 (E4M3, one fp32 scale per 128 elements) and BF16; combine BF16
  *   modes    dedup: the default, one message per (token, expert rank), partial sums reduced on the experts'
- *            rank; per-expert: SY_MOE_PER_EXPERT, one copy per (token, expert) both ways
+ *            rank; per-expert: SY_MOE_PER_EXPERT, the same dispatch, and a combine that sends one vector per
+ *            (token, expert) back and sums the k of them on the owner
  *   routing  seeded and uniform: each token picks 8 distinct experts, weights in (0, 1]; one routing per size,
  *            the same for every wire and mode, and any rank can regenerate any rank's
  *
@@ -408,7 +409,7 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
                 W, experts);
   bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly, weights in (0, 1]\n", TOP_K);
   bench_print(ctx, "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
-                   " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert)\n");
+                   " rank; per-expert = SY_MOE_PER_EXPERT, the same dispatch, one combine vector per (token, expert)\n");
   bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): kernel time = "
                    "CUDA events around each half, host = enqueue to stream sync; medians, slowest rank\n");
   if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the kernel columns repeat the host-observed time\n");
@@ -511,7 +512,9 @@ int bench_moe(bench_ctx_t *ctx) {
     for (int wi = 0; wi < NUM_WIRES && !rc; wi++) {
       for (int mi = 0; mi < NUM_MODES && !rc; mi++) {
         const sy_moe_config_t cfg = make_config(T, experts, wires[wi], modes[mi]);
-        const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs;
+        /* The dispatch is de-duplicated in both modes (a message per (token, rank)); the per-expert combine
+         * sends a vector per (token, expert). */
+        const long long *pairs = h.msgs, *back_pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs;
         bench_timing_t disp, comb, nd, nc;
         memset(&disp, 0, sizeof disp), memset(&comb, 0, sizeof comb);
         memset(&nd, 0, sizeof nd), memset(&nc, 0, sizeof nc);
@@ -552,7 +555,7 @@ int bench_moe(bench_ctx_t *ctx) {
         if (ctx->nccl && !rc) {
           rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, pairs, 0, wire_bytes(cfg.wire))) != 0;
           if (!rc) rc = bench_time(ctx, op_nccl, &b, &nd);
-          if (!rc) rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, pairs, 1, H * 2)) != 0;
+          if (!rc) rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, back_pairs, 1, H * 2)) != 0;
           if (!rc) rc = bench_time(ctx, op_nccl, &b, &nc);
         }
         if (o->check && ours) {
@@ -563,7 +566,7 @@ int bench_moe(bench_ctx_t *ctx) {
         double disp_bytes = 0, comb_bytes = 0;
         for (int s = 0; s < W; s++) {
           long long out_msgs = 0, back = 0;
-          for (int d = 0; d < W; d++) out_msgs += pairs[(size_t)s * W + d], back += pairs[(size_t)d * W + s];
+          for (int d = 0; d < W; d++) out_msgs += pairs[(size_t)s * W + d], back += back_pairs[(size_t)d * W + s];
           const double db = (double)out_msgs * wire_bytes(cfg.wire), cb = (double)back * H * 2;
           disp_bytes = db > disp_bytes ? db : disp_bytes;
           comb_bytes = cb > comb_bytes ? cb : comb_bytes;
@@ -573,8 +576,13 @@ int bench_moe(bench_ctx_t *ctx) {
         const double xc = have_nccl && ours && comb.time_us > 0 ? nc.time_us / comb.time_us : 0;
         char our_cols[96], nccl_cols[64], x_cols[32];
         if (ours)
-          snprintf(our_cols, sizeof our_cols, "%9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f | %6lld", disp.time_us,
-                   disp.graph_us, disp.host_us, comb.time_us, comb.graph_us, comb.host_us, wrong);
+        {
+          char dg[16] = "        -", cg[16] = "        -"; /* no graph on the host backend */
+          if (disp.graph_us > 0) snprintf(dg, sizeof dg, "%9.2f", disp.graph_us);
+          if (comb.graph_us > 0) snprintf(cg, sizeof cg, "%9.2f", comb.graph_us);
+          snprintf(our_cols, sizeof our_cols, "%9.2f %9s %9.2f | %9.2f %9s %9.2f | %6lld", disp.time_us, dg,
+                   disp.host_us, comb.time_us, cg, comb.host_us, wrong);
+        }
         else
           snprintf(our_cols, sizeof our_cols, "%9s %9s %9s | %9s %9s %9s | %6s", "n/a", "", "", "n/a", "", "", "");
         if (have_nccl) snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %9.2f", nd.time_us, nc.time_us);
