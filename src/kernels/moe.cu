@@ -834,6 +834,15 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->splits = g->splits;
 }
 
+/* A call's tokens (dispatch_send; NULL in combine_recv), num_tokens, ids and weights. */
+static void set_args(moe_params *P, const sy_moe_dispatch_args_t *a) {
+  P->tokens = (const uint16_t *)a->tokens;
+  P->num_tokens = a->num_tokens;
+  P->expert_ids = a->expert_ids;
+  P->id64 = a->id_type == SY_INDEX_INT64;
+  P->weights = a->weights;
+}
+
 static void free_gpu(sy_comm_t comm, moe_gpu *g, bool free_ws) {
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
@@ -963,11 +972,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe 
   moe_gpu *g = (moe_gpu *)moe->backend_state;
   moe_params P;
   fill_params(comm, moe, g, &P);
-  P.tokens = (const uint16_t *)a->tokens;
-  P.num_tokens = a->num_tokens;
-  P.expert_ids = a->expert_ids;
-  P.id64 = a->id_type == SY_INDEX_INT64;
-  P.weights = a->weights;
+  set_args(&P, a);
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
   return launch(moe_dispatch_send_kernel, blocks, g->ds_smem, stream, P);
 }
@@ -999,10 +1004,7 @@ extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *
   moe_gpu *g = (moe_gpu *)moe->backend_state;
   moe_params P;
   fill_params(comm, moe, g, &P);
-  P.num_tokens = a->num_tokens;
-  P.expert_ids = a->expert_ids;
-  P.id64 = a->id_type == SY_INDEX_INT64;
-  P.weights = a->weights;
+  set_args(&P, a);
   P.out = (uint16_t *)out;
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
   return launch(moe_combine_recv_kernel, blocks, 0, stream, P);
