@@ -7,7 +7,10 @@
  *    same process. NCCL gets each pair's rows packed (it cannot gather sequences), which favours it.
  *  - the direct-store reference: every rank storing into every peer at once with plain 16-byte stores
  *    (sy__cuda_store_probe), the per-GPU link bandwidth of this run.
- * bytes = bytes this rank sends to other ranks (Q + KV, self excluded); busbw = bytes / time.
+ * Two plans per size: `random` (above) and `even`, every rank's tokens cut into W equal sequences, sequence i
+ * to rank i for Q and to ranks i and i + 1 for KV, so every pair carries the same bytes.
+ * bytes = over all ranks, the most any rank sends to or receives from the others (Q + KV, self excluded):
+ * the busiest link end, which bounds the call; busbw = bytes / time.
  */
 #include <nccl.h>
 #include <stdlib.h>
@@ -39,7 +42,7 @@ static uint64_t rnd(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-static int gen_plan(plan_gen_t *g, int W, int64_t tokens, uint64_t seed) {
+static int gen_plan(plan_gen_t *g, int W, int64_t tokens, uint64_t seed, int even) {
   memset(g, 0, sizeof *g);
   g->W = W;
   g->num_seqs = calloc((size_t)W, sizeof(int));
@@ -51,12 +54,20 @@ static int gen_plan(plan_gen_t *g, int W, int64_t tokens, uint64_t seed) {
   const int C = W >= REPLICAS ? REPLICAS : W;
   uint64_t rng = seed;
   for (int r = 0; r < W; r++) {
-    int cap = (int)(tokens / 256) + 1, n = 0;
+    int cap = (int)(tokens / 256) + 1 + W, n = 0;
     g->lens[r] = calloc((size_t)cap, sizeof(int64_t));
     g->q_dst[r] = calloc((size_t)cap, sizeof(int));
     g->kv_dst[r] = calloc((size_t)cap * C, sizeof(int));
     if (!g->lens[r] || !g->q_dst[r] || !g->kv_dst[r]) return 1;
-    for (int64_t left = tokens; left > 0; n++) {
+    if (even) { /* W sequences of tokens / W (the last takes the rest): sequence i to rank i, KV to i, i + 1 */
+      for (int i = 0; i < W && i < cap; i++, n++) {
+        g->lens[r][i] = i < W - 1 ? tokens / W : tokens - (int64_t)(W - 1) * (tokens / W);
+        g->q_dst[r][i] = i;
+        g->kv_dst[r][i * C] = i;
+        if (C > 1) g->kv_dst[r][i * C + 1] = (i + 1) % W;
+      }
+    }
+    for (int64_t left = even ? 0 : tokens; left > 0; n++) {
       int64_t len = 256 + (int64_t)(rnd(&rng) % (16384 - 256 + 1));
       if (len > left) len = left;
       left -= len;
@@ -213,25 +224,29 @@ int bench_attn(bench_ctx_t *ctx) {
   }
   bench_print(ctx, "# direct-store reference: %.1f GB/s per GPU (every rank storing 32 MiB into each peer at once)\n",
               store_gbs);
-  bench_print(ctx, "# Q+KV forward: Q rows %d B, KV rows %d B, %d replicas; bytes = sent to other ranks\n#\n", Q_RB,
-              KV_RB, cfg.max_replicas);
-  bench_print(ctx, "# %9s %9s %8s | %10s %10s %8s %6s %7s | %10s %8s | %7s\n", "tokens", "seqs", "MiB", "time_us",
-              "host_us", "busbw", "%store", "#wrong", "nccl_us", "busbw", "speedup");
+  bench_print(ctx, "# Q+KV forward: Q rows %d B, KV rows %d B, %d replicas; MiB = the most any rank sends to or "
+                   "receives from the others; plan: random documents and ranks, or even (every pair the same bytes)\n#\n",
+              Q_RB, KV_RB, cfg.max_replicas);
+  bench_print(ctx, "# %9s %9s %6s %8s | %10s %10s %8s %6s %7s | %10s %8s | %7s\n", "tokens", "seqs", "plan", "MiB",
+              "time_us", "host_us", "busbw", "%store", "#wrong", "nccl_us", "busbw", "speedup");
   uint64_t *h = o->check ? malloc((size_t)max_tokens * Q_RB) : NULL;
   uint64_t *got = o->check ? malloc((size_t)cap_rows * Q_RB) : NULL;
   if (o->check && (!h || !got)) return 1;
-  for (int64_t tokens = o->min_tokens; tokens <= max_tokens && !rc; tokens *= 2) {
+  for (int64_t tokens = o->min_tokens; tokens <= max_tokens && !rc; tokens *= 2)
+  for (int even = 0; even < 2 && !rc; even++) {
     plan_gen_t g;
-    if (gen_plan(&g, W, tokens, 0xA77E + (uint64_t)tokens)) return 1;
+    if (gen_plan(&g, W, tokens, 0xA77E + (uint64_t)tokens, even)) return 1;
     if (sy_attn_plan_create(ctx->comm, &g.desc, &b.plan) != SY_SUCCESS) return 1;
     b.p = b.plan; /* the internal view: sy_attn_plan_t is struct sy_attn_plan * */
     const sy_attn_dir_t *qd = &b.p->dir[SY_ATTN_Q_FWD], *kd = &b.p->dir[SY_ATTN_KV_FWD];
     int64_t qs = 0, ks = 0, qr = 0, kr = 0;
-    size_t sent = 0;
+    size_t sent = 0, received = 0;
     for (int p = 0; p < W; p++) {
       b.q_soff[p] = qs, b.kv_soff[p] = ks, b.q_roff[p] = qr, b.kv_roff[p] = kr;
       qs += qd->send_rows[p], ks += kd->send_rows[p], qr += qd->recv_rows[p], kr += kd->recv_rows[p];
-      if (p != ctx->rank) sent += (size_t)qd->send_rows[p] * Q_RB + (size_t)kd->send_rows[p] * KV_RB;
+      if (p == ctx->rank) continue;
+      sent += (size_t)qd->send_rows[p] * Q_RB + (size_t)kd->send_rows[p] * KV_RB;
+      received += (size_t)qd->recv_rows[p] * Q_RB + (size_t)kd->recv_rows[p] * KV_RB;
     }
     if (qd->recv_total > cap_rows || kd->recv_total > cap_rows * REPLICAS) {
       bench_print(ctx, "# plan needs more receive rows than reserved; skipped\n");
@@ -261,7 +276,7 @@ int bench_attn(bench_ctx_t *ctx) {
     }
     rc |= bench_time(ctx, op_ours, &b, &ours);
     if (ctx->nccl) rc |= bench_time(ctx, op_nccl, &b, &base);
-    const double max_sent = bench_allreduce_max_d(ctx, (double)sent);
+    const double max_sent = bench_allreduce_max_d(ctx, (double)(sent > received ? sent : received));
     ours.busbw_gbs = ours.time_us > 0 ? max_sent / (ours.time_us * 1e3) : 0;
     base.busbw_gbs = base.time_us > 0 ? max_sent / (base.time_us * 1e3) : 0;
     const double pct = store_gbs > 0 ? 100.0 * ours.busbw_gbs / store_gbs : 0;
@@ -273,14 +288,14 @@ int bench_attn(bench_ctx_t *ctx) {
     char nccl_cols[64];
     if (ctx->nccl) snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %8.2f | %7.2f", base.time_us, base.busbw_gbs, ratio);
     else snprintf(nccl_cols, sizeof nccl_cols, "%10s %8s | %7s", "n/a", "", "");
-    bench_print(ctx, "  %9lld %9lld %8.2f | %10.2f %10.2f %8.2f %6.1f %7lld | %s\n", (long long)tokens, seqs,
-                max_sent / (1 << 20), ours.time_us, ours.host_us, ours.busbw_gbs, pct, ours.wrong, nccl_cols);
+    bench_print(ctx, "  %9lld %9lld %6s %8.2f | %10.2f %10.2f %8.2f %6.1f %7lld | %s\n", (long long)tokens, seqs,
+                even ? "even" : "random", max_sent / (1 << 20), ours.time_us, ours.host_us, ours.busbw_gbs, pct, ours.wrong, nccl_cols);
     bench_json(ctx,
                "{\"entry\": \"attn\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %lld, \"sequences\": %lld, "
-               "\"bytes_sent_max\": %.0f, \"ours\": {\"time_us\": %.3f, \"host_us\": %.3f, \"busbw_GBs\": %.3f, "
+               "\"plan\": \"%s\", \"bytes_max\": %.0f, \"ours\": {\"time_us\": %.3f, \"host_us\": %.3f, \"busbw_GBs\": %.3f, "
                "\"pct_of_store\": %.1f, \"wrong\": %lld}, \"nccl\": {\"time_us\": %.3f, \"busbw_GBs\": %.3f}, "
                "\"store_reference_GBs\": %.3f, \"speedup\": %.3f}",
-               sy_backend_name(ctx->backend), W, (long long)tokens, seqs, max_sent, ours.time_us, ours.host_us,
+               sy_backend_name(ctx->backend), W, (long long)tokens, seqs, even ? "even" : "random", max_sent, ours.time_us, ours.host_us,
                ours.busbw_gbs, pct, ours.wrong, base.time_us, base.busbw_gbs, store_gbs, ratio);
     sy_attn_plan_destroy(b.plan);
     free_plan_gen(&g);
