@@ -350,9 +350,9 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /*   default (rank-reduced): each expert's rank adds w_k * y_k over the token's experts it holds, k in order,*/
 /*     rounds that partial to bf16 and sends one vector per (token, rank); the owner adds the partials in   */
 /*     ascending rank order and rounds once to bf16. Each token crosses each link once in both directions.  */
-/*   SY_MOE_PER_EXPERT: each expert's rank sends y_k back as is, one vector per (token, expert); the owner   */
-/*     adds w_k * y_k for k = 0..top_k-1. The dispatch is the same in both modes: one message per          */
-/*     (token, rank), expanded to the rank's experts on arrival.                                          */
+/*   SY_MOE_PER_EXPERT: one copy per (token, expert) both ways — a message per (token, expert) out, y_k    */
+/*     back as is — and the owner adds w_k * y_k for k = 0..top_k-1. (The default de-duplicates both ways:  */
+/*     a message per (token, rank), expanded to the rank's experts on arrival.)                           */
 /* The two modes round differently; each is deterministic (same inputs, same bits).                        */
 /*                                                                                                        */
 /* Halves. dispatch = dispatch_send + dispatch_recv, combine = combine_send + combine_recv, on one stream.  */
@@ -382,7 +382,7 @@ typedef struct sy_moe *sy_moe_t;
 typedef enum sy_moe_wire { SY_MOE_WIRE_FP8 = 0, SY_MOE_WIRE_FP8_UE8M0 = 1, SY_MOE_WIRE_BF16 = 2 } sy_moe_wire_t;
 typedef enum sy_index_type { SY_INDEX_INT32 = 0, SY_INDEX_INT64 = 1 } sy_index_type_t;
 
-#define SY_MOE_PER_EXPERT 1u  /* combine: one vector per (token, expert) back instead of per (token, rank) */
+#define SY_MOE_PER_EXPERT 1u  /* one copy per (token, expert) both ways instead of per (token, rank) */
 #define SY_MOE_FP8_GROUP 128  /* elements per FP8 scale */
 
 typedef struct sy_moe_config {
@@ -409,9 +409,10 @@ typedef struct sy_moe_recv {
 } sy_moe_recv_t;
 
 /* Symmetric memory sy_moe_create reserves: both parities of the dispatch receive region (world_size x
- * max_tokens messages: a header with the token's local experts, k and weights, the payload, the scales) and of
- * the combine receive region (world_size x max_tokens vectors by default; top_k x max_tokens with
- * SY_MOE_PER_EXPERT), and the counters — so the caller can size SY_HEAP_SIZE. */
+ * max_tokens messages, x top_k with SY_MOE_PER_EXPERT: a header with the token's local experts, k and
+ * weights, the payload, the scales) and of the combine receive region (world_size x max_tokens vectors by
+ * default; top_k x max_tokens with SY_MOE_PER_EXPERT), and the counters — so the caller can size
+ * SY_HEAP_SIZE. */
 SY_API sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config, size_t *bytes);
 /* Collective. Checks the configuration (naming the field), reserves the workspace. */
 SY_API sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config, sy_moe_t *moe);

@@ -38,7 +38,8 @@ static int align_size(size_t x, size_t to, size_t *out) {
  * The one definition of the workspace, for both backends (the cuda backend's kernels address the same
  * layout; moe_ref.h draws it):
  *   total = 2 parities x (dispatch region + combine region) + counters, where
- *   dispatch region = W x max_tokens messages of (16 + 8 x top_k header (16-aligned) + payload + scales),
+ *   dispatch region = W x max_tokens messages (W x max_tokens x top_k with SY_MOE_PER_EXPERT) of
+ *                     (16 + 8 x top_k header (16-aligned) + payload + scales),
  *                     payload = hidden bytes (FP8 wires) or 2 x hidden (BF16), scales = hidden / 128 x 4
  *                     (FP8 wires) or 0, each message rounded up to 16 bytes;
  *   combine region  = W x max_tokens x hidden x 2 bytes (one bf16 partial per (expert rank, token)), or with
@@ -61,7 +62,9 @@ sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world, sy_moe_layo
   ok = ok && add_size(l.payload_offset, payload, &l.scales_offset);
   scales = fp8 ? H / SY_MOE_FP8_GROUP * sizeof(float) : 0;
   ok = ok && add_size(l.scales_offset, scales, &l.msg_bytes) && align_size(l.msg_bytes, 16, &l.msg_bytes);
-  ok = ok && mul_size(W, T, &messages) && mul_size(messages, l.msg_bytes, &l.dispatch_bytes) &&
+  /* SY_MOE_PER_EXPERT: a message per (token, expert), top_k of them per token at most. */
+  ok = ok && mul_size(T, (config->flags & SY_MOE_PER_EXPERT) ? K : 1, &l.messages_per_source);
+  ok = ok && mul_size(W, l.messages_per_source, &messages) && mul_size(messages, l.msg_bytes, &l.dispatch_bytes) &&
        align_size(l.dispatch_bytes, 256, &l.dispatch_bytes);
   l.combine_rows = (config->flags & SY_MOE_PER_EXPERT) ? K : W;
   ok = ok && mul_size(l.combine_rows, T, &vectors) && mul_size(H, sizeof(uint16_t), &row_bytes) &&

@@ -56,7 +56,7 @@ struct moe_params {
   char *staging;      /* [blocks][stage_bytes]: messages and vectors on their way to a put-only peer */
   uint64_t stage_bytes;
   uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset;
-  int T, H, K, E, L, W, S, G, wire, per_expert, splits;
+  int T, M, H, K, E, L, W, S, G, wire, per_expert, splits; /* M: messages per source (T, or T x K per expert) */
   /* the call's arguments */
   const uint16_t *tokens;
   int num_tokens;
@@ -71,7 +71,7 @@ struct moe_params {
 /* ---- addressing ---------------------------------------------------------------------------------------------- */
 
 __device__ __forceinline__ uint64_t msg_offset(const moe_params &P, int parity, int source, int index) {
-  return (uint64_t)parity * P.parity_bytes + ((uint64_t)source * P.T + (uint64_t)index) * P.msg_bytes;
+  return (uint64_t)parity * P.parity_bytes + ((uint64_t)source * P.M + (uint64_t)index) * P.msg_bytes;
 }
 
 __device__ __forceinline__ uint64_t combine_offset(const moe_params &P, int parity, uint64_t vector) {
@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
   pdl_begin();
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, me = P.ctx.rank, nt = P.num_tokens;
-  const int NC = (P.T + 31) / 32; /* chunks of 32 tokens (sized for max_tokens) */
+  /* Units: tokens (default: a message per (token, rank)) or (token, k) pairs (SY_MOE_PER_EXPERT: a message per
+   * (token, expert)), in chunks of 32 (sized for max_tokens). */
+  const int KU = P.per_expert ? K : 1, NC = (P.M + 31) / 32;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   /* dynamic: peers[W] (pointers), masks[W][NC], prefix[W][NC + 1], sent[W], ids[T][K] (checked) */
   char **peers = (char **)moe_dyn;
@@ -183,6 +185,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
 
   __shared__ uint64_t call_s;
   __shared__ int ndest_s, dest_s[MOE_MAX_K], idx_s[MOE_MAX_K];
+  __shared__ uint32_t kmask_s[MOE_MAX_K]; /* the k a message carries */
   __shared__ float ent_w_s[MOE_MAX_K];
   __shared__ char *tgt_s[MOE_MAX_K];
   __shared__ int any_put_s;
@@ -223,15 +226,15 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
   }
   __syncthreads();
 
-  /* Routing: masks[p][c] bit j = token 32c + j goes to rank p. */
-  const int chunks = (nt + 31) / 32;
+  /* Routing: masks[p][c] bit j = unit 32c + j goes to rank p. */
+  const int chunks = (nt * KU + 31) / 32;
   for (int c = (int)warp; c < chunks; c += MOE_WARPS) {
-    const int t = c * 32 + (int)lane;
+    const int u = c * 32 + (int)lane;
     for (int w0 = 0; w0 < W; w0 += 64) {
       uint64_t dm = 0;
-      if (t < nt)
-        for (int k = 0; k < K; k++) {
-          const int e = ids[(size_t)t * K + k];
+      if (u < nt * KU)
+        for (int k = P.per_expert ? u % K : 0; k < (P.per_expert ? u % K + 1 : K); k++) {
+          const int e = ids[(size_t)(u / KU) * K + k];
           const int p = e >= 0 ? e / L : -1;
           if (p >= w0 && p < w0 + 64) dm |= 1ull << (p - w0);
         }
@@ -273,17 +276,24 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
       any_put_s = 0;
     }
     __syncthreads();
-    const int c = t / 32, b = t % 32;
-    for (int p = threadIdx.x; p < W; p += blockDim.x) {
+    /* The token's messages: default, thread p for destination p (the k on p); per expert, thread k. */
+    for (int x = threadIdx.x; x < (P.per_expert ? K : W); x += blockDim.x) {
+      const int *row = ids + (size_t)t * K;
+      const int p = P.per_expert ? (row[x] >= 0 ? row[x] / L : -1) : x;
+      if (p < 0) continue;
+      const int u = t * KU + (P.per_expert ? x : 0), c = u / 32, b = u % 32;
       const uint32_t m = masks[(size_t)p * NC + c];
       if (!((m >> b) & 1u)) continue;
+      uint32_t kmask = 0;
+      for (int k = 0; k < K; k++) kmask |= (uint32_t)(row[k] >= 0 && row[k] / L == p && (!P.per_expert || k == x)) << k;
       const int j = atomicAdd(&ndest_s, 1);
       const int idx = prefix[(size_t)p * (NC + 1) + c] + __popc(m & ((1u << b) - 1u));
       dest_s[j] = p;
       idx_s[j] = idx;
+      kmask_s[j] = kmask;
       tgt_s[j] = peers[p] ? peers[p] + msg_offset(P, parity, me, idx) : nullptr;
       if (!peers[p]) any_put_s = 1;
-      sent[p]++;
+      atomicAdd(&sent[p], 1); /* per expert, several of the token's messages may go to one rank */
     }
     if (threadIdx.x < (unsigned)K) ent_w_s[threadIdx.x] = P.weights ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
     const int *ent_e_s = ids + (size_t)t * K;
@@ -348,15 +358,13 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
     /* Headers: {source token, entries on p, call, 0}, then per k {local expert on p or -1, weight}. */
     for (int i = threadIdx.x; i < ndest * (K + 1); i += blockDim.x) {
       const int j = i / (K + 1), r = i % (K + 1), p = dest_s[j];
+      const uint32_t kmask = kmask_s[j];
       char *dst = tgt_s[j] ? tgt_s[j] : stage + P.msg_bytes + (uint64_t)j * P.payload_offset;
       if (r == 0) {
-        int entries = 0;
-        for (int k = 0; k < K; k++) entries += ent_e_s[k] >= 0 && ent_e_s[k] / L == p;
-        *(int4 *)dst = make_int4(t, entries, (int)(uint32_t)call, 0);
+        *(int4 *)dst = make_int4(t, __popc(kmask), (int)(uint32_t)call, 0);
       } else {
         const int k = r - 1, e = ent_e_s[k];
-        *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) =
-            make_int2(e >= 0 && e / L == p ? e - p * L : -1, __float_as_int(ent_w_s[k]));
+        *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) = make_int2((kmask >> k) & 1u ? e - p * L : -1, __float_as_int(ent_w_s[k]));
       }
     }
     if (any_put) {
@@ -404,8 +412,8 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
     if (op == OP_MOE_DISPATCH_RECV) word = wait_call32(P.ctx, (const uint64_t *)(P.ws + off), call, op, s);
     else word = ld_relaxed_gpu((const uint64_t *)(P.ws + off)); /* combine_send: dispatch_recv waited for it */
     uint64_t count = (uint32_t)word == (uint32_t)call ? word >> 32 : 0;
-    if (count > (uint64_t)P.T) {
-      if (op == OP_MOE_DISPATCH_RECV) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, P.T, count);
+    if (count > (uint64_t)P.M) {
+      if (op == OP_MOE_DISPATCH_RECV) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, P.M, count);
       count = 0;
     }
     start[s + 1] = (int)count;
@@ -423,10 +431,10 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
   extern __shared__ uint64_t moe_dyn[];
-  const int W = P.W, K = P.K, T = P.T, S = P.S, G = P.G;
+  const int W = P.W, K = P.K, S = P.S, G = P.G;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   int *start = (int *)moe_dyn;       /* [W + 1] */
-  int32_t *hits = start + W + 1;     /* [W * T]: (flattened message << 5) | k, in slot order */
+  int32_t *hits = start + W + 1;     /* [W * M]: (flattened message << 5) | k, in slot order */
   __shared__ int warp_cnt[MOE_WARPS], warp_off[MOE_WARPS], round_s;
   const uint64_t call = ld_relaxed_gpu(&P.local->call);
   const int parity = (int)(call & 1);
@@ -520,7 +528,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __
       if (lane == 0) {
         P.recv.src[2 * at] = s;
         P.recv.src[2 * at + 1] = *(const volatile int *)msg;
-        P.slot_of[((uint64_t)s * T + (uint64_t)m) * K + k] = h;
+        P.slot_of[((uint64_t)s * P.M + (uint64_t)m) * K + k] = h;
       }
     }
     __syncthreads(); /* hits[] is rewritten for the next expert */
@@ -563,7 +571,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __g
       const int2 ent = *(const int2 *)(msg + SY_MOE_MSG_HEADER + 8 * threadIdx.x);
       le_s[threadIdx.x] = ent.x;
       w_s[threadIdx.x] = __int_as_float(ent.y);
-      slot_s[threadIdx.x] = ent.x >= 0 ? P.slot_of[((uint64_t)s * T + (uint64_t)m) * K + threadIdx.x] : -1;
+      slot_s[threadIdx.x] = ent.x >= 0 ? P.slot_of[((uint64_t)s * P.M + (uint64_t)m) * K + threadIdx.x] : -1;
     }
     if (threadIdx.x == 0) {
       tok_s = *(const volatile int *)msg;
@@ -822,6 +830,7 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->parity_bytes = g->layout.parity_bytes;
   P->counters_offset = g->layout.counters_offset;
   P->T = c->max_tokens;
+  P->M = (int)g->layout.messages_per_source;
   P->H = c->hidden;
   P->K = c->top_k;
   P->E = c->num_experts;
@@ -879,16 +888,16 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   /* Shared memory: the same on every rank (same configuration, same device kind), so the verdict is too. */
   int smem_max = 0;
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm->device));
-  const size_t NC = ((size_t)T + 31) / 32;
+  const size_t M = g->layout.messages_per_source, NC = (M + 31) / 32;
   g->ds_smem = (size_t)W * sizeof(char *) + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 + (size_t)W * 4 +
                (size_t)T * K * 4;
-  g->dr_smem = ((size_t)W + 1) * 4 + (size_t)W * (size_t)T * 4;
+  g->dr_smem = ((size_t)W + 1) * 4 + (size_t)W * M * 4;
   g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4 + (size_t)W * 4;
   const size_t static_reserve = 2048; /* the kernels' static shared arrays */
   if (g->ds_smem + static_reserve > (size_t)smem_max || g->dr_smem + static_reserve > (size_t)smem_max ||
-      (uint64_t)W * (uint64_t)T >= (1ull << 26)) {
+      (uint64_t)W * (uint64_t)M >= (1ull << 26)) {
     SY_WARN("sy_moe_create: config->max_tokens=%d, top_k=%d on %d ranks needs %zu bytes of shared memory per block "
-            "(max_tokens x top_k x 4 for the ids, W x max_tokens x 4 for the receive scan), more than this GPU's %d; "
+            "(max_tokens x top_k x 4 for the ids, W x messages per source x 4 for the receive scan), more than this GPU's %d; "
             "lower max_tokens", T, K, W, (g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem) + static_reserve, smem_max);
     free(g);
     return SY_ERR_UNSUPPORTED;
@@ -909,7 +918,7 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   bool need_puts = false;
   for (int p = 0; p < W; p++) need_puts = need_puts || (p != comm->rank && (st->ctx.force_put || !nvshmem_ptr(g->ws, p)));
   const size_t local_bytes = align_up(sizeof(moe_local), 256) + align_up(2 * (size_t)W * sizeof(unsigned), 256) +
-                             align_up((size_t)T * K * 4, 256) + (size_t)W * T * K * 4;
+                             align_up((size_t)T * K * 4, 256) + (size_t)W * M * K * 4;
   cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->local_blob, 0, local_bytes);
   if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);

@@ -4,7 +4,8 @@
  * call parity, a dispatch region (one message per (source, token) bound here: routing entries, weights, the
  * token as the wire carries it) and a combine region, plus per-source counters raised after the data.
  *   dispatch_send  checks the ids, encodes each token once (FP8 quantisation, src/ref/moe_ref.c) and stores a
- *                  message into every destination rank holding one of its experts, in token order; then
+ *                  message into every destination rank holding one of its experts (SY_MOE_PER_EXPERT: one
+ *                  message per (token, expert), k ascending), in token order; then
  *                  sets each destination's message count and raises its dispatch signal to the call number
  *                  (every destination, even with nothing for it). The caller's buffers are free on return.
  *   dispatch_recv  waits (bounded) for every source's signal, then lays the messages out in the caller's
@@ -63,7 +64,7 @@ typedef struct host_moe {
   uint64_t calls;        /* dispatch_send calls made: the current call's number, parity calls % 2 */
   int num_tokens;        /* this rank's dispatch of the current call */
   int32_t *ids;          /* [max_tokens][top_k] its ids */
-  int32_t *slot_of;      /* [W][max_tokens][top_k] slot of (source, message, k) here, -1 for foreign entries */
+  int32_t *slot_of;      /* [W][messages per source][top_k] slot of (source, message, k) here, -1 for foreign entries */
   int32_t *fill;         /* [L] slots handed out per local expert */
   int32_t *sent;         /* [W] messages to each destination */
   unsigned char *wire;   /* one token as the wire carries it (payload, then scales) */
@@ -77,10 +78,9 @@ typedef struct moe_offer {
 
 /* ---- workspace addressing ----------------------------------------------------------------------------------- */
 
-static unsigned char *message_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int index,
-                                 int max_tokens) {
+static unsigned char *message_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int index) {
   return base + (size_t)parity * hm->layout.parity_bytes +
-         ((size_t)source * (size_t)max_tokens + (size_t)index) * hm->layout.msg_bytes;
+         ((size_t)source * hm->layout.messages_per_source + (size_t)index) * hm->layout.msg_bytes;
 }
 
 static uint16_t *combine_at(const host_moe_t *hm, unsigned char *base, int parity, size_t vector, int hidden) {
@@ -118,7 +118,7 @@ static host_moe_t *state_new(sy_comm_t comm, const struct sy_moe *moe) {
   }
   hm->peer = calloc(W, sizeof *hm->peer);
   hm->ids = calloc(T * K, sizeof *hm->ids);
-  hm->slot_of = calloc(W * T * K, sizeof *hm->slot_of);
+  hm->slot_of = calloc(W * hm->layout.messages_per_source * K, sizeof *hm->slot_of);
   hm->fill = calloc((size_t)moe->local_experts, sizeof *hm->fill);
   hm->sent = calloc(W, sizeof *hm->sent);
   hm->wire = malloc(hm->layout.msg_bytes - hm->layout.payload_offset);
@@ -212,23 +212,28 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
   hm->num_tokens = args->num_tokens;
   for (size_t i = 0; i < (size_t)args->num_tokens * K; i++) hm->ids[i] = (int32_t)sy__moe_id(args->expert_ids, args->id_type, i);
   memset(hm->sent, 0, (size_t)world * sizeof *hm->sent);
+  const int per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
   for (int t = 0; t < args->num_tokens; t++) {
     const int32_t *ids = hm->ids + (size_t)t * K;
     int encoded = 0;
-    for (int d = 0; d < world; d++) {
-      int entries = 0;
-      for (int k = 0; k < K; k++) entries += ids[k] >= 0 && ids[k] / L == d;
-      if (!entries) continue;
+    /* Default: one message per destination rank holding any of the token's experts, naming all of them
+     * (kmask: the k it carries); SY_MOE_PER_EXPERT: one message per k, in k order. */
+    for (int u = 0; u < (per_expert ? K : world); u++) {
+      const int d = per_expert ? (ids[u] >= 0 ? ids[u] / L : -1) : u;
+      uint32_t kmask = 0;
+      for (int k = 0; d >= 0 && k < K; k++)
+        if (ids[k] >= 0 && ids[k] / L == d && (!per_expert || k == u)) kmask |= 1u << k;
+      if (!kmask) continue;
       if (!encoded) { /* once per token, whichever ranks it goes to */
         sy__moe_encode_token(c->wire, (const uint16_t *)args->tokens + (size_t)t * H, H, hm->wire,
                              (float *)(hm->wire + payload_bytes), 1);
         encoded = 1;
       }
-      unsigned char *msg = message_at(hm, hm->peer[d], parity, me, hm->sent[d]++, c->max_tokens);
-      const moe_msg_header_t header = {t, entries, (uint32_t)call, 0};
+      unsigned char *msg = message_at(hm, hm->peer[d], parity, me, hm->sent[d]++);
+      const moe_msg_header_t header = {t, __builtin_popcount(kmask), (uint32_t)call, 0};
       memcpy(msg, &header, sizeof header);
       for (int k = 0; k < K; k++) {
-        const moe_msg_entry_t entry = {ids[k] >= 0 && ids[k] / L == d ? ids[k] - d * L : -1,
+        const moe_msg_entry_t entry = {(kmask >> k) & 1u ? ids[k] - d * L : -1,
                                        args->weights ? args->weights[(size_t)t * K + k] : 0.0f};
         memcpy(msg + SY_MOE_MSG_HEADER + (size_t)k * sizeof entry, &entry, sizeof entry);
       }
@@ -262,7 +267,8 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
                                        cudaStream_t stream) {
   host_moe_t *hm = moe->backend_state;
   const sy_moe_config_t *c = &moe->config;
-  const int world = comm->world_size, L = moe->local_experts, K = c->top_k, T = c->max_tokens;
+  const int world = comm->world_size, L = moe->local_experts, K = c->top_k;
+  const size_t M = hm->layout.messages_per_source;
   const size_t S = (size_t)moe->slots, groups = (size_t)c->hidden / SY_MOE_FP8_GROUP;
   const size_t row_bytes = (size_t)c->hidden * sy__moe_wire_elem(c->wire);
   const int parity = (int)(hm->calls & 1), fp8 = c->wire != SY_MOE_WIRE_BF16;
@@ -271,16 +277,16 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
   memset(recv->rank_counts, 0, (size_t)L * world * sizeof *recv->rank_counts);
   for (int s = 0; s < world; s++) {
     const uint64_t count = *counter_at(hm, hm->ws, parity, s, world, SY_MOE_COUNTER_MESSAGES);
-    if (count > (uint64_t)T) {
-      SY_WARN("moe dispatch_recv: call %llu: rank %d sent %llu messages, more than max_tokens=%d",
-              (unsigned long long)hm->calls, s, (unsigned long long)count, T);
+    if (count > (uint64_t)M) {
+      SY_WARN("moe dispatch_recv: call %llu: rank %d sent %llu messages, more than the %zu a source may",
+              (unsigned long long)hm->calls, s, (unsigned long long)count, M);
       return SY_ERR_INTERNAL;
     }
     for (int m = 0; m < (int)count; m++) {
-      const unsigned char *msg = message_at(hm, hm->ws, parity, s, m, T);
+      const unsigned char *msg = message_at(hm, hm->ws, parity, s, m);
       moe_msg_header_t header;
       memcpy(&header, msg, sizeof header);
-      int32_t *slot_of = hm->slot_of + ((size_t)s * T + (size_t)m) * K;
+      int32_t *slot_of = hm->slot_of + ((size_t)s * M + (size_t)m) * K;
       for (int k = 0; k < K; k++) {
         moe_msg_entry_t entry;
         memcpy(&entry, msg + SY_MOE_MSG_HEADER + (size_t)k * sizeof entry, sizeof entry);
@@ -317,10 +323,10 @@ sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const 
   for (int s = 0; s < world; s++) { /* s: the owner of the tokens */
     const int count = (int)*counter_at(hm, hm->ws, parity, s, world, SY_MOE_COUNTER_MESSAGES);
     for (int m = 0; m < count; m++) {
-      const unsigned char *msg = message_at(hm, hm->ws, parity, s, m, T);
+      const unsigned char *msg = message_at(hm, hm->ws, parity, s, m);
       moe_msg_header_t header;
       memcpy(&header, msg, sizeof header);
-      const int32_t *slot_of = hm->slot_of + ((size_t)s * T + (size_t)m) * K;
+      const int32_t *slot_of = hm->slot_of + ((size_t)s * hm->layout.messages_per_source + (size_t)m) * K;
       if (!per_expert)
         for (int i = 0; i < H; i++) hm->acc[i] = 0.0f;
       for (int k = 0; k < K; k++) {

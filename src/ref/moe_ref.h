@@ -22,7 +22,9 @@ extern "C" {
 /* ---- the workspace (sy__moe_layout is in src/core/moe.c; both backends size and address it with it) ------ */
 /*
  * Per rank, two parities (call n uses parity n % 2), each:
- *   dispatch region  [W sources][max_tokens] messages of msg_bytes: a source token bound for this rank
+ *   dispatch region  [W sources][messages_per_source] messages of msg_bytes: a source token bound for this
+ *     rank (default: one message per (token, rank), its entries naming every expert of the token here;
+ *     SY_MOE_PER_EXPERT: one per (token, expert), one entry set), in the source's token order (then k)
  *     header (16 bytes): int32 source token, int32 entries on this rank, uint32 call number (low bits), 0
  *     entries [top_k] (8 bytes each, by k): int32 local expert (-1: expert k is not on this rank), fp32 weight
  *     payload at payload_offset (16-aligned): hidden E4M3 bytes (FP8 wires) or hidden bf16
@@ -35,6 +37,7 @@ extern "C" {
  */
 typedef struct sy_moe_layout {
   size_t msg_bytes, payload_offset, scales_offset;
+  size_t messages_per_source; /* max_tokens, or max_tokens x top_k with SY_MOE_PER_EXPERT */
   size_t dispatch_bytes;  /* one parity's dispatch region */
   size_t combine_rows;    /* vectors per owner token slot group: W (default) or top_k (per expert) */
   size_t combine_bytes;   /* one parity's combine region */

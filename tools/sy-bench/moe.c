@@ -6,8 +6,8 @@
  *            hidden 7168, top-8 of 256 experts (the nearest multiple of the world size when 256 is not one)
  *   wires    dispatch FP8 (E4M3, one fp32 scale per 128 elements) and BF16; combine BF16
  *   modes    dedup: the default, one message per (token, expert rank), partial sums reduced on the experts'
- *            rank; per-expert: SY_MOE_PER_EXPERT, the same dispatch, and a combine that sends one vector per
- *            (token, expert) back and sums the k of them on the owner
+ *            rank; per-expert: SY_MOE_PER_EXPERT, one copy per (token, expert) both ways, the k outputs
+ *            summed on the owner
  *   routing  seeded and uniform: each token picks 8 distinct experts, weights in (0, 1]; one routing per size,
  *            the same for every wire and mode, and any rank can regenerate any rank's
  *
@@ -409,7 +409,7 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
                 W, experts);
   bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly, weights in (0, 1]\n", TOP_K);
   bench_print(ctx, "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
-                   " rank; per-expert = SY_MOE_PER_EXPERT, the same dispatch, one combine vector per (token, expert)\n");
+                   " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert) both ways\n");
   bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): kernel time = "
                    "CUDA events around each half, host = enqueue to stream sync; medians, slowest rank\n");
   if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the kernel columns repeat the host-observed time\n");
@@ -512,9 +512,8 @@ int bench_moe(bench_ctx_t *ctx) {
     for (int wi = 0; wi < NUM_WIRES && !rc; wi++) {
       for (int mi = 0; mi < NUM_MODES && !rc; mi++) {
         const sy_moe_config_t cfg = make_config(T, experts, wires[wi], modes[mi]);
-        /* The dispatch is de-duplicated in both modes (a message per (token, rank)); the per-expert combine
-         * sends a vector per (token, expert). */
-        const long long *pairs = h.msgs, *back_pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs;
+        /* dedup: a message per (token, rank) both ways; per expert: a copy per (token, expert) both ways. */
+        const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs, *back_pairs = pairs;
         bench_timing_t disp, comb, nd, nc;
         memset(&disp, 0, sizeof disp), memset(&comb, 0, sizeof comb);
         memset(&nd, 0, sizeof nd), memset(&nc, 0, sizeof nc);
