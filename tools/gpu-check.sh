@@ -4,6 +4,8 @@
 # all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
 # benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt, the benchmark
 # JSON (bench_<entry>.n<N>.json) and logs.tar.gz (every log: build, machine, each test, each benchmark).
+# GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
+# test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
 # Exit status: non-zero if any test or benchmark check failed.
 set -uo pipefail
 out=${1:?usage: tools/gpu-check.sh OUTDIR [COUNT ...]}
@@ -31,6 +33,7 @@ run() {
   local name=$1 n=$2
   shift 2
   local log="$logs/$name.n$n.log" t0=$(date +%s)
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ $name =~ $GPU_CHECK_ONLY ]]; then return; fi
   if [ "$n" -gt "$gpus" ]; then note "$name n=$n" "not run" "only $gpus GPUs here"; return; fi
   if timeout 600 "$bin/syrun" -n "$n" --timeout 540 "$@" >"$log" 2>&1; then
     note "$name n=$n" ok "$(($(date +%s) - t0)) s"
@@ -51,7 +54,8 @@ for n in "${counts[@]}"; do
 done
 
 t0=$(date +%s)
-if (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then note "cpu tests (ctest unit/)" "not run" "GPU_CHECK_ONLY=$GPU_CHECK_ONLY"
+elif (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
 else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
 declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="")
