@@ -913,10 +913,16 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     free(g);
     return s;
   }
-  /* Puts are needed where some peer is not load/store reachable (or SY_FORCE_PUT): stage them in registered
-   * device memory. The verdict may differ between ranks; nothing collective depends on it. */
-  bool need_puts = false;
-  for (int p = 0; p < W; p++) need_puts = need_puts || (p != comm->rank && (st->ctx.force_put || !nvshmem_ptr(g->ws, p)));
+  /* Puts are needed where some peer is not load/store reachable (or SY_FORCE_PUT): they are staged in device
+   * memory, registered with NVSHMEM only where a peer really is remote (a put to a peer that NVSHMEM reaches
+   * over P2P reads any device memory). The verdicts may differ between ranks; nothing collective depends on
+   * them. */
+  bool need_puts = false, remote_peer = false;
+  for (int p = 0; p < W; p++) {
+    if (p == comm->rank) continue;
+    remote_peer = remote_peer || !nvshmem_ptr(g->ws, p);
+    need_puts = need_puts || st->ctx.force_put || !nvshmem_ptr(g->ws, p);
+  }
   const size_t local_bytes = align_up(sizeof(moe_local), 256) + align_up(2 * (size_t)W * sizeof(unsigned), 256) +
                              align_up((size_t)T * K * 4, 256) + (size_t)W * M * K * 4;
   cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
@@ -931,7 +937,7 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     err = cudaFuncSetAttribute(moe_combine_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) s = cuda_error(err, "MoE state", __FILE__, __LINE__);
-  if (s == SY_SUCCESS && g->staging) {
+  if (s == SY_SUCCESS && g->staging && remote_peer) {
     if (nvshmemx_buffer_register(g->staging, (size_t)g->blocks * g->stage_bytes) != 0) {
       SY_WARN("sy_moe_create: nvshmemx_buffer_register of %zu bytes of put staging failed",
               (size_t)g->blocks * g->stage_bytes);
