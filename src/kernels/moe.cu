@@ -23,6 +23,7 @@
  * Parity n % 2 of every region is safe to reuse at call n + 2 by the argument in moe_host.c.
  */
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
@@ -176,9 +177,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
    * (token, expert)), in chunks of 32 (sized for max_tokens). */
   const int KU = P.per_expert ? K : 1, NC = (P.M + 31) / 32;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
-  /* dynamic: peers[W] (pointers), masks[W][NC], prefix[W][NC + 1], sent[W], ids[T][K] (checked) */
+  /* dynamic: peers[W] (pointers), dmask[T] (W <= 64: the ranks each token goes to), masks[W][NC],
+   * prefix[W][NC + 1], sent[W], ids[T][K] (checked) */
   char **peers = (char **)moe_dyn;
-  uint32_t *masks = (uint32_t *)(peers + W);
+  unsigned long long *dmask = (unsigned long long *)(peers + W);
+  uint32_t *masks = (uint32_t *)(dmask + P.T);
   int *prefix = (int *)(masks + (size_t)W * NC);
   int *sent = prefix + (size_t)W * (NC + 1);
   int *ids = sent + W;
@@ -204,6 +207,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
                    (uint64_t)id);
     ids[i] = bad ? -1 : (int)id;
   }
+  for (int t = threadIdx.x; t < nt; t += blockDim.x) dmask[t] = 0;
   __syncthreads();
   const uint64_t call = call_s;
   const int parity = (int)(call & 1);
@@ -211,17 +215,18 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, true, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, true, -1, call);
   }
-  /* A repeat of an earlier k of the same token: reported, -1 (one thread per token owns its row). */
-  for (int t = threadIdx.x; t < nt; t += blockDim.x) {
-    int *row = ids + (size_t)t * K;
-    for (int k = 1; k < K; k++) {
-      if (row[k] < 0) continue;
-      bool dup = false;
-      for (int j = 0; j < k; j++) dup = dup || row[j] == row[k];
-      if (dup) {
-        if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)row[k]);
-        row[k] = -1;
-      }
+  /* A repeat of an earlier k of the same token: reported, -1; one thread per (token, k). Clearing a repeat in
+   * place cannot hide another: its value stays at its first k, which is never cleared. */
+  for (int i = threadIdx.x; i < nt * K; i += blockDim.x) {
+    const int t = i / K, k = i % K, v = ids[i];
+    if (v < 0) continue;
+    bool dup = false;
+    for (int j = 0; j < k; j++) dup = dup || ids[(size_t)t * K + j] == v;
+    if (dup) {
+      if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)v);
+      ids[i] = -1;
+    } else if (W <= 64) {
+      atomicOr(&dmask[t], 1ull << (v / L));
     }
   }
   __syncthreads();
@@ -232,7 +237,8 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
     const int u = c * 32 + (int)lane;
     for (int w0 = 0; w0 < W; w0 += 64) {
       uint64_t dm = 0;
-      if (u < nt * KU)
+      if (u < nt * KU && W <= 64 && !P.per_expert) dm = dmask[u];
+      else if (u < nt * KU)
         for (int k = P.per_expert ? u % K : 0; k < (P.per_expert ? u % K + 1 : K); k++) {
           const int e = ids[(size_t)(u / KU) * K + k];
           const int p = e >= 0 ? e / L : -1;
@@ -324,12 +330,17 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
         const float scale = sy__fp8_scale(amax, ue8m0);
+        /* q = E4M3(x / scale): IEEE division as on the host, then the hardware conversion (cvt.rn.satfinite.e4m3x2,
+         * which test_gpu_fp8 checks against sy__fp8_e4m3_encode on every fp32 input). */
         uint32_t q[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-          q[i] = (uint32_t)sy__fp8_quantize(x[4 * i], scale) | (uint32_t)sy__fp8_quantize(x[4 * i + 1], scale) << 8 |
-                 (uint32_t)sy__fp8_quantize(x[4 * i + 2], scale) << 16 |
-                 (uint32_t)sy__fp8_quantize(x[4 * i + 3], scale) << 24;
+        for (int i = 0; i < 4; i++) {
+          const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
+              make_float2(__fdiv_rn(x[4 * i], scale), __fdiv_rn(x[4 * i + 1], scale)), __NV_SATFINITE, __NV_E4M3);
+          const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
+              make_float2(__fdiv_rn(x[4 * i + 2], scale), __fdiv_rn(x[4 * i + 3], scale)), __NV_SATFINITE, __NV_E4M3);
+          q[i] = (uint32_t)lo | (uint32_t)hi << 16;
+        }
         const uint4 qv = make_uint4(q[0], q[1], q[2], q[3]);
         if (active) {
           const uint64_t po = P.payload_offset + (uint64_t)v * 16, so = P.scales_offset + (uint64_t)(v / 8) * 4;
@@ -889,8 +900,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   int smem_max = 0;
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm->device));
   const size_t M = g->layout.messages_per_source, NC = (M + 31) / 32;
-  g->ds_smem = (size_t)W * sizeof(char *) + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 + (size_t)W * 4 +
-               (size_t)T * K * 4;
+  g->ds_smem = (size_t)W * sizeof(char *) + (size_t)T * 8 + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 +
+               (size_t)W * 4 + (size_t)T * K * 4;
   g->dr_smem = ((size_t)W + 1) * 4 + (size_t)W * M * 4;
   g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4 + (size_t)W * 4;
   const size_t static_reserve = 2048; /* the kernels' static shared arrays */
