@@ -187,6 +187,11 @@ typedef struct sy_backend_ops {
   sy_status_t (*moe_combine_send)(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
   sy_status_t (*moe_combine_recv)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args, void *out,
                                   cudaStream_t stream);
+  /* Optional: the one-call forms as one operation (NULL: the two halves back to back). */
+  sy_status_t (*moe_dispatch)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                              const sy_moe_recv_t *recv, cudaStream_t stream);
+  sy_status_t (*moe_combine)(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
+                             const sy_moe_dispatch_args_t *args, void *out, cudaStream_t stream);
 } sy_backend_ops_t;
 
 /* One symmetric allocation as this rank sees it. */

@@ -296,6 +296,10 @@ sy_status_t sy_moe_dispatch(sy_moe_t moe, const void *tokens, int num_tokens, co
   SY_CHECK(check_dispatch_send(moe, &args, fn));
   SY_CHECK(check_recv(moe, recv, fn));
   sy_comm_t comm = moe->comm;
+  if (comm->ops->moe_dispatch) { /* the backend's one-operation form */
+    SY_CHECK(run_half(moe, HALF_DISPATCH_SEND, comm->ops->moe_dispatch(comm, moe, &args, recv, stream), fn));
+    return run_half(moe, HALF_DISPATCH_RECV, SY_SUCCESS, fn);
+  }
   SY_CHECK(run_half(moe, HALF_DISPATCH_SEND, comm->ops->moe_dispatch_send(comm, moe, &args, stream), fn));
   return run_half(moe, HALF_DISPATCH_RECV, comm->ops->moe_dispatch_recv(comm, moe, recv, stream), fn);
 }
@@ -326,6 +330,10 @@ sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *exp
   const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type, weights};
   SY_CHECK(check_combine_recv(moe, &args, out, fn));
   sy_comm_t comm = moe->comm;
+  if (comm->ops->moe_combine) {
+    SY_CHECK(run_half(moe, HALF_COMBINE_SEND, comm->ops->moe_combine(comm, moe, expert_out, &args, out, stream), fn));
+    return run_half(moe, HALF_COMBINE_RECV, SY_SUCCESS, fn);
+  }
   SY_CHECK(run_half(moe, HALF_COMBINE_SEND, comm->ops->moe_combine_send(comm, moe, expert_out, stream), fn));
   return run_half(moe, HALF_COMBINE_RECV, comm->ops->moe_combine_recv(comm, moe, &args, out, stream), fn);
 }

@@ -195,7 +195,7 @@ static const sy_backend_ops_t cuda_ops = {
     cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error, sy__cuda_attn_create,
     sy__cuda_attn_destroy, sy__cuda_attn_plan_upload, sy__cuda_attn_run,
     sy__cuda_moe_create, sy__cuda_moe_destroy, sy__cuda_moe_dispatch_send, sy__cuda_moe_dispatch_recv,
-    sy__cuda_moe_combine_send, sy__cuda_moe_combine_recv,
+    sy__cuda_moe_combine_send, sy__cuda_moe_combine_recv, sy__cuda_moe_dispatch, sy__cuda_moe_combine,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */

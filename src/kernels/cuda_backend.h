@@ -149,6 +149,10 @@ sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
 sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
 sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
                                       void *out, cudaStream_t stream);
+sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                                  const sy_moe_recv_t *recv, cudaStream_t stream);
+sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
+                                 const sy_moe_dispatch_args_t *args, void *out, cudaStream_t stream);
 }
 
 namespace sy {

@@ -169,8 +169,8 @@ __device__ __forceinline__ void pdl_begin() {
 
 /* ---- dispatch_send ---------------------------------------------------------------------------------------------- */
 
-__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __grid_constant__ moe_params P) {
-  pdl_begin();
+/* dispatch_send's work; returns the call number it sent as. */
+__device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, me = P.ctx.rank, nt = P.num_tokens;
   /* Units: tokens (default: a message per (token, rank)) or (token, k) pairs (SY_MOE_PER_EXPERT: a message per
@@ -410,6 +410,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
       __threadfence();
     }
   }
+  return call;
 }
 
 /* ---- dispatch_recv ----------------------------------------------------------------------------------------------- */
@@ -439,15 +440,14 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
   return total_s;
 }
 
-__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
-  pdl_begin();
+/* dispatch_recv's work for call `call`. Blocks are (local expert, split) pairs: gridDim.x a multiple of splits. */
+__device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const uint64_t call) {
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, S = P.S, G = P.G;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   int *start = (int *)moe_dyn;       /* [W + 1] */
   int32_t *hits = start + W + 1;     /* [W * M]: (flattened message << 5) | k, in slot order */
   __shared__ int warp_cnt[MOE_WARPS], warp_off[MOE_WARPS], round_s;
-  const uint64_t call = ld_relaxed_gpu(&P.local->call);
   const int parity = (int)(call & 1);
   const uint64_t row_bytes = (uint64_t)P.H * (P.wire == SY_MOE_WIRE_BF16 ? 2 : 1);
 
@@ -552,8 +552,8 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __
 
 /* ---- combine_send ---------------------------------------------------------------------------------------------- */
 
-__global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __grid_constant__ moe_params P) {
-  pdl_begin();
+/* combine_send's work for call `call`. */
+__device__ __forceinline__ void combine_send_body(const moe_params &P, const uint64_t call) {
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
   char **peers = (char **)moe_dyn;      /* [W] */
@@ -561,7 +561,6 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __g
   int *sent = start + W + 1;            /* [W] */
   __shared__ int le_s[MOE_MAX_K], slot_s[MOE_MAX_K], tok_s;
   __shared__ float w_s[MOE_MAX_K];
-  const uint64_t call = ld_relaxed_gpu(&P.local->call);
   const int parity = (int)(call & 1);
   for (int p = threadIdx.x; p < W; p += blockDim.x) {
     peers[p] = peer_ws(P, p);
@@ -664,12 +663,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __g
 
 /* ---- combine_recv ---------------------------------------------------------------------------------------------- */
 
-__global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __grid_constant__ moe_params P) {
-  pdl_begin();
+/* combine_recv's work for call `call`. */
+__device__ __forceinline__ void combine_recv_body(const moe_params &P, const uint64_t call) {
   const int W = P.W, K = P.K, T = P.T, H = P.H, L = P.L;
   __shared__ int id_s[MOE_MAX_K], ranks_s[MOE_MAX_K], nranks_s;
   __shared__ float w_s[MOE_MAX_K];
-  const uint64_t call = ld_relaxed_gpu(&P.local->call);
   const int parity = (int)(call & 1);
   const int dispatched = P.local->num_tokens;
   /* The combine answers this rank's dispatch: its num_tokens and ids must be the dispatch's. */
@@ -773,6 +771,46 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __g
     trace(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, false, -1, call);
     trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, false, -1, call);
   }
+}
+
+/* ---- the kernels: one per half, and the one-call forms fused ------------------------------------------------ */
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
+  dispatch_send_body(P);
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
+  dispatch_recv_body(P, ld_relaxed_gpu(&P.local->call));
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
+  combine_send_body(P, ld_relaxed_gpu(&P.local->call));
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
+  combine_recv_body(P, ld_relaxed_gpu(&P.local->call));
+}
+
+/* sy_moe_dispatch and sy_moe_combine: the two halves in one kernel (one launch, one ramp). The receiving part
+ * waits for this rank's own sending part in other blocks, so every block must be resident at once: the grid
+ * is at most one block per SM (the host sizes it so). */
+__global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
+  const uint64_t call = dispatch_send_body(P);
+  __syncthreads(); /* the dynamic shared memory changes hands */
+  dispatch_recv_body(P, call);
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_combine_kernel(const __grid_constant__ moe_params P) {
+  pdl_begin();
+  const uint64_t call = ld_relaxed_gpu(&P.local->call);
+  combine_send_body(P, call);
+  __syncthreads();
+  combine_recv_body(P, call);
 }
 
 }  // namespace sy
@@ -946,6 +984,11 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     err = cudaFuncSetAttribute(moe_dispatch_recv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->dr_smem);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(moe_combine_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(moe_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)(g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem));
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(moe_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) s = cuda_error(err, "MoE state", __FILE__, __LINE__);
   if (s == SY_SUCCESS && g->staging && remote_peer) {
@@ -1034,4 +1077,47 @@ extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *
   P.out = (uint16_t *)out;
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
   return launch(moe_combine_recv_kernel, blocks, 0, stream, P);
+}
+
+/* The one-call forms: both halves in one kernel, on a grid of at most one block per SM (every block resident,
+ * as the receiving part waits for the sending part of other blocks), unless SY_MOE_FUSED=0. */
+static bool fused_enabled(void) {
+  static int fused = -1;
+  if (fused < 0) {
+    int on = 1;
+    if (sy__env_bool(SY_ENVID_SY_MOE_FUSED, &on) != SY_SUCCESS) on = 1;
+    fused = on;
+  }
+  return fused != 0;
+}
+
+extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
+                                             const sy_moe_recv_t *recv, cudaStream_t stream) {
+  if (!fused_enabled()) {
+    SY_CHECK(sy__cuda_moe_dispatch_send(comm, moe, a, stream));
+    return sy__cuda_moe_dispatch_recv(comm, moe, recv, stream);
+  }
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  moe_params P;
+  fill_params(comm, moe, g, &P);
+  set_args(&P, a);
+  P.recv = *recv;
+  const int L = moe->local_experts, one_wave = (g->blocks / g->splits) * g->splits;
+  const int blocks = L * g->splits < one_wave ? L * g->splits : one_wave;
+  return launch(moe_dispatch_kernel, blocks, g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem, stream, P);
+}
+
+extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
+                                            const sy_moe_dispatch_args_t *a, void *out, cudaStream_t stream) {
+  if (!fused_enabled()) {
+    SY_CHECK(sy__cuda_moe_combine_send(comm, moe, expert_out, stream));
+    return sy__cuda_moe_combine_recv(comm, moe, a, out, stream);
+  }
+  moe_gpu *g = (moe_gpu *)moe->backend_state;
+  moe_params P;
+  fill_params(comm, moe, g, &P);
+  set_args(&P, a);
+  P.expert_out = (const uint16_t *)expert_out;
+  P.out = (uint16_t *)out;
+  return launch(moe_combine_kernel, g->blocks, g->cs_smem, stream, P);
 }
