@@ -372,8 +372,12 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /* treated as -1), a combine whose num_tokens or expert_ids differ from its dispatch's (the dispatch's are  */
 /* used). The host backend rejects such calls before anything is sent.                                   */
 /*                                                                                                        */
-/* Limits of the cuda backend: max_tokens x top_k x 4 and world_size x max_tokens x 4 bytes must fit in   */
-/* one thread block's shared memory (sy_moe_create returns SY_ERR_UNSUPPORTED, naming them, otherwise).    */
+/* Limits of the cuda backend: max_tokens x top_k x 4 and world_size x max_tokens x 4 bytes (x top_k with  */
+/* SY_MOE_PER_EXPERT) must fit in one thread block's shared memory (sy_moe_create returns                  */
+/* SY_ERR_UNSUPPORTED, naming them, otherwise). sy_moe_dispatch and sy_moe_combine run each as one kernel  */
+/* of at most one block per SM whose blocks wait for each other (SY_MOE_FUSED=0: two kernels): it needs    */
+/* the GPU's SMs to itself long enough to start every block, so a kernel that occupies SMs until this one  */
+/* ends must not run beside it.                                                                            */
 /* Besides the symmetric workspace it keeps (world_size + 1) x max_tokens x top_k x 4 bytes of local     */
 /* device memory, and a staging area for NVSHMEM puts when some peer is not load/store reachable.         */
 /* ---------------------------------------------------------------------------------------------------- */
