@@ -22,5 +22,5 @@ SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch
 SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K", "all-to-all: smallest piece of one peer's bytes with its own signal; same on every rank")
 SY_ENV_ID_(SY_TRACE_FILE, SY_ENV_STRING, "", "write per-phase device timestamps as Chrome trace JSON here at destroy; %r rank, %p pid")
 SY_ENV_ID_(SY_TRACE_EVENTS, SY_ENV_INT, "262144", "trace buffer capacity in events (32 bytes each)")
-SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1", "launch the MoE kernels with programmatic dependent launch (a kernel starts while the one before it ends)")
+SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1", "launch the MoE and attention kernels with programmatic dependent launch (a kernel starts while the one before it ends)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1", "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")

@@ -159,6 +159,7 @@ __device__ void attn_reduce(const attn_params &P, const char *staging, uint64_t 
 
 template <int MAXW>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constant__ attn_params P) {
+  pdl_begin();
   const dev_ctx &ctx = P.ctx;
   const int W = ctx.world_size, me = ctx.rank, nch = P.nch;
   const unsigned warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -289,9 +290,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
 template <int MAXW>
 static sy_status_t launch(cuda_state *st, attn_params &P, int blocks, cudaStream_t stream) {
-  attn_kernel<MAXW><<<blocks, ATTN_THREADS, 0, stream>>>(P);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch_pdl(attn_kernel<MAXW>, blocks, ATTN_THREADS, 0, stream, P);
 }
 
 }  // namespace sy

@@ -38,6 +38,16 @@ const char *op_name(int op) {
   }
 }
 
+bool pdl_enabled() {
+  static int pdl = -1;
+  if (pdl < 0) {
+    int on = 1;
+    if (sy__env_bool(SY_ENVID_SY_PDL, &on) != SY_SUCCESS) on = 1;
+    pdl = on;
+  }
+  return pdl != 0;
+}
+
 sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int line) {
   const char *base = strrchr(file, '/');
   SY_WARN("cuda error %s (%s) in %s at %s:%d", cudaGetErrorName(err), cudaGetErrorString(err), what,

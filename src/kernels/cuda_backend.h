@@ -165,6 +165,28 @@ sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int 
     if (sy_cuda_err_ != cudaSuccess) return sy::cuda_error(sy_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
+/* Whether kernels are launched with programmatic dependent launch (SY_PDL, default on). */
+bool pdl_enabled();
+
+/* Launches kernel(params) on `stream`, with programmatic dependent launch where pdl_enabled(): the kernel's
+ * blocks may start while the previous kernel on the stream finishes, and must call pdl_begin() first. */
+template <typename Params>
+sy_status_t launch_pdl(void (*kernel)(Params), int blocks, int threads, size_t smem, cudaStream_t stream,
+                       const Params &params) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks);
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  SY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+  return SY_SUCCESS;
+}
+
 }  // namespace sy
 
 #endif

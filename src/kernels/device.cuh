@@ -78,6 +78,14 @@ __device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, boo
   e->begin = begin;
 }
 
+/* Programmatic dependent launch (launch_pdl): the kernel may have started while the stream's previous kernel
+ * was still running; nothing is read or written before that kernel has completed. Then let the next one
+ * launch. Called first thing by every thread of a kernel launched with launch_pdl. */
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 __device__ __forceinline__ bool aborted(const dev_ctx &ctx) {
   return *(volatile int *)&ctx.state->abort != 0;
 }

@@ -160,13 +160,6 @@ __device__ __forceinline__ int source_of(const int *start, int W, int i) {
   return lo;
 }
 
-/* Programmatic dependent launch: the kernel may have started while the stream's previous kernel was still
- * running; nothing is read or written before that kernel has completed. Then let the next one launch. */
-__device__ __forceinline__ void pdl_begin() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 /* ---- dispatch_send ---------------------------------------------------------------------------------------------- */
 
 /* dispatch_send's work; returns the call number it sent as. */
@@ -839,24 +832,7 @@ static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend
 /* Launches one of the kernels, with programmatic dependent launch unless SY_PDL=0. */
 static sy_status_t launch(void (*kernel)(moe_params), int blocks, size_t smem, cudaStream_t stream,
                           const moe_params &P) {
-  static int pdl = -1;
-  if (pdl < 0) {
-    int on = 1;
-    if (sy__env_bool(SY_ENVID_SY_PDL, &on) != SY_SUCCESS) on = 1;
-    pdl = on;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)blocks);
-  cfg.blockDim = dim3(MOE_THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  SY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, P));
-  return SY_SUCCESS;
+  return launch_pdl(kernel, blocks, MOE_THREADS, smem, stream, P);
 }
 
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
