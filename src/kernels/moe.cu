@@ -1,10 +1,12 @@
 /*
- * moe.cu — the MoE low-latency dispatch and combine on the GPU: four kernels, one per half, in the workspace
+ * moe.cu — the MoE low-latency dispatch and combine on the GPU: a kernel per half (and, for the one-call
+ * forms, the two halves of a direction in one kernel, SY_MOE_FUSED), in the workspace
  * layout both backends share (sy__moe_layout; src/ref/moe_ref.h draws it) and with the results of the host
  * backend (src/ref/moe_host.c) bit for bit. docs/moe_ll_kernels.md is the plan; in short:
  *
- *   dispatch_send  every block routes all tokens (a warp per 32 tokens: ballots over "one of its experts is on
- *                  rank p" give each token its message index at p, so messages to p are in token order), then
+ *   dispatch_send  every block routes all tokens (a warp per 32 units — tokens, or (token, k) pairs with
+ *                  SY_MOE_PER_EXPERT: ballots over "goes to rank p" give each unit its message index at p, so
+ *                  messages to p are in token order), then
  *                  blocks take tokens: FP8 quantisation in registers (8 lanes per 128-element group), and the
  *                  message — header, k entries, payload, scales — stored straight into every destination's
  *                  dispatch region (NVLink stores; a staged NVSHMEM put where the peer is not load/store
