@@ -211,17 +211,30 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, true, -1, call);
   }
   /* A repeat of an earlier k of the same token: reported, -1; one thread per (token, k). Clearing a repeat in
-   * place cannot hide another: its value stays at its first k, which is never cleared. */
-  for (int i = threadIdx.x; i < nt * K; i += blockDim.x) {
-    const int t = i / K, k = i % K, v = ids[i];
-    if (v < 0) continue;
-    bool dup = false;
-    for (int j = 0; j < k; j++) dup = dup || ids[(size_t)t * K + j] == v;
-    if (dup) {
-      if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)v);
-      ids[i] = -1;
-    } else if (W <= 64) {
-      atomicOr(&dmask[t], 1ull << (v / L));
+   * place cannot hide another: its value stays at its first k, which is never cleared. With W <= 64, each
+   * token's destination ranks are OR-ed into dmask[t]: across the token's K lanes by shuffles when K is a
+   * power of two (the lanes of a token then share a warp), by shared atomics otherwise. */
+  const bool k_pow2 = (K & (K - 1)) == 0;
+  for (int base = 0; base < nt * K; base += blockDim.x) {
+    const int i = base + (int)threadIdx.x, t = i / K, k = i % K;
+    uint64_t bit = 0;
+    if (i < nt * K && ids[i] >= 0) {
+      const int v = ids[i];
+      bool dup = false;
+      for (int j = 0; j < k; j++) dup = dup || ids[(size_t)t * K + j] == v;
+      if (dup) {
+        if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)v);
+        ids[i] = -1;
+      } else {
+        bit = 1ull << ((v / L) & 63);
+      }
+    }
+    if (W > 64) continue;
+    if (k_pow2) {
+      for (int off = 1; off < K; off <<= 1) bit |= __shfl_xor_sync(0xFFFFFFFFu, bit, off);
+      if (i < nt * K && k == 0) dmask[t] = bit;
+    } else if (bit) {
+      atomicOr(&dmask[t], bit);
     }
   }
   __syncthreads();
