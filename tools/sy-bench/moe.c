@@ -269,6 +269,40 @@ static int op_combine(bench_ctx_t *ctx, moe_bench_t *b) {
          SY_SUCCESS;
 }
 
+/* The four halves as separate calls (one kernel each), CUDA events between them: where a pair's time goes.
+ * half_us[4]: medians of dispatch_send, dispatch_recv, combine_send, combine_recv, the slowest rank's. */
+static int time_halves(bench_ctx_t *ctx, moe_bench_t *b, double half_us[4]) {
+  const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
+  double *t = calloc(5 * (size_t)iters, sizeof *t), *col = t ? t + 4 * (size_t)iters : NULL;
+  cudaEvent_t ev[5] = {NULL, NULL, NULL, NULL, NULL};
+  int rc = !t;
+  for (int i = 0; i < 5 && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
+  for (int i = 0; i < warmup + iters && !rc; i++) {
+    rc = cudaEventRecord(ev[0], ctx->stream) != cudaSuccess ||
+         sy_moe_dispatch_send(b->moe, b->x, b->tokens, b->ids, SY_INDEX_INT32, b->weights, ctx->stream) != SY_SUCCESS ||
+         cudaEventRecord(ev[1], ctx->stream) != cudaSuccess ||
+         sy_moe_dispatch_recv(b->moe, &b->recv, ctx->stream) != SY_SUCCESS ||
+         cudaEventRecord(ev[2], ctx->stream) != cudaSuccess ||
+         sy_moe_combine_send(b->moe, b->expert_out, ctx->stream) != SY_SUCCESS ||
+         cudaEventRecord(ev[3], ctx->stream) != cudaSuccess ||
+         sy_moe_combine_recv(b->moe, b->ids, SY_INDEX_INT32, b->weights, b->tokens, b->out, ctx->stream) != SY_SUCCESS ||
+         cudaEventRecord(ev[4], ctx->stream) != cudaSuccess || cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+    for (int h = 0; h < 4 && !rc && i >= warmup; h++) {
+      float ms = 0;
+      rc = cudaEventElapsedTime(&ms, ev[h], ev[h + 1]) != cudaSuccess;
+      t[(size_t)h * iters + (i - warmup)] = ms * 1e3;
+    }
+  }
+  for (int h = 0; h < 4; h++) {
+    for (int i = 0; i < iters && !rc; i++) col[i] = t[(size_t)h * iters + i];
+    half_us[h] = bench_allreduce_max_d(ctx, rc ? 0 : bench_median(col, iters));
+  }
+  for (int i = 0; i < 5; i++)
+    if (ev[i]) cudaEventDestroy(ev[i]);
+  free(t);
+  return bench_allreduce_max(ctx, rc) != 0;
+}
+
 static int op_nccl(bench_ctx_t *ctx, void *arg) {
   moe_bench_t *b = arg;
   ncclComm_t nc = (ncclComm_t)ctx->nccl;
@@ -515,6 +549,7 @@ int bench_moe(bench_ctx_t *ctx) {
         /* dedup: a message per (token, rank) both ways; per expert: a copy per (token, expert) both ways. */
         const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs, *back_pairs = pairs;
         bench_timing_t disp, comb, nd, nc;
+        double halves[4] = {0, 0, 0, 0};
         memset(&disp, 0, sizeof disp), memset(&comb, 0, sizeof comb);
         memset(&nd, 0, sizeof nd), memset(&nc, 0, sizeof nc);
         long long wrong = -1;
@@ -548,6 +583,7 @@ int bench_moe(bench_ctx_t *ctx) {
             if (bench_allreduce_max(ctx, crc)) rc = 1; /* a pair that did not complete leaves the object mid-call */
           }
           if (!rc) rc = time_pairs(ctx, &b, &disp, &comb);
+          if (!rc && gpu(ctx)) rc = time_halves(ctx, &b, halves);
           sy_moe_destroy(b.moe);
           b.moe = NULL;
         }
@@ -590,6 +626,9 @@ int bench_moe(bench_ctx_t *ctx) {
         else snprintf(x_cols, sizeof x_cols, "%6s %6s", "", "");
         bench_print(ctx, "  %6d %5s %10s | %s | %s | %s\n", T, wire_name(cfg.wire), mode_name(cfg.flags), our_cols,
                     nccl_cols, x_cols);
+        if (halves[0] > 0)
+          bench_print(ctx, "#        halves, one kernel each: dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
+                           "combine_recv %.2f us\n", halves[0], halves[1], halves[2], halves[3]);
         bench_json(ctx,
                    "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
                    "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
