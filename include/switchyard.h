@@ -378,8 +378,9 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /* of at most one block per SM whose blocks wait for each other (SY_MOE_FUSED=0: two kernels): it needs    */
 /* the GPU's SMs to itself long enough to start every block, so a kernel that occupies SMs until this one  */
 /* ends must not run beside it.                                                                            */
-/* Besides the symmetric workspace it keeps (world_size + 1) x max_tokens x top_k x 4 bytes of local     */
-/* device memory, and a staging area for NVSHMEM puts when some peer is not load/store reachable.         */
+/* Besides the symmetric workspace it keeps (world_size x m + 1) x max_tokens x top_k x 4 bytes of local */
+/* device memory (m = 1, or top_k with SY_MOE_PER_EXPERT), and a staging area for NVSHMEM puts when some  */
+/* peer is not load/store reachable.                                                                      */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_moe *sy_moe_t;
 
