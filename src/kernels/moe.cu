@@ -839,6 +839,7 @@ struct moe_gpu {
   bool staging_registered;
   int blocks;  /* send kernels' grid (the SM count) */
   int splits;  /* dispatch_recv blocks per local expert */
+  bool fused_ok; /* a block of each fused kernel fits on an SM (else the one-call forms launch the halves) */
   size_t ds_smem, dr_smem, cs_smem;
 };
 
@@ -980,6 +981,14 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
                                (int)(g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem));
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(moe_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
+  /* The fused kernels need one resident block per SM of their grid: check that one fits at all. */
+  int fit_dispatch = 0, fit_combine = 0;
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_dispatch, moe_dispatch_kernel, MOE_THREADS,
+                                                        g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem);
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_combine, moe_combine_kernel, MOE_THREADS, g->cs_smem);
+  g->fused_ok = fit_dispatch >= 1 && fit_combine >= 1;
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) s = cuda_error(err, "MoE state", __FILE__, __LINE__);
   if (s == SY_SUCCESS && g->staging && remote_peer) {
@@ -1012,8 +1021,9 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe: workspace %zu bytes, %d send blocks, %d receive blocks per expert, %s", g->layout.total, g->blocks,
-          g->splits, need_puts ? "puts to some peers" : "stores to every peer");
+  SY_INFO("moe: workspace %zu bytes, %d send blocks, %d receive blocks per expert, %s, one-call forms %s",
+          g->layout.total, g->blocks, g->splits, need_puts ? "puts to some peers" : "stores to every peer",
+          g->fused_ok ? "fused" : "as two kernels (a fused block does not fit on an SM)");
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -1084,7 +1094,7 @@ static bool fused_enabled(void) {
 
 extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
                                              const sy_moe_recv_t *recv, cudaStream_t stream) {
-  if (!fused_enabled()) {
+  if (!fused_enabled() || !((moe_gpu *)moe->backend_state)->fused_ok) {
     SY_CHECK(sy__cuda_moe_dispatch_send(comm, moe, a, stream));
     return sy__cuda_moe_dispatch_recv(comm, moe, recv, stream);
   }
@@ -1100,7 +1110,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe,
 
 extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
                                             const sy_moe_dispatch_args_t *a, void *out, cudaStream_t stream) {
-  if (!fused_enabled()) {
+  if (!fused_enabled() || !((moe_gpu *)moe->backend_state)->fused_ok) {
     SY_CHECK(sy__cuda_moe_combine_send(comm, moe, expert_out, stream));
     return sy__cuda_moe_combine_recv(comm, moe, a, out, stream);
   }
