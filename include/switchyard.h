@@ -372,8 +372,8 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /* treated as -1), a combine whose num_tokens or expert_ids differ from its dispatch's (the dispatch's are  */
 /* used). The host backend rejects such calls before anything is sent.                                   */
 /*                                                                                                        */
-/* Limits of the cuda backend: max_tokens x top_k x 4 and world_size x max_tokens x 4 bytes (x top_k with  */
-/* SY_MOE_PER_EXPERT) must fit in one thread block's shared memory (sy_moe_create returns                  */
+/* Limits of the cuda backend: about max_tokens x (top_k + 3) x 4 + num_experts x 4 bytes (the ids, the   */
+/* routing and the per-expert counts) must fit in one thread block's shared memory (sy_moe_create returns  */
 /* SY_ERR_UNSUPPORTED, naming them, otherwise). sy_moe_dispatch and sy_moe_combine run each as one kernel  */
 /* of at most one block per SM whose blocks wait for each other (SY_MOE_FUSED=0: two kernels): it needs    */
 /* the GPU's SMs to itself long enough to start every block, so a kernel that occupies SMs until this one  */
@@ -414,9 +414,10 @@ typedef struct sy_moe_recv {
 } sy_moe_recv_t;
 
 /* Symmetric memory sy_moe_create reserves: both parities of the dispatch receive region (world_size x
- * max_tokens messages, x top_k with SY_MOE_PER_EXPERT: a header with the token's local experts, k and
- * weights, the payload, the scales) and of the combine receive region (world_size x max_tokens vectors by
- * default; top_k x max_tokens with SY_MOE_PER_EXPERT), and the counters — so the caller can size
+ * max_tokens messages, x top_k with SY_MOE_PER_EXPERT: a header with the token's local experts, k, weights
+ * and places among each expert's slots, the payload, the scales) and of the combine receive region (world_size
+ * x max_tokens vectors by default; top_k x max_tokens with SY_MOE_PER_EXPERT), the counters and per-expert
+ * message counts — so the caller can size
  * SY_HEAP_SIZE. */
 SY_API sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config, size_t *bytes);
 /* Collective. Checks the configuration (naming the field), reserves the workspace. */

@@ -55,8 +55,8 @@ sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world, sy_moe_layo
   const size_t W = (size_t)world, T = (size_t)config->max_tokens, K = (size_t)config->top_k;
   const size_t H = (size_t)config->hidden;
   const int fp8 = config->wire != SY_MOE_WIRE_BF16;
-  size_t header, payload, scales, messages, vectors, row_bytes, counters;
-  int ok = align_size(8 * K, 16, &header);
+  size_t header, payload, scales, messages, vectors, row_bytes, counters, counts;
+  int ok = align_size(12 * K, 16, &header); /* entries (8 bytes per k), then ranks (4 bytes per k) */
   l.payload_offset = SY_MOE_MSG_HEADER + header;
   ok = ok && mul_size(H, sy__moe_wire_elem(config->wire), &payload);
   ok = ok && add_size(l.payload_offset, payload, &l.scales_offset);
@@ -72,7 +72,11 @@ sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world, sy_moe_layo
   ok = ok && add_size(l.dispatch_bytes, l.combine_bytes, &l.parity_bytes) &&
        mul_size(2, l.parity_bytes, &l.counters_offset);
   ok = ok && mul_size(2 * W, SY_MOE_COUNTER_BYTES, &counters) && align_size(counters, 256, &l.counters_bytes);
-  ok = ok && add_size(l.counters_offset, l.counters_bytes, &l.total);
+  ok = ok && add_size(l.counters_offset, l.counters_bytes, &l.counts_offset);
+  /* counts: [2 parities][W sources][local experts] int32; W x local experts = num_experts */
+  ok = ok && mul_size(2 * (size_t)config->num_experts, sizeof(int32_t), &counts) &&
+       align_size(counts, 256, &l.counts_bytes);
+  ok = ok && add_size(l.counts_offset, l.counts_bytes, &l.total);
   if (!ok) return SY_ERR_INVALID_ARG;
   *layout = l;
   return SY_SUCCESS;

@@ -12,9 +12,12 @@
  *                  dispatch region (NVLink stores; a staged NVSHMEM put where the peer is not load/store
  *                  reachable). The block that completes a destination's messages raises one self-validating
  *                  word there: (message count << 32) | call.
- *   dispatch_recv  waits for every source's word; a block per (local expert, split) scans the messages in
- *                  (source, token) order for entries naming its expert — that order is the slot order — and
- *                  copies the hits into the caller's expert-major buffers; remembers each entry's slot.
+ *                  Each entry carries its rank among this source's messages naming its expert (from per-expert
+ *                  token masks in shared memory), and block 0 stores each destination's per-expert counts.
+ *   dispatch_recv  waits for every source's word; the counts' prefix over sources gives each (source, expert)
+ *                  its first slot, so each (message, k) entry's slot is first + rank: the grid's warps copy
+ *                  the entries naming a local expert into the caller's expert-major buffers, no scan; and
+ *                  remember each entry's slot.
  *   combine_send   a block per received message: default, fmaf(w_k, y_k, .) over its entries in k order from
  *                  +0, rounded to bf16, stored into the owner's combine region at [this rank][token];
  *                  SY_MOE_PER_EXPERT, y_k into [token][k]. Then one release-ordered word per owner.
@@ -58,8 +61,9 @@ struct moe_params {
   int32_t *slot_of;   /* [W][T][K]: slot of (source, message, k) here */
   char *staging;      /* [blocks][stage_bytes]: messages and vectors on their way to a put-only peer */
   uint64_t stage_bytes;
-  uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset;
-  int T, M, H, K, E, L, W, S, G, wire, per_expert, splits; /* M: messages per source (T, or T x K per expert) */
+  uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset, counts_offset;
+  int T, M, H, K, E, L, W, S, G, wire, per_expert; /* M: messages per source (T, or T x K per expert) */
+  int rank_masks; /* dispatch_send keeps a token mask per expert in shared memory for the ranks (else it counts) */
   /* the call's arguments */
   const uint16_t *tokens;
   int num_tokens;
@@ -79,6 +83,11 @@ __device__ __forceinline__ uint64_t msg_offset(const moe_params &P, int parity, 
 
 __device__ __forceinline__ uint64_t combine_offset(const moe_params &P, int parity, uint64_t vector) {
   return (uint64_t)parity * P.parity_bytes + P.dispatch_bytes + vector * (uint64_t)P.H * 2u;
+}
+
+/* counts[parity][source][local expert]: int32 */
+__device__ __forceinline__ uint64_t counts_offset(const moe_params &P, int parity, int source, int e) {
+  return P.counts_offset + (((uint64_t)parity * P.W + (uint64_t)source) * P.L + (uint64_t)e) * 4u;
 }
 
 __device__ __forceinline__ uint64_t counter_offset(const moe_params &P, int parity, int source, int word) {
@@ -173,18 +182,23 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   const int KU = P.per_expert ? K : 1, NC = (P.M + 31) / 32;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   /* dynamic: peers[W] (pointers), dmask[T] (W <= 64: the ranks each token goes to), masks[W][NC],
-   * prefix[W][NC + 1], sent[W], ids[T][K] (checked) */
+   * prefix[W][NC + 1], sent[W], ids[T][K] (checked), named[E] (block 0: messages naming each expert), and with
+   * rank_masks emask[E][NT] (bit j of word c: token 32c + j names the expert) */
   char **peers = (char **)moe_dyn;
   unsigned long long *dmask = (unsigned long long *)(peers + W);
   uint32_t *masks = (uint32_t *)(dmask + P.T);
   int *prefix = (int *)(masks + (size_t)W * NC);
   int *sent = prefix + (size_t)W * (NC + 1);
   int *ids = sent + W;
+  int *named = ids + (size_t)P.T * K;
+  const int NT = (P.T + 31) / 32;
+  uint32_t *emask = (uint32_t *)(named + P.E);
 
   __shared__ uint64_t call_s;
   __shared__ int ndest_s, dest_s[MOE_MAX_K], idx_s[MOE_MAX_K];
   __shared__ uint32_t kmask_s[MOE_MAX_K]; /* the k a message carries */
   __shared__ float ent_w_s[MOE_MAX_K];
+  __shared__ int rank_s[MOE_MAX_K]; /* per k of the current token: earlier messages naming the same expert */
   __shared__ char *tgt_s[MOE_MAX_K];
   __shared__ int any_put_s;
 
@@ -203,6 +217,10 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     ids[i] = bad ? -1 : (int)id;
   }
   for (int t = threadIdx.x; t < nt; t += blockDim.x) dmask[t] = 0;
+  if (blockIdx.x == 0)
+    for (int e = threadIdx.x; e < P.E; e += blockDim.x) named[e] = 0;
+  if (P.rank_masks)
+    for (int i = threadIdx.x; i < P.E * NT; i += blockDim.x) emask[i] = 0;
   __syncthreads();
   const uint64_t call = call_s;
   const int parity = (int)(call & 1);
@@ -227,6 +245,8 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         ids[i] = -1;
       } else {
         bit = 1ull << ((v / L) & 63);
+        if (blockIdx.x == 0) atomicAdd(&named[v], 1); /* a token names an expert once: one message each */
+        if (P.rank_masks) atomicOr(&emask[(size_t)v * NT + t / 32], 1u << (t & 31));
       }
     }
     if (W > 64) continue;
@@ -276,6 +296,16 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     for (int i = threadIdx.x; i < nt * K; i += blockDim.x) P.ids[i] = ids[i];
   }
   __syncthreads();
+  /* Block 0 tells every destination with messages how many name each of its experts (ordered before the
+   * destination's count word: block 0 takes part in completing every such destination, below). */
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < P.E; i += blockDim.x) {
+      const int p = i / L;
+      if (prefix[(size_t)p * (NC + 1) + NC] == 0) continue;
+      const uint64_t off = counts_offset(P, parity, me, i - p * L);
+      if (peers[p]) *(int *)(peers[p] + off) = named[i];
+      else nvshmem_int_p((int *)(P.ws + off), named[i], p);
+    }
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, true, -1, call);
@@ -289,7 +319,37 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       ndest_s = 0;
       any_put_s = 0;
     }
+    if (threadIdx.x < (unsigned)K) rank_s[threadIdx.x] = 0;
     __syncthreads();
+    /* Ranks: how many earlier tokens name each of this token's experts (a token names an expert at most
+     * once, and each naming is one message to the expert's rank): from the expert's token mask, or, where the
+     * masks did not fit, by comparing every earlier id (matches are rare: shared atomics, after a 64-bit
+     * filter of the token's experts). */
+    if (P.rank_masks) {
+      if (threadIdx.x < (unsigned)K) {
+        const int v = ids[(size_t)t * K + threadIdx.x];
+        if (v >= 0) {
+          const uint32_t *em = emask + (size_t)v * NT;
+          int r = __popc(em[t / 32] & ((1u << (t & 31)) - 1u));
+          for (int c = 0; c < t / 32; c++) r += __popc(em[c]);
+          rank_s[threadIdx.x] = r;
+        }
+      }
+    } else {
+      const int *row = ids + (size_t)t * K;
+      uint64_t filter = 0;
+      for (int k = 0; k < K; k++)
+        if (row[k] >= 0) filter |= 1ull << (row[k] & 63);
+      for (int j = threadIdx.x; j < t * K; j += blockDim.x) {
+        const int v = ids[j];
+        if (v < 0 || !((filter >> (v & 63)) & 1u)) continue;
+        for (int k = 0; k < K; k++)
+          if (row[k] == v) {
+            atomicAdd(&rank_s[k], 1);
+            break;
+          }
+      }
+    }
     /* The token's messages: default, thread p for destination p (the k on p); per expert, thread k. */
     for (int x = threadIdx.x; x < (P.per_expert ? K : W); x += blockDim.x) {
       const int *row = ids + (size_t)t * K;
@@ -374,7 +434,8 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         if (any_put) *(uint4 *)(stage + po) = a;
       }
     }
-    /* Headers: {source token, entries on p, call, 0}, then per k {local expert on p or -1, weight}. */
+    /* Headers: {source token, entries on p, call, 0}, then per k {local expert on p or -1, weight}, then per k
+     * the entry's rank among this source's messages naming that expert (-1 for -1). */
     for (int i = threadIdx.x; i < ndest * (K + 1); i += blockDim.x) {
       const int j = i / (K + 1), r = i % (K + 1), p = dest_s[j];
       const uint32_t kmask = kmask_s[j];
@@ -383,7 +444,9 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         *(int4 *)dst = make_int4(t, __popc(kmask), (int)(uint32_t)call, 0);
       } else {
         const int k = r - 1, e = ent_e_s[k];
-        *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) = make_int2((kmask >> k) & 1u ? e - p * L : -1, __float_as_int(ent_w_s[k]));
+        const bool on = (kmask >> k) & 1u;
+        *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) = make_int2(on ? e - p * L : -1, __float_as_int(ent_w_s[k]));
+        *(int *)(dst + SY_MOE_MSG_HEADER + 8 * K + 4 * k) = on ? rank_s[k] : -1;
       }
     }
     if (any_put) {
@@ -404,7 +467,9 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   }
   for (int p = threadIdx.x; p < W; p += blockDim.x) {
     const unsigned total = (unsigned)prefix[(size_t)p * (NC + 1) + NC];
-    complete(P, P.done + p, peers[p], p, (unsigned)sent[p], total, parity, SY_MOE_COUNTER_DISPATCH,
+    /* Block 0 counts once more, for its counts stores: the word waits for them too. */
+    const unsigned extra = blockIdx.x == 0 && total > 0 ? 1u : 0u;
+    complete(P, P.done + p, peers[p], p, (unsigned)sent[p] + extra, total + 1, parity, SY_MOE_COUNTER_DISPATCH,
              (uint64_t)total << 32 | (call & 0xFFFFFFFFull));
   }
   __syncthreads();
@@ -448,14 +513,16 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
   return total_s;
 }
 
-/* dispatch_recv's work for call `call`. Blocks are (local expert, split) pairs: gridDim.x a multiple of splits. */
+/* dispatch_recv's work for call `call`, on any grid. The sources' counts give each (source, local expert) its
+ * first slot (the prefix over sources), and each entry carries its rank among its source's messages naming
+ * that expert, so every entry's slot is known without a scan: the grid's warps take the (message, k) entries,
+ * a lane each (one load round per warp), and copy the ones naming an expert here, a warp per copy. */
 __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const uint64_t call) {
   extern __shared__ uint64_t moe_dyn[];
-  const int W = P.W, K = P.K, S = P.S, G = P.G;
+  const int W = P.W, K = P.K, L = P.L, S = P.S, G = P.G;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
-  int *start = (int *)moe_dyn;       /* [W + 1] */
-  int32_t *hits = start + W + 1;     /* [W * M]: (flattened message << 5) | k, in slot order */
-  __shared__ int warp_cnt[MOE_WARPS], warp_off[MOE_WARPS], round_s;
+  int *start = (int *)moe_dyn; /* [W + 1] */
+  int *first = start + W + 1;  /* [W][L]: slot of (source, local expert)'s first message */
   const int parity = (int)(call & 1);
   const uint64_t row_bytes = (uint64_t)P.H * (P.wire == SY_MOE_WIRE_BF16 ? 2 : 1);
 
@@ -468,62 +535,50 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, true, -1, call);
   }
-  const int splits = P.splits, split = (int)blockIdx.x % splits;
-  for (int e = (int)blockIdx.x / splits; e < P.L; e += (int)gridDim.x / splits) {
-    /* The hits of expert e in (source, message) order: that order is the slot order. */
-    int nh = 0;
-    for (int base = 0; base < total; base += MOE_THREADS) {
-      const int i = base + (int)threadIdx.x;
-      int kh = -1;
-      if (i < total) {
-        const int s = source_of(start, W, i), m = i - start[s];
-        const char *msg = P.ws + msg_offset(P, parity, s, m);
-#pragma unroll 4
-        for (int k = 0; k < K; k += 2) { /* independent loads: no early exit */
-          const uint4 two = ld_plain(msg + SY_MOE_MSG_HEADER + 8 * k); /* entries k and k + 1 */
-          if ((int)two.x == e) kh = k;
-          if (k + 1 < K && (int)two.z == e) kh = k + 1;
-        }
-      }
-      const uint32_t bal = __ballot_sync(0xFFFFFFFFu, kh >= 0);
-      if (lane == 0) warp_cnt[warp] = __popc(bal);
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        int acc = 0;
-        for (int w = 0; w < MOE_WARPS; w++) {
-          warp_off[w] = acc;
-          acc += warp_cnt[w];
-        }
-        round_s = acc;
-      }
-      __syncthreads();
-      if (kh >= 0) hits[nh + warp_off[warp] + __popc(bal & ((1u << lane) - 1u))] = (i << 5) | kh;
-      nh += round_s;
-      __syncthreads();
+  /* A source that sent nothing here wrote no counts: its are 0. */
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int acc = 0;
+    for (int s = 0; s < W; s++) {
+      const int c = start[s + 1] > start[s] ? *(const volatile int *)(P.ws + counts_offset(P, parity, s, e)) : 0;
+      first[s * L + e] = acc;
+      if (blockIdx.x == 0) P.recv.rank_counts[(size_t)e * W + s] = c;
+      acc += c;
     }
-    if (split == 0) {
-      if (threadIdx.x == 0) P.recv.expert_counts[e] = nh;
-      for (int s = threadIdx.x; s < W; s += blockDim.x) {
-        int lo = 0, hi = nh; /* first hit of a message >= start[s], and >= start[s + 1] */
-        while (lo < hi) {
-          const int mid = (lo + hi) / 2;
-          if ((hits[mid] >> 5) < start[s]) lo = mid + 1;
-          else hi = mid;
-        }
-        int lo2 = lo, hi2 = nh;
-        while (lo2 < hi2) {
-          const int mid = (lo2 + hi2) / 2;
-          if ((hits[mid] >> 5) < start[s + 1]) lo2 = mid + 1;
-          else hi2 = mid;
-        }
-        P.recv.rank_counts[(size_t)e * W + s] = lo2 - lo;
-      }
-    }
-    for (int h = split * MOE_WARPS + (int)warp; h < nh; h += splits * MOE_WARPS) {
-      const int i = hits[h] >> 5, k = hits[h] & 31;
-      const int s = source_of(start, W, i), m = i - start[s];
+    if (blockIdx.x == 0) P.recv.expert_counts[e] = acc;
+    if (acc > S) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, e, call, (uint64_t)S, (uint64_t)acc);
+  }
+  __syncthreads();
+
+  const int items = total * K, nwarps = (int)gridDim.x * MOE_WARPS;
+  const int gw = (int)blockIdx.x * MOE_WARPS + (int)warp;
+  for (int i0 = gw; i0 < items; i0 += nwarps * 32) {
+    /* lane l: entry i0 + l * nwarps */
+    const int item = i0 + (int)lane * nwarps;
+    int s = 0, m = 0, k = 0, e = -1, h = 0;
+    if (item < items) {
+      const int i = item / K;
+      k = item - i * K;
+      s = source_of(start, W, i);
+      m = i - start[s];
       const char *msg = P.ws + msg_offset(P, parity, s, m);
-      const uint64_t at = (uint64_t)e * S + (uint64_t)h;
+      e = *(const volatile int *)(msg + SY_MOE_MSG_HEADER + 8 * k);
+      const int r = *(const volatile int *)(msg + SY_MOE_MSG_HEADER + 8 * K + 4 * k);
+      if (e >= L) e = -1; /* cannot happen: the sender wrote e - p * L for an expert of p */
+      if (e >= 0) {
+        h = first[s * L + e] + r;
+        if (r < 0 || h >= S) {
+          report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, (uint64_t)m, (uint64_t)r);
+          e = -1;
+        }
+      }
+    }
+    for (uint32_t todo = __ballot_sync(0xFFFFFFFFu, e >= 0); todo; todo &= todo - 1u) {
+      const int from = __ffs(todo) - 1;
+      const int cs = __shfl_sync(0xFFFFFFFFu, s, from), cm = __shfl_sync(0xFFFFFFFFu, m, from);
+      const int ck = __shfl_sync(0xFFFFFFFFu, k, from), ce = __shfl_sync(0xFFFFFFFFu, e, from);
+      const int ch = __shfl_sync(0xFFFFFFFFu, h, from);
+      const char *msg = P.ws + msg_offset(P, parity, cs, cm);
+      const uint64_t at = (uint64_t)ce * S + (uint64_t)ch;
       const uint4 *src = (const uint4 *)(msg + P.payload_offset);
       uint4 *dst = (uint4 *)((char *)P.recv.tokens + at * row_bytes);
       const int nvec = (int)(row_bytes / 16);
@@ -542,15 +597,14 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
       }
       if (P.wire != SY_MOE_WIRE_BF16) {
         const volatile float *sc = (const volatile float *)(msg + P.scales_offset);
-        for (int g = (int)lane; g < G; g += 32) P.recv.scales[((uint64_t)e * G + g) * S + (uint64_t)h] = sc[g];
+        for (int g = (int)lane; g < G; g += 32) P.recv.scales[((uint64_t)ce * G + g) * S + (uint64_t)ch] = sc[g];
       }
       if (lane == 0) {
-        P.recv.src[2 * at] = s;
+        P.recv.src[2 * at] = cs;
         P.recv.src[2 * at + 1] = *(const volatile int *)msg;
-        P.slot_of[((uint64_t)s * P.M + (uint64_t)m) * K + k] = h;
+        P.slot_of[((uint64_t)cs * P.M + (uint64_t)cm) * K + ck] = ch;
       }
     }
-    __syncthreads(); /* hits[] is rewritten for the next expert */
   }
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, false, -1, call);
@@ -838,7 +892,7 @@ struct moe_gpu {
   size_t stage_bytes;
   bool staging_registered;
   int blocks;  /* send kernels' grid (the SM count) */
-  int splits;  /* dispatch_recv blocks per local expert */
+  bool rank_masks; /* dispatch_send's per-expert token masks fit (moe_params.rank_masks) */
   bool fused_ok; /* a block of each fused kernel fits on an SM (else the one-call forms launch the halves) */
   size_t ds_smem, dr_smem, cs_smem;
 };
@@ -870,6 +924,7 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->dispatch_bytes = g->layout.dispatch_bytes;
   P->parity_bytes = g->layout.parity_bytes;
   P->counters_offset = g->layout.counters_offset;
+  P->counts_offset = g->layout.counts_offset;
   P->T = c->max_tokens;
   P->M = (int)g->layout.messages_per_source;
   P->H = c->hidden;
@@ -881,7 +936,7 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->G = c->hidden / SY_MOE_FP8_GROUP;
   P->wire = (int)c->wire;
   P->per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
-  P->splits = g->splits;
+  P->rank_masks = g->rank_masks;
 }
 
 /* A call's tokens (dispatch_send; NULL in combine_recv), num_tokens, ids and weights. */
@@ -931,21 +986,25 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm->device));
   const size_t M = g->layout.messages_per_source, NC = (M + 31) / 32;
   g->ds_smem = (size_t)W * sizeof(char *) + (size_t)T * 8 + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 +
-               (size_t)W * 4 + (size_t)T * K * 4;
-  g->dr_smem = ((size_t)W + 1) * 4 + (size_t)W * M * 4;
+               (size_t)W * 4 + (size_t)T * K * 4 + (size_t)c->num_experts * 4;
+  /* dispatch_send's ranks from per-expert token masks when they take at most 32 KiB (e.g. 256 experts, 1,024
+   * tokens), else by counting (slower at many tokens, see bench/NOTES.md) */
+  const size_t mask_bytes = (size_t)c->num_experts * (((size_t)T + 31) / 32) * 4;
+  g->rank_masks = mask_bytes <= 32768 && g->ds_smem + mask_bytes + 2048 <= (size_t)smem_max;
+  if (g->rank_masks) g->ds_smem += mask_bytes;
+  g->dr_smem = ((size_t)W + 1) * 4 + (size_t)c->num_experts * 4; /* start[W + 1], first[W][L] */
   g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4 + (size_t)W * 4;
   const size_t static_reserve = 2048; /* the kernels' static shared arrays */
   if (g->ds_smem + static_reserve > (size_t)smem_max || g->dr_smem + static_reserve > (size_t)smem_max ||
-      (uint64_t)W * (uint64_t)M >= (1ull << 26)) {
-    SY_WARN("sy_moe_create: config->max_tokens=%d, top_k=%d on %d ranks needs %zu bytes of shared memory per block "
-            "(max_tokens x top_k x 4 for the ids, W x messages per source x 4 for the receive scan), more than this GPU's %d; "
-            "lower max_tokens", T, K, W, (g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem) + static_reserve, smem_max);
+      (uint64_t)W * (uint64_t)M * (uint64_t)K >= (1ull << 31)) {
+    SY_WARN("sy_moe_create: config->max_tokens=%d, top_k=%d, num_experts=%d on %d ranks needs %zu bytes of shared "
+            "memory per block (max_tokens x (top_k + 3) x 4 for the ids and routing, num_experts x 4 for the counts), "
+            "more than this GPU's %d; lower max_tokens", T, K, c->num_experts, W,
+            (g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem) + static_reserve, smem_max);
     free(g);
     return SY_ERR_UNSUPPORTED;
   }
   g->blocks = st->num_sms;
-  g->splits = st->num_sms / moe->local_experts;
-  if (g->splits < 1) g->splits = 1;
   g->stage_bytes = align_up(g->layout.msg_bytes + (size_t)MOE_MAX_K * g->layout.payload_offset, 256);
   if (g->stage_bytes < align_up((size_t)c->hidden * 2, 256)) g->stage_bytes = align_up((size_t)c->hidden * 2, 256);
 
@@ -1021,8 +1080,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe: workspace %zu bytes, %d send blocks, %d receive blocks per expert, %s, one-call forms %s",
-          g->layout.total, g->blocks, g->splits, need_puts ? "puts to some peers" : "stores to every peer",
+  SY_INFO("moe: workspace %zu bytes, %d blocks per kernel, %s, one-call forms %s",
+          g->layout.total, g->blocks, need_puts ? "puts to some peers" : "stores to every peer",
           g->fused_ok ? "fused" : "as two kernels (a fused block does not fit on an SM)");
   moe->backend_state = g;
   return SY_SUCCESS;
@@ -1053,11 +1112,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe 
   moe_params P;
   fill_params(comm, moe, g, &P);
   P.recv = *recv;
-  const int L = moe->local_experts;
-  int blocks = L * g->splits;
-  if (blocks > 4 * g->blocks) blocks = (4 * g->blocks / g->splits) * g->splits; /* experts loop */
-  if (blocks < g->splits) blocks = g->splits;
-  return launch(moe_dispatch_recv_kernel, blocks, g->dr_smem, stream, P);
+  return launch(moe_dispatch_recv_kernel, g->blocks, g->dr_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
@@ -1103,9 +1158,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe,
   fill_params(comm, moe, g, &P);
   set_args(&P, a);
   P.recv = *recv;
-  const int L = moe->local_experts, one_wave = (g->blocks / g->splits) * g->splits;
-  const int blocks = L * g->splits < one_wave ? L * g->splits : one_wave;
-  return launch(moe_dispatch_kernel, blocks, g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem, stream, P);
+  return launch(moe_dispatch_kernel, g->blocks, g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,

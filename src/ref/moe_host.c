@@ -66,6 +66,8 @@ typedef struct host_moe {
   int32_t *ids;          /* [max_tokens][top_k] its ids */
   int32_t *slot_of;      /* [W][messages per source][top_k] slot of (source, message, k) here, -1 for foreign entries */
   int32_t *fill;         /* [L] slots handed out per local expert */
+  int32_t *first;        /* [L] fill before the current source's messages */
+  int32_t *named;        /* [num_experts] this dispatch's messages naming each expert so far */
   int32_t *sent;         /* [W] messages to each destination */
   unsigned char *wire;   /* one token as the wire carries it (payload, then scales) */
   float *acc;            /* [hidden] */
@@ -88,6 +90,11 @@ static uint16_t *combine_at(const host_moe_t *hm, unsigned char *base, int parit
   return (uint16_t *)region + vector * (size_t)hidden;
 }
 
+/* counts[parity][source][local expert] in base's workspace */
+static int32_t *counts_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int world, int L) {
+  return (int32_t *)(base + hm->layout.counts_offset) + ((size_t)parity * world + source) * (size_t)L;
+}
+
 static uint64_t *counter_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int world, int word) {
   unsigned char *c = base + hm->layout.counters_offset + ((size_t)parity * world + source) * SY_MOE_COUNTER_BYTES;
   return (uint64_t *)c + word;
@@ -101,6 +108,8 @@ static void state_free(host_moe_t *hm) {
   free(hm->ids);
   free(hm->slot_of);
   free(hm->fill);
+  free(hm->first);
+  free(hm->named);
   free(hm->sent);
   free(hm->wire);
   free(hm->acc);
@@ -120,10 +129,13 @@ static host_moe_t *state_new(sy_comm_t comm, const struct sy_moe *moe) {
   hm->ids = calloc(T * K, sizeof *hm->ids);
   hm->slot_of = calloc(W * hm->layout.messages_per_source * K, sizeof *hm->slot_of);
   hm->fill = calloc((size_t)moe->local_experts, sizeof *hm->fill);
+  hm->first = calloc((size_t)moe->local_experts, sizeof *hm->first);
+  hm->named = calloc((size_t)c->num_experts, sizeof *hm->named);
   hm->sent = calloc(W, sizeof *hm->sent);
   hm->wire = malloc(hm->layout.msg_bytes - hm->layout.payload_offset);
   hm->acc = malloc((size_t)c->hidden * sizeof *hm->acc);
-  if (!hm->peer || !hm->ids || !hm->slot_of || !hm->fill || !hm->sent || !hm->wire || !hm->acc) {
+  if (!hm->peer || !hm->ids || !hm->slot_of || !hm->fill || !hm->first || !hm->named || !hm->sent || !hm->wire ||
+      !hm->acc) {
     state_free(hm);
     return NULL;
   }
@@ -212,6 +224,7 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
   hm->num_tokens = args->num_tokens;
   for (size_t i = 0; i < (size_t)args->num_tokens * K; i++) hm->ids[i] = (int32_t)sy__moe_id(args->expert_ids, args->id_type, i);
   memset(hm->sent, 0, (size_t)world * sizeof *hm->sent);
+  memset(hm->named, 0, (size_t)c->num_experts * sizeof *hm->named);
   const int per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
   for (int t = 0; t < args->num_tokens; t++) {
     const int32_t *ids = hm->ids + (size_t)t * K;
@@ -233,15 +246,21 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
       const moe_msg_header_t header = {t, __builtin_popcount(kmask), (uint32_t)call, 0};
       memcpy(msg, &header, sizeof header);
       for (int k = 0; k < K; k++) {
-        const moe_msg_entry_t entry = {(kmask >> k) & 1u ? ids[k] - d * L : -1,
+        const int carried = (kmask >> k) & 1u;
+        const moe_msg_entry_t entry = {carried ? ids[k] - d * L : -1,
                                        args->weights ? args->weights[(size_t)t * K + k] : 0.0f};
+        const int32_t rank = carried ? hm->named[ids[k]]++ : -1;
         memcpy(msg + SY_MOE_MSG_HEADER + (size_t)k * sizeof entry, &entry, sizeof entry);
+        memcpy(msg + SY_MOE_MSG_HEADER + (size_t)K * sizeof entry + (size_t)k * sizeof rank, &rank, sizeof rank);
       }
       memcpy(msg + hm->layout.payload_offset, hm->wire, wire_bytes);
     }
   }
-  /* Every destination hears from every source on every call; the release orders the messages before it. */
+  /* Every destination hears from every source on every call; the release orders the messages (and, where
+   * there are any, the counts of each of its experts) before it. */
   for (int d = 0; d < world; d++) {
+    if (hm->sent[d] > 0)
+      memcpy(counts_at(hm, hm->peer[d], parity, me, world, L), hm->named + (size_t)d * L, (size_t)L * sizeof(int32_t));
     *counter_at(hm, hm->peer[d], parity, me, world, SY_MOE_COUNTER_MESSAGES) = (uint64_t)hm->sent[d];
     __atomic_store_n(counter_at(hm, hm->peer[d], parity, me, world, SY_MOE_COUNTER_DISPATCH), call, __ATOMIC_RELEASE);
   }
@@ -282,6 +301,7 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
               (unsigned long long)hm->calls, s, (unsigned long long)count, M);
       return SY_ERR_INTERNAL;
     }
+    memcpy(hm->first, hm->fill, (size_t)L * sizeof *hm->fill);
     for (int m = 0; m < (int)count; m++) {
       const unsigned char *msg = message_at(hm, hm->ws, parity, s, m);
       moe_msg_header_t header;
@@ -294,6 +314,13 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
         if (entry.local_expert < 0) continue;
         const int e = entry.local_expert;
         const int32_t slot = hm->fill[e]++;
+        int32_t rank;
+        memcpy(&rank, msg + SY_MOE_MSG_HEADER + (size_t)K * sizeof entry + (size_t)k * sizeof rank, sizeof rank);
+        if (rank != slot - hm->first[e]) { /* the ranks the cuda backend's receiver places by */
+          SY_WARN("moe dispatch_recv: call %llu: rank %d's message %d names expert %d with rank %d, expected %d",
+                  (unsigned long long)hm->calls, s, m, e, rank, slot - hm->first[e]);
+          return SY_ERR_INTERNAL;
+        }
         const size_t at = (size_t)e * S + (size_t)slot;
         memcpy((unsigned char *)recv->tokens + at * row_bytes, msg + hm->layout.payload_offset, row_bytes);
         for (size_t g = 0; fp8 && g < groups; g++)
@@ -305,6 +332,13 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
         slot_of[k] = slot;
       }
     }
+    const int32_t *counts = counts_at(hm, hm->ws, parity, s, world, L);
+    for (int e = 0; count > 0 && e < L; e++)
+      if (counts[e] != hm->fill[e] - hm->first[e]) {
+        SY_WARN("moe dispatch_recv: call %llu: rank %d counts %d messages to expert %d, sent %d",
+                (unsigned long long)hm->calls, s, counts[e], e, hm->fill[e] - hm->first[e]);
+        return SY_ERR_INTERNAL;
+      }
   }
   for (int e = 0; e < L; e++) recv->expert_counts[e] = hm->fill[e];
   return SY_SUCCESS;

@@ -27,12 +27,17 @@ extern "C" {
  *     SY_MOE_PER_EXPERT: one per (token, expert), one entry set), in the source's token order (then k)
  *     header (16 bytes): int32 source token, int32 entries on this rank, uint32 call number (low bits), 0
  *     entries [top_k] (8 bytes each, by k): int32 local expert (-1: expert k is not on this rank), fp32 weight
+ *     ranks [top_k] (int32, by k): how many of the source's earlier messages to this rank name the same local
+ *       expert — the entry's place among the source's slots of that expert (-1 where the entry is -1)
  *     payload at payload_offset (16-aligned): hidden E4M3 bytes (FP8 wires) or hidden bf16
  *     scales at scales_offset (FP8 wires): hidden / 128 fp32
  *   combine region   default: [W expert ranks][max_tokens][hidden] bf16, one partial per (rank, token);
  *                    SY_MOE_PER_EXPERT: [max_tokens][top_k][hidden] bf16, one output per (token, k)
  * then the counters, [2 parities][W sources] of 32 bytes (SY_MOE_COUNTER_*): the dispatch signal (the call
- * number, raised after the messages), the dispatch's message count, the combine signal.
+ * number, raised after the messages), the dispatch's message count, the combine signal;
+ * then the counts, [2 parities][W sources][local experts] int32: how many of the source's messages name each
+ * local expert here (written before the dispatch signal, and only when the source sends any message here), so
+ * that a receiver places entry (s, k) at slot sum_{s' < s} counts[s'][e] + rank with no scan of the messages.
  * Messages are 16-byte multiples, regions 256-aligned.
  */
 typedef struct sy_moe_layout {
@@ -44,6 +49,8 @@ typedef struct sy_moe_layout {
   size_t parity_bytes;    /* dispatch + combine region of one parity */
   size_t counters_offset; /* 2 * parity_bytes */
   size_t counters_bytes;
+  size_t counts_offset;   /* counters_offset + counters_bytes */
+  size_t counts_bytes;
   size_t total;           /* what sy_moe_workspace_size reports and sy_moe_create reserves */
 } sy_moe_layout_t;
 

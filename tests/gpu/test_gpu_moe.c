@@ -102,6 +102,9 @@ static const moe_case_t cases[] = {
     CASE("hidden 7168, 128 tokens",        24,  8,  7168, 128, FP8,  0,  I32, RANDOM,     3, ALTERNATE, 0, 30),
     CASE("hidden 7168 bf16 per-expert",    24,  8,  7168, 128, BF16, PE, I64, FULL,       3, HALVES,    0, 31),
     CASE("hidden 7168 ue8m0 one expert",   16,  2,  7168, 64,  UE8,  0,  I32, ONE_EXPERT, 3, ONE_CALL,  0, 32),
+    /* 288 experts x 1,100 tokens: the token masks would pass 32 KiB, so dispatch_send counts the ranks */
+    CASE("1100 tokens (ranks counted)",    288, 8,  128,  1100, FP8, 0,  I32, RANDOM,     2, ALTERNATE, 0, 35),
+    CASE("1100 tokens bf16 per-expert",    288, 4,  128,  1100, BF16, PE, I64, SAME_RANK, 2, HALVES,    0, 36),
 };
 
 /* One round of the four halves, captured; rounds = the input sets the replays cycle through. */

@@ -70,11 +70,11 @@ static size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 /* The workspace formula, written out here. */
 static size_t formula_bytes(const moe_case_t *c) {
   const int fp8 = c->wire != SY_MOE_WIRE_BF16;
-  const size_t H = (size_t)c->H, msg = up(16 + up(8 * (size_t)c->K, 16) + H * (fp8 ? 1 : 2) + (fp8 ? H / 128 * 4 : 0), 16);
+  const size_t H = (size_t)c->H, msg = up(16 + up(12 * (size_t)c->K, 16) + H * (fp8 ? 1 : 2) + (fp8 ? H / 128 * 4 : 0), 16);
   const size_t per_source = (size_t)c->T * ((c->flags & SY_MOE_PER_EXPERT) ? c->K : 1);
   const size_t dispatch = up((size_t)c->W * per_source * msg, 256);
   const size_t combine = up((size_t)((c->flags & SY_MOE_PER_EXPERT) ? c->K : c->W) * c->T * H * 2, 256);
-  return 2 * (dispatch + combine) + up(2 * (size_t)c->W * 32, 256);
+  return 2 * (dispatch + combine) + up(2 * (size_t)c->W * 32, 256) + up(2 * (size_t)c->E * 4, 256);
 }
 
 typedef struct recv_bufs {
