@@ -615,14 +615,18 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
 /* ---- combine_send ---------------------------------------------------------------------------------------------- */
 
 /* combine_send's work for call `call`. */
+constexpr int CS_BATCH = 8; /* received messages whose entries combine_send stages at once per block */
+
 __device__ __forceinline__ void combine_send_body(const moe_params &P, const uint64_t call) {
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
   char **peers = (char **)moe_dyn;      /* [W] */
   int *start = (int *)(peers + W);      /* [W + 1] */
   int *sent = start + W + 1;            /* [W] */
-  __shared__ int le_s[MOE_MAX_K], slot_s[MOE_MAX_K], tok_s;
-  __shared__ float w_s[MOE_MAX_K];
+  /* A batch of this block's messages (i0 + q x gridDim.x): per k the local expert, slot and weight; the source
+   * and source token — staged with independent loads, one round per batch instead of a chain per message. */
+  __shared__ int le_s[CS_BATCH * MOE_MAX_K], slot_s[CS_BATCH * MOE_MAX_K], tok_s[CS_BATCH], src_s[CS_BATCH];
+  __shared__ float w_s[CS_BATCH * MOE_MAX_K];
   const int parity = (int)(call & 1);
   for (int p = threadIdx.x; p < W; p += blockDim.x) {
     peers[p] = peer_ws(P, p);
@@ -634,71 +638,79 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
   }
   const int total = wait_dispatch(P, start, parity, call, OP_MOE_COMBINE_SEND);
   char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
-  const int nvec = H / 8;
-  for (int i = blockIdx.x; i < total; i += gridDim.x) {
-    __syncthreads();
-    const int s = source_of(start, W, i), m = i - start[s];
-    const char *msg = P.ws + msg_offset(P, parity, s, m);
-    if (threadIdx.x < (unsigned)K) {
-      const int2 ent = *(const int2 *)(msg + SY_MOE_MSG_HEADER + 8 * threadIdx.x);
-      le_s[threadIdx.x] = ent.x;
-      w_s[threadIdx.x] = __int_as_float(ent.y);
-      slot_s[threadIdx.x] = ent.x >= 0 ? P.slot_of[((uint64_t)s * P.M + (uint64_t)m) * K + threadIdx.x] : -1;
+  const int nvec = H / 8, G = (int)gridDim.x;
+  for (int i0 = blockIdx.x; i0 < total; i0 += G * CS_BATCH) {
+    const int left = (total - 1 - i0) / G + 1, nb = left < CS_BATCH ? left : CS_BATCH;
+    __syncthreads(); /* the previous batch's staged entries are no longer read */
+    for (int j = threadIdx.x; j < nb * K; j += blockDim.x) {
+      const int q = j / K, k = j - q * K, i = i0 + q * G;
+      const int s = source_of(start, W, i), m = i - start[s];
+      const char *msg = P.ws + msg_offset(P, parity, s, m);
+      const int2 ent = *(const int2 *)(msg + SY_MOE_MSG_HEADER + 8 * k);
+      const int slot = P.slot_of[((uint64_t)s * P.M + (uint64_t)m) * K + k]; /* meaningful where ent.x >= 0 */
+      le_s[j] = ent.x;
+      w_s[j] = __int_as_float(ent.y);
+      slot_s[j] = slot;
+      if (k == 0) {
+        tok_s[q] = *(const volatile int *)msg;
+        src_s[q] = s;
+        atomicAdd(&sent[s], 1);
+      }
     }
-    if (threadIdx.x == 0) {
-      tok_s = *(const volatile int *)msg;
-      sent[s]++;
-    }
     __syncthreads();
-    const int tok = tok_s;
-    char *peer = peers[s];
-    if (!P.per_expert) {
-      const uint64_t off = combine_offset(P, parity, (uint64_t)me * T + (uint64_t)tok);
-      char *dst = peer ? peer + off : stage;
-      for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) {
-        float acc[8];
+    for (int q = 0; q < nb; q++) {
+      if (q > 0) __syncthreads(); /* the put staging is free again */
+      const int *le = le_s + q * K, *sl = slot_s + q * K;
+      const float *wq = w_s + q * K;
+      const int s = src_s[q], tok = tok_s[q];
+      char *peer = peers[s];
+      if (!P.per_expert) {
+        const uint64_t off = combine_offset(P, parity, (uint64_t)me * T + (uint64_t)tok);
+        char *dst = peer ? peer + off : stage;
+        for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) {
+          float acc[8];
 #pragma unroll
-        for (int i2 = 0; i2 < 8; i2++) acc[i2] = 0.0f;
-        for (int k0 = 0; k0 < K; k0 += 8) { /* eight loads in flight, then the fmas in k order */
-          uint4 y[8];
+          for (int i2 = 0; i2 < 8; i2++) acc[i2] = 0.0f;
+          for (int k0 = 0; k0 < K; k0 += 8) { /* eight loads in flight, then the fmas in k order */
+            uint4 y[8];
 #pragma unroll
-          for (int j = 0; j < 8; j++) {
-            const int k = k0 + j;
-            if (k < K && le_s[k] >= 0)
-              y[j] = __ldg((const uint4 *)(P.expert_out + ((uint64_t)le_s[k] * S + (uint64_t)slot_s[k]) * H) + u);
-          }
+            for (int j = 0; j < 8; j++) {
+              const int k = k0 + j;
+              if (k < K && le[k] >= 0)
+                y[j] = __ldg((const uint4 *)(P.expert_out + ((uint64_t)le[k] * S + (uint64_t)sl[k]) * H) + u);
+            }
 #pragma unroll
-          for (int j = 0; j < 8; j++) {
-            const int k = k0 + j;
-            if (k >= K || le_s[k] < 0) continue;
-            const float w = w_s[k];
-            const uint32_t yw[4] = {y[j].x, y[j].y, y[j].z, y[j].w};
+            for (int j = 0; j < 8; j++) {
+              const int k = k0 + j;
+              if (k >= K || le[k] < 0) continue;
+              const float w = wq[k];
+              const uint32_t yw[4] = {y[j].x, y[j].y, y[j].z, y[j].w};
 #pragma unroll
-            for (int i2 = 0; i2 < 4; i2++) {
-              acc[2 * i2] = __fmaf_rn(w, bf16_lo(yw[i2]), acc[2 * i2]);
-              acc[2 * i2 + 1] = __fmaf_rn(w, bf16_hi(yw[i2]), acc[2 * i2 + 1]);
+              for (int i2 = 0; i2 < 4; i2++) {
+                acc[2 * i2] = __fmaf_rn(w, bf16_lo(yw[i2]), acc[2 * i2]);
+                acc[2 * i2 + 1] = __fmaf_rn(w, bf16_hi(yw[i2]), acc[2 * i2 + 1]);
+              }
             }
           }
+          ((uint4 *)dst)[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]),
+                                         pack_bf16(acc[4], acc[5]), pack_bf16(acc[6], acc[7]));
         }
-        ((uint4 *)dst)[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]), pack_bf16(acc[4], acc[5]),
-                                       pack_bf16(acc[6], acc[7]));
-      }
-      if (!peer) {
-        __syncthreads();
-        nvshmemx_putmem_block(P.ws + off, stage, (size_t)H * 2, s);
-      }
-    } else {
-      for (int k = 0; k < K; k++) {
-        const int le = le_s[k];
-        if (le < 0) continue;
-        const uint64_t off = combine_offset(P, parity, (uint64_t)tok * K + (uint64_t)k);
-        const uint4 *y = (const uint4 *)(P.expert_out + ((uint64_t)le * S + (uint64_t)slot_s[k]) * H);
-        uint4 *dst = (uint4 *)(peer ? peer + off : stage);
-        for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) dst[u] = __ldg(y + u);
         if (!peer) {
           __syncthreads();
           nvshmemx_putmem_block(P.ws + off, stage, (size_t)H * 2, s);
-          __syncthreads();
+        }
+      } else {
+        for (int k = 0; k < K; k++) {
+          if (le[k] < 0) continue;
+          const uint64_t off = combine_offset(P, parity, (uint64_t)tok * K + (uint64_t)k);
+          const uint4 *y = (const uint4 *)(P.expert_out + ((uint64_t)le[k] * S + (uint64_t)sl[k]) * H);
+          uint4 *dst = (uint4 *)(peer ? peer + off : stage);
+          for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) dst[u] = __ldg(y + u);
+          if (!peer) {
+            __syncthreads();
+            nvshmemx_putmem_block(P.ws + off, stage, (size_t)H * 2, s);
+            __syncthreads();
+          }
         }
       }
     }
