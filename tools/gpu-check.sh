@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
-# all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU tests, runs the
-# benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt, the benchmark
-# JSON (bench_<entry>.n<N>.json) and logs.tar.gz (every log: build, machine, each test, each benchmark).
+# all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU
+# tests, runs the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
+# the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
+# tools/results-table.py) and logs.tar.gz (every log: build, machine, each test, each benchmark).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
 # test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
 # GPU_CHECK_SHARED=1 runs the tests at counts above the GPUs present with ranks sharing GPUs round-robin
 # (syrun --gpus 0,0,...; time-sliced, so ~2 ms per cross-rank wait): the multi-rank code paths checked bit
-# for bit on a one-GPU machine. Correctness only: the benchmarks are not run at those counts.
+# for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
+# (--no-nccl: NCCL refuses two ranks on one GPU), with no JSON.
 # Exit status: non-zero if any test or benchmark check failed.
 set -uo pipefail
 out=${1:?usage: tools/gpu-check.sh OUTDIR [COUNT ...]}
@@ -85,6 +87,16 @@ for n in "${counts[@]}"; do
     fi
   done
 done
+
+# The benchmark JSON as RESULTS.md tables, with what a row there must say: device, commit, date, command.
+if compgen -G "$out/bench_*.json" >/dev/null; then
+  {
+    echo "<!-- gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'), counts ${counts[*]} -->"
+    echo "<!-- $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, -) -->"
+    echo
+    python3 "$root/tools/results-table.py" "$out"/bench_*.json
+  } >"$out/results.md" 2>&1
+fi
 
 echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="

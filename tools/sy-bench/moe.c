@@ -637,11 +637,13 @@ int bench_moe(bench_ctx_t *ctx) {
                    "\"combine\": {\"time_us\": %.3f, \"graph_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
                    "\"wrong\": %lld, "
                    "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f}, "
-                   "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f}",
+                   "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f, "
+                   "\"halves_us\": {\"dispatch_send\": %.3f, \"dispatch_recv\": %.3f, \"combine_send\": %.3f, "
+                   "\"combine_recv\": %.3f}}",
                    sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
                    mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, disp.graph_us, disp.host_us,
                    disp_bytes, comb.time_us, comb.graph_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
-                   nc.time_us, xd, xc);
+                   nc.time_us, xd, xc, halves[0], halves[1], halves[2], halves[3]);
         if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
         if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
           have_target = 1;

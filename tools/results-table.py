@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""results-table.py BENCH.json [...] — sy-bench's --json output (alltoall, attn, moe-ll) as the Markdown tables
+bench/RESULTS.md uses, one per file, so a device run's figures go into RESULTS.md as measured, not retyped.
+tools/gpu-check.sh writes OUTDIR/results.md with it. A value that was not measured prints as "-"."""
+import json
+import sys
+
+
+def num(v, digits=2):
+    return "-" if v is None or v == 0 else f"{v:.{digits}f}"
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h[0] != "_" else "---" for h in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out).replace("| _", "| ")
+
+
+def mib(b):
+    return f"{b / 2**20:.2f}" if b >= 2**20 / 100 else f"{b / 1024:.1f} KiB"
+
+
+def alltoall(rows):
+    head = ["bytes/rank", "ours µs", "host µs", "busbw GB/s", "#wrong", "NCCL µs", "NCCL busbw", "speedup"]
+    return table(head, [[r["bytes_per_rank"], num(r["ours"]["time_us"]), num(r["ours"]["host_us"]),
+                         num(r["ours"]["busbw_GBs"]), r["ours"]["wrong"],
+                         num(None if r["nccl"].get("absent") else r["nccl"]["time_us"]),
+                         num(None if r["nccl"].get("absent") else r["nccl"]["busbw_GBs"]), num(r["speedup"])]
+                        for r in rows])
+
+
+def attn(rows):
+    head = ["tokens/rank", "seqs", "_plan", "MiB", "ours µs", "host µs", "busbw GB/s", "% store", "#wrong",
+            "NCCL µs", "NCCL busbw", "speedup"]
+    return table(head, [[r["tokens_per_rank"], r["sequences"], r["plan"], mib(r["bytes_max"]),
+                         num(r["ours"]["time_us"]), num(r["ours"]["host_us"]), num(r["ours"]["busbw_GBs"]),
+                         num(r["ours"]["pct_of_store"], 1), r["ours"]["wrong"], num(r["nccl"]["time_us"]),
+                         num(r["nccl"]["busbw_GBs"]), num(r["speedup"])] for r in rows])
+
+
+def moe(rows):
+    head = ["tokens", "_wire", "_mode", "disp µs", "disp graph", "disp host", "comb µs", "comb graph", "comb host",
+            "#wrong", "NCCL disp", "NCCL comb", "x disp", "x comb", "DS", "DR", "CS", "CR"]
+    out = []
+    for r in rows:
+        d, c, n, h = r["dispatch"], r["combine"], r["nccl"], r.get("halves_us", {})
+        absent = n.get("absent")
+        out.append([r["tokens_per_rank"], r["wire"], r["mode"], num(d["time_us"]), num(d["graph_us"]),
+                    num(d["host_us"]), num(c["time_us"]), num(c["graph_us"]), num(c["host_us"]), r["wrong"],
+                    num(None if absent else n["dispatch_us"]), num(None if absent else n["combine_us"]),
+                    num(r["speedup_dispatch"]), num(r["speedup_combine"]), num(h.get("dispatch_send")),
+                    num(h.get("dispatch_recv")), num(h.get("combine_send")), num(h.get("combine_recv"))])
+    return table(head, out)
+
+
+def main(paths):
+    if not paths:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        rows = doc.get("rows", [])
+        if not rows:
+            print(f"<!-- {path}: no rows -->\n")
+            continue
+        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe}.get(doc.get("entry"))
+        if kind is None:
+            print(f"<!-- {path}: unknown entry {doc.get('entry')!r} -->\n")
+            continue
+        first = rows[0]
+        print(f"### {doc['entry']}: {first['backend']} backend, world {first['world']} ({path})\n")
+        print(kind(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
