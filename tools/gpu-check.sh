@@ -4,7 +4,8 @@
 # all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU
 # tests, runs the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
-# tools/results-table.py) and logs.tar.gz (every log: build, machine, each test, each benchmark).
+# tools/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes) and
+# logs.tar.gz (every log: build, machine, each test, each benchmark).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
 # test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
 # GPU_CHECK_SHARED=1 runs the tests at counts above the GPUs present with ranks sharing GPUs round-robin
@@ -87,6 +88,23 @@ for n in "${counts[@]}"; do
     fi
   done
 done
+
+# Per-phase device traces at the issues' small sizes (attention 128 tokens per rank; MoE 128 tokens, FP8,
+# dedup), digested on the spot by trace-summary.py (the raw traces are tens of MB): where the time goes, on
+# real GPUs only. The trace's own atomics inflate phases under ~1 us and skew block starts (NOTES.md).
+declare -A trace_args=([attn]="-t 128 -T 128 attn" [moe-ll]="--tokens 128 --wire fp8 --mode dedup moe-ll")
+tdir=$(mktemp -d)
+for n in "${counts[@]}"; do
+  [ "$n" -gt "$gpus" ] && continue
+  for entry in attn moe-ll; do
+    rm -f "$tdir"/*.json
+    SY_TRACE_FILE="$tdir/$entry.%r.json" run "trace_$entry" "$n" "$bin/sy-bench" --no-nccl -n 40 ${trace_args[$entry]}
+    if compgen -G "$tdir/$entry.*.json" >/dev/null; then
+      python3 "$root/tools/trace-summary.py" "$tdir/$entry".*.json >"$out/trace_$entry.n$n.txt" 2>&1
+    fi
+  done
+done
+rm -rf "$tdir"
 
 # The benchmark JSON as RESULTS.md tables, with what a row there must say: device, commit, date, command.
 if compgen -G "$out/bench_*.json" >/dev/null; then

@@ -32,6 +32,7 @@ typedef struct bench_opts {
   unsigned tokens_given;          /* BENCH_MIN_TOKENS_GIVEN | BENCH_MAX_TOKENS_GIVEN: set on the command line */
   int num_token_list;             /* --tokens: entries with a list of sizes (moe-ll); 0: the entry's default */
   int64_t token_list[BENCH_MAX_TOKEN_LIST];
+  const char *wire_only, *mode_only; /* moe-ll --wire / --mode: run only that wire ("fp8", "bf16") or mode */
 } bench_opts_t;
 
 /* One measured variant at one size. */

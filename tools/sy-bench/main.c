@@ -148,6 +148,8 @@ static void usage(FILE *f) {
           "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host);\n"
           "                            moe-ll: keeps the sizes of its list inside [-t, -T]\n"
           "      --tokens N[,N...]     moe-ll: tokens per rank to run (default 1,32,128,256)\n"
+          "      --wire fp8|bf16       moe-ll: only that dispatch wire (default both)\n"
+          "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
           "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
 }
@@ -304,7 +306,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 }
 
 int main(int argc, char **argv) {
-  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}};
+  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -347,6 +349,15 @@ int main(int argc, char **argv) {
       opts.max_tokens = (int64_t)tokens_arg;
       opts.tokens_given |= BENCH_MAX_TOKENS_GIVEN;
     } else if (!strcmp(a, "--tokens")) bad = parse_token_list(a, v, &opts);
+    else if (!strcmp(a, "--wire")) {
+      if (strcmp(v, "fp8") && strcmp(v, "bf16"))
+        bad = fprintf(stderr, "sy-bench: --wire %s: expected fp8 or bf16\n", v) > 0;
+      opts.wire_only = v;
+    } else if (!strcmp(a, "--mode")) {
+      if (strcmp(v, "dedup") && strcmp(v, "per-expert"))
+        bad = fprintf(stderr, "sy-bench: --mode %s: expected dedup or per-expert\n", v) > 0;
+      opts.mode_only = v;
+    }
     else {
       fprintf(stderr, "sy-bench: unknown option %s\n", a);
       usage(stderr);

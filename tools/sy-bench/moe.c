@@ -545,6 +545,9 @@ int bench_moe(bench_ctx_t *ctx) {
 
     for (int wi = 0; wi < NUM_WIRES && !rc; wi++) {
       for (int mi = 0; mi < NUM_MODES && !rc; mi++) {
+        if ((ctx->opts->wire_only && strcmp(ctx->opts->wire_only, wire_name(wires[wi]))) ||
+            (ctx->opts->mode_only && strcmp(ctx->opts->mode_only, mode_name(modes[mi]))))
+          continue;
         const sy_moe_config_t cfg = make_config(T, experts, wires[wi], modes[mi]);
         /* dedup: a message per (token, rank) both ways; per expert: a copy per (token, expert) both ways. */
         const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs, *back_pairs = pairs;
