@@ -120,7 +120,7 @@ echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
-    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
+    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch|# kernel time)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """results-table.py BENCH.json [...] — sy-bench's --json output (alltoall, attn, moe-ll) as the Markdown tables
 bench/RESULTS.md uses, one per file, so a device run's figures go into RESULTS.md as measured, not retyped.
-tools/gpu-check.sh writes OUTDIR/results.md with it. A value that was not measured prints as "-"."""
+tools/gpu-check.sh writes OUTDIR/results.md with it. A value that was not measured prints as "-". "µs" columns
+are CUDA-event times, "kernel" columns CUPTI kernel times (the device time a call's kernels held alone)."""
 import json
 import sys
 
@@ -21,34 +22,41 @@ def mib(b):
 
 
 def alltoall(rows):
-    head = ["bytes/rank", "ours µs", "host µs", "busbw GB/s", "#wrong", "NCCL µs", "NCCL busbw", "speedup"]
-    return table(head, [[r["bytes_per_rank"], num(r["ours"]["time_us"]), num(r["ours"]["host_us"]),
-                         num(r["ours"]["busbw_GBs"]), r["ours"]["wrong"],
+    head = ["bytes/rank", "ours µs", "ours kernel", "host µs", "busbw GB/s", "#wrong", "NCCL µs", "NCCL kernel",
+            "NCCL busbw", "speedup"]
+    return table(head, [[r["bytes_per_rank"], num(r["ours"]["time_us"]), num(r["ours"].get("kernel_us")),
+                         num(r["ours"]["host_us"]), num(r["ours"]["busbw_GBs"]), r["ours"]["wrong"],
                          num(None if r["nccl"].get("absent") else r["nccl"]["time_us"]),
+                         num(None if r["nccl"].get("absent") else r["nccl"].get("kernel_us")),
                          num(None if r["nccl"].get("absent") else r["nccl"]["busbw_GBs"]), num(r["speedup"])]
                         for r in rows])
 
 
 def attn(rows):
-    head = ["tokens/rank", "seqs", "_plan", "MiB", "ours µs", "host µs", "busbw GB/s", "% store", "#wrong",
-            "NCCL µs", "NCCL busbw", "speedup"]
+    head = ["tokens/rank", "seqs", "_plan", "MiB", "ours µs", "ours kernel", "host µs", "busbw GB/s", "% store",
+            "#wrong", "NCCL µs", "NCCL kernel", "NCCL busbw", "speedup"]
     return table(head, [[r["tokens_per_rank"], r["sequences"], r["plan"], mib(r["bytes_max"]),
-                         num(r["ours"]["time_us"]), num(r["ours"]["host_us"]), num(r["ours"]["busbw_GBs"]),
-                         num(r["ours"]["pct_of_store"], 1), r["ours"]["wrong"], num(r["nccl"]["time_us"]),
-                         num(r["nccl"]["busbw_GBs"]), num(r["speedup"])] for r in rows])
+                         num(r["ours"]["time_us"]), num(r["ours"].get("kernel_us")), num(r["ours"]["host_us"]),
+                         num(r["ours"]["busbw_GBs"]), num(r["ours"]["pct_of_store"], 1), r["ours"]["wrong"],
+                         num(r["nccl"]["time_us"]), num(r["nccl"].get("kernel_us")), num(r["nccl"]["busbw_GBs"]),
+                         num(r["speedup"])] for r in rows])
 
 
 def moe(rows):
-    head = ["tokens", "_wire", "_mode", "disp µs", "disp graph", "disp host", "comb µs", "comb graph", "comb host",
-            "#wrong", "NCCL disp", "NCCL comb", "x disp", "x comb", "DS", "DR", "CS", "CR"]
+    head = ["tokens", "_wire", "_mode", "disp µs", "disp kernel", "disp graph", "disp host", "comb µs", "comb kernel",
+            "comb graph", "comb host", "#wrong", "NCCL disp", "NCCL disp kernel", "NCCL comb", "NCCL comb kernel",
+            "x disp", "x comb", "_x on", "DS", "DR", "CS", "CR"]
     out = []
     for r in rows:
         d, c, n, h = r["dispatch"], r["combine"], r["nccl"], r.get("halves_us", {})
         absent = n.get("absent")
-        out.append([r["tokens_per_rank"], r["wire"], r["mode"], num(d["time_us"]), num(d["graph_us"]),
-                    num(d["host_us"]), num(c["time_us"]), num(c["graph_us"]), num(c["host_us"]), r["wrong"],
-                    num(None if absent else n["dispatch_us"]), num(None if absent else n["combine_us"]),
-                    num(r["speedup_dispatch"]), num(r["speedup_combine"]), num(h.get("dispatch_send")),
+        out.append([r["tokens_per_rank"], r["wire"], r["mode"], num(d["time_us"]), num(d.get("kernel_us")),
+                    num(d["graph_us"]), num(d["host_us"]), num(c["time_us"]), num(c.get("kernel_us")),
+                    num(c["graph_us"]), num(c["host_us"]), r["wrong"],
+                    num(None if absent else n["dispatch_us"]), num(None if absent else n.get("dispatch_kernel_us")),
+                    num(None if absent else n["combine_us"]), num(None if absent else n.get("combine_kernel_us")),
+                    num(r["speedup_dispatch"]), num(r["speedup_combine"]), r.get("speedup_basis", "event"),
+                    num(h.get("dispatch_send")),
                     num(h.get("dispatch_recv")), num(h.get("combine_send")), num(h.get("combine_recv"))])
     return table(head, out)
 

@@ -124,10 +124,11 @@ int bench_alltoall(bench_ctx_t *ctx) {
   uint8_t *host_a = o->check ? malloc(cap) : NULL, *host_b = o->check ? malloc(cap) : NULL;
   if (o->check && (!host_a || !host_b)) return 1;
 
-  bench_print(ctx, "#\n# %12s %10s | %10s %10s %8s %8s %7s | %10s %8s %8s %7s | %7s\n", "bytes/rank", "per_peer",
-              "time_us", "host_us", "algbw", "busbw", "#wrong", "nccl_us", "algbw", "busbw", "#wrong", "speedup");
-  bench_print(ctx, "# %12s %10s | %10s %10s %8s %8s %7s | %10s %8s %8s %7s | %7s\n", "", "", "(kernel)", "", "GB/s",
-              "GB/s", "", "", "GB/s", "GB/s", "", "vs nccl");
+  bench_print(ctx, "#\n# %12s %10s | %10s %9s %10s %8s %8s %7s | %10s %9s %8s %8s %7s | %7s\n", "bytes/rank",
+              "per_peer", "time_us", "kern_us", "host_us", "algbw", "busbw", "#wrong", "nccl_us", "kern_us", "algbw",
+              "busbw", "#wrong", "speedup");
+  bench_print(ctx, "# %12s %10s | %10s %9s %10s %8s %8s %7s | %10s %9s %8s %8s %7s | %7s\n", "", "", "(events)",
+              "(kernel)", "", "GB/s", "GB/s", "", "(events)", "(kernel)", "GB/s", "GB/s", "", "vs nccl");
   double sum_busbw = 0, sum_ratio = 0;
   int rows = 0, ratio_rows = 0;
   for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && !rc; bytes *= (size_t)o->step_factor) {
@@ -149,21 +150,25 @@ int bench_alltoall(bench_ctx_t *ctx) {
     ctx->total_wrong += (ours.wrong > 0 ? ours.wrong : 0) + (base.wrong > 0 ? base.wrong : 0);
     if (ours.wrong < 0 && o->check) ctx->total_wrong++; /* a check that could not run counts as wrong */
     double ratio = ctx->nccl && ours.time_us > 0 ? base.time_us / ours.time_us : 0;
-    char nccl_cols[96] = "";
+    char nccl_cols[112] = "", f[4][16];
     if (ctx->nccl)
-      snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %8.2f %8.2f %7lld | %7.2f", base.time_us, base.algbw_gbs,
-               base.busbw_gbs, base.wrong, ratio);
+      snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %s %8.2f %8.2f %7lld | %7.2f", base.time_us,
+               bench_fmt_us(f[0], 16, 9, base.kernel_us), base.algbw_gbs, base.busbw_gbs, base.wrong, ratio);
     else
-      snprintf(nccl_cols, sizeof nccl_cols, "%10s %8s %8s %7s | %7s", "n/a", "", "", "", "");
-    bench_print(ctx, "  %12zu %10zu | %10.2f %10.2f %8.2f %8.2f %7lld | %s\n", moved, b.per_peer, ours.time_us,
-                ours.host_us, ours.algbw_gbs, ours.busbw_gbs, ours.wrong, nccl_cols);
+      snprintf(nccl_cols, sizeof nccl_cols, "%10s %9s %8s %8s %7s | %7s", "n/a", "", "", "", "", "");
+    bench_print(ctx, "  %12zu %10zu | %10.2f %s %10.2f %8.2f %8.2f %7lld | %s\n", moved, b.per_peer, ours.time_us,
+                bench_fmt_us(f[1], 16, 9, ours.kernel_us), ours.host_us, ours.algbw_gbs, ours.busbw_gbs, ours.wrong,
+                nccl_cols);
     bench_json(ctx,
                "{\"entry\": \"alltoall\", \"backend\": \"%s\", \"world\": %d, \"bytes_per_rank\": %zu, \"per_peer\": %zu, "
-               "\"ours\": {\"time_us\": %.3f, \"host_us\": %.3f, \"algbw_GBs\": %.3f, \"busbw_GBs\": %.3f, \"wrong\": %lld}, "
-               "\"nccl\": %s%.3f, \"algbw_GBs\": %.3f, \"busbw_GBs\": %.3f, \"wrong\": %lld}, \"speedup\": %.3f}",
-               sy_backend_name(ctx->backend), W, moved, b.per_peer, ours.time_us, ours.host_us, ours.algbw_gbs,
-               ours.busbw_gbs, ours.wrong, ctx->nccl ? "{\"time_us\": " : "{\"absent\": true, \"time_us\": ",
-               base.time_us, base.algbw_gbs, base.busbw_gbs, base.wrong, ratio);
+               "\"ours\": {\"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, \"algbw_GBs\": %.3f, "
+               "\"busbw_GBs\": %.3f, \"wrong\": %lld}, "
+               "\"nccl\": %s%.3f, \"kernel_us\": %s, \"algbw_GBs\": %.3f, \"busbw_GBs\": %.3f, \"wrong\": %lld}, "
+               "\"speedup\": %.3f}",
+               sy_backend_name(ctx->backend), W, moved, b.per_peer, ours.time_us, bench_json_us(f[2], 16, ours.kernel_us),
+               ours.host_us, ours.algbw_gbs, ours.busbw_gbs, ours.wrong,
+               ctx->nccl ? "{\"time_us\": " : "{\"absent\": true, \"time_us\": ", base.time_us,
+               bench_json_us(f[3], 16, base.kernel_us), base.algbw_gbs, base.busbw_gbs, base.wrong, ratio);
     sum_busbw += ours.busbw_gbs;
     rows++;
     if (ratio > 0) sum_ratio += ratio, ratio_rows++;

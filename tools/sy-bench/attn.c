@@ -227,8 +227,11 @@ int bench_attn(bench_ctx_t *ctx) {
   bench_print(ctx, "# Q+KV forward: Q rows %d B, KV rows %d B, %d replicas; MiB = the most any rank sends to or "
                    "receives from the others; plan: random documents and ranks, or even (every pair the same bytes)\n#\n",
               Q_RB, KV_RB, cfg.max_replicas);
-  bench_print(ctx, "# %9s %9s %6s %8s | %10s %10s %8s %6s %7s | %10s %8s | %7s\n", "tokens", "seqs", "plan", "MiB",
-              "time_us", "host_us", "busbw", "%store", "#wrong", "nccl_us", "busbw", "speedup");
+  bench_print(ctx, "# %9s %9s %6s %8s | %10s %9s %10s %8s %6s %7s | %10s %9s %8s | %7s\n", "tokens", "seqs", "plan",
+              "MiB", "time_us", "kern_us", "host_us", "busbw", "%store", "#wrong", "nccl_us", "kern_us", "busbw",
+              "speedup");
+  bench_print(ctx, "# %9s %9s %6s %8s | %10s %9s %10s %8s %6s %7s | %10s %9s %8s | %7s\n", "", "", "", "", "(events)",
+              "(kernel)", "", "GB/s", "", "", "(events)", "(kernel)", "GB/s", "(events)");
   uint64_t *h = o->check ? malloc((size_t)max_tokens * Q_RB) : NULL;
   uint64_t *got = o->check ? malloc((size_t)cap_rows * Q_RB) : NULL;
   if (o->check && (!h || !got)) return 1;
@@ -285,18 +288,22 @@ int bench_attn(bench_ctx_t *ctx) {
     if (ours.wrong < 0 && o->check) ctx->total_wrong++;
     long long seqs = 0;
     for (int r = 0; r < W; r++) seqs += g.num_seqs[r];
-    char nccl_cols[64];
-    if (ctx->nccl) snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %8.2f | %7.2f", base.time_us, base.busbw_gbs, ratio);
-    else snprintf(nccl_cols, sizeof nccl_cols, "%10s %8s | %7s", "n/a", "", "");
-    bench_print(ctx, "  %9lld %9lld %6s %8.2f | %10.2f %10.2f %8.2f %6.1f %7lld | %s\n", (long long)tokens, seqs,
-                even ? "even" : "random", max_sent / (1 << 20), ours.time_us, ours.host_us, ours.busbw_gbs, pct, ours.wrong, nccl_cols);
+    char nccl_cols[80], f[4][16];
+    if (ctx->nccl)
+      snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %s %8.2f | %7.2f", base.time_us,
+               bench_fmt_us(f[0], 16, 9, base.kernel_us), base.busbw_gbs, ratio);
+    else snprintf(nccl_cols, sizeof nccl_cols, "%10s %9s %8s | %7s", "n/a", "", "", "");
+    bench_print(ctx, "  %9lld %9lld %6s %8.2f | %10.2f %s %10.2f %8.2f %6.1f %7lld | %s\n", (long long)tokens, seqs,
+                even ? "even" : "random", max_sent / (1 << 20), ours.time_us, bench_fmt_us(f[1], 16, 9, ours.kernel_us),
+                ours.host_us, ours.busbw_gbs, pct, ours.wrong, nccl_cols);
     bench_json(ctx,
                "{\"entry\": \"attn\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %lld, \"sequences\": %lld, "
-               "\"plan\": \"%s\", \"bytes_max\": %.0f, \"ours\": {\"time_us\": %.3f, \"host_us\": %.3f, \"busbw_GBs\": %.3f, "
-               "\"pct_of_store\": %.1f, \"wrong\": %lld}, \"nccl\": {\"time_us\": %.3f, \"busbw_GBs\": %.3f}, "
-               "\"store_reference_GBs\": %.3f, \"speedup\": %.3f}",
-               sy_backend_name(ctx->backend), W, (long long)tokens, seqs, even ? "even" : "random", max_sent, ours.time_us, ours.host_us,
-               ours.busbw_gbs, pct, ours.wrong, base.time_us, base.busbw_gbs, store_gbs, ratio);
+               "\"plan\": \"%s\", \"bytes_max\": %.0f, \"ours\": {\"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, "
+               "\"busbw_GBs\": %.3f, \"pct_of_store\": %.1f, \"wrong\": %lld}, \"nccl\": {\"time_us\": %.3f, "
+               "\"kernel_us\": %s, \"busbw_GBs\": %.3f}, \"store_reference_GBs\": %.3f, \"speedup\": %.3f}",
+               sy_backend_name(ctx->backend), W, (long long)tokens, seqs, even ? "even" : "random", max_sent, ours.time_us,
+               bench_json_us(f[2], 16, ours.kernel_us), ours.host_us, ours.busbw_gbs, pct, ours.wrong, base.time_us,
+               bench_json_us(f[3], 16, base.kernel_us), base.busbw_gbs, store_gbs, ratio);
     sy_attn_plan_destroy(b.plan);
     free_plan_gen(&g);
   }

@@ -40,6 +40,7 @@ typedef struct bench_timing {
   double time_us;   /* median device time per call (CUDA events); host backend: = host_us */
   double host_us;   /* median host-observed time per call (enqueue to stream sync) */
   double graph_us;  /* moe-ll: median device time inside a replayed CUDA graph (no host enqueue gaps); 0: n/a */
+  double kernel_us; /* median kernel time per call (CUPTI: the device time the call's kernels held alone); 0: n/a */
   double algbw_gbs; /* bytes per rank / time */
   double busbw_gbs; /* algbw * (world - 1) / world */
   long long wrong;  /* wrong bytes in the checked call; -1: not checked */
@@ -74,10 +75,27 @@ size_t bench_moe_heap(const bench_opts_t *opts);
 /* Timing: runs op(arg) warmup + iters times on ctx->stream; fills time_us/host_us (medians). */
 typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);
 int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out);
+/* Warm-up: the --warmup calls, then (with --warmup > 0) as many more as fill BENCH_WARM_S at the measured rate, the
+ * same count on every rank; ends synchronised. 0 on success. */
+#define BENCH_WARM_S 0.02
+int bench_warm(bench_ctx_t *ctx, bench_op_fn op, void *arg);
 /* For entries that time inside their own loop (moe-ll times two halves of one call): the monotonic clock in
  * seconds, and the median of v[0..n) (sorts v). */
 double bench_now_s(void);
 double bench_median(double *v, int n);
+
+/* Kernel time (ktime.c, CUPTI loaded at run time): available() says whether it works here (else why);
+ * begin() starts recording, push(i)/pop() bracket the launches of call i (0, 1, ... in stream order),
+ * end(n, us) stops and gives us[i] = call i's kernel time in us. Non-zero: no figure. */
+int bench_ktime_available(const char **why);
+int bench_ktime_begin(void);
+void bench_ktime_push(uint64_t call);
+void bench_ktime_pop(void);
+int bench_ktime_end(int calls, double *us);
+/* "%9.2f" of v, or "-" when v is 0 (no figure), into buf. */
+const char *bench_fmt_us(char *buf, size_t size, int width, double v);
+/* v as a JSON number, or null when 0. */
+const char *bench_json_us(char *buf, size_t size, double v);
 
 /* Output (rank 0 prints; every rank calls). */
 void bench_print(bench_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -87,5 +105,7 @@ void bench_json(bench_ctx_t *ctx, const char *fmt, ...) __attribute__((format(pr
 /* Max wrong across ranks (host allgather); every rank gets the same answer. */
 long long bench_allreduce_max(bench_ctx_t *ctx, long long value);
 double bench_allreduce_max_d(bench_ctx_t *ctx, double value);
+/* The slowest rank's kernel time, or 0 (no figure) where any rank has none. */
+double bench_kernel_max(bench_ctx_t *ctx, double kernel_us);
 
 #endif

@@ -88,14 +88,48 @@ double bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+const char *bench_fmt_us(char *buf, size_t size, int width, double v) {
+  if (v > 0) snprintf(buf, size, "%*.2f", width, v);
+  else snprintf(buf, size, "%*s", width, "-");
+  return buf;
+}
+
+const char *bench_json_us(char *buf, size_t size, double v) {
+  if (v > 0) snprintf(buf, size, "%.3f", v);
+  else snprintf(buf, size, "null");
+  return buf;
+}
+
+/* The slowest rank's kernel time, or 0 (no figure) if any rank has none. */
+double bench_kernel_max(bench_ctx_t *ctx, double v) {
+  const double none = bench_allreduce_max_d(ctx, v > 0 ? 0.0 : 1.0);
+  const double best = bench_allreduce_max_d(ctx, v);
+  return none > 0 ? 0.0 : best;
+}
+
+int bench_warm(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
+  const int warmup = ctx->opts->warmup;
+  const int gpu = ctx->backend == SY_BACKEND_CUDA;
+  int rc = 0;
+  const double t0 = bench_now_s();
+  for (int i = 0; i < warmup && !rc; i++) rc = op(ctx, arg);
+  if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+  /* Then enough calls to fill BENCH_WARM_S, the same number on every rank (they are collective calls). */
+  const double spent = bench_now_s() - t0, per_call = warmup ? spent / warmup : 0;
+  long long more = !rc && per_call > 0 && spent < BENCH_WARM_S ? (long long)((BENCH_WARM_S - spent) / per_call) + 1 : 0;
+  more = bench_allreduce_max(ctx, more > 100000 ? 100000 : more);
+  rc = bench_allreduce_max(ctx, rc) != 0;
+  for (long long i = 0; i < more && !rc; i++) rc = op(ctx, arg);
+  if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+  return rc;
+}
+
 int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out) {
-  const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
+  const int iters = ctx->opts->iters;
   const int gpu = ctx->backend == SY_BACKEND_CUDA;
   double *t = calloc((size_t)iters, sizeof *t);
   if (!t) return 1;
-  int rc = 0;
-  for (int i = 0; i < warmup && !rc; i++) rc = op(ctx, arg);
-  if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+  int rc = bench_warm(ctx, op, arg);
   out->time_us = 0;
   if (gpu && !rc) { /* device time: events around each call, back to back */
     cudaEvent_t *ev = calloc(2 * (size_t)iters, sizeof *ev);
@@ -115,6 +149,16 @@ int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out)
     free(ev);
     if (!rc) out->time_us = bench_median(t, iters);
   }
+  out->kernel_us = 0;
+  if (gpu && !rc && bench_ktime_begin() == 0) { /* kernel time: the same calls again, under CUPTI */
+    for (int i = 0; i < iters && !rc; i++) {
+      bench_ktime_push((uint64_t)i);
+      rc = op(ctx, arg);
+      bench_ktime_pop();
+    }
+    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    if (bench_ktime_end(iters, t) == 0 && !rc) out->kernel_us = bench_median(t, iters);
+  }
   for (int i = 0; i < iters && !rc; i++) { /* host-observed: enqueue to completion */
     double t0 = bench_now_s();
     rc = op(ctx, arg);
@@ -127,6 +171,7 @@ int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out)
   /* The collective's time is its slowest rank's. */
   out->time_us = bench_allreduce_max_d(ctx, out->time_us);
   out->host_us = bench_allreduce_max_d(ctx, out->host_us);
+  out->kernel_us = bench_kernel_max(ctx, out->kernel_us);
   out->valid = !rc;
   return rc;
 }
@@ -140,7 +185,7 @@ static void usage(FILE *f) {
           "  -e, --maxbytes SIZE       largest size per rank (default 512M on GPUs, 16M on the host)\n"
           "  -f, --stepfactor N        size multiplier (default 2)\n"
           "  -n, --iters N             timed calls per size (default 20; the median is reported)\n"
-          "  -w, --warmup N            untimed calls first (default 5)\n"
+          "  -w, --warmup N            untimed calls first (default 5), then more to fill 20 ms\n"
           "  -c, --check 0|1           check results against the CPU reference (default 1)\n"
           "      --no-nccl             skip the NCCL baseline\n"
           "      --json FILE           also write the rows as JSON\n"
@@ -214,9 +259,18 @@ static void print_header(bench_ctx_t *ctx) {
   if (ctx->backend == SY_BACKEND_CUDA) {
     bench_timing_t t;
     memset(&t, 0, sizeof t);
-    if (bench_time(ctx, op_empty, NULL, &t) == 0)
-      bench_print(ctx, "# launch floor: an empty kernel takes %.2f us event-timed, %.2f us host-observed\n", t.time_us,
-                  t.host_us);
+    const char *why = "";
+    char floor_kernel[96] = "";
+    const int ktime = bench_ktime_available(&why);
+    if (bench_time(ctx, op_empty, NULL, &t) == 0 && t.kernel_us > 0)
+      snprintf(floor_kernel, sizeof floor_kernel, ", %.2f us kernel time", t.kernel_us);
+    if (ktime)
+      bench_print(ctx, "# kernel time: CUPTI activity records, the device time a call's kernels held alone\n");
+    else
+      bench_print(ctx, "# kernel time: not measured (%s)\n", why);
+    if (t.valid)
+      bench_print(ctx, "# launch floor: an empty kernel takes %.2f us event-timed, %.2f us host-observed%s\n", t.time_us,
+                  t.host_us, floor_kernel);
   }
 }
 

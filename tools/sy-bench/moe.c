@@ -336,14 +336,15 @@ static int nccl_pairs(bench_ctx_t *ctx, moe_bench_t *b, const long long *pairs, 
   return fill_bytes(ctx, b->nccl_send, 0, need) || fill_bytes(ctx, b->nccl_recv, 0, need);
 }
 
+static int op_pair(bench_ctx_t *ctx, void *arg) { return op_dispatch(ctx, (moe_bench_t *)arg) || op_combine(ctx, (moe_bench_t *)arg); }
+
 /* warmup + iters dispatch + combine pairs: each half's median kernel time (events between the halves) and
  * host-observed time, the slowest rank's. Every rank reaches the allreduces, whatever happened. */
 static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, bench_timing_t *comb) {
   const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
   double *td = calloc((size_t)iters, sizeof *td), *tc = calloc((size_t)iters, sizeof *tc);
   int rc = !td || !tc;
-  for (int i = 0; i < warmup && !rc; i++) rc = op_dispatch(ctx, b) || op_combine(ctx, b);
-  if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+  if (!rc) rc = bench_warm(ctx, op_pair, b);
   if (gpu(ctx) && !rc) {
     cudaEvent_t *ev = calloc(3 * (size_t)iters, sizeof *ev);
     rc = !ev;
@@ -366,6 +367,25 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
       if (ev[i]) cudaEventDestroy(ev[i]);
     free(ev);
     if (!rc) disp->time_us = bench_median(td, iters), comb->time_us = bench_median(tc, iters);
+  }
+  /* Kernel time: the pairs again under CUPTI (ids 2i, 2i + 1: dispatch, combine). */
+  disp->kernel_us = comb->kernel_us = 0;
+  if (gpu(ctx) && !rc && bench_ktime_begin() == 0) {
+    double *tk = calloc(2 * (size_t)iters, sizeof *tk);
+    for (int i = 0; i < iters && !rc && tk; i++) {
+      bench_ktime_push(2 * (uint64_t)i);
+      rc = op_dispatch(ctx, b);
+      bench_ktime_pop();
+      bench_ktime_push(2 * (uint64_t)i + 1);
+      if (!rc) rc = op_combine(ctx, b);
+      bench_ktime_pop();
+    }
+    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    if (bench_ktime_end(2 * iters, tk) == 0 && !rc && tk) {
+      for (int i = 0; i < iters; i++) td[i] = tk[2 * i], tc[i] = tk[2 * i + 1];
+      disp->kernel_us = bench_median(td, iters), comb->kernel_us = bench_median(tc, iters);
+    }
+    free(tk);
   }
   /* The same pair captured once in a CUDA graph with its three events, replayed: the halves' device time without
    * the gaps of host enqueueing (how a decoding loop runs it). */
@@ -418,6 +438,8 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
   comb->host_us = bench_allreduce_max_d(ctx, comb->host_us);
   disp->graph_us = bench_allreduce_max_d(ctx, disp->graph_us);
   comb->graph_us = bench_allreduce_max_d(ctx, comb->graph_us);
+  disp->kernel_us = bench_kernel_max(ctx, disp->kernel_us);
+  comb->kernel_us = bench_kernel_max(ctx, comb->kernel_us);
   rc = bench_allreduce_max(ctx, rc) != 0;
   disp->valid = comb->valid = !rc;
   return rc;
@@ -444,23 +466,25 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
   bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly, weights in (0, 1]\n", TOP_K);
   bench_print(ctx, "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
                    " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert) both ways\n");
-  bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): kernel time = "
-                   "CUDA events around each half, host = enqueue to stream sync; medians, slowest rank\n");
+  bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): _us = CUDA events "
+                   "around each half, kern = kernel time (CUPTI, see above), host = enqueue to stream sync; medians, "
+                   "slowest rank\n");
   if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the kernel columns repeat the host-observed time\n");
-  else bench_print(ctx, "# the launch floor above bounds every kernel time from below\n");
+  else bench_print(ctx, "# the launch floor above bounds every event time from below\n");
   bench_print(ctx, "# nccl: grouped ncclSend/ncclRecv carrying per (source, destination) the bytes our dispatch moves "
                    "(messages x (%d + %d) B for fp8, x %d B for bf16) and, for the combine, the reverse pairs' "
-                   "vectors x %d B; x_ = nccl / ours\n", HIDDEN, HIDDEN / SY_MOE_FP8_GROUP * 4, 2 * HIDDEN, 2 * HIDDEN);
+                   "vectors x %d B; x_ = nccl / ours, on kernel time where both have it (else events)\n", HIDDEN, HIDDEN / SY_MOE_FP8_GROUP * 4, 2 * HIDDEN, 2 * HIDDEN);
   bench_print(ctx, "# #wrong: receive-layout mismatches (expert_counts, rank_counts, src pairs) against the routing "
                    "(-1: not checked); payload bits are the gpu tests' job\n");
   bench_print(ctx, "# per-phase device trace: set SY_TRACE_FILE=moe.%%r.json (Chrome trace JSON per rank); largest "
                    "size %lld tokens per rank\n#\n", (long long)most_tokens);
   bench_print(ctx, "# graph: the same pair captured in a CUDA graph (events inside), replayed; median device time\n");
-  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s | %9s %9s %9s | %6s | %9s %9s | %6s %6s\n", "tokens", "wire", "mode",
-              "disp_us", "disp_grph", "disp_host", "comb_us", "comb_grph", "comb_host", "#wrong", "nccl_disp",
-              "nccl_comb", "x_disp", "x_comb");
-  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s | %9s %9s %9s | %6s | %9s %9s | %6s %6s\n", "/rank", "", "", "(kernel)",
-              "(graph)", "(host)", "(kernel)", "(graph)", "(host)", "", "(kernel)", "(kernel)", "", "");
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s %9s | %9s %9s %9s %9s | %6s | %9s %9s %9s %9s | %6s %6s\n", "tokens",
+              "wire", "mode", "disp_us", "disp_kern", "disp_grph", "disp_host", "comb_us", "comb_kern", "comb_grph",
+              "comb_host", "#wrong", "nccl_disp", "nccl_dk", "nccl_comb", "nccl_ck", "x_disp", "x_comb");
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s %9s | %9s %9s %9s %9s | %6s | %9s %9s %9s %9s | %6s %6s\n", "/rank", "",
+              "", "(events)", "(kernel)", "(graph)", "(host)", "(events)", "(kernel)", "(graph)", "(host)", "",
+              "(events)", "(kernel)", "(events)", "(kernel)", "", "");
 }
 
 int bench_moe(bench_ctx_t *ctx) {
@@ -525,6 +549,7 @@ int bench_moe(bench_ctx_t *ctx) {
   double sum_xd = 0, sum_xc = 0;
   int ratio_rows = 0, have_target = 0;
   double target[4] = {0, 0, 0, 0}; /* dispatch us, combine us, x dispatch, x combine */
+  int target_by_kernel = 0;
   for (int si = 0; si < num_sizes && !rc; si++) {
     const int T = (int)sizes[si];
     const size_t S = (size_t)W * T;
@@ -610,21 +635,24 @@ int bench_moe(bench_ctx_t *ctx) {
           comb_bytes = cb > comb_bytes ? cb : comb_bytes;
         }
         const int have_nccl = ctx->nccl && nd.valid && nc.valid;
-        const double xd = have_nccl && ours && disp.time_us > 0 ? nd.time_us / disp.time_us : 0;
-        const double xc = have_nccl && ours && comb.time_us > 0 ? nc.time_us / comb.time_us : 0;
-        char our_cols[96], nccl_cols[64], x_cols[32];
+        /* Ratios on kernel time where both sides have it (the measure), else on event time. */
+        const int by_kernel = disp.kernel_us > 0 && comb.kernel_us > 0 && nd.kernel_us > 0 && nc.kernel_us > 0;
+        const double od = by_kernel ? disp.kernel_us : disp.time_us, oc = by_kernel ? comb.kernel_us : comb.time_us;
+        const double xd = have_nccl && ours && od > 0 ? (by_kernel ? nd.kernel_us : nd.time_us) / od : 0;
+        const double xc = have_nccl && ours && oc > 0 ? (by_kernel ? nc.kernel_us : nc.time_us) / oc : 0;
+        char our_cols[128], nccl_cols[96], x_cols[32], f[8][16];
         if (ours)
-        {
-          char dg[16] = "        -", cg[16] = "        -"; /* no graph on the host backend */
-          if (disp.graph_us > 0) snprintf(dg, sizeof dg, "%9.2f", disp.graph_us);
-          if (comb.graph_us > 0) snprintf(cg, sizeof cg, "%9.2f", comb.graph_us);
-          snprintf(our_cols, sizeof our_cols, "%9.2f %9s %9.2f | %9.2f %9s %9.2f | %6lld", disp.time_us, dg,
-                   disp.host_us, comb.time_us, cg, comb.host_us, wrong);
-        }
+          snprintf(our_cols, sizeof our_cols, "%9.2f %s %s %9.2f | %9.2f %s %s %9.2f | %6lld", disp.time_us,
+                   bench_fmt_us(f[0], 16, 9, disp.kernel_us), bench_fmt_us(f[1], 16, 9, disp.graph_us), disp.host_us,
+                   comb.time_us, bench_fmt_us(f[2], 16, 9, comb.kernel_us), bench_fmt_us(f[3], 16, 9, comb.graph_us),
+                   comb.host_us, wrong);
         else
-          snprintf(our_cols, sizeof our_cols, "%9s %9s %9s | %9s %9s %9s | %6s", "n/a", "", "", "n/a", "", "", "");
-        if (have_nccl) snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %9.2f", nd.time_us, nc.time_us);
-        else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s", "n/a", "n/a");
+          snprintf(our_cols, sizeof our_cols, "%9s %9s %9s %9s | %9s %9s %9s %9s | %6s", "n/a", "", "", "", "n/a", "",
+                   "", "", "");
+        if (have_nccl)
+          snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %s %9.2f %s", nd.time_us, bench_fmt_us(f[4], 16, 9, nd.kernel_us),
+                   nc.time_us, bench_fmt_us(f[5], 16, 9, nc.kernel_us));
+        else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s %9s %9s", "n/a", "", "n/a", "");
         if (xd > 0 && xc > 0) snprintf(x_cols, sizeof x_cols, "%6.2f %6.2f", xd, xc);
         else snprintf(x_cols, sizeof x_cols, "%6s %6s", "", "");
         bench_print(ctx, "  %6d %5s %10s | %s | %s | %s\n", T, wire_name(cfg.wire), mode_name(cfg.flags), our_cols,
@@ -636,21 +664,28 @@ int bench_moe(bench_ctx_t *ctx) {
                    "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
                    "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
                    "\"supported\": %s, "
-                   "\"dispatch\": {\"time_us\": %.3f, \"graph_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
-                   "\"combine\": {\"time_us\": %.3f, \"graph_us\": %.3f, \"host_us\": %.3f, \"bytes_max\": %.0f}, "
+                   "\"dispatch\": {\"time_us\": %.3f, \"kernel_us\": %s, \"graph_us\": %.3f, \"host_us\": %.3f, "
+                   "\"bytes_max\": %.0f}, "
+                   "\"combine\": {\"time_us\": %.3f, \"kernel_us\": %s, \"graph_us\": %.3f, \"host_us\": %.3f, "
+                   "\"bytes_max\": %.0f}, "
                    "\"wrong\": %lld, "
-                   "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f}, "
-                   "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f, "
+                   "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f, \"dispatch_kernel_us\": %s, "
+                   "\"combine_kernel_us\": %s}, "
+                   "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f, \"speedup_basis\": \"%s\", "
                    "\"halves_us\": {\"dispatch_send\": %.3f, \"dispatch_recv\": %.3f, \"combine_send\": %.3f, "
                    "\"combine_recv\": %.3f}}",
                    sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
-                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, disp.graph_us, disp.host_us,
-                   disp_bytes, comb.time_us, comb.graph_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
-                   nc.time_us, xd, xc, halves[0], halves[1], halves[2], halves[3]);
+                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us,
+                   bench_json_us(f[0], 16, disp.kernel_us), disp.graph_us, disp.host_us, disp_bytes, comb.time_us,
+                   bench_json_us(f[1], 16, comb.kernel_us), comb.graph_us, comb.host_us, comb_bytes, wrong,
+                   have_nccl ? "" : "\"absent\": true, ", nd.time_us, nc.time_us, bench_json_us(f[2], 16, nd.kernel_us),
+                   bench_json_us(f[3], 16, nc.kernel_us), xd, xc, by_kernel ? "kernel" : "event", halves[0], halves[1],
+                   halves[2], halves[3]);
         if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
         if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
           have_target = 1;
-          target[0] = disp.time_us, target[1] = comb.time_us, target[2] = xd, target[3] = xc;
+          target[0] = od, target[1] = oc, target[2] = xd, target[3] = xc;
+          target_by_kernel = by_kernel;
         }
       }
     }
@@ -661,10 +696,10 @@ int bench_moe(bench_ctx_t *ctx) {
   if (have_target && gpu(ctx)) {
     const int met = target[0] <= TARGET_DISPATCH_US && target[1] <= TARGET_COMBINE_US &&
                     (!ctx->nccl || (target[2] >= TARGET_SPEEDUP && target[3] >= TARGET_SPEEDUP));
-    bench_print(ctx, "# target (4 x H200, %d tokens, fp8 dispatch, dedup): dispatch %.2f us (<= %.0f), combine %.2f us "
-                     "(<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n", TARGET_TOKENS, target[0], TARGET_DISPATCH_US,
-                target[1], TARGET_COMBINE_US, target[2], target[3], TARGET_SPEEDUP, met ? "met" : "NOT met",
-                ctx->nccl ? "" : " (no nccl baseline)");
+    bench_print(ctx, "# target (4 x H200, %d tokens, fp8 dispatch, dedup; %s time): dispatch %.2f us (<= %.0f), "
+                     "combine %.2f us (<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n", TARGET_TOKENS,
+                target_by_kernel ? "kernel" : "event", target[0], TARGET_DISPATCH_US, target[1], TARGET_COMBINE_US,
+                target[2], target[3], TARGET_SPEEDUP, met ? "met" : "NOT met", ctx->nccl ? "" : " (no nccl baseline)");
   }
   if (unsupported) {
     bench_print(ctx, "# moe-ll: sy_moe_create: %s on the %s backend (its MoE kernels are not built yet); the "
