@@ -98,9 +98,11 @@ for n in "${counts[@]}"; do
   [ "$n" -gt "$gpus" ] && continue
   for entry in attn moe-ll; do
     rm -f "$tdir"/*.json
-    SY_TRACE_FILE="$tdir/$entry.%r.json" run "trace_$entry" "$n" "$bin/sy-bench" --no-nccl -n 40 ${trace_args[$entry]}
+    # -w 0 -n 20: calls 2..81 are one-call forms (events, CUPTI, graph, host passes); the halves come after
+    SY_TRACE_EVENTS=4194304 SY_TRACE_FILE="$tdir/$entry.%r.json" run "trace_$entry" "$n" "$bin/sy-bench" --no-nccl \
+      -w 0 -n 20 ${trace_args[$entry]}
     if compgen -G "$tdir/$entry.*.json" >/dev/null; then
-      python3 "$root/tools/trace-summary.py" "$tdir/$entry".*.json >"$out/trace_$entry.n$n.txt" 2>&1
+      python3 "$root/tools/trace-summary.py" --calls 5:80 --block 0 "$tdir/$entry".*.json >"$out/trace_$entry.n$n.txt" 2>&1
     fi
   done
 done

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""trace-summary.py TRACE.json [...] — digest of switchyard's Chrome traces (SY_TRACE_FILE): for each rank,
-the median and 90th-percentile duration of every phase, and of the whole kernel per call (first block to
-last block), skipping the first --skip calls (warm-up)."""
+"""trace-summary.py [--skip N] [--calls A:B] [--block B] TRACE.json [...] — digest of switchyard's Chrome traces
+(SY_TRACE_FILE): for each rank, the median and 90th-percentile duration of every phase, and of the whole kernel
+per call (first block to last block), skipping the first --skip calls (warm-up); --calls A:B keeps calls A..B
+only. --block B adds block B's timeline: when each of its phases begins and ends, in µs after the block's first
+event of the call (medians over calls; a fused kernel's two halves share a call number: one timeline)."""
 import json
 import statistics
 import sys
@@ -10,11 +12,18 @@ from collections import defaultdict
 
 def main(argv):
     skip = 5
+    last = 1 << 62
+    block = None
     paths = []
     it = iter(argv)
     for a in it:
         if a == "--skip":
             skip = int(next(it))
+        elif a == "--block":
+            block = int(next(it))
+        elif a == "--calls":
+            lo, hi = next(it).split(":")
+            skip, last = int(lo), int(hi)
         else:
             paths.append(a)
     for path in paths:
@@ -32,9 +41,9 @@ def main(argv):
                 open_[key] = e["ts"]
             elif key in open_:
                 t0 = open_.pop(key)
-                if call >= skip:
+                if skip <= call <= last:
                     durations[e["name"]].append(e["ts"] - t0)
-                if e["name"].endswith(" kernel") and call >= skip:
+                if e["name"].endswith(" kernel") and skip <= call <= last:
                     s = span[(e["name"], call)]
                     s[0], s[1] = min(s[0], t0), max(s[1], e["ts"])
         print(f"{path}:")
@@ -47,6 +56,27 @@ def main(argv):
             per_call[name].append(b - a)
         for name, d in sorted(per_call.items()):
             print(f"  {name + ' (all blocks)':28s} n={len(d):6d}  median {statistics.median(d):8.2f} us")
+        if block is not None:
+            timeline(events, block, skip, last)
+
+
+def timeline(events, block, skip, last):
+    calls = defaultdict(list)
+    for e in events:
+        if e.get("ph") in ("B", "E") and e["tid"] == block and skip <= e["args"]["call"] <= last:
+            calls[(e["pid"], e["args"]["call"])].append(e)
+    offsets = defaultdict(list)
+    for evs in calls.values():
+        t0 = min(e["ts"] for e in evs)
+        seen = defaultdict(int)
+        for e in sorted(evs, key=lambda e: e["ts"]):
+            key = (e["name"], e["ph"], seen[(e["name"], e["ph"])])
+            seen[(e["name"], e["ph"])] += 1
+            offsets[key].append(e["ts"] - t0)
+    print(f"  block {block} timeline over {len(calls)} calls (median µs after its first event):")
+    rows = sorted(((statistics.median(v), k) for k, v in offsets.items()), key=lambda r: r[0])
+    for t, (name, ph, n) in rows:
+        print(f"    {t:8.2f}  {'begin' if ph == 'B' else 'end  '} {name}{'' if n == 0 else f' #{n + 1}'}")
 
 
 if __name__ == "__main__":

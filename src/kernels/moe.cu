@@ -10,8 +10,8 @@
  *                  blocks take tokens: FP8 quantisation in registers (8 lanes per 128-element group), and the
  *                  message — header, k entries, payload, scales — stored straight into every destination's
  *                  dispatch region (NVLink stores; a staged NVSHMEM put where the peer is not load/store
- *                  reachable). The block that completes a destination's messages raises one self-validating
- *                  word there: (message count << 32) | call.
+ *                  reachable). Block 0 stores each destination's message count; then every block, done with its
+ *                  messages, adds to the destination's signal word with one release-ordered add (see arrive()).
  *                  Each entry carries its rank among this source's messages naming its expert (from per-expert
  *                  token masks in shared memory), and block 0 stores each destination's per-expert counts.
  *   dispatch_recv  waits for every source's word; the counts' prefix over sources gives each (source, expert)
@@ -20,11 +20,11 @@
  *                  remember each entry's slot.
  *   combine_send   a block per received message: default, fmaf(w_k, y_k, .) over its entries in k order from
  *                  +0, rounded to bf16, stored into the owner's combine region at [this rank][token];
- *                  SY_MOE_PER_EXPERT, y_k into [token][k]. Then one release-ordered word per owner.
+ *                  SY_MOE_PER_EXPERT, y_k into [token][k]. Then every block adds to each owner's signal word.
  *   combine_recv   waits for every rank's word; a block per token adds the rank partials in rank order (or
  *                  fmaf(w_k, y_k) in k order) from +0 and rounds once.
  * Call numbers live on the device (dispatch_send's last block advances them), so every half is
- * graph-capturable and needs no reset; the completion counters are reset by the block that completes them.
+ * graph-capturable and needs no reset; the signal words only grow, by SY_MOE_SIGNAL_STEP per call of their parity.
  * Parity n % 2 of every region is safe to reuse at call n + 2 by the argument in moe_host.c.
  */
 #include <cuda_bf16.h>
@@ -56,7 +56,6 @@ struct moe_params {
   dev_ctx ctx;
   char *ws; /* this rank's workspace (symmetric) */
   moe_local *local;
-  unsigned *done;     /* [2][W]: messages completed per destination (dispatch), per owner (combine) */
   int32_t *ids;       /* [T][K]: this rank's dispatch ids, checked (-1 for a rejected one) */
   int32_t *slot_of;   /* [W][T][K]: slot of (source, message, k) here */
   char *staging;      /* [blocks][stage_bytes]: messages and vectors on their way to a put-only peer */
@@ -104,49 +103,27 @@ __device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
   return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
 }
 
-/* Raises word `word` of this rank's counters at p: a release store where p is reachable, an NVSHMEM signal
- * (after the puts, which the caller quieted) otherwise. */
-__device__ __forceinline__ void signal_peer(const moe_params &P, char *peer, int p, int parity, int word,
-                                            uint64_t value) {
+/* This block is done with its part of the call for destination/owner p: it adds to p's signal word `word`, so
+ * that every call raises the word by exactly SY_MOE_SIGNAL_STEP, whatever the grid: block 0 adds
+ * STEP - (blocks - 1) and every other block 1. Every contribution is positive, so the word reaches
+ * STEP x (calls of this parity so far) only when the last block's add lands — and not a moment before (expected()).
+ * One thread per p, after the block's stores (bar.sync): its release (system scope) orders the block's stores,
+ * to p's memory too, before its add, and the receiver's acquire of the sum synchronises with every add. The
+ * put path quiets the block's puts first and adds by an NVSHMEM signal. No counter to reset, no last block. */
+__device__ __forceinline__ void arrive(const moe_params &P, char *peer, int p, int parity, int word) {
+  const uint64_t add = blockIdx.x == 0 ? SY_MOE_SIGNAL_STEP - (gridDim.x - 1u) : 1u;
   const uint64_t off = counter_offset(P, parity, P.ctx.rank, word);
-  if (peer) st_release_sys((uint64_t *)(peer + off), value);
-  else nvshmemx_signal_op((uint64_t *)(P.ws + off), value, NVSHMEM_SIGNAL_SET, p);
-}
-
-/* Waits (bounded) until the low 32 bits of *w equal call's; returns the word, or 0 on failure (reported). */
-__device__ uint64_t wait_call32(const dev_ctx &ctx, const uint64_t *w, uint64_t call, int op, int peer) {
-  const uint32_t c = (uint32_t)call;
-  uint64_t seen = ld_acquire_sys(w);
-  if ((uint32_t)seen == c) return seen;
-  const uint64_t start = global_timer_ns();
-  for (uint32_t polls = 1;; polls++) {
-    seen = ld_acquire_sys(w);
-    if ((uint32_t)seen == c) return seen;
-    if ((polls & 1023u) == 0) {
-      if (aborted(ctx)) return 0;
-      if (global_timer_ns() - start > ctx.timeout_ns) {
-        report_error(ctx, SY_ERR_TIMEOUT, op, peer, call, c, (uint32_t)seen);
-        return 0;
-      }
-    }
+  if (peer) {
+    red_add_release_sys((uint64_t *)(peer + off), add);
+  } else {
+    nvshmem_quiet();
+    nvshmemx_signal_op((uint64_t *)(P.ws + off), add, NVSHMEM_SIGNAL_ADD, p);
   }
 }
 
-/* Message count `count` completed at destination/owner p (by this block's n of them): the block that brings
- * the shared counter to `total` raises p's word. One thread per p, after the block's stores (bar.sync): its
- * acq_rel atomic at system scope orders the block's stores (to p's memory too) before the count, and the
- * completing block's later release store after every block's. */
-__device__ __forceinline__ void complete(const moe_params &P, unsigned *done, char *peer, int p, unsigned n,
-                                         unsigned total, int parity, int word, uint64_t value) {
-  if (n == 0) return;
-  if (!peer) nvshmem_quiet();
-  unsigned old;
-  asm volatile("atom.acq_rel.sys.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(done), "r"(n) : "memory");
-  if (old + n == total) {
-    *done = 0; /* the next call's kernel starts after this one ends */
-    signal_peer(P, peer, p, parity, word, value);
-  }
-}
+/* The value a signal word reaches when every sender's blocks arrived for call `call` (parity call % 2; calls
+ * start at 1): STEP x the number of calls of that parity up to this one. */
+__device__ __forceinline__ uint64_t expected(uint64_t call) { return SY_MOE_SIGNAL_STEP * ((call + 1) / 2); }
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
@@ -182,14 +159,13 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   const int KU = P.per_expert ? K : 1, NC = (P.M + 31) / 32;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   /* dynamic: peers[W] (pointers), dmask[T] (W <= 64: the ranks each token goes to), masks[W][NC],
-   * prefix[W][NC + 1], sent[W], ids[T][K] (checked), named[E] (block 0: messages naming each expert), and with
+   * prefix[W][NC + 1], ids[T][K] (checked), named[E] (block 0: messages naming each expert), and with
    * rank_masks emask[E][NT] (bit j of word c: token 32c + j names the expert) */
   char **peers = (char **)moe_dyn;
   unsigned long long *dmask = (unsigned long long *)(peers + W);
   uint32_t *masks = (uint32_t *)(dmask + P.T);
   int *prefix = (int *)(masks + (size_t)W * NC);
-  int *sent = prefix + (size_t)W * (NC + 1);
-  int *ids = sent + W;
+  int *ids = prefix + (size_t)W * (NC + 1);
   int *named = ids + (size_t)P.T * K;
   const int NT = (P.T + 31) / 32;
   uint32_t *emask = (uint32_t *)(named + P.E);
@@ -203,10 +179,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   __shared__ int any_put_s;
 
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->call) + 1;
-  for (int p = threadIdx.x; p < W; p += blockDim.x) {
-    peers[p] = peer_ws(P, p);
-    sent[p] = 0;
-  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) peers[p] = peer_ws(P, p);
   /* The ids, loaded once (coalesced, independent loads) into shared memory; outside [-1, E): reported, -1. */
   for (int i = threadIdx.x; i < nt * K; i += blockDim.x) {
     const int64_t id = load_id(P, (uint64_t)i);
@@ -287,8 +260,13 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       acc += __popc(masks[(size_t)p * NC + c]);
     }
     prefix[(size_t)p * (NC + 1) + NC] = acc;
-    /* A destination with no message hears from block 0 now: every destination hears from every source. */
-    if (acc == 0 && blockIdx.x == 0) signal_peer(P, peers[p], p, parity, SY_MOE_COUNTER_DISPATCH, call & 0xFFFFFFFFull);
+    /* Block 0 tells every destination how many messages it gets (0 too: every destination hears from every
+     * source), before its signal add (below) releases it. */
+    if (blockIdx.x == 0) {
+      const uint64_t off = counter_offset(P, parity, me, SY_MOE_COUNTER_MESSAGES);
+      if (peers[p]) *(volatile uint64_t *)(peers[p] + off) = (uint64_t)acc;
+      else nvshmem_uint64_p((uint64_t *)(P.ws + off), (uint64_t)acc, p);
+    }
   }
   /* Block 0 keeps this dispatch's ids for the combine. */
   if (blockIdx.x == 0) {
@@ -367,7 +345,6 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       kmask_s[j] = kmask;
       tgt_s[j] = peers[p] ? peers[p] + msg_offset(P, parity, me, idx) : nullptr;
       if (!peers[p]) any_put_s = 1;
-      atomicAdd(&sent[p], 1); /* per expert, several of the token's messages may go to one rank */
     }
     if (threadIdx.x < (unsigned)K) ent_w_s[threadIdx.x] = P.weights ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
     const int *ent_e_s = ids + (size_t)t * K;
@@ -465,25 +442,25 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, true, -1, call);
   }
-  for (int p = threadIdx.x; p < W; p += blockDim.x) {
-    const unsigned total = (unsigned)prefix[(size_t)p * (NC + 1) + NC];
-    /* Block 0 counts once more, for its counts stores: the word waits for them too. */
-    const unsigned extra = blockIdx.x == 0 && total > 0 ? 1u : 0u;
-    complete(P, P.done + p, peers[p], p, (unsigned)sent[p] + extra, total + 1, parity, SY_MOE_COUNTER_DISPATCH,
-             (uint64_t)total << 32 | (call & 0xFFFFFFFFull));
-  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) arrive(P, peers[p], p, parity, SY_MOE_COUNTER_DISPATCH);
   __syncthreads();
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, call);
-    __threadfence();
-    if (atomicAdd(&P.local->blocks_done, 1u) == gridDim.x - 1) {
-      P.local->blocks_done = 0;
-      P.local->call = call;
-      __threadfence();
-    }
   }
   return call;
+}
+
+/* The call number advances once every block of dispatch_send has read it: the last block to get here stores it.
+ * The fused kernel does this after its receiving part, off the path to the data. */
+__device__ __forceinline__ void advance_call(const moe_params &P, uint64_t call) {
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(&P.local->blocks_done, 1u) == gridDim.x - 1) {
+    P.local->blocks_done = 0;
+    P.local->call = call;
+    __threadfence();
+  }
 }
 
 /* ---- dispatch_recv ----------------------------------------------------------------------------------------------- */
@@ -492,11 +469,11 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
 __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64_t call, int op) {
   __shared__ int total_s;
   for (int s = threadIdx.x; s < P.W; s += blockDim.x) {
-    const uint64_t off = counter_offset(P, parity, s, SY_MOE_COUNTER_DISPATCH);
-    uint64_t word;
-    if (op == OP_MOE_DISPATCH_RECV) word = wait_call32(P.ctx, (const uint64_t *)(P.ws + off), call, op, s);
-    else word = ld_relaxed_gpu((const uint64_t *)(P.ws + off)); /* combine_send: dispatch_recv waited for it */
-    uint64_t count = (uint32_t)word == (uint32_t)call ? word >> 32 : 0;
+    /* combine_send: dispatch_recv waited for the word */
+    const bool ok = op != OP_MOE_DISPATCH_RECV ||
+                    wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_DISPATCH)),
+                             expected(call), op, s, call);
+    uint64_t count = ok ? *(const volatile uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_MESSAGES)) : 0;
     if (count > (uint64_t)P.M) {
       if (op == OP_MOE_DISPATCH_RECV) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, P.M, count);
       count = 0;
@@ -622,16 +599,12 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
   const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
   char **peers = (char **)moe_dyn;      /* [W] */
   int *start = (int *)(peers + W);      /* [W + 1] */
-  int *sent = start + W + 1;            /* [W] */
   /* A batch of this block's messages (i0 + q x gridDim.x): per k the local expert, slot and weight; the source
    * and source token — staged with independent loads, one round per batch instead of a chain per message. */
   __shared__ int le_s[CS_BATCH * MOE_MAX_K], slot_s[CS_BATCH * MOE_MAX_K], tok_s[CS_BATCH], src_s[CS_BATCH];
   __shared__ float w_s[CS_BATCH * MOE_MAX_K];
   const int parity = (int)(call & 1);
-  for (int p = threadIdx.x; p < W; p += blockDim.x) {
-    peers[p] = peer_ws(P, p);
-    sent[p] = 0;
-  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) peers[p] = peer_ws(P, p);
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, true, -1, call);
     trace(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, true, -1, call);
@@ -654,7 +627,6 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
       if (k == 0) {
         tok_s[q] = *(const volatile int *)msg;
         src_s[q] = s;
-        atomicAdd(&sent[s], 1);
       }
     }
     __syncthreads();
@@ -720,14 +692,7 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
     trace(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, false, -1, call);
     trace(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, true, -1, call);
   }
-  for (int p = threadIdx.x; p < W; p += blockDim.x) {
-    const unsigned count = (unsigned)(start[p + 1] - start[p]);
-    if (count == 0) {
-      if (blockIdx.x == 0) signal_peer(P, peers[p], p, parity, SY_MOE_COUNTER_COMBINE, call);
-    } else {
-      complete(P, P.done + W + p, peers[p], p, (unsigned)sent[p], count, parity, SY_MOE_COUNTER_COMBINE, call);
-    }
-  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) arrive(P, peers[p], p, parity, SY_MOE_COUNTER_COMBINE);
   __syncthreads();
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, false, -1, call);
@@ -762,7 +727,7 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
     trace(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, true, -1, call);
   }
   for (int r = threadIdx.x; r < W; r += blockDim.x)
-    wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, r, SY_MOE_COUNTER_COMBINE)), call,
+    wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, r, SY_MOE_COUNTER_COMBINE)), expected(call),
              OP_MOE_COMBINE_RECV, r, call);
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -851,7 +816,7 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  dispatch_send_body(P);
+  advance_call(P, dispatch_send_body(P));
 }
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
@@ -877,6 +842,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const __grid_
   const uint64_t call = dispatch_send_body(P);
   __syncthreads(); /* the dynamic shared memory changes hands */
   dispatch_recv_body(P, call);
+  advance_call(P, call);
 }
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_kernel(const __grid_constant__ moe_params P) {
@@ -897,8 +863,7 @@ struct moe_gpu {
   sy_moe_layout_t layout;
   char *ws;
   moe_local *local;
-  char *local_blob; /* local, done, ids, slot_of */
-  unsigned *done;
+  char *local_blob; /* local, ids, slot_of */
   int32_t *ids, *slot_of;
   char *staging;
   size_t stage_bytes;
@@ -925,7 +890,6 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->ctx = state_of(comm)->ctx;
   P->ws = g->ws;
   P->local = g->local;
-  P->done = g->done;
   P->ids = g->ids;
   P->slot_of = g->slot_of;
   P->staging = g->staging;
@@ -998,14 +962,14 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm->device));
   const size_t M = g->layout.messages_per_source, NC = (M + 31) / 32;
   g->ds_smem = (size_t)W * sizeof(char *) + (size_t)T * 8 + (size_t)W * NC * 4 + (size_t)W * (NC + 1) * 4 +
-               (size_t)W * 4 + (size_t)T * K * 4 + (size_t)c->num_experts * 4;
+               (size_t)T * K * 4 + (size_t)c->num_experts * 4;
   /* dispatch_send's ranks from per-expert token masks when they take at most 32 KiB (e.g. 256 experts, 1,024
    * tokens), else by counting (slower at many tokens, see bench/NOTES.md) */
   const size_t mask_bytes = (size_t)c->num_experts * (((size_t)T + 31) / 32) * 4;
   g->rank_masks = mask_bytes <= 32768 && g->ds_smem + mask_bytes + 2048 <= (size_t)smem_max;
   if (g->rank_masks) g->ds_smem += mask_bytes;
   g->dr_smem = ((size_t)W + 1) * 4 + (size_t)c->num_experts * 4; /* start[W + 1], first[W][L] */
-  g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4 + (size_t)W * 4;
+  g->cs_smem = (size_t)W * sizeof(char *) + ((size_t)W + 1) * 4;
   const size_t static_reserve = 2048; /* the kernels' static shared arrays */
   if (g->ds_smem + static_reserve > (size_t)smem_max || g->dr_smem + static_reserve > (size_t)smem_max ||
       (uint64_t)W * (uint64_t)M * (uint64_t)K >= (1ull << 31)) {
@@ -1035,8 +999,7 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     remote_peer = remote_peer || !nvshmem_ptr(g->ws, p);
     need_puts = need_puts || st->ctx.force_put || !nvshmem_ptr(g->ws, p);
   }
-  const size_t local_bytes = align_up(sizeof(moe_local), 256) + align_up(2 * (size_t)W * sizeof(unsigned), 256) +
-                             align_up((size_t)T * K * 4, 256) + (size_t)W * M * K * 4;
+  const size_t local_bytes = align_up(sizeof(moe_local), 256) + align_up((size_t)T * K * 4, 256) + (size_t)W * M * K * 4;
   cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->local_blob, 0, local_bytes);
   if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);
@@ -1074,8 +1037,6 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   char *p = g->local_blob;
   g->local = (moe_local *)p;
   p += align_up(sizeof(moe_local), 256);
-  g->done = (unsigned *)p;
-  p += align_up(2 * (size_t)W * sizeof(unsigned), 256);
   g->ids = (int32_t *)p;
   p += align_up((size_t)T * K * 4, 256);
   g->slot_of = (int32_t *)p;

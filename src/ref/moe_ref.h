@@ -33,8 +33,11 @@ extern "C" {
  *     scales at scales_offset (FP8 wires): hidden / 128 fp32
  *   combine region   default: [W expert ranks][max_tokens][hidden] bf16, one partial per (rank, token);
  *                    SY_MOE_PER_EXPERT: [max_tokens][top_k][hidden] bf16, one output per (token, k)
- * then the counters, [2 parities][W sources] of 32 bytes (SY_MOE_COUNTER_*): the dispatch signal (the call
- * number, raised after the messages), the dispatch's message count, the combine signal;
+ * then the counters, [2 parities][W sources] of 32 bytes (SY_MOE_COUNTER_*): the dispatch signal, the dispatch's
+ * message count (stored before the signal), the combine signal. A signal says the source's part of call n is
+ * here: the host backend stores n; the CUDA backend's sending blocks each add to it once per call (block 0
+ * SY_MOE_SIGNAL_STEP - (blocks - 1), the others 1), so it grows by exactly SY_MOE_SIGNAL_STEP per call of its
+ * parity and reaches SY_MOE_SIGNAL_STEP x ceil(n / 2) only when the last block's add lands;
  * then the counts, [2 parities][W sources][local experts] int32: how many of the source's messages name each
  * local expert here (written before the dispatch signal, and only when the source sends any message here), so
  * that a receiver places entry (s, k) at slot sum_{s' < s} counts[s'][e] + rank with no scan of the messages.
@@ -59,6 +62,7 @@ typedef struct sy_moe_layout {
 #define SY_MOE_COUNTER_DISPATCH 0
 #define SY_MOE_COUNTER_MESSAGES 1
 #define SY_MOE_COUNTER_COMBINE 2
+#define SY_MOE_SIGNAL_STEP (1ull << 20) /* CUDA backend: a signal word's growth per call (more than any grid) */
 
 /* The layout of a checked configuration on world_size ranks; SY_ERR_INVALID_ARG (no log) if a size overflows. */
 sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world_size, sy_moe_layout_t *layout);

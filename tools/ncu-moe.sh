@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# ncu-moe.sh OUTDIR [TOKENS ...] — source-level stall sampling (Nsight Compute) of the fused MoE kernels at world 1:
+# OUTDIR/<kernel>.<tokens>.csv (per CUDA line), OUTDIR/<kernel>.<tokens>.txt (details page).
+set -uo pipefail
+out=${1:?usage: tools/ncu-moe.sh OUTDIR [TOKENS ...]}
+shift
+sizes=("$@")
+[ ${#sizes[@]} -eq 0 ] && sizes=(1 128)
+root=$(cd "$(dirname "$0")/.." && pwd)
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$ncu" ] || { echo "no ncu here"; exit 1; }
+mkdir -p "$out"
+for kernel in moe_dispatch_kernel moe_combine_kernel; do
+  for t in "${sizes[@]}"; do
+    rep=/tmp/$kernel.$t
+    "$root/build/bin/syrun" -n 1 "$ncu" --section SourceCounters --section WarpStateStats --section LaunchStats \
+      --section SpeedOfLight --import-source yes -k "regex:^$kernel" -s 40 -c 1 -f -o "$rep" \
+      "$root/build/bin/sy-bench" --no-nccl -n 3 -w 50 --tokens "$t" --wire fp8 --mode dedup moe-ll >"$rep.log" 2>&1 ||
+      { tail -5 "$rep.log"; continue; }
+    "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source cuda >"$out/$kernel.$t.csv" 2>&1
+    "$ncu" -i "$rep.ncu-rep" --page details >"$out/$kernel.$t.txt" 2>&1
+  done
+done
+python3 "$root/tools/ncu-top.py" "$out"/*.csv
