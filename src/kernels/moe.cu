@@ -526,11 +526,17 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
   }
   __syncthreads();
 
+  /* Entries to warps: with at least two warps per entry, `parts` (up to 4) warps share each entry's copy, a
+   * slice each, so a warp's copy is one round of loads. Virtual warp vw of part `part` takes entries
+   * vw, vw + nvw, ... (a lane each for the lookups). */
   const int items = total * K, nwarps = (int)gridDim.x * MOE_WARPS;
-  const int gw = (int)blockIdx.x * MOE_WARPS + (int)warp;
-  for (int i0 = gw; i0 < items; i0 += nwarps * 32) {
-    /* lane l: entry i0 + l * nwarps */
-    const int item = i0 + (int)lane * nwarps;
+  const int fit = items > 0 ? nwarps / items : 1, parts = fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
+  const int nvw = nwarps / parts, gw = (int)blockIdx.x * MOE_WARPS + (int)warp, part = gw / nvw, vw = gw % nvw;
+  const int nvec = (int)(row_bytes / 16), per = (nvec + parts - 1) / parts;
+  const int v_lo = part * per, v_hi = v_lo + per < nvec ? v_lo + per : nvec;
+  for (int i0 = vw; part < parts && i0 < items; i0 += nvw * 32) {
+    /* lane l: entry i0 + l * nvw */
+    const int item = i0 + (int)lane * nvw;
     int s = 0, m = 0, k = 0, e = -1, h = 0;
     if (item < items) {
       const int i = item / K;
@@ -538,8 +544,8 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
       s = source_of(start, W, i);
       m = i - start[s];
       const char *msg = P.ws + msg_offset(P, parity, s, m);
-      e = *(const volatile int *)(msg + SY_MOE_MSG_HEADER + 8 * k);
-      const int r = *(const volatile int *)(msg + SY_MOE_MSG_HEADER + 8 * K + 4 * k);
+      e = *(const int *)(msg + SY_MOE_MSG_HEADER + 8 * k);
+      const int r = *(const int *)(msg + SY_MOE_MSG_HEADER + 8 * K + 4 * k);
       if (e >= L) e = -1; /* cannot happen: the sender wrote e - p * L for an expert of p */
       if (e >= 0) {
         h = first[s * L + e] + r;
@@ -558,27 +564,35 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
       const uint64_t at = (uint64_t)ce * S + (uint64_t)ch;
       const uint4 *src = (const uint4 *)(msg + P.payload_offset);
       uint4 *dst = (uint4 *)((char *)P.recv.tokens + at * row_bytes);
-      const int nvec = (int)(row_bytes / 16);
-      for (int v0 = 0; v0 < nvec; v0 += 8 * 32) { /* eight loads in flight per lane */
+      /* The small loads first, so they travel with the payload's: this part's first two scales and (part 0)
+       * the source token. Plain loads: the poller's acquire and a bar.sync came before, as for the payload. */
+      const float *sc = (const float *)(msg + P.scales_offset);
+      const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
+      const int g0 = part * 32 + (int)lane, g1 = g0 + 32 * parts;
+      const float sc0 = fp8 && g0 < G ? sc[g0] : 0.0f, sc1 = fp8 && g1 < G ? sc[g1] : 0.0f;
+      const int token = part == 0 && lane == 0 ? *(const int *)msg : 0;
+      for (int v0 = v_lo; v0 < v_hi; v0 += 8 * 32) { /* eight loads in flight per lane */
         uint4 x[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
           const int v = v0 + j * 32 + (int)lane;
-          if (v < nvec) x[j] = ld_plain(src + v);
+          if (v < v_hi) x[j] = ld_plain(src + v);
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
           const int v = v0 + j * 32 + (int)lane;
-          if (v < nvec) dst[v] = x[j];
+          if (v < v_hi) dst[v] = x[j];
         }
       }
-      if (P.wire != SY_MOE_WIRE_BF16) {
-        const volatile float *sc = (const volatile float *)(msg + P.scales_offset);
-        for (int g = (int)lane; g < G; g += 32) P.recv.scales[((uint64_t)ce * G + g) * S + (uint64_t)ch] = sc[g];
+      if (fp8) {
+        float *out = P.recv.scales + (uint64_t)ce * G * S + (uint64_t)ch;
+        if (g0 < G) out[(uint64_t)g0 * S] = sc0;
+        if (g1 < G) out[(uint64_t)g1 * S] = sc1;
+        for (int g = g1 + 32 * parts; g < G; g += 32 * parts) out[(uint64_t)g * S] = sc[g];
       }
-      if (lane == 0) {
+      if (part == 0 && lane == 0) {
         P.recv.src[2 * at] = cs;
-        P.recv.src[2 * at + 1] = *(const volatile int *)msg;
+        P.recv.src[2 * at + 1] = token;
         P.slot_of[((uint64_t)cs * P.M + (uint64_t)cm) * K + ck] = ch;
       }
     }
