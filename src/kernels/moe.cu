@@ -63,6 +63,7 @@ struct moe_params {
   uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset, counts_offset;
   int T, M, H, K, E, L, W, S, G, wire, per_expert; /* M: messages per source (T, or T x K per expert) */
   int rank_masks; /* dispatch_send keeps a token mask per expert in shared memory for the ranks (else it counts) */
+  uint64_t L_magic; /* ceil(2^32 / L) where num_experts x L < 2^32 (expert -> rank by a multiply), else 0 */
   /* the call's arguments */
   const uint16_t *tokens;
   int num_tokens;
@@ -97,6 +98,13 @@ __device__ __forceinline__ uint64_t counter_offset(const moe_params &P, int pari
 __device__ __forceinline__ char *peer_ws(const moe_params &P, int p) {
   if (P.ctx.force_put && p != P.ctx.rank) return nullptr;
   return (char *)nvshmem_ptr(P.ws, p);
+}
+
+/* The rank holding expert e >= 0: e / L by a multiply-high (exact for e x L < 2^32: the error e x (m - 2^32 / L)
+ * / 2^32 stays below 1 / L, under the gap to the next multiple). combine_recv uses it; in dispatch_send's routing
+ * it (with a __match_any_sync repeat check) measured 0.8-1.9 us slower at 128-256 tokens (bench/NOTES.md). */
+__device__ __forceinline__ int rank_of(const moe_params &P, int e) {
+  return P.L_magic ? (int)(((uint64_t)(uint32_t)e * P.L_magic) >> 32) : e / P.L;
 }
 
 __device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
@@ -718,7 +726,7 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
 
 /* combine_recv's work for call `call`. */
 __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uint64_t call) {
-  const int W = P.W, K = P.K, T = P.T, H = P.H, L = P.L;
+  const int W = P.W, K = P.K, T = P.T, H = P.H;
   __shared__ int id_s[MOE_MAX_K], ranks_s[MOE_MAX_K], nranks_s;
   __shared__ float w_s[MOE_MAX_K];
   const int parity = (int)(call & 1);
@@ -736,6 +744,14 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
       if (id != P.ids[i]) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, i, call, (uint64_t)P.ids[i], (uint64_t)id);
     }
   }
+  /* The first token's ids and weights (this rank's own, from its dispatch) while the partials travel. */
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
+  int id_next = -1;
+  float w_next = 0.0f;
+  if (warp == 0 && lane < (unsigned)K && (int)blockIdx.x < (P.num_tokens < dispatched ? P.num_tokens : dispatched)) {
+    id_next = P.ids[(uint64_t)blockIdx.x * K + lane];
+    if (P.per_expert) w_next = P.weights[(uint64_t)blockIdx.x * K + lane];
+  }
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, true, -1, call);
     trace(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, true, -1, call);
@@ -752,72 +768,81 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
   const int nvec = H / 8;
   for (int t = blockIdx.x; t < ntok; t += gridDim.x) {
     __syncthreads();
-    if (threadIdx.x < (unsigned)K) {
-      id_s[threadIdx.x] = P.ids[(uint64_t)t * K + threadIdx.x];
-      w_s[threadIdx.x] = P.per_expert ? P.weights[(uint64_t)t * K + threadIdx.x] : 0.0f;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && !P.per_expert) { /* the ranks holding one of t's experts, ascending */
-      int n = 0;
-      for (int k = 0; k < K; k++) {
-        if (id_s[k] < 0) continue;
-        const int r = id_s[k] / L;
-        int j = n;
-        while (j > 0 && ranks_s[j - 1] > r) j--;
-        if (j > 0 && ranks_s[j - 1] == r) continue;
-        for (int q = n; q > j; q--) ranks_s[q] = ranks_s[q - 1];
-        ranks_s[j] = r;
-        n++;
+    if (warp == 0) {
+      /* Lane k: the token's id (loaded before the wait for the first token) and, by default, where its rank
+       * stands among the token's distinct ranks, ascending (a match and a count over the lanes, no sort). */
+      const int id = lane < (unsigned)K ? id_next : -1;
+      if (lane < (unsigned)K) {
+        id_s[lane] = id;
+        w_s[lane] = w_next;
       }
-      nranks_s = n;
-    }
-    __syncthreads();
-    for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) {
-      float acc[8];
-#pragma unroll
-      for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+      const int tn = t + (int)gridDim.x;
+      if (lane < (unsigned)K && tn < ntok) {
+        id_next = P.ids[(uint64_t)tn * K + lane];
+        if (P.per_expert) w_next = P.weights[(uint64_t)tn * K + lane];
+      }
       if (!P.per_expert) {
-        const int nr = nranks_s;
-        for (int j0 = 0; j0 < nr; j0 += 8) { /* eight loads in flight, then the adds in rank order */
-          uint4 x[8];
+        const int r = id >= 0 ? rank_of(P, id) : -1;
+        const unsigned same = __match_any_sync(0xFFFFFFFFu, r);
+        const bool first = r >= 0 && (same & ((1u << lane) - 1u)) == 0; /* the lowest k on rank r */
+        const unsigned firsts = __ballot_sync(0xFFFFFFFFu, first);
+        int below = 0; /* distinct ranks under r */
+        for (unsigned f = firsts; f; f &= f - 1u) below += __shfl_sync(0xFFFFFFFFu, r, __ffs(f) - 1) < r;
+        if (first) ranks_s[below] = r;
+        if (lane == 0) nranks_s = __popc(firsts);
+      }
+    }
+    __syncthreads();
+    /* Two vectors per thread at a time (their loads in flight together), each summed in rank (k) order. */
+    for (int u0 = threadIdx.x; u0 < nvec; u0 += 2 * MOE_THREADS) {
+      const int u1 = u0 + MOE_THREADS;
+      const bool two = u1 < nvec;
+      float acc0[8], acc1[8];
 #pragma unroll
-          for (int j = 0; j < 8; j++)
-            if (j0 + j < nr)
-              x[j] = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)ranks_s[j0 + j] * T + (uint64_t)t) + 16ull * u);
+      for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = 0.0f;
+      const int n = P.per_expert ? K : nranks_s;
+      for (int j0 = 0; j0 < n; j0 += 4) {
+        uint4 x0[4], x1[4];
 #pragma unroll
-          for (int j = 0; j < 8; j++) {
-            if (j0 + j >= nr) continue;
-            const uint32_t pw[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-              acc[2 * i] = __fadd_rn(acc[2 * i], bf16_lo(pw[i]));
-              acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], bf16_hi(pw[i]));
-            }
-          }
+        for (int j = 0; j < 4; j++) {
+          const int q = j0 + j;
+          if (q >= n || (P.per_expert && id_s[q] < 0)) continue;
+          const char *row = P.ws + combine_offset(P, parity, P.per_expert ? (uint64_t)t * K + (uint64_t)q
+                                                                           : (uint64_t)ranks_s[q] * T + (uint64_t)t);
+          x0[j] = ld_plain(row + 16ull * u0);
+          if (two) x1[j] = ld_plain(row + 16ull * u1);
         }
-      } else {
-        for (int k0 = 0; k0 < K; k0 += 8) {
-          uint4 x[8];
 #pragma unroll
-          for (int j = 0; j < 8; j++)
-            if (k0 + j < K && id_s[k0 + j] >= 0)
-              x[j] = ld_plain(P.ws + combine_offset(P, parity, (uint64_t)t * K + (uint64_t)(k0 + j)) + 16ull * u);
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            const int k = k0 + j;
-            if (k >= K || id_s[k] < 0) continue;
-            const uint32_t yw[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
-            const float w = w_s[k];
+        for (int j = 0; j < 4; j++) {
+          const int q = j0 + j;
+          if (q >= n || (P.per_expert && id_s[q] < 0)) continue;
+          const uint32_t a[4] = {x0[j].x, x0[j].y, x0[j].z, x0[j].w}, b[4] = {x1[j].x, x1[j].y, x1[j].z, x1[j].w};
+          if (P.per_expert) { /* fmaf(w_k, y_k, .) in k order */
+            const float w = w_s[q];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-              acc[2 * i] = __fmaf_rn(w, bf16_lo(yw[i]), acc[2 * i]);
-              acc[2 * i + 1] = __fmaf_rn(w, bf16_hi(yw[i]), acc[2 * i + 1]);
+              acc0[2 * i] = __fmaf_rn(w, bf16_lo(a[i]), acc0[2 * i]);
+              acc0[2 * i + 1] = __fmaf_rn(w, bf16_hi(a[i]), acc0[2 * i + 1]);
+              acc1[2 * i] = __fmaf_rn(w, bf16_lo(b[i]), acc1[2 * i]);
+              acc1[2 * i + 1] = __fmaf_rn(w, bf16_hi(b[i]), acc1[2 * i + 1]);
+            }
+          } else { /* the rank partials added in rank order */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+              acc0[2 * i] = __fadd_rn(acc0[2 * i], bf16_lo(a[i]));
+              acc0[2 * i + 1] = __fadd_rn(acc0[2 * i + 1], bf16_hi(a[i]));
+              acc1[2 * i] = __fadd_rn(acc1[2 * i], bf16_lo(b[i]));
+              acc1[2 * i + 1] = __fadd_rn(acc1[2 * i + 1], bf16_hi(b[i]));
             }
           }
         }
       }
-      ((uint4 *)(P.out + (uint64_t)t * H))[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]),
-                                                           pack_bf16(acc[4], acc[5]), pack_bf16(acc[6], acc[7]));
+      uint4 *out = (uint4 *)(P.out + (uint64_t)t * H);
+      out[u0] = make_uint4(pack_bf16(acc0[0], acc0[1]), pack_bf16(acc0[2], acc0[3]), pack_bf16(acc0[4], acc0[5]),
+                           pack_bf16(acc0[6], acc0[7]));
+      if (two)
+        out[u1] = make_uint4(pack_bf16(acc1[0], acc1[1]), pack_bf16(acc1[2], acc1[3]), pack_bf16(acc1[4], acc1[5]),
+                             pack_bf16(acc1[6], acc1[7]));
     }
   }
   if (threadIdx.x == 0) {
@@ -927,6 +952,7 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->wire = (int)c->wire;
   P->per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
   P->rank_masks = g->rank_masks;
+  P->L_magic = (uint64_t)c->num_experts * (uint64_t)P->L < (1ull << 32) ? ((1ull << 32) + P->L - 1) / P->L : 0;
 }
 
 /* A call's tokens (dispatch_send; NULL in combine_recv), num_tokens, ids and weights. */
