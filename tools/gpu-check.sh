@@ -8,6 +8,8 @@
 # logs.tar.gz (every log: build, machine, each test, each benchmark).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
 # test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
+# GPU_CHECK_TIMEOUT=S caps every test and benchmark at S seconds (default 600): in a short device session a
+# hang must not take the whole budget.
 # GPU_CHECK_SHARED=1 runs the tests at counts above the GPUs present with ranks sharing GPUs round-robin
 # (syrun --gpus 0,0,...; time-sliced, so ~2 ms per cross-rank wait): the multi-rank code paths checked bit
 # for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
@@ -51,7 +53,9 @@ run() {
     label="$name n=$n/${gpus}gpu"
     shared=(SY_TEST_SHARED_GPU=1 SY_MOE_GRAPH_REPLAYS=200) # a replay costs a few time slices here
   fi
-  if env "${shared[@]}" timeout 600 "$bin/syrun" -n "$n" "${place[@]}" --timeout 540 "$@" >"$log" 2>&1; then
+  local cap=${GPU_CHECK_TIMEOUT:-600}
+  if env "${shared[@]}" timeout "$cap" "$bin/syrun" -n "$n" "${place[@]}" --timeout $((cap > 20 ? cap - 10 : cap)) "$@" \
+    >"$log" 2>&1; then
     note "$label" ok "$(($(date +%s) - t0)) s"
   else
     note "$label" FAIL "exit $? after $(($(date +%s) - t0)) s, see $(basename "$log")"
