@@ -5,11 +5,9 @@
  * columns read "-" and the JSON says null.
  *
  * A timed pass brackets each call with an external correlation id (the call's index): CUPTI ties every API
- * call made in the bracket, and so every kernel launched, to that id. A call's kernel time is then
- * last end - max(first start, previous call's last end): the device time it held alone, so a kernel launched
- * early by programmatic dependent launch (resident, waiting at griddepcontrol.wait for the previous call) is not
- * charged for its wait, and back-to-back calls add up to the busy span. Event-timed figures also carry the
- * launch path (a kernel's start after the event before it); this does not.
+ * call made in the bracket, and so every kernel launched, to that id; kspan.h turns each call's kernel
+ * timestamps into the device time it held alone. Event-timed figures also carry the launch path (a kernel's
+ * start after the event before it); this does not.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -17,6 +15,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "kspan.h"
 
 #if __has_include(<cupti_activity.h>)
 #include <cupti_activity.h>
@@ -185,14 +184,7 @@ int bench_ktime_end(int calls, double *us) {
     rc = kt.dropped != 0;
   }
   pthread_mutex_unlock(&kt.lock);
-  for (int i = 0; i < calls && !rc; i++) {
-    if (!first[i]) { /* a call with no kernel we saw: no figure */
-      rc = 1;
-      break;
-    }
-    const uint64_t from = i && last[i - 1] > first[i] ? last[i - 1] : first[i];
-    us[i] = last[i] > from ? (double)(last[i] - from) * 1e-3 : 0.0;
-  }
+  if (!rc) rc = bench_kernel_spans(calls, first, last, us); /* a call with no kernel we saw: no figure */
   free(first), free(last);
   return rc;
 }

@@ -467,9 +467,9 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
   bench_print(ctx, "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
                    " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert) both ways\n");
   bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): _us = CUDA events "
-                   "around each half, kern = kernel time (CUPTI, see above), host = enqueue to stream sync; medians, "
+                   "around each half, kern = kernel time (CUPTI, the header above), host = enqueue to stream sync; medians, "
                    "slowest rank\n");
-  if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the kernel columns repeat the host-observed time\n");
+  if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the event columns repeat the host-observed time, the kernel columns are empty\n");
   else bench_print(ctx, "# the launch floor above bounds every event time from below\n");
   bench_print(ctx, "# nccl: grouped ncclSend/ncclRecv carrying per (source, destination) the bytes our dispatch moves "
                    "(messages x (%d + %d) B for fp8, x %d B for bf16) and, for the combine, the reverse pairs' "
