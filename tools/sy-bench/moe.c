@@ -381,7 +381,7 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
       bench_ktime_pop();
     }
     if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-    if (bench_ktime_end(2 * iters, tk) == 0 && !rc && tk) {
+    if (bench_ktime_end(tk ? 2 * iters : 0, tk) == 0 && !rc && tk) {
       for (int i = 0; i < iters; i++) td[i] = tk[2 * i], tc[i] = tk[2 * i + 1];
       disp->kernel_us = bench_median(td, iters), comb->kernel_us = bench_median(tc, iters);
     }
