@@ -195,6 +195,7 @@ static void usage(FILE *f) {
           "      --tokens N[,N...]     moe-ll: tokens per rank to run (default 1,32,128,256)\n"
           "      --wire fp8|bf16       moe-ll: only that dispatch wire (default both)\n"
           "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
+          "environment: SY_BENCH_CUPTI=PATH (libcupti for the kernel-time columns), SY_BENCH_NO_CUPTI=1 (none)\n"
           "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
 }
