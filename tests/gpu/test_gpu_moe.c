@@ -6,7 +6,7 @@
  *  - routing: random (ids of -1 at any k, some tokens with no expert), every token to one expert, a rank with
  *    no tokens (sometimes with NULL buffers), several of a token's experts on one rank, every id -1, every
  *    rank full, top_k = num_experts; experts that receive nothing (counted in the summary);
- *  - hidden 128 .. 7168 (and 8 and 200 on the BF16 wire), top-k 1, 2, 4, 8, 16, 8 .. 288 experts (a case
+ *  - hidden 128 .. 7168 (and 8 and 200 on the BF16 wire), top-k 1, 2, 3, 4, 6, 8, 16, 8 .. 288 experts (a case
  *    whose experts do not divide among the ranks is skipped, and says so); the FP8, FP8_UE8M0 and BF16 wires;
  *    the default and SY_MOE_PER_EXPERT combines, each given weights it must ignore (the combine's, resp. the
  *    dispatch's) or none; int32 and int64 ids (the combine's in the other type every third round); NaN,
@@ -16,7 +16,9 @@
  *    inputs overwritten on the stream as soon as the half that reads them is done;
  *  - one round of the four halves captured once in a CUDA graph and replayed 10,000 times (SY_MOE_GRAPH_REPLAYS
  *    changes that) with fresh inputs copied into the captured buffers before each replay, checked every
- *    100th replay and the last, with eager rounds on the same object before the capture and after the replays.
+ *    100th replay and the last, with eager rounds on the same object before the capture and after the replays;
+ *  - last, ids the device must reject (a repeat, one equal to num_experts): reported through
+ *    sy_comm_async_error and treated as -1 (the results equal those of the call with -1 there).
  * Each rank regenerates every rank's inputs from the seed (SY_TEST_SEED overrides it; a failure prints it).
  */
 #include "gpu_test.h"
@@ -105,6 +107,10 @@ static const moe_case_t cases[] = {
     /* 288 experts x 1,100 tokens: the token masks would pass 32 KiB, so dispatch_send counts the ranks */
     CASE("1100 tokens (ranks counted)",    288, 8,  128,  1100, FP8, 0,  I32, RANDOM,     2, ALTERNATE, 0, 35),
     CASE("1100 tokens bf16 per-expert",    288, 4,  128,  1100, BF16, PE, I64, SAME_RANK, 2, HALVES,    0, 36),
+    /* top-k not a power of two: dispatch_send routes in two passes (repeats by scans, ranks by atomics) */
+    CASE("top-6",                          48,  6,  256,  32,  FP8,  0,  I32, RANDOM,     3, ALTERNATE, 1, 37),
+    CASE("top-3 bf16 per-expert",          24,  3,  128,  16,  BF16, PE, I64, SAME_RANK,  3, HALVES,    1, 38),
+    CASE("top-6 1100 tokens",              288, 6,  128,  1100, FP8, 0,  I64, RANDOM,     2, ALTERNATE, 0, 39),
 };
 
 /* One round of the four halves, captured; rounds = the input sets the replays cycle through. */
@@ -664,6 +670,80 @@ static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaS
   run_free(&run);
 }
 
+/* ---- ids the device must reject ---------------------------------------------------------------------------- */
+
+/* On rank 0, token 3's k = 1 repeats its k = 0 and token 5's k = 2 is num_experts. The device reports them
+ * through sy_comm_async_error — sticky, so this runs last — and treats each as -1: the dispatch's results equal
+ * those of the same call with -1 there, run first (dispatch and combine, then the dispatch with the bad ids).
+ * Top-k 4: dispatch_send's one-pass routing, which finds repeats by shuffles across the token's lanes. */
+static void run_bad_ids(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
+  const moe_case_t c = {.name = "bad ids", .E = 8 * W, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0,
+                        .id_type = I32, .route = ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
+                        .salt = 42};
+  const int K = c.K;
+  run_t run;
+  run_init(&run, &c, W, rank);
+  rank_in_t *r0 = &run.in[0]; /* round 0, rank 0: every token, and the two rows set */
+  r0->n = c.T;
+  gen_ids(&c, W, 0, 0, r0->n, r0->ids);
+  gen_weights(&c, 0, 0, r0->n, 0, r0->w);
+  gen_weights(&c, 0, 0, r0->n, 1, r0->cw);
+  gen_tokens(&c, 0, 0, r0->n, r0->tok);
+  const int64_t row3[4] = {1, -1, 2, 3};
+  memcpy(r0->ids + 3 * K, row3, sizeof row3);
+  r0->ids[5 * K + 2] = -1;
+  uint8_t *d_in, *d_out, *h_in, *h_got;
+  GT_CUDA(cudaMalloc((void **)&d_in, run.in_total));
+  GT_CUDA(cudaMalloc((void **)&d_out, run.out_total));
+  GT_CUDA(cudaMallocHost((void **)&h_in, 2 * run.in_total));
+  GT_CUDA(cudaMallocHost((void **)&h_got, 2 * run.out_total));
+  fill_inputs(&run, 0, rank, I32, h_in); /* the call with -1 */
+  r0->ids[3 * K + 1] = 1;
+  r0->ids[5 * K + 2] = c.E;
+  fill_inputs(&run, 0, rank, I32, h_in + run.in_total); /* the bad ids */
+  const sy_moe_config_t config = case_config(&c);
+  sy_moe_t moe = NULL;
+  GT_OK(sy_moe_create(comm, &config, &moe));
+  for (int pass = 0; pass < 2; pass++) {
+    round_args_t a = round_args(&run, 0, rank, d_in, d_out);
+    GT_CUDA(cudaMemcpyAsync(d_in, h_in + (size_t)pass * run.in_total, run.in_total, cudaMemcpyHostToDevice, stream));
+    GT_CUDA(cudaMemsetAsync(d_out, POISON, run.out_total, stream));
+    GT_OK(sy_moe_dispatch(moe, a.tokens, a.n, a.ids, c.id_type, a.w, &a.recv, stream));
+    if (pass == 0) GT_OK(sy_moe_combine(moe, a.y, a.cids, I32, a.cw, a.n, a.out, stream));
+    GT_CUDA(cudaMemcpyAsync(h_got + (size_t)pass * run.out_total, d_out, run.out_total, cudaMemcpyDeviceToHost, stream));
+  }
+  GT_CUDA(cudaStreamSynchronize(stream));
+  static const char *const names[OUT_OUT] = {"recv.tokens", "recv.scales", "recv.src", "recv.expert_counts",
+                                             "recv.rank_counts"};
+  for (int o = 0; o < OUT_OUT; o++) {
+    const uint8_t *x = h_got + run.out_off[o], *y = h_got + run.out_total + run.out_off[o];
+    size_t at = 0;
+    while (at < run.out_bytes[o] && x[at] == y[at]) at++;
+    if (at < run.out_bytes[o])
+      GT_FAIL("bad ids (W=%d): %s differs from the call with -1 for the bad ids at byte %zu of %zu", W, names[o], at,
+              run.out_bytes[o]);
+  }
+  sy_status_t async = SY_ERR_INTERNAL;
+  char detail[256] = "", want3[64], want5[64];
+  GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
+  snprintf(want3, sizeof want3, "peer 3: expected 1, saw 1 ");
+  snprintf(want5, sizeof want5, "peer 5: expected 2, saw %d ", c.E);
+  if (rank == 0) {
+    GT_CHECK(async == SY_ERR_INVALID_ARG);
+    if (!strstr(detail, "an expert id outside") || (!strstr(detail, want3) && !strstr(detail, want5)))
+      GT_FAIL("bad ids: rank 0 reports \"%s\", not token 3's repeat or token 5's id %d", detail, c.E);
+  } else if (async != SY_SUCCESS) {
+    GT_FAIL("bad ids: rank %d has no bad id but reports %s: %s", rank, sy_status_name(async), detail);
+  }
+  if (rank == 0) printf("[test rank 0] %-32s W=%d: reported as \"%.80s...\"\n", c.name, W, detail);
+  GT_OK(sy_moe_destroy(moe));
+  GT_CUDA(cudaFree(d_in));
+  GT_CUDA(cudaFree(d_out));
+  GT_CUDA(cudaFreeHost(h_in));
+  GT_CUDA(cudaFreeHost(h_got));
+  run_free(&run);
+}
+
 /* ---- the graph case ----------------------------------------------------------------------------------------- */
 
 /* Input set `set` into the captured input buffers: the fresh data of one replay (or eager round). */
@@ -853,6 +933,8 @@ int main(void) {
     ran++;
   }
   check_async(comm, "at the end");
+  run_bad_ids(comm, rank, W, stream); /* last: its error is sticky */
+  ran++;
   if (rank == 0)
     printf("[test rank 0] %d cases run, %d skipped, in %.1f s\n", ran, skipped, gt_now_s() - t0);
   GT_CUDA(cudaStreamDestroy(stream));
