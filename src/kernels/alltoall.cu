@@ -10,9 +10,9 @@
  *               a2a_data[rank] after its data                       [sender half]
  *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
  *   last block: advance the call number kept on the device.
- * A pair's chunk count is a function of its byte count and SY_A2A_CHUNK only, so sender and receiver agree
- * on it without talking. A sender whose byte count disagrees with the receiver's sends a mismatch flag
- * instead of data; both sides then report SY_ERR_MISMATCH.
+ * A pair's chunk count is a function of its byte count, the world size and SY_A2A_CHUNK only (piece_count), so
+ * sender and receiver agree on it without talking. A sender whose byte count disagrees with the receiver's sends
+ * a mismatch flag instead of data; both sides then report SY_ERR_MISMATCH.
  */
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -34,10 +34,8 @@ struct a2a_params {
   uint64_t send_bytes[MAXW], send_offsets[MAXW], recv_bytes[MAXW], recv_offsets[MAXW];
 };
 
-__host__ __device__ inline uint32_t a2a_chunk_count(uint64_t bytes, uint64_t min_chunk) {
-  if (bytes == 0) return 1; /* an empty pair still signals once */
-  uint64_t c = (bytes + min_chunk - 1) / min_chunk;
-  return c > A2A_MAX_CHUNKS ? A2A_MAX_CHUNKS : (uint32_t)c;
+__host__ __device__ inline uint32_t a2a_chunk_count(uint64_t bytes, int world_size, uint64_t max_chunk) {
+  return piece_count(bytes, (uint32_t)world_size, max_chunk, A2A_MAX_CHUNKS);
 }
 
 __device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t j, uint64_t *lo, uint64_t *hi) {
@@ -60,7 +58,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   __shared__ char *peer_base_s;           /* current peer's control region if load/store reachable */
 
   for (int k = threadIdx.x; k < W; k += blockDim.x)
-    prefix_s[k + 1] = a2a_chunk_count(P.send_bytes[(me + 1 + k) % W], P.min_chunk);
+    prefix_s[k + 1] = a2a_chunk_count(P.send_bytes[(me + 1 + k) % W], W, P.min_chunk);
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&ctx.state->a2a_calls) + 1;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -146,7 +144,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_WAIT_DATA, true, -1, call);
     for (int s = threadIdx.x; s < W; s += blockDim.x) {
-      const uint64_t expect = a2a_chunk_count(P.recv_bytes[s], P.min_chunk);
+      const uint64_t expect = a2a_chunk_count(P.recv_bytes[s], W, P.min_chunk);
       if (!wait_geq(ctx, data + s, expect, OP_A2A_DATA, s, call)) continue;
       const uint64_t seen = ld_acquire_sys(data + s);
       if (seen >= A2A_MISMATCH_FLAG)
@@ -185,7 +183,7 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
     P.send_offsets[p] = args->send_offsets[p];
     P.recv_bytes[p] = args->recv_bytes[p];
     P.recv_offsets[p] = args->recv_offsets[p];
-    items += a2a_chunk_count(P.send_bytes[p], P.min_chunk);
+    items += a2a_chunk_count(P.send_bytes[p], W, P.min_chunk);
   }
   unsigned grid = items < (uint64_t)st->a2a_blocks ? (unsigned)items : (unsigned)st->a2a_blocks;
   alltoallv_kernel<MAXW><<<grid, A2A_THREADS, 0, stream>>>(P);

@@ -12,7 +12,8 @@
  *   receiver:   wait (bounded) until each source's counter reaches its expected total (block 0; for the KV
  *               backward every block, which then sums its share of the tokens)
  *   last block: advance the call number and the expected counter bases (counters only grow: no reset).
- * A pair's chunk count depends only on its bytes and SY_A2A_CHUNK, so both sides agree without talking.
+ * A pair's chunk count depends only on its bytes, the world size, the channel count and SY_A2A_CHUNK (piece_count),
+ * so both sides agree without talking.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -87,15 +88,14 @@ struct attn_params {
   char *grad_out;
 };
 
-__host__ __device__ inline uint32_t attn_chunk_count(uint64_t bytes, uint64_t min_chunk) {
-  if (bytes == 0) return 1;
-  uint64_t c = (bytes + min_chunk - 1) / min_chunk;
-  return c > ATTN_MAX_CHUNKS ? ATTN_MAX_CHUNKS : (uint32_t)c;
+__host__ __device__ inline uint32_t attn_chunk_count(uint64_t bytes, int pairs, uint64_t max_chunk) {
+  return piece_count(bytes, (uint32_t)pairs, max_chunk, ATTN_MAX_CHUNKS);
 }
 
 __device__ inline uint64_t attn_expected(const attn_params &P, int s) {
   uint64_t e = 0;
-  for (int c = 0; c < P.nch; c++) e += attn_chunk_count((uint64_t)P.ch[c].d.recv_rows[s] * P.ch[c].row_bytes, P.min_chunk);
+  for (int c = 0; c < P.nch; c++)
+    e += attn_chunk_count((uint64_t)P.ch[c].d.recv_rows[s] * P.ch[c].row_bytes, P.ctx.world_size * P.nch, P.min_chunk);
   return e;
 }
 
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   for (int i = threadIdx.x; i < W * nch; i += blockDim.x) {
     const int p = (me + 1 + i / nch) % W, c = i % nch;
-    prefix_s[i + 1] = attn_chunk_count((uint64_t)P.ch[c].d.send_rows[p] * P.ch[c].row_bytes, P.min_chunk);
+    prefix_s[i + 1] = attn_chunk_count((uint64_t)P.ch[c].d.send_rows[p] * P.ch[c].row_bytes, W * nch, P.min_chunk);
   }
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1;
   __syncthreads();
@@ -438,7 +438,8 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
     P.ch[c].dst = (char *)call->ch[c].dst;
     P.ch[c].row_bytes = call->ch[c].row_bytes;
     for (int p = 0; p < plan->world_size; p++)
-      items += attn_chunk_count((uint64_t)plan->dir[d].send_rows[p] * call->ch[c].row_bytes, P.min_chunk);
+      items += attn_chunk_count((uint64_t)plan->dir[d].send_rows[p] * call->ch[c].row_bytes, plan->world_size * P.nch,
+                                P.min_chunk);
   }
   if (call->kv_backward) {
     P.reduce = (call->flags & SY_ATTN_UNSUMMED) ? REDUCE_UNSUMMED : REDUCE_SUM;

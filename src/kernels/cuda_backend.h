@@ -116,7 +116,7 @@ struct cuda_state {
   sy_boot_t *boot;
   int num_sms;
   int a2a_blocks;   /* blocks per all-to-all launch (SY_A2A_BLOCKS, else the SM count) */
-  size_t a2a_chunk; /* smallest chunk of one peer's bytes that gets its own signal (SY_A2A_CHUNK) */
+  size_t a2a_chunk; /* largest piece of one pair's bytes that gets its own signal (SY_A2A_CHUNK; piece_count) */
   bool nvshmem_up;
   char trace_path[512];
 };
