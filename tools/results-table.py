@@ -2,7 +2,9 @@
 """results-table.py BENCH.json [...] — sy-bench's --json output (alltoall, attn, moe-ll) as the Markdown tables
 bench/RESULTS.md uses, one per file, so a device run's figures go into RESULTS.md as measured, not retyped.
 tools/gpu-check.sh writes OUTDIR/results.md with it. A value that was not measured prints as "-". "µs" columns
-are CUDA-event times, "kernel" columns CUPTI kernel times (the device time a call's kernels held alone)."""
+are CUDA-event times, "kernel" columns CUPTI kernel times (the device time a call's kernels held alone). moe-ll's
+DS, DR, CS, CR: dispatch_send, dispatch_recv, combine_send, combine_recv called as separate halves, in kernel time
+where the run measured it, else between events."""
 import json
 import sys
 
@@ -48,7 +50,9 @@ def moe(rows):
             "x disp", "x comb", "_x on", "DS", "DR", "CS", "CR"]
     out = []
     for r in rows:
-        d, c, n, h = r["dispatch"], r["combine"], r["nccl"], r.get("halves_us", {})
+        d, c, n = r["dispatch"], r["combine"], r["nccl"]
+        hk = r.get("halves_kernel_us") or {}
+        h = hk if hk.get("dispatch_send") is not None else r.get("halves_us", {})  # kernel time where measured
         absent = n.get("absent")
         out.append([r["tokens_per_rank"], r["wire"], r["mode"], num(d["time_us"]), num(d.get("kernel_us")),
                     num(d["graph_us"]), num(d["host_us"]), num(c["time_us"]), num(c.get("kernel_us")),

@@ -269,24 +269,37 @@ static int op_combine(bench_ctx_t *ctx, moe_bench_t *b) {
          SY_SUCCESS;
 }
 
-/* The four halves as separate calls (one kernel each), CUDA events between them: where a pair's time goes.
- * half_us[4]: medians of dispatch_send, dispatch_recv, combine_send, combine_recv, the slowest rank's. */
-static int time_halves(bench_ctx_t *ctx, moe_bench_t *b, double half_us[4]) {
+/* One round of the four halves, each its own call (one kernel each); with `ev` (5 events) recorded around them,
+ * with `ids` each half bracketed for CUPTI as call ids[h]. */
+static int halves_round(bench_ctx_t *ctx, moe_bench_t *b, cudaEvent_t *ev, const uint64_t *ids) {
+  int rc = 0;
+  for (int h = 0; h < 4 && !rc; h++) {
+    if (ev) rc = cudaEventRecord(ev[h], ctx->stream) != cudaSuccess;
+    if (ids) bench_ktime_push(ids[h]);
+    if (!rc) {
+      if (h == 0) rc = sy_moe_dispatch_send(b->moe, b->x, b->tokens, b->ids, SY_INDEX_INT32, b->weights, ctx->stream);
+      else if (h == 1) rc = sy_moe_dispatch_recv(b->moe, &b->recv, ctx->stream);
+      else if (h == 2) rc = sy_moe_combine_send(b->moe, b->expert_out, ctx->stream);
+      else rc = sy_moe_combine_recv(b->moe, b->ids, SY_INDEX_INT32, b->weights, b->tokens, b->out, ctx->stream);
+      rc = rc != SY_SUCCESS;
+    }
+    if (ids) bench_ktime_pop();
+  }
+  if (ev && !rc) rc = cudaEventRecord(ev[4], ctx->stream) != cudaSuccess;
+  return rc;
+}
+
+/* The four halves as separate calls (one kernel each): where a pair's time goes. half_us[4]: medians of
+ * dispatch_send, dispatch_recv, combine_send, combine_recv between CUDA events; half_kernel_us[4]: the same
+ * halves' kernel time (CUPTI; 0 where unavailable). The slowest rank's. */
+static int time_halves(bench_ctx_t *ctx, moe_bench_t *b, double half_us[4], double half_kernel_us[4]) {
   const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
   double *t = calloc(5 * (size_t)iters, sizeof *t), *col = t ? t + 4 * (size_t)iters : NULL;
   cudaEvent_t ev[5] = {NULL, NULL, NULL, NULL, NULL};
   int rc = !t;
   for (int i = 0; i < 5 && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
   for (int i = 0; i < warmup + iters && !rc; i++) {
-    rc = cudaEventRecord(ev[0], ctx->stream) != cudaSuccess ||
-         sy_moe_dispatch_send(b->moe, b->x, b->tokens, b->ids, SY_INDEX_INT32, b->weights, ctx->stream) != SY_SUCCESS ||
-         cudaEventRecord(ev[1], ctx->stream) != cudaSuccess ||
-         sy_moe_dispatch_recv(b->moe, &b->recv, ctx->stream) != SY_SUCCESS ||
-         cudaEventRecord(ev[2], ctx->stream) != cudaSuccess ||
-         sy_moe_combine_send(b->moe, b->expert_out, ctx->stream) != SY_SUCCESS ||
-         cudaEventRecord(ev[3], ctx->stream) != cudaSuccess ||
-         sy_moe_combine_recv(b->moe, b->ids, SY_INDEX_INT32, b->weights, b->tokens, b->out, ctx->stream) != SY_SUCCESS ||
-         cudaEventRecord(ev[4], ctx->stream) != cudaSuccess || cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+    rc = halves_round(ctx, b, ev, NULL) || cudaStreamSynchronize(ctx->stream) != cudaSuccess;
     for (int h = 0; h < 4 && !rc && i >= warmup; h++) {
       float ms = 0;
       rc = cudaEventElapsedTime(&ms, ev[h], ev[h + 1]) != cudaSuccess;
@@ -297,6 +310,24 @@ static int time_halves(bench_ctx_t *ctx, moe_bench_t *b, double half_us[4]) {
     for (int i = 0; i < iters && !rc; i++) col[i] = t[(size_t)h * iters + i];
     half_us[h] = bench_allreduce_max_d(ctx, rc ? 0 : bench_median(col, iters));
   }
+  /* Kernel time: the rounds again under CUPTI, half h of round i as call 4i + h, enqueued back to back. */
+  double k[4] = {0, 0, 0, 0};
+  if (!rc && bench_ktime_begin() == 0) {
+    double *tk = calloc(4 * (size_t)iters, sizeof *tk);
+    for (int i = 0; i < iters && !rc && tk; i++) {
+      const uint64_t ids[4] = {4 * (uint64_t)i, 4 * (uint64_t)i + 1, 4 * (uint64_t)i + 2, 4 * (uint64_t)i + 3};
+      rc = halves_round(ctx, b, NULL, ids);
+    }
+    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    if (bench_ktime_end(tk ? 4 * iters : 0, tk) == 0 && !rc && tk) {
+      for (int h = 0; h < 4; h++) {
+        for (int i = 0; i < iters; i++) col[i] = tk[4 * (size_t)i + (size_t)h];
+        k[h] = bench_median(col, iters);
+      }
+    }
+    free(tk);
+  }
+  for (int h = 0; h < 4; h++) half_kernel_us[h] = bench_allreduce_max_d(ctx, rc ? 0 : k[h]);
   for (int i = 0; i < 5; i++)
     if (ev[i]) cudaEventDestroy(ev[i]);
   free(t);
@@ -577,7 +608,7 @@ int bench_moe(bench_ctx_t *ctx) {
         /* dedup: a message per (token, rank) both ways; per expert: a copy per (token, expert) both ways. */
         const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs, *back_pairs = pairs;
         bench_timing_t disp, comb, nd, nc;
-        double halves[4] = {0, 0, 0, 0};
+        double halves[4] = {0, 0, 0, 0}, halves_k[4] = {0, 0, 0, 0};
         memset(&disp, 0, sizeof disp), memset(&comb, 0, sizeof comb);
         memset(&nd, 0, sizeof nd), memset(&nc, 0, sizeof nc);
         long long wrong = -1;
@@ -611,7 +642,7 @@ int bench_moe(bench_ctx_t *ctx) {
             if (bench_allreduce_max(ctx, crc)) rc = 1; /* a pair that did not complete leaves the object mid-call */
           }
           if (!rc) rc = time_pairs(ctx, &b, &disp, &comb);
-          if (!rc && gpu(ctx)) rc = time_halves(ctx, &b, halves);
+          if (!rc && gpu(ctx)) rc = time_halves(ctx, &b, halves, halves_k);
           sy_moe_destroy(b.moe);
           b.moe = NULL;
         }
@@ -659,7 +690,10 @@ int bench_moe(bench_ctx_t *ctx) {
                     nccl_cols, x_cols);
         if (halves[0] > 0)
           bench_print(ctx, "#        halves, one kernel each: dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
-                           "combine_recv %.2f us\n", halves[0], halves[1], halves[2], halves[3]);
+                           "combine_recv %.2f us (events)\n", halves[0], halves[1], halves[2], halves[3]);
+        if (halves_k[0] > 0)
+          bench_print(ctx, "#        halves, kernel time:     dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
+                           "combine_recv %.2f us\n", halves_k[0], halves_k[1], halves_k[2], halves_k[3]);
         bench_json(ctx,
                    "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
                    "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
@@ -673,14 +707,17 @@ int bench_moe(bench_ctx_t *ctx) {
                    "\"combine_kernel_us\": %s}, "
                    "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f, \"speedup_basis\": \"%s\", "
                    "\"halves_us\": {\"dispatch_send\": %.3f, \"dispatch_recv\": %.3f, \"combine_send\": %.3f, "
-                   "\"combine_recv\": %.3f}}",
+                   "\"combine_recv\": %.3f}, "
+                   "\"halves_kernel_us\": {\"dispatch_send\": %s, \"dispatch_recv\": %s, \"combine_send\": %s, "
+                   "\"combine_recv\": %s}}",
                    sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
                    mode_name(cfg.flags), ours ? "true" : "false", disp.time_us,
                    bench_json_us(f[0], 16, disp.kernel_us), disp.graph_us, disp.host_us, disp_bytes, comb.time_us,
                    bench_json_us(f[1], 16, comb.kernel_us), comb.graph_us, comb.host_us, comb_bytes, wrong,
                    have_nccl ? "" : "\"absent\": true, ", nd.time_us, nc.time_us, bench_json_us(f[2], 16, nd.kernel_us),
                    bench_json_us(f[3], 16, nc.kernel_us), xd, xc, by_kernel ? "kernel" : "event", halves[0], halves[1],
-                   halves[2], halves[3]);
+                   halves[2], halves[3], bench_json_us(f[4], 16, halves_k[0]), bench_json_us(f[5], 16, halves_k[1]),
+                   bench_json_us(f[6], 16, halves_k[2]), bench_json_us(f[7], 16, halves_k[3]));
         if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
         if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
           have_target = 1;
