@@ -158,13 +158,11 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   }
 
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) { /* the last block advances the call number (read after the kernel boundary) */
     trace(ctx, OP_A2A_DATA, PH_KERNEL, false, -1, call);
-    __threadfence();
-    if (atomicAdd(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
+    if (atom_add_acq_rel_gpu(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
       ctx.state->a2a_blocks_done = 0;
       ctx.state->a2a_calls = call;
-      __threadfence();
     }
   }
 }

@@ -275,15 +275,20 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     if (P.reduce != REDUCE_NONE && !aborted(ctx)) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
   }
 
+  /* The last block advances the call number and the expected counter bases, a thread per source; the next call
+   * reads them after the kernel boundary. One acquire-release atomic, no separate fences. */
+  __shared__ int last_s;
   __syncthreads();
   if (threadIdx.x == 0) {
     trace(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
-    __threadfence();
-    if (atomicAdd(&P.local->blocks_done, 1u) == gridDim.x - 1) {
-      for (int s = 0; s < W; s++) P.local->base[s] += attn_expected(P, s);
+    last_s = atom_add_acq_rel_gpu(&P.local->blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last_s) {
+    for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected(P, s);
+    if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
       P.local->calls = call;
-      __threadfence();
     }
   }
 }

@@ -24,8 +24,8 @@
  *                  SY_MOE_PER_EXPERT, y_k into [token][k]. Then every block adds to each owner's signal word.
  *   combine_recv   waits for every rank's word; a block per token adds the rank partials in rank order (or
  *                  fmaf(w_k, y_k) in k order) from +0 and rounds once.
- * Call numbers live on the device (dispatch_send's last block advances them), so every half is
- * graph-capturable and needs no reset; the signal words only grow, by SY_MOE_SIGNAL_STEP per call of their parity.
+ * Call numbers live on the device (one slot per block, each advanced by dispatch_send's block for it at its
+ * end: moe_local), so every half is graph-capturable and needs no reset; the signal words only grow, by SY_MOE_SIGNAL_STEP per call of their parity.
  * Parity n % 2 of every region is safe to reuse at call n + 2 by the argument in moe_host.c.
  */
 #include <cuda_bf16.h>
@@ -46,17 +46,20 @@ constexpr int MOE_THREADS = 512;
 constexpr int MOE_WARPS = MOE_THREADS / 32;
 constexpr int MOE_MAX_K = 32;
 
-/* Device-local state of one object. */
+/* Device-local state of one object. The current call number is kept once per block slot (calls[blocks], after
+ * this struct): every kernel's block b reads slot b, and dispatch_send's block b stores the new number into
+ * slots b, b + grid, ... at its end — each slot exactly once per call, no two blocks on one slot, so no atomic,
+ * no fence and no last block; the next kernel sees all slots equal (the kernel boundary orders them). */
 struct moe_local {
-  uint64_t call;           /* the current call: advanced by dispatch_send's last block */
-  unsigned blocks_done;    /* dispatch_send's blocks that finished this call */
-  int num_tokens;          /* this rank's dispatch of the current call */
+  int num_tokens; /* this rank's dispatch of the current call */
 };
 
 struct moe_params {
   dev_ctx ctx;
   char *ws; /* this rank's workspace (symmetric) */
   moe_local *local;
+  uint64_t *calls;    /* [ncalls]: the current call number, one slot per block (moe_local) */
+  int ncalls;
   int32_t *ids;       /* [T][K]: this rank's dispatch ids, checked (-1 for a rejected one) */
   int32_t *slot_of;   /* [W][T][K]: slot of (source, message, k) here */
   char *staging;      /* [blocks][stage_bytes]: messages and vectors on their way to a put-only peer */
@@ -106,6 +109,11 @@ __device__ __forceinline__ char *peer_ws(const moe_params &P, int p) {
  * it (with a __match_any_sync repeat check) measured 0.8-1.9 us slower at 128-256 tokens (bench/NOTES.md). */
 __device__ __forceinline__ int rank_of(const moe_params &P, int e) {
   return P.L_magic ? (int)(((uint64_t)(uint32_t)e * P.L_magic) >> 32) : e / P.L;
+}
+
+/* This kernel's call number (the slot of this block; all slots are equal when a kernel starts). */
+__device__ __forceinline__ uint64_t current_call(const moe_params &P) {
+  return ld_relaxed_gpu(&P.calls[blockIdx.x % (unsigned)P.ncalls]);
 }
 
 __device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
@@ -239,14 +247,14 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     }
     if (threadIdx.x < (unsigned)K && P.weights) pre_w = P.weights[(uint64_t)blockIdx.x * K + threadIdx.x];
   }
-  if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->call) + 1;
+  if (threadIdx.x == 0) call_s = current_call(P) + 1;
   for (int p = threadIdx.x; p < W; p += blockDim.x) peers[p] = peer_ws(P, p);
   /* The ids, loaded once (coalesced, independent loads) into shared memory; outside [-1, E): reported, -1. */
   for (int i = threadIdx.x; i < nt * K; i += blockDim.x) {
     const int64_t id = load_id(P, (uint64_t)i);
     const bool bad = id < -1 || id >= P.E;
     if (bad && blockIdx.x == 0)
-      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, i / K, ld_relaxed_gpu(&P.local->call) + 1, (uint64_t)(i % K),
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, i / K, current_call(P) + 1, (uint64_t)(i % K),
                    (uint64_t)id);
     ids[i] = bad ? -1 : (int)id;
   }
@@ -552,16 +560,12 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   return call;
 }
 
-/* The call number advances once every block of dispatch_send has read it: the last block to get here stores it.
- * The fused kernel does this after its receiving part, off the path to the data. */
+/* dispatch_send is done with call `call`: block b stores it into slots b, b + grid, ... (every slot once). The
+ * fused kernel does this after its receiving part. No block of this kernel reads a slot after another block
+ * stored into it (each reads its own, at its start); the next kernel reads them after the kernel boundary. */
 __device__ __forceinline__ void advance_call(const moe_params &P, uint64_t call) {
   if (threadIdx.x != 0) return;
-  __threadfence();
-  if (atomicAdd(&P.local->blocks_done, 1u) == gridDim.x - 1) {
-    P.local->blocks_done = 0;
-    P.local->call = call;
-    __threadfence();
-  }
+  for (int i = (int)blockIdx.x; i < P.ncalls; i += (int)gridDim.x) P.calls[i] = call;
 }
 
 /* ---- dispatch_recv ----------------------------------------------------------------------------------------------- */
@@ -953,17 +957,17 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  dispatch_recv_body(P, ld_relaxed_gpu(&P.local->call));
+  dispatch_recv_body(P, current_call(P));
 }
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  combine_send_body(P, ld_relaxed_gpu(&P.local->call));
+  combine_send_body(P, current_call(P));
 }
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  combine_recv_body(P, ld_relaxed_gpu(&P.local->call));
+  combine_recv_body(P, current_call(P));
 }
 
 /* sy_moe_dispatch and sy_moe_combine: the two halves in one kernel (one launch, one ramp). The receiving part
@@ -979,7 +983,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const __grid_
 
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  const uint64_t call = ld_relaxed_gpu(&P.local->call);
+  const uint64_t call = current_call(P);
   combine_send_body(P, call);
   __syncthreads();
   combine_recv_body(P, call);
@@ -995,7 +999,8 @@ struct moe_gpu {
   sy_moe_layout_t layout;
   char *ws;
   moe_local *local;
-  char *local_blob; /* local, ids, slot_of */
+  uint64_t *calls; /* [blocks], after local */
+  char *local_blob; /* local and calls, ids, slot_of */
   int32_t *ids, *slot_of;
   char *staging;
   size_t stage_bytes;
@@ -1022,6 +1027,8 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   P->ctx = state_of(comm)->ctx;
   P->ws = g->ws;
   P->local = g->local;
+  P->calls = g->calls;
+  P->ncalls = g->blocks;
   P->ids = g->ids;
   P->slot_of = g->slot_of;
   P->staging = g->staging;
@@ -1132,7 +1139,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     remote_peer = remote_peer || !nvshmem_ptr(g->ws, p);
     need_puts = need_puts || st->ctx.force_put || !nvshmem_ptr(g->ws, p);
   }
-  const size_t local_bytes = align_up(sizeof(moe_local), 256) + align_up((size_t)T * K * 4, 256) + (size_t)W * M * K * 4;
+  const size_t local_bytes = align_up(sizeof(moe_local) + (size_t)g->blocks * 8, 256) + align_up((size_t)T * K * 4, 256) +
+                             (size_t)W * M * K * 4;
   cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->local_blob, 0, local_bytes);
   if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);
@@ -1169,7 +1177,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   }
   char *p = g->local_blob;
   g->local = (moe_local *)p;
-  p += align_up(sizeof(moe_local), 256);
+  g->calls = (uint64_t *)(p + align_up(sizeof(moe_local), 8));
+  p += align_up(sizeof(moe_local) + (size_t)g->blocks * 8, 256);
   g->ids = (int32_t *)p;
   p += align_up((size_t)T * K * 4, 256);
   g->slot_of = (int32_t *)p;
