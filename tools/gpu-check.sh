@@ -14,6 +14,8 @@
 # (syrun --gpus 0,0,...; time-sliced, so ~2 ms per cross-rank wait): the multi-rank code paths checked bit
 # for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
 # (--no-nccl: NCCL refuses two ranks on one GPU), with no JSON.
+# GPU_CHECK_REV=REV names the commit in results.md when the checkout's .git does not (a device machine that gets
+# a copy of the working tree but an older .git).
 # Exit status: non-zero if any test or benchmark check failed.
 set -uo pipefail
 out=${1:?usage: tools/gpu-check.sh OUTDIR [COUNT ...]}
@@ -115,7 +117,9 @@ rm -rf "$tdir"
 # The benchmark JSON as RESULTS.md tables, with what a row there must say: device, commit, date, command.
 if compgen -G "$out/bench_*.json" >/dev/null; then
   {
-    echo "<!-- gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'), counts ${counts[*]} -->"
+    if [ -n "${GPU_CHECK_REV:-}" ]; then rev="$GPU_CHECK_REV (GPU_CHECK_REV)"
+    else rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"; fi
+    echo "<!-- gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev, counts ${counts[*]} -->"
     echo "<!-- $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, -) -->"
     echo
     python3 "$root/tools/results-table.py" "$out"/bench_*.json
