@@ -10,13 +10,14 @@
  *               a2a_data[rank] after its data                       [sender half]
  *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
  *   last block: advance the call number kept on the device.
- * A pair's chunk count is a function of its byte count, the world size and SY_A2A_CHUNK only (piece_count), so
- * sender and receiver agree on it without talking. A sender whose byte count disagrees with the receiver's sends
- * a mismatch flag instead of data; both sides then report SY_ERR_MISMATCH.
+ * A pair's chunk count is a function of its byte count, the world size and SY_A2A_CHUNK only (sy__piece_count
+ * in core/pieces.h), so sender and receiver agree on it without talking. A sender whose byte count disagrees
+ * with the receiver's sends a mismatch flag instead of data; both sides then report SY_ERR_MISMATCH.
  */
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
+#include "core/pieces.h"
 #include "kernels/device.cuh"
 
 namespace sy {
@@ -35,7 +36,7 @@ struct a2a_params {
 };
 
 __host__ __device__ inline uint32_t a2a_chunk_count(uint64_t bytes, int world_size, uint64_t max_chunk) {
-  return piece_count(bytes, (uint32_t)world_size, max_chunk, A2A_MAX_CHUNKS);
+  return sy__piece_count(bytes, (uint32_t)world_size, max_chunk, A2A_MAX_CHUNKS);
 }
 
 __device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t j, uint64_t *lo, uint64_t *hi) {

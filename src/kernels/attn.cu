@@ -12,8 +12,8 @@
  *   receiver:   wait (bounded) until each source's counter reaches its expected total (block 0; for the KV
  *               backward every block, which then sums its share of the tokens)
  *   last block: advance the call number and the expected counter bases (counters only grow: no reset).
- * A pair's chunk count depends only on its bytes, the world size, the channel count and SY_A2A_CHUNK (piece_count),
- * so both sides agree without talking.
+ * A pair's chunk count depends only on its bytes, the world size, the channel count and SY_A2A_CHUNK
+ * (sy__piece_count in core/pieces.h), so both sides agree without talking.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pieces.h"
 #include "kernels/device.cuh"
 #include "plan/attn_plan.h"
 
@@ -89,7 +90,7 @@ struct attn_params {
 };
 
 __host__ __device__ inline uint32_t attn_chunk_count(uint64_t bytes, int pairs, uint64_t max_chunk) {
-  return piece_count(bytes, (uint32_t)pairs, max_chunk, ATTN_MAX_CHUNKS);
+  return sy__piece_count(bytes, (uint32_t)pairs, max_chunk, ATTN_MAX_CHUNKS);
 }
 
 __device__ inline uint64_t attn_expected(const attn_params &P, int s) {

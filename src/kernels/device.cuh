@@ -166,21 +166,6 @@ __device__ inline bool wait_mail(const dev_ctx &ctx, const a2a_mail *mail, int p
   return true;
 }
 
-/* The pieces one pair's bytes travel in, each with its own signal (alltoall, attention): pieces of at most
- * `max_piece` bytes (SY_A2A_CHUNK), cut finer for small pairs — down to PIECE_MIN — so that a rank's `pairs`
- * pairs (world size x channels) make about PIECE_TARGET pieces, and that many blocks copy at once instead of
- * a few copying several rounds each (bench/NOTES.md). A function of the pair's bytes, `pairs` and `max_piece`
- * only, which sender and receiver share; an empty pair still signals once; at most max_count. */
-constexpr uint64_t PIECE_MIN = 8192, PIECE_TARGET = 64;
-__host__ __device__ inline uint32_t piece_count(uint64_t bytes, uint32_t pairs, uint64_t max_piece, uint32_t max_count) {
-  if (bytes == 0) return 1;
-  uint64_t piece = bytes * pairs / PIECE_TARGET;
-  if (piece < PIECE_MIN) piece = PIECE_MIN;
-  if (piece > max_piece) piece = max_piece;
-  const uint64_t c = (bytes + piece - 1) / piece;
-  return c > max_count ? max_count : (uint32_t)c;
-}
-
 /* Copy of `bytes` from src to dst by a group of nthreads threads (tid = rank in the group); dst may be a
  * peer's memory mapped over NVLink. 16-byte vectors with four loads in flight per thread when src and dst
  * share their alignment modulo 16; 4-byte or byte copies otherwise. Every thread of the group calls it. */
