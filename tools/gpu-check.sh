@@ -73,6 +73,7 @@ for n in "${counts[@]}"; do
   SY_FORCE_PUT=1 run test_gpu_ring.put "$n" "$root/build/tests/gpu/test_gpu_ring"
   SY_FORCE_PUT=1 run test_gpu_attn.put "$n" "$root/build/tests/gpu/test_gpu_attn"
   SY_FORCE_PUT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.put "$n" "$root/build/tests/gpu/test_gpu_moe"
+  SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
 done
 
 t0=$(date +%s)

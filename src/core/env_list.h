@@ -24,3 +24,4 @@ SY_ENV_ID_(SY_TRACE_FILE, SY_ENV_STRING, "", "write per-phase device timestamps 
 SY_ENV_ID_(SY_TRACE_EVENTS, SY_ENV_INT, "262144", "trace buffer capacity in events (32 bytes each)")
 SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1", "launch the MoE and attention kernels with programmatic dependent launch (a kernel starts while the one before it ends)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1", "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
+SY_ENV_ID_(SY_MOE_DIRECT, SY_ENV_STRING, "auto", "one-kernel sy_moe_dispatch: this rank's own tokens go straight into its expert buffers (1), through its dispatch region (0), or auto: straight with SY_MOE_PER_EXPERT from SMs / 2 tokens on")

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       if (j == 0 && threadIdx.x == 0) {
         /* the flag carries our byte count, so the receiver can say what we meant to send */
         const uint64_t flag = A2A_MISMATCH_FLAG + P.send_bytes[p];
-        if (peer_base) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), flag);
+        if (peer_base) red_add_release((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), flag, p != me);
         else nvshmemx_signal_op(peer_count, flag, NVSHMEM_SIGNAL_ADD, p);
       }
       continue;
@@ -130,10 +130,11 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, true, p, call);
     if (peer_base) {
       copy_block(peer_base + dst_off, src, hi - lo);
-      /* One release for the block: bar.sync orders every thread's stores before thread 0's red.release.sys,
-       * and release is cumulative, so the receiver's acquire of the count sees the whole chunk. */
+      /* One release for the block: bar.sync orders every thread's stores before thread 0's red.release (system
+       * scope; GPU scope to this rank itself), and release is cumulative, so the receiver's acquire of the count
+       * sees the whole chunk. */
       __syncthreads();
-      if (threadIdx.x == 0) red_add_release_sys((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), 1);
+      if (threadIdx.x == 0) red_add_release((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), 1, p != me);
     } else if (hi > lo) {
       nvshmemx_putmem_signal_nbi_block(ctx.ctrl + dst_off, src, hi - lo, peer_count, 1, NVSHMEM_SIGNAL_ADD, p);
     } else if (threadIdx.x == 0) {

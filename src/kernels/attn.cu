@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     if (threadIdx.x == 0) {
       uint64_t *count_at_peer = P.data + me;
       if (peer_base) {
-        red_add_release_sys((uint64_t *)(peer_base + ((char *)count_at_peer - ctx.ctrl)), 1);
+        red_add_release((uint64_t *)(peer_base + ((char *)count_at_peer - ctx.ctrl)), 1, p != me); /* GPU scope to itself */
       } else {
         nvshmem_quiet();
         nvshmemx_signal_op(count_at_peer, 1, NVSHMEM_SIGNAL_ADD, p);

@@ -55,7 +55,8 @@ enum trace_phase : uint16_t {
   PH_WAIT = 7,       /* a barrier's or signal wait's wait */
   PH_ROUTE = 8,      /* MoE dispatch: every token's destinations and message indices */
   PH_POST = 9,       /* MoE dispatch_recv: messages laid out into the caller's expert-major buffers */
-  PH_REDUCE = 10     /* MoE combine_recv: the weighted sum per token */
+  PH_REDUCE = 10,    /* MoE combine_recv: the weighted sum per token */
+  PH_LOCAL = 11      /* MoE one-call dispatch: this rank's own tokens stored straight into its expert buffers */
 };
 const char *phase_name(int phase);
 

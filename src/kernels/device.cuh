@@ -41,6 +41,33 @@ __device__ __forceinline__ void red_add_release_sys(uint64_t *p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/* The same at GPU scope: for a word on this GPU that only this GPU's threads wait for (MEMBAR.GPU rather than
+ * MEMBAR.SYS, which waits for the system and measured ~1 to 2 us in a block's path; bench/NOTES.md). */
+__device__ __forceinline__ void red_add_release_gpu(uint64_t *p, uint64_t v) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/* A peer's word at system scope, this GPU's own at GPU scope. */
+__device__ __forceinline__ void red_add_release(uint64_t *p, uint64_t v, bool sys) {
+  if (sys) red_add_release_sys(p, v);
+  else red_add_release_gpu(p, v);
+}
+
+/* A release fence, then relaxed operations: one fence for several words (the release pattern of the PTX
+ * memory model: fence.acq_rel followed by a strong write). */
+__device__ __forceinline__ void fence_acq_rel(bool sys) {
+  if (sys) asm volatile("fence.acq_rel.sys;" ::: "memory");
+  else asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+__device__ __forceinline__ void st_relaxed_sys(uint64_t *p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void red_add_relaxed_sys(uint64_t *p, uint64_t v) {
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 /* Records the first error of this communicator: arbitration in device memory (atomics on host-mapped memory
  * are not native over PCIe), then the fields and last the status into the host-mapped slot. A timeout also
  * raises abort, so every other wait gives up; a disagreement between two ranks (a mismatch) does not: the

@@ -15,10 +15,16 @@
  *                  messages, adds to the destination's signal word with one release-ordered add (see arrive()).
  *                  Each entry carries its rank among this source's messages naming its expert (from per-expert
  *                  token masks in shared memory), and block 0 stores each destination's per-expert counts.
+ *                  Block 0's add also publishes the counts word (the call; SY_MOE_COUNTER_COUNTS) with them.
+ *                  Releases to this rank's own words are GPU-scoped, to peers' system-scoped.
  *   dispatch_recv  waits for every source's word; the counts' prefix over sources gives each (source, expert)
  *                  its first slot, so each (message, k) entry's slot is first + rank: the grid's warps copy
  *                  the entries naming a local expert into the caller's expert-major buffers, no scan; and
  *                  remember each entry's slot.
+ *   direct         (the one-call dispatch, SY_MOE_DIRECT; by default per expert from SMs / 2 tokens): the
+ *                  messages to this rank carry no payload; after its signal adds each sending block stores its
+ *                  own-rank entries straight into the expert buffers (slots from the lower sources' counts,
+ *                  after their counts words), and the receiving part waits for this rank's counts word only.
  *   combine_send   a block per received message: default, fmaf(w_k, y_k, .) over its entries in k order from
  *                  +0, rounded to bf16, stored into the owner's combine region at [this rank][token];
  *                  SY_MOE_PER_EXPERT, y_k into [token][k]. Then every block adds to each owner's signal word.
@@ -45,6 +51,7 @@ namespace sy {
 constexpr int MOE_THREADS = 512;
 constexpr int MOE_WARPS = MOE_THREADS / 32;
 constexpr int MOE_MAX_K = 32;
+constexpr int MOE_PEER_TAB = 8;
 
 /* Device-local state of one object. The current call number is kept once per block slot (calls[blocks], after
  * this struct): every kernel's block b reads slot b, and dispatch_send's block b stores the new number into
@@ -57,6 +64,7 @@ struct moe_local {
 struct moe_params {
   dev_ctx ctx;
   char *ws; /* this rank's workspace (symmetric) */
+  char *peer_tab[MOE_PEER_TAB]; /* W <= MOE_PEER_TAB: peer_ws() of every rank, looked up once by the host */
   moe_local *local;
   uint64_t *calls;    /* [ncalls]: the current call number, one slot per block (moe_local) */
   int ncalls;
@@ -67,6 +75,8 @@ struct moe_params {
   uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset, counts_offset;
   int T, M, H, K, E, L, W, S, G, wire, per_expert; /* M: messages per source (T, or T x K per expert) */
   int rank_masks; /* dispatch_send keeps a token mask per expert in shared memory for the ranks (else it counts) */
+  int direct;     /* one-call dispatch: this rank's own tokens go straight into recv (dispatch_send_body) */
+  int self_cap;   /* with direct: entries the block's list of own-rank entries holds (tokens per block x K) */
   uint64_t L_magic; /* ceil(2^32 / L) where num_experts x L < 2^32 (expert -> rank by a multiply), else 0 */
   /* the call's arguments */
   const uint16_t *tokens;
@@ -100,6 +110,7 @@ __device__ __forceinline__ uint64_t counter_offset(const moe_params &P, int pari
 
 /* This rank's workspace as peer p sees it, when p is load/store reachable (else NULL: puts). */
 __device__ __forceinline__ char *peer_ws(const moe_params &P, int p) {
+  if (P.W <= MOE_PEER_TAB) return P.peer_tab[p]; /* a kernel parameter: no dependent loads at the start */
   if (P.ctx.force_put && p != P.ctx.rank) return nullptr;
   return (char *)nvshmem_ptr(P.ws, p);
 }
@@ -124,16 +135,28 @@ __device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
  * that every call raises the word by exactly SY_MOE_SIGNAL_STEP, whatever the grid: block 0 adds
  * STEP - (blocks - 1) and every other block 1. Every contribution is positive, so the word reaches
  * STEP x (calls of this parity so far) only when the last block's add lands — and not a moment before (expected()).
- * One thread per p, after the block's stores (bar.sync): its release (system scope) orders the block's stores,
- * to p's memory too, before its add, and the receiver's acquire of the sum synchronises with every add. The
- * put path quiets the block's puts first and adds by an NVSHMEM signal. No counter to reset, no last block. */
-__device__ __forceinline__ void arrive(const moe_params &P, char *peer, int p, int parity, int word) {
+ * One thread per p, after the block's stores (bar.sync): its release orders the block's stores, to p's memory
+ * too, before its add, and the receiver's acquire of the sum synchronises with every add — at system scope for
+ * a peer, at GPU scope for this rank's own word (no other GPU waits for it). The put path quiets the block's
+ * puts first and adds by an NVSHMEM signal. No counter to reset, no last block. With `counts` = the call
+ * (dispatch_send's block 0) the same release also publishes the counts word: the call, after the message count
+ * and the counts (one fence for both words). */
+__device__ __forceinline__ void arrive(const moe_params &P, char *peer, int p, int parity, int word,
+                                       uint64_t counts = 0) {
   const uint64_t add = blockIdx.x == 0 ? SY_MOE_SIGNAL_STEP - (gridDim.x - 1u) : 1u;
   const uint64_t off = counter_offset(P, parity, P.ctx.rank, word);
-  if (peer) {
-    red_add_release_sys((uint64_t *)(peer + off), add);
+  const uint64_t coff = counter_offset(P, parity, P.ctx.rank, SY_MOE_COUNTER_COUNTS);
+  const bool own = p == P.ctx.rank;
+  if (peer && counts) {
+    fence_acq_rel(!own);
+    st_relaxed_sys((uint64_t *)(peer + coff), counts);
+    red_add_relaxed_sys((uint64_t *)(peer + off), add);
+  } else if (peer) {
+    if (own) red_add_release_gpu((uint64_t *)(peer + off), add);
+    else red_add_release_sys((uint64_t *)(peer + off), add);
   } else {
     nvshmem_quiet();
+    if (counts) nvshmemx_signal_op((uint64_t *)(P.ws + coff), counts, NVSHMEM_SIGNAL_SET, p);
     nvshmemx_signal_op((uint64_t *)(P.ws + off), add, NVSHMEM_SIGNAL_ADD, p);
   }
 }
@@ -225,8 +248,13 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   __shared__ uint32_t kmask_s[MOE_MAX_K]; /* the k a message carries */
   __shared__ float ent_w_s[MOE_MAX_K];
   __shared__ int rank_s[MOE_MAX_K]; /* per k of the current token: earlier messages naming the same expert */
-  __shared__ char *tgt_s[MOE_MAX_K];
-  __shared__ int any_put_s;
+  __shared__ char *tgt_s[MOE_MAX_K];  /* message (header) */
+  __shared__ char *pay_s[MOE_MAX_K];  /* its payload and scales (NULL: direct, to this rank) */
+  __shared__ int any_put_s, nself_s;
+  /* direct: the block's entries on this rank, {token, message index, local expert << 5 | k, rank}, after emask */
+  const size_t list_at = ((size_t)((char *)(emask + (P.rank_masks ? (size_t)P.E * NT : 0)) - (char *)moe_dyn) + 15) &
+                         ~(size_t)15;
+  int4 *self_list = (int4 *)((char *)moe_dyn + list_at);
 
   /* The block's first token: its first round of vectors (vector threadIdx.x) and its weights, loaded now, so
    * that their latency passes during the routing instead of after it. */
@@ -247,7 +275,10 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     }
     if (threadIdx.x < (unsigned)K && P.weights) pre_w = P.weights[(uint64_t)blockIdx.x * K + threadIdx.x];
   }
-  if (threadIdx.x == 0) call_s = current_call(P) + 1;
+  if (threadIdx.x == 0) {
+    call_s = current_call(P) + 1;
+    nself_s = 0;
+  }
   for (int p = threadIdx.x; p < W; p += blockDim.x) peers[p] = peer_ws(P, p);
   /* The ids, loaded once (coalesced, independent loads) into shared memory; outside [-1, E): reported, -1. */
   for (int i = threadIdx.x; i < nt * K; i += blockDim.x) {
@@ -400,12 +431,15 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       if (peers[p]) *(int *)(peers[p] + off) = named[i];
       else nvshmem_int_p((int *)(P.ws + off), named[i], p);
     }
+  /* (block 0's signal add, below, publishes them with the counts word too) */
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, true, -1, call);
   }
 
   char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
+  uint4 q0 = make_uint4(0, 0, 0, 0); /* round 0 of the token (vector vt), quantised; kept for the direct part */
+  float s0 = 0.0f;
   for (int t = blockIdx.x; t < nt; t += gridDim.x) {
     __syncthreads(); /* the previous token's shared state is no longer read */
     if (threadIdx.x == 0) {
@@ -474,12 +508,13 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       idx_s[j] = idx;
       kmask_s[j] = kmask;
       tgt_s[j] = peers[p] ? peers[p] + msg_offset(P, parity, me, idx) : nullptr;
+      pay_s[j] = P.direct && p == me ? nullptr : tgt_s[j];
       if (!peers[p]) any_put_s = 1;
     }
     if (threadIdx.x < (unsigned)K) ent_w_s[threadIdx.x] = w_t;
     const int *ent_e_s = ids + (size_t)t * K;
-    uint4 q0 = a0;
-    float s0 = 0.0f;
+    q0 = a0;
+    s0 = 0.0f;
     if (fp8 && r0) q0 = quantise16(a0, b0, ue8m0, &s0);
     __syncthreads();
     const int ndest = ndest_s, any_put = any_put_s;
@@ -500,7 +535,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         if (active) {
           const uint64_t po = P.payload_offset + (uint64_t)v * 16, so = P.scales_offset + (uint64_t)(v / 8) * 4;
           for (int j = 0; j < ndest; j++) {
-            char *dst = tgt_s[j];
+            char *dst = pay_s[j];
             if (!dst) continue;
             *(uint4 *)(dst + po) = qv;
             if ((lane & 7u) == 0) *(float *)(dst + so) = scale;
@@ -516,7 +551,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         const uint4 a = v == vt ? q0 : __ldg((const uint4 *)(tok + (uint64_t)v * 8));
         const uint64_t po = P.payload_offset + (uint64_t)v * 16;
         for (int j = 0; j < ndest; j++)
-          if (tgt_s[j]) *(uint4 *)(tgt_s[j] + po) = a;
+          if (pay_s[j]) *(uint4 *)(pay_s[j] + po) = a;
         if (any_put) *(uint4 *)(stage + po) = a;
       }
     }
@@ -533,6 +568,10 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         const bool on = (kmask >> k) & 1u;
         *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) = make_int2(on ? e - p * L : -1, __float_as_int(ent_w_s[k]));
         *(int *)(dst + SY_MOE_MSG_HEADER + 8 * K + 4 * k) = on ? rank_s[k] : -1;
+        if (on && P.direct && p == me) { /* placed after the sends (below) */
+          const int n = atomicAdd(&nself_s, 1);
+          if (n < P.self_cap) self_list[n] = make_int4(t, idx_s[j], (e - p * L) << 5 | k, rank_s[k]);
+        }
       }
     }
     if (any_put) {
@@ -551,12 +590,92 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, true, -1, call);
   }
-  for (int p = threadIdx.x; p < W; p += blockDim.x) arrive(P, peers[p], p, parity, SY_MOE_COUNTER_DISPATCH);
+  for (int p = threadIdx.x; p < W; p += blockDim.x)
+    arrive(P, peers[p], p, parity, SY_MOE_COUNTER_DISPATCH, blockIdx.x == 0 ? call : 0);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, call);
+  if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, call);
+
+  /* direct (the one-call dispatch): this rank's own entries, kept out of the messages above, go straight into
+   * the expert buffers now, while the other ranks' messages travel — nothing to copy for them after the wait.
+   * Their slots follow the lower sources' counts (sum over s < me), which those sources' block 0 published with
+   * the counts word in its signal add. A block with a single token of a single round still holds it, quantised,
+   * in q0 / s0; otherwise it loads the token again. */
+  if (P.direct) {
+    if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, true, -1, call);
+    int *lower = (int *)masks; /* [W]: source s < me sent messages here (masks are no longer read) */
+    int *fs = named;           /* [L]: the slot of this rank's first entry of each local expert */
+    for (int s = threadIdx.x; s < me; s += blockDim.x) {
+      const bool ok = wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_COUNTS)),
+                               call, OP_MOE_DISPATCH_RECV, s, call);
+      lower[s] = ok && *(const volatile uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_MESSAGES)) > 0;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < L; e += blockDim.x) {
+      int acc = 0;
+      for (int s = 0; s < me; s++)
+        if (lower[s]) acc += *(const volatile int *)(P.ws + counts_offset(P, parity, s, e));
+      fs[e] = acc;
+    }
+    __syncthreads();
+    const int n = nself_s < P.self_cap ? nself_s : P.self_cap;
+    const bool keep = (int)blockIdx.x + (int)gridDim.x >= nt && nvec <= MOE_THREADS;
+    const uint64_t row_bytes = (uint64_t)P.H * (fp8 ? 1 : 2);
+    char **rows = tgt_s;
+    float **srows = (float **)pay_s;
+    for (int i0 = 0; i0 < n;) { /* a run of entries of one token (the list is in the block's token order) */
+      const int t = self_list[i0].x;
+      int i1 = i0 + 1;
+      while (i1 < n && self_list[i1].x == t) i1++;
+      if (threadIdx.x < (unsigned)(i1 - i0)) {
+        const int4 en = self_list[i0 + threadIdx.x];
+        const int e = en.z >> 5, k = en.z & 31, slot = fs[e] + en.w;
+        const uint64_t at = (uint64_t)e * P.S + (uint64_t)(slot < P.S ? slot : 0);
+        if (slot >= P.S) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, me, call, (uint64_t)P.S, slot);
+        rows[threadIdx.x] = slot < P.S ? (char *)P.recv.tokens + at * row_bytes : nullptr;
+        srows[threadIdx.x] = fp8 ? P.recv.scales + (uint64_t)e * P.G * P.S + (uint64_t)slot : nullptr;
+        if (slot < P.S) {
+          P.recv.src[2 * at] = me;
+          P.recv.src[2 * at + 1] = t;
+          P.slot_of[((uint64_t)me * P.M + (uint64_t)en.y) * K + k] = slot;
+        }
+      }
+      __syncthreads();
+      const int nrows = i1 - i0;
+      const uint16_t *tok = P.tokens + (uint64_t)t * P.H;
+      if (fp8) {
+        for (int v0 = vt & ~31; v0 < nvec; v0 += MOE_THREADS) {
+          const int v = v0 + (int)lane;
+          const bool active = v < nvec;
+          uint4 qv = q0;
+          float scale = s0;
+          if (!keep) {
+            uint4 a = make_uint4(0, 0, 0, 0), bb = make_uint4(0, 0, 0, 0);
+            if (active) {
+              a = __ldg((const uint4 *)(tok + (uint64_t)v * 16));
+              bb = __ldg((const uint4 *)(tok + (uint64_t)v * 16 + 8));
+            }
+            qv = quantise16(a, bb, ue8m0, &scale);
+          }
+          if (active)
+            for (int j = 0; j < nrows; j++) {
+              if (!rows[j]) continue;
+              *(uint4 *)(rows[j] + (uint64_t)v * 16) = qv;
+              if ((lane & 7u) == 0) srows[j][(uint64_t)(v / 8) * P.S] = scale;
+            }
+        }
+      } else {
+        for (int v = vt; v < nvec; v += MOE_THREADS) {
+          const uint4 a = keep ? q0 : __ldg((const uint4 *)(tok + (uint64_t)v * 8));
+          for (int j = 0; j < nrows; j++)
+            if (rows[j]) *(uint4 *)(rows[j] + (uint64_t)v * 16) = a;
+        }
+      }
+      __syncthreads();
+      i0 = i1;
+    }
+    if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, false, -1, call);
   }
+  if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, call);
   return call;
 }
 
@@ -570,20 +689,26 @@ __device__ __forceinline__ void advance_call(const moe_params &P, uint64_t call)
 
 /* ---- dispatch_recv ----------------------------------------------------------------------------------------------- */
 
-/* Every block: wait for each source's word of this call; start[s] = the first flattened message of source s. */
-__device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64_t call, int op) {
+/* Every block: wait for each source's word of this call; start[s] = the first flattened message of source s.
+ * With `own` >= 0 (direct: this rank's entries are already placed) that source's messages are left out of the
+ * flattening, its word is the counts word, and *own_count gets its message count. */
+__device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64_t call, int op, int own = -1,
+                             int *own_count = nullptr) {
   __shared__ int total_s;
   for (int s = threadIdx.x; s < P.W; s += blockDim.x) {
     /* combine_send: dispatch_recv waited for the word */
     const bool ok = op != OP_MOE_DISPATCH_RECV ||
-                    wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_DISPATCH)),
-                             expected(call), op, s, call);
+                    (s == own ? wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_COUNTS)),
+                                         call, op, s, call)
+                              : wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_DISPATCH)),
+                                         expected(call), op, s, call));
     uint64_t count = ok ? *(const volatile uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_MESSAGES)) : 0;
     if (count > (uint64_t)P.M) {
       if (op == OP_MOE_DISPATCH_RECV) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, P.M, count);
       count = 0;
     }
-    start[s + 1] = (int)count;
+    if (s == own) *own_count = (int)count;
+    start[s + 1] = s == own ? 0 : (int)count;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -612,7 +737,9 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, true, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, true, -1, call);
   }
-  const int total = wait_dispatch(P, start, parity, call, OP_MOE_DISPATCH_RECV);
+  __shared__ int own_count_s;
+  const int own = P.direct ? P.ctx.rank : -1;
+  const int total = wait_dispatch(P, start, parity, call, OP_MOE_DISPATCH_RECV, own, &own_count_s);
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, false, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, true, -1, call);
@@ -621,7 +748,8 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
   for (int e = threadIdx.x; e < L; e += blockDim.x) {
     int acc = 0;
     for (int s = 0; s < W; s++) {
-      const int c = start[s + 1] > start[s] ? *(const volatile int *)(P.ws + counts_offset(P, parity, s, e)) : 0;
+      const bool sent = s == own ? own_count_s > 0 : start[s + 1] > start[s];
+      const int c = sent ? *(const volatile int *)(P.ws + counts_offset(P, parity, s, e)) : 0;
       first[s * L + e] = acc;
       if (blockIdx.x == 0) P.recv.rank_counts[(size_t)e * W + s] = c;
       acc += c;
@@ -1008,7 +1136,11 @@ struct moe_gpu {
   int blocks;  /* send kernels' grid (the SM count) */
   bool rank_masks; /* dispatch_send's per-expert token masks fit (moe_params.rank_masks) */
   bool fused_ok; /* a block of each fused kernel fits on an SM (else the one-call forms launch the halves) */
-  size_t ds_smem, dr_smem, cs_smem;
+  bool direct;   /* the fused dispatch may place this rank's own entries itself (its list fits: moe_params.direct) */
+  bool direct_auto;
+  char *peer_tab[MOE_PEER_TAB]; /* W <= MOE_PEER_TAB: each rank's workspace as this GPU reaches it (NULL: puts) */ /* ... then only per expert, and from blocks / 2 tokens (SY_MOE_DIRECT unset or auto) */
+  int self_cap;  /* its list's entries: ceil(max_tokens / blocks) x top_k */
+  size_t ds_smem, dr_smem, cs_smem, fd_smem; /* fd: the fused dispatch */
 };
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
@@ -1026,6 +1158,7 @@ static void fill_params(sy_comm_t comm, const struct sy_moe *moe, const moe_gpu 
   memset(P, 0, sizeof *P);
   P->ctx = state_of(comm)->ctx;
   P->ws = g->ws;
+  memcpy(P->peer_tab, g->peer_tab, sizeof P->peer_tab);
   P->local = g->local;
   P->calls = g->calls;
   P->ncalls = g->blocks;
@@ -1121,6 +1254,24 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     return SY_ERR_UNSUPPORTED;
   }
   g->blocks = st->num_sms;
+  /* The one-call dispatch places this rank's own entries itself (SY_MOE_DIRECT; auto: per expert, where one
+   * message per (token, expert) would otherwise be written and copied again, and from blocks / 2 tokens — at
+   * one GPU the sending block's rows measured slower than the grid-wide copy in the default mode, and per
+   * expert below that, bench/NOTES.md) if its list fits. */
+  const char *direct_env = sy__env_str(SY_ENVID_SY_MOE_DIRECT);
+  int want_direct = (c->flags & SY_MOE_PER_EXPERT) != 0;
+  g->direct_auto = strcmp(direct_env, "auto") == 0;
+  sy_status_t env_status = SY_SUCCESS; /* a malformed value fails the create on every rank, below */
+  if (strcmp(direct_env, "auto") != 0 && sy__parse_bool(direct_env, &want_direct) != SY_SUCCESS) {
+    SY_WARN("sy_moe_create: environment variable SY_MOE_DIRECT=%s is malformed (want auto, 0 or 1); nothing created",
+            direct_env);
+    env_status = SY_ERR_INVALID_ARG;
+  }
+  g->self_cap = (T + g->blocks - 1) / g->blocks * K;
+  const size_t direct_smem = align_up(g->ds_smem, 16) + (size_t)g->self_cap * 16;
+  g->direct = want_direct && direct_smem + static_reserve <= (size_t)smem_max;
+  g->fd_smem = g->direct ? direct_smem : g->ds_smem;
+  if (g->fd_smem < g->dr_smem) g->fd_smem = g->dr_smem;
   g->stage_bytes = align_up(g->layout.msg_bytes + (size_t)MOE_MAX_K * g->layout.payload_offset, 256);
   if (g->stage_bytes < align_up((size_t)c->hidden * 2, 256)) g->stage_bytes = align_up((size_t)c->hidden * 2, 256);
 
@@ -1139,6 +1290,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     remote_peer = remote_peer || !nvshmem_ptr(g->ws, p);
     need_puts = need_puts || st->ctx.force_put || !nvshmem_ptr(g->ws, p);
   }
+  for (int p = 0; p < W && W <= MOE_PEER_TAB; p++)
+    g->peer_tab[p] = p == comm->rank ? g->ws : st->ctx.force_put ? NULL : (char *)nvshmem_ptr(g->ws, p);
   const size_t local_bytes = align_up(sizeof(moe_local) + (size_t)g->blocks * 8, 256) + align_up((size_t)T * K * 4, 256) +
                              (size_t)W * M * K * 4;
   cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
@@ -1152,15 +1305,13 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(moe_combine_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
   if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(moe_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)(g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem));
+    err = cudaFuncSetAttribute(moe_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->fd_smem);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(moe_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
   /* The fused kernels need one resident block per SM of their grid: check that one fits at all. */
   int fit_dispatch = 0, fit_combine = 0;
   if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_dispatch, moe_dispatch_kernel, MOE_THREADS,
-                                                        g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_dispatch, moe_dispatch_kernel, MOE_THREADS, g->fd_smem);
   if (err == cudaSuccess)
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_combine, moe_combine_kernel, MOE_THREADS, g->cs_smem);
   g->fused_ok = fit_dispatch >= 1 && fit_combine >= 1;
@@ -1182,6 +1333,7 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   g->ids = (int32_t *)p;
   p += align_up((size_t)T * K * 4, 256);
   g->slot_of = (int32_t *)p;
+  if (s == SY_SUCCESS) s = env_status;
   /* Every rank's counters are zero before anyone raises one; and every rank learns whether all succeeded. */
   nvshmem_barrier_all();
   int ok = s == SY_SUCCESS, oks[1024];
@@ -1197,7 +1349,9 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   }
   SY_INFO("moe: workspace %zu bytes, %d blocks per kernel, %s, one-call forms %s",
           g->layout.total, g->blocks, need_puts ? "puts to some peers" : "stores to every peer",
-          g->fused_ok ? "fused" : "as two kernels (a fused block does not fit on an SM)");
+          !g->fused_ok ? "as two kernels (a fused block does not fit on an SM)"
+          : g->direct  ? "fused, own tokens placed by the sender"
+                       : "fused");
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -1273,7 +1427,9 @@ extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe,
   fill_params(comm, moe, g, &P);
   set_args(&P, a);
   P.recv = *recv;
-  return launch(moe_dispatch_kernel, g->blocks, g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem, stream, P);
+  P.direct = g->direct && (!g->direct_auto || a->num_tokens * 2 >= g->blocks);
+  P.self_cap = g->self_cap;
+  return launch(moe_dispatch_kernel, g->blocks, g->fd_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,

@@ -25,6 +25,7 @@ const char *phase_name(int phase) {
     case PH_ROUTE: return "route";
     case PH_POST: return "post-process";
     case PH_REDUCE: return "reduce";
+    case PH_LOCAL: return "local";
     default: return "phase";
   }
 }

@@ -34,7 +34,9 @@ extern "C" {
  *   combine region   default: [W expert ranks][max_tokens][hidden] bf16, one partial per (rank, token);
  *                    SY_MOE_PER_EXPERT: [max_tokens][top_k][hidden] bf16, one output per (token, k)
  * then the counters, [2 parities][W sources] of 32 bytes (SY_MOE_COUNTER_*): the dispatch signal, the dispatch's
- * message count (stored before the signal), the combine signal. A signal says the source's part of call n is
+ * message count (stored before the signal), the combine signal, and (CUDA backend) the counts word: the call
+ * number, published by the source's block 0 in the release of its signal add, after the message count and the
+ * counts below (the one-call dispatch places its own tokens by it, before its whole signal is in). A signal says the source's part of call n is
  * here: the host backend stores n; the CUDA backend's sending blocks each add to it once per call (block 0
  * SY_MOE_SIGNAL_STEP - (blocks - 1), the others 1), so it grows by exactly SY_MOE_SIGNAL_STEP per call of its
  * parity and reaches SY_MOE_SIGNAL_STEP x ceil(n / 2) only when the last block's add lands;
@@ -62,6 +64,7 @@ typedef struct sy_moe_layout {
 #define SY_MOE_COUNTER_DISPATCH 0
 #define SY_MOE_COUNTER_MESSAGES 1
 #define SY_MOE_COUNTER_COMBINE 2
+#define SY_MOE_COUNTER_COUNTS 3 /* CUDA backend: the call whose counts and message count are here */
 #define SY_MOE_SIGNAL_STEP (1ull << 20) /* CUDA backend: a signal word's growth per call (more than any grid) */
 
 /* The layout of a checked configuration on world_size ranks; SY_ERR_INVALID_ARG (no log) if a size overflows. */

@@ -676,6 +676,26 @@ static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaS
  * through sy_comm_async_error — sticky, so this runs last — and treats each as -1: the dispatch's results equal
  * those of the same call with -1 there, run first (dispatch and combine, then the dispatch with the bad ids).
  * Top-k 4: dispatch_send's one-pass routing, which finds repeats by shuffles across the token's lanes. */
+/* A malformed SY_MOE_DIRECT fails sy_moe_create on every rank (after the collective reservation, so no rank
+ * is left waiting), creating nothing; the variable's previous value is restored. */
+static void run_bad_env(sy_comm_t comm, int rank) {
+  const moe_case_t c = {.name = "bad env", .E = 8, .K = 2, .H = 256, .T = 4, .wire = FP8, .flags = 0,
+                        .id_type = I32, .route = ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
+                        .salt = 7};
+  const char *was = getenv("SY_MOE_DIRECT");
+  char saved[64] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("SY_MOE_DIRECT", "maybe", 1);
+  const sy_moe_config_t config = case_config(&c);
+  sy_moe_t moe = NULL;
+  const sy_status_t st = sy_moe_create(comm, &config, &moe);
+  GT_CHECK(st == SY_ERR_INVALID_ARG);
+  GT_CHECK(moe == NULL);
+  if (was) setenv("SY_MOE_DIRECT", saved, 1);
+  else unsetenv("SY_MOE_DIRECT");
+  if (rank == 0) printf("[test rank 0] %-32s: SY_MOE_DIRECT=maybe -> %s\n", c.name, sy_status_name(st));
+}
+
 static void run_bad_ids(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   const moe_case_t c = {.name = "bad ids", .E = 8 * W, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0,
                         .id_type = I32, .route = ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
@@ -933,6 +953,8 @@ int main(void) {
     ran++;
   }
   check_async(comm, "at the end");
+  run_bad_env(comm, rank);
+  ran++;
   run_bad_ids(comm, rank, W, stream); /* last: its error is sticky */
   ran++;
   if (rank == 0)
