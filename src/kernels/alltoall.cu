@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
           }
         }
         state_s = s;
-        peer_base_s = ctx.force_put && p != me ? nullptr : (char *)nvshmem_ptr(ctx.ctrl, p);
+        peer_base_s = peer_ctrl(ctx, ctx.ctrl, p);
       }
       __syncthreads();
     }

@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
         state_s = wait_mail(ctx, P.mail, p, call, OP_ATTN_READY, &v0, &v1) ? 1 : 0;
         delta_s[0] = (int64_t)v0;
         delta_s[1] = (int64_t)v1;
-        peer_base_s = ctx.force_put && p != me ? nullptr : (char *)nvshmem_ptr(ctx.ctrl, p);
+        peer_base_s = peer_ctrl(ctx, ctx.ctrl, p);
         trace(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
       }
       __syncthreads();

@@ -329,6 +329,10 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
     s = SY_ERR_NO_MEMORY;
     goto fail;
   }
+  for (int p = 0; p < comm->world_size && comm->world_size <= DEV_PEER_TAB; p++)
+    st->ctx.peer_ctrl[p] = p == comm->rank ? st->ctx.ctrl
+                           : force_put     ? NULL
+                                           : (char *)nvshmem_ptr(st->ctx.ctrl, p);
   err = cudaMemset(st->ctx.ctrl, 0, st->ctx.layout.total);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {

@@ -98,6 +98,8 @@ struct ctrl_layout {
 };
 ctrl_layout make_ctrl_layout(int world_size);
 
+constexpr int DEV_PEER_TAB = 8;
+
 struct dev_ctx {
   error_slot *slot; /* device alias of the host-mapped slot */
   dev_state *state;
@@ -108,6 +110,9 @@ struct dev_ctx {
   ctrl_layout layout;
   trace_event *trace; /* NULL unless SY_TRACE_FILE is set */
   uint32_t trace_cap;
+  /* world_size <= DEV_PEER_TAB: every rank's control region as this GPU reaches it (NULL: puts only), looked
+   * up once by the host so that kernels skip nvshmem_ptr's dependent loads (peer_ctrl()) */
+  char *peer_ctrl[DEV_PEER_TAB];
 };
 
 /* Host-side state of one communicator. */

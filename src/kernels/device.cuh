@@ -150,12 +150,23 @@ __device__ inline bool wait_geq(const dev_ctx &ctx, const uint64_t *counter, uin
  * slot `me` of mail[] at sender p as four self-validating 8-byte words — 32 bits of payload and the low 32
  * bits of n in each — with plain stores and no fence. The sender knows the mail is whole when all four
  * words carry n. */
+/* Peer p's copy of `a` (an address in this rank's control region) where p is load/store reachable, else NULL
+ * (puts; always NULL with SY_FORCE_PUT, except to this rank itself). */
+__device__ __forceinline__ char *peer_ctrl(const dev_ctx &ctx, const void *a, int p) {
+  if (ctx.world_size <= DEV_PEER_TAB) {
+    char *base = ctx.peer_ctrl[p]; /* a kernel parameter: no dependent loads */
+    return base ? base + ((const char *)a - ctx.ctrl) : nullptr;
+  }
+  if (ctx.force_put && p != ctx.rank) return nullptr;
+  return (char *)nvshmem_ptr(a, p);
+}
+
 __device__ inline void post_mail(const dev_ctx &ctx, a2a_mail *mail, int p, uint64_t call, uint64_t v0, uint64_t v1) {
   a2a_mail *slot = mail + ctx.rank; /* our slot, at p */
   const uint64_t c = (uint32_t)call;
   const uint64_t w[4] = {(v0 << 32) | c, (v0 & 0xFFFFFFFF00000000ull) | c, (v1 << 32) | c,
                          (v1 & 0xFFFFFFFF00000000ull) | c};
-  a2a_mail *remote = ctx.force_put && p != ctx.rank ? nullptr : (a2a_mail *)nvshmem_ptr(slot, p);
+  a2a_mail *remote = (a2a_mail *)peer_ctrl(ctx, slot, p);
   if (remote) {
     volatile uint64_t *r = remote->word;
     for (int k = 0; k < 4; k++) r[k] = w[k];

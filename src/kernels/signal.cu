@@ -18,7 +18,7 @@ __global__ void barrier_kernel(dev_ctx ctx) {
   bool ok = true;
   for (int p = peer; p < ctx.world_size; p += blockDim.x) {
     nvshmem_quiet(); /* puts issued earlier by this rank are complete before we say we arrived */
-    uint64_t *remote = ctx.force_put && p != ctx.rank ? nullptr : (uint64_t *)nvshmem_ptr(arrive + ctx.rank, p);
+    uint64_t *remote = (uint64_t *)peer_ctrl(ctx, arrive + ctx.rank, p);
     if (remote) {
       __threadfence_system();
       st_release_sys(remote, call);
