@@ -221,6 +221,16 @@ __device__ __forceinline__ uint4 quantise16(const uint4 a, const uint4 b, int ue
   return make_uint4(q[0], q[1], q[2], q[3]);
 }
 
+/* Vector v (16 elements) of a bf16 token, loaded (where active) and quantised: quantise16's contract. */
+__device__ __forceinline__ uint4 load_quantise16(const uint16_t *tok, int v, bool active, int ue8m0, float *scale) {
+  uint4 a = make_uint4(0, 0, 0, 0), b = make_uint4(0, 0, 0, 0);
+  if (active) {
+    a = __ldg((const uint4 *)(tok + (uint64_t)v * 16));
+    b = __ldg((const uint4 *)(tok + (uint64_t)v * 16 + 8));
+  }
+  return quantise16(a, b, ue8m0, scale);
+}
+
 /* ---- dispatch_send ---------------------------------------------------------------------------------------------- */
 
 /* dispatch_send's work; returns the call number it sent as. */
@@ -524,14 +534,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         const bool active = v < nvec;
         uint4 qv = q0;
         float scale = s0;
-        if (v0 != (vt & ~31)) {
-          uint4 a = make_uint4(0, 0, 0, 0), bb = make_uint4(0, 0, 0, 0);
-          if (active) {
-            a = __ldg((const uint4 *)(tok + (uint64_t)v * 16));
-            bb = __ldg((const uint4 *)(tok + (uint64_t)v * 16 + 8));
-          }
-          qv = quantise16(a, bb, ue8m0, &scale);
-        }
+        if (v0 != (vt & ~31)) qv = load_quantise16(tok, v, active, ue8m0, &scale);
         if (active) {
           const uint64_t po = P.payload_offset + (uint64_t)v * 16, so = P.scales_offset + (uint64_t)(v / 8) * 4;
           for (int j = 0; j < ndest; j++) {
@@ -648,14 +651,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
           const bool active = v < nvec;
           uint4 qv = q0;
           float scale = s0;
-          if (!keep) {
-            uint4 a = make_uint4(0, 0, 0, 0), bb = make_uint4(0, 0, 0, 0);
-            if (active) {
-              a = __ldg((const uint4 *)(tok + (uint64_t)v * 16));
-              bb = __ldg((const uint4 *)(tok + (uint64_t)v * 16 + 8));
-            }
-            qv = quantise16(a, bb, ue8m0, &scale);
-          }
+          if (!keep) qv = load_quantise16(tok, v, active, ue8m0, &scale);
           if (active)
             for (int j = 0; j < nrows; j++) {
               if (!rows[j]) continue;
