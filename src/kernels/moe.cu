@@ -603,7 +603,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
    * Their slots follow the lower sources' counts (sum over s < me), which those sources' block 0 published with
    * the counts word in its signal add. A block with a single token of a single round still holds it, quantised,
    * in q0 / s0; otherwise it loads the token again. */
-  if (P.direct) {
+  if (P.direct && nself_s > 0) { /* (nself_s is final: bar.syncs came after the header loop) */
     if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, true, -1, call);
     int *lower = (int *)masks; /* [W]: source s < me sent messages here (masks are no longer read) */
     int *fs = named;           /* [L]: the slot of this rank's first entry of each local expert */
@@ -1133,8 +1133,8 @@ struct moe_gpu {
   bool rank_masks; /* dispatch_send's per-expert token masks fit (moe_params.rank_masks) */
   bool fused_ok; /* a block of each fused kernel fits on an SM (else the one-call forms launch the halves) */
   bool direct;   /* the fused dispatch may place this rank's own entries itself (its list fits: moe_params.direct) */
-  bool direct_auto;
-  char *peer_tab[MOE_PEER_TAB]; /* W <= MOE_PEER_TAB: each rank's workspace as this GPU reaches it (NULL: puts) */ /* ... then only per expert, and from blocks / 2 tokens (SY_MOE_DIRECT unset or auto) */
+  bool direct_auto; /* ... then only per expert, and from blocks / 2 tokens (SY_MOE_DIRECT unset or auto) */
+  char *peer_tab[MOE_PEER_TAB]; /* W <= MOE_PEER_TAB: each rank's workspace as this GPU reaches it (NULL: puts) */
   int self_cap;  /* its list's entries: ceil(max_tokens / blocks) x top_k */
   size_t ds_smem, dr_smem, cs_smem, fd_smem; /* fd: the fused dispatch */
 };
