@@ -5,7 +5,7 @@
 # tests, runs the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
 # tools/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes) and
-# logs.tar.gz (every log: build, machine, each test, each benchmark).
+# logs.tar.gz (every log: build, machine, each test, each benchmark, the instruction-fetch probe).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
 # test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
 # GPU_CHECK_TIMEOUT=S caps every test and benchmark at S seconds (default 600): in a short device session a
@@ -114,6 +114,11 @@ for n in "${counts[@]}"; do
   done
 done
 rm -rf "$tdir"
+
+# What a jump over inlined cold code costs (NOTES.md, "Instruction fetch"): one GPU, a few seconds.
+if [ "$gpus" -ge 1 ]; then
+  run icache_probe 1 "$bin/sy-icache-probe" # its table: logs/icache_probe.n1.log
+fi
 
 # The benchmark JSON as RESULTS.md tables, with what a row there must say: device, commit, date, command.
 if compgen -G "$out/bench_*.json" >/dev/null; then

@@ -71,31 +71,40 @@ __device__ __forceinline__ void red_add_relaxed_sys(uint64_t *p, uint64_t v) {
 /* Records the first error of this communicator: arbitration in device memory (atomics on host-mapped memory
  * are not native over PCIe), then the fields and last the status into the host-mapped slot. A timeout also
  * raises abort, so every other wait gives up; a disagreement between two ranks (a mismatch) does not: the
- * call still serves every other peer, which would otherwise time out. */
-__device__ inline void report_error(const dev_ctx &ctx, int status, int op, int peer, uint64_t call,
-                                    uint64_t expected, uint64_t seen) {
-  if (atomicCAS(&ctx.state->error_claimed, 0, 1) == 0) {
-    volatile error_slot *slot = ctx.slot;
+ * call still serves every other peer, which would otherwise time out. The body is out of line, as every cold
+ * path on a kernel's way should be: a never-taken branch over inlined code costs the taken jump around it an
+ * instruction fetch, ~140 ns (bench/NOTES.md, "Instruction fetch"). It takes the context's fields, not the
+ * context: the address of a kernel parameter would cost a local copy at the kernel's start. */
+static __device__ __noinline__ void report_error_at(dev_state *state, error_slot *eslot, int rank, uint64_t timeout_ns,
+                                                    int status, int op, int peer, uint64_t call, uint64_t expected,
+                                                    uint64_t seen) {
+  if (atomicCAS(&state->error_claimed, 0, 1) == 0) {
+    volatile error_slot *slot = eslot;
     slot->op = op;
     slot->peer = peer;
-    slot->rank = ctx.rank;
+    slot->rank = rank;
     slot->call = call;
     slot->expected = expected;
     slot->seen = seen;
-    slot->waited_ns = ctx.timeout_ns;
+    slot->waited_ns = timeout_ns;
     __threadfence_system();
     slot->status = status;
     __threadfence_system();
   }
-  if (status == SY_ERR_TIMEOUT) atomicExch(&ctx.state->abort, 1);
+  if (status == SY_ERR_TIMEOUT) atomicExch(&state->abort, 1);
 }
 
-/* Thread 0 of a block marks a phase boundary; costs one branch when tracing is off. */
-__device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, bool begin, int peer, uint64_t call) {
-  if (!ctx.trace) return;
-  const unsigned i = atomicAdd(&ctx.state->trace_next, 1u);
-  if (i >= ctx.trace_cap) return;
-  trace_event *e = ctx.trace + i;
+__device__ __forceinline__ void report_error(const dev_ctx &ctx, int status, int op, int peer, uint64_t call,
+                                             uint64_t expected, uint64_t seen) {
+  report_error_at(ctx.state, ctx.slot, ctx.rank, ctx.timeout_ns, status, op, peer, call, expected, seen);
+}
+
+/* Thread 0 of a block marks a phase boundary; costs one branch when tracing is off (the body out of line). */
+static __device__ __noinline__ void trace_at(dev_state *state, trace_event *trace, uint32_t cap, int op, int phase,
+                                             bool begin, int peer, uint64_t call) {
+  const unsigned i = atomicAdd(&state->trace_next, 1u);
+  if (i >= cap) return;
+  trace_event *e = trace + i;
   e->t_ns = global_timer_ns();
   e->call = (uint32_t)call;
   e->op = (uint16_t)op;
@@ -103,6 +112,10 @@ __device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, boo
   e->block = (uint16_t)blockIdx.x;
   e->peer = (int16_t)peer;
   e->begin = begin;
+}
+
+__device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, bool begin, int peer, uint64_t call) {
+  if (ctx.trace) trace_at(ctx.state, ctx.trace, ctx.trace_cap, op, phase, begin, peer, call);
 }
 
 /* Programmatic dependent launch (launch_pdl): the kernel may have started while the stream's previous kernel

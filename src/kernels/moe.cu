@@ -131,6 +131,13 @@ __device__ __forceinline__ int64_t load_id(const moe_params &P, uint64_t i) {
   return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
 }
 
+/* arrive()'s put path (out of line: cold wherever every peer is load/store reachable). */
+static __device__ __noinline__ void arrive_put(char *word, char *counts_word, int p, uint64_t add, uint64_t counts) {
+  nvshmem_quiet();
+  if (counts) nvshmemx_signal_op((uint64_t *)counts_word, counts, NVSHMEM_SIGNAL_SET, p);
+  nvshmemx_signal_op((uint64_t *)word, add, NVSHMEM_SIGNAL_ADD, p);
+}
+
 /* This block is done with its part of the call for destination/owner p: it adds to p's signal word `word`, so
  * that every call raises the word by exactly SY_MOE_SIGNAL_STEP, whatever the grid: block 0 adds
  * STEP - (blocks - 1) and every other block 1. Every contribution is positive, so the word reaches
@@ -155,9 +162,7 @@ __device__ __forceinline__ void arrive(const moe_params &P, char *peer, int p, i
     if (own) red_add_release_gpu((uint64_t *)(peer + off), add);
     else red_add_release_sys((uint64_t *)(peer + off), add);
   } else {
-    nvshmem_quiet();
-    if (counts) nvshmemx_signal_op((uint64_t *)(P.ws + coff), counts, NVSHMEM_SIGNAL_SET, p);
-    nvshmemx_signal_op((uint64_t *)(P.ws + off), add, NVSHMEM_SIGNAL_ADD, p);
+    arrive_put(P.ws + off, P.ws + coff, p, add, counts);
   }
 }
 
@@ -232,6 +237,88 @@ __device__ __forceinline__ uint4 load_quantise16(const uint16_t *tok, int v, boo
 }
 
 /* ---- dispatch_send ---------------------------------------------------------------------------------------------- */
+
+/* Routing for top-k not a power of two, or W > 64 (dispatch_send's comment says what it computes): repeats by
+ * scans of the token's row and ranks into dmask[t], then a warp per chunk ballots. Out of line: cold at the
+ * usual configurations. */
+static __device__ __noinline__ void route_two_pass(const moe_params &P, uint64_t call, int *ids,
+                                                   unsigned long long *dmask, uint32_t *masks, int *named,
+                                                   uint32_t *emask) {
+  const int W = P.W, K = P.K, L = P.L, nt = P.num_tokens, KU = P.per_expert ? K : 1, NC = (P.M + 31) / 32;
+  const int NT = (P.T + 31) / 32, chunks = (nt * KU + 31) / 32;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
+  for (int base = 0; base < nt * K; base += blockDim.x) {
+    const int i = base + (int)threadIdx.x, t = i / K, k = i % K;
+    uint64_t bit = 0;
+    if (i < nt * K && ids[i] >= 0) {
+      const int v = ids[i];
+      bool dup = false;
+      for (int j = 0; j < k; j++) dup = dup || ids[(size_t)t * K + j] == v;
+      if (dup) {
+        if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)v);
+        ids[i] = -1;
+      } else {
+        bit = 1ull << ((v / L) & 63);
+        if (blockIdx.x == 0) atomicAdd(&named[v], 1); /* a token names an expert once: one message each */
+        if (P.rank_masks) atomicOr(&emask[(size_t)v * NT + t / 32], 1u << (t & 31));
+      }
+    }
+    if (W <= 64 && bit) atomicOr(&dmask[t], bit);
+  }
+  __syncthreads();
+
+  for (int c = (int)warp; c < chunks; c += MOE_WARPS) {
+    const int u = c * 32 + (int)lane;
+    for (int w0 = 0; w0 < W; w0 += 64) {
+      uint64_t dm = 0;
+      if (u < nt * KU && W <= 64 && !P.per_expert) dm = dmask[u];
+      else if (u < nt * KU)
+        for (int k = P.per_expert ? u % K : 0; k < (P.per_expert ? u % K + 1 : K); k++) {
+          const int e = ids[(size_t)(u / KU) * K + k];
+          const int p = e >= 0 ? e / L : -1;
+          if (p >= w0 && p < w0 + 64) dm |= 1ull << (p - w0);
+        }
+      const int wend = W < w0 + 64 ? W : w0 + 64;
+      for (int p = w0; p < wend; p++) {
+        const uint32_t m = __ballot_sync(0xFFFFFFFFu, (dm >> (p - w0)) & 1u);
+        if (lane == 0) masks[(size_t)p * NC + c] = m;
+      }
+    }
+  }
+}
+
+/* Token t's ranks by comparing every earlier id (where the token masks did not fit in shared memory): rank_s[k]
+ * += the earlier namings of its k-th expert (matches are rare: shared atomics, after a 64-bit filter of the
+ * token's experts). Out of line: cold at the usual sizes. */
+static __device__ __noinline__ void ranks_by_scan(const int *ids, int t, int K, int *rank_s) {
+  const int *row = ids + (size_t)t * K;
+  uint64_t filter = 0;
+  for (int k = 0; k < K; k++)
+    if (row[k] >= 0) filter |= 1ull << (row[k] & 63);
+  for (int j = threadIdx.x; j < t * K; j += blockDim.x) {
+    const int v = ids[j];
+    if (v < 0 || !((filter >> (v & 63)) & 1u)) continue;
+    for (int k = 0; k < K; k++)
+      if (row[k] == v) {
+        atomicAdd(&rank_s[k], 1);
+        break;
+      }
+  }
+}
+
+/* The messages of a token staged for put-only peers (tgt_s[j] NULL): header j and the shared payload, by
+ * NVSHMEM block puts. Out of line: cold wherever every peer is load/store reachable. */
+static __device__ __noinline__ void put_staged(const moe_params &P, int parity, int ndest, const int *dest_s,
+                                               const int *idx_s, char *const *tgt_s, const char *stage) {
+  __syncthreads();
+  for (int j = 0; j < ndest; j++) {
+    if (tgt_s[j]) continue;
+    const int p = dest_s[j];
+    char *remote = P.ws + msg_offset(P, parity, P.ctx.rank, idx_s[j]);
+    nvshmemx_putmem_block(remote, stage + P.msg_bytes + (uint64_t)j * P.payload_offset, P.payload_offset, p);
+    nvshmemx_putmem_block(remote + P.payload_offset, stage + P.payload_offset, P.msg_bytes - P.payload_offset, p);
+  }
+}
 
 /* dispatch_send's work; returns the call number it sent as. */
 __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
@@ -370,44 +457,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       }
     }
   } else {
-    for (int base = 0; base < nt * K; base += blockDim.x) {
-      const int i = base + (int)threadIdx.x, t = i / K, k = i % K;
-      uint64_t bit = 0;
-      if (i < nt * K && ids[i] >= 0) {
-        const int v = ids[i];
-        bool dup = false;
-        for (int j = 0; j < k; j++) dup = dup || ids[(size_t)t * K + j] == v;
-        if (dup) {
-          if (blockIdx.x == 0) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_IDS, t, call, (uint64_t)k, (uint64_t)v);
-          ids[i] = -1;
-        } else {
-          bit = 1ull << ((v / L) & 63);
-          if (blockIdx.x == 0) atomicAdd(&named[v], 1); /* a token names an expert once: one message each */
-          if (P.rank_masks) atomicOr(&emask[(size_t)v * NT + t / 32], 1u << (t & 31));
-        }
-      }
-      if (W <= 64 && bit) atomicOr(&dmask[t], bit);
-    }
-    __syncthreads();
-
-    for (int c = (int)warp; c < chunks; c += MOE_WARPS) {
-      const int u = c * 32 + (int)lane;
-      for (int w0 = 0; w0 < W; w0 += 64) {
-        uint64_t dm = 0;
-        if (u < nt * KU && W <= 64 && !P.per_expert) dm = dmask[u];
-        else if (u < nt * KU)
-          for (int k = P.per_expert ? u % K : 0; k < (P.per_expert ? u % K + 1 : K); k++) {
-            const int e = ids[(size_t)(u / KU) * K + k];
-            const int p = e >= 0 ? e / L : -1;
-            if (p >= w0 && p < w0 + 64) dm |= 1ull << (p - w0);
-          }
-        const int wend = W < w0 + 64 ? W : w0 + 64;
-        for (int p = w0; p < wend; p++) {
-          const uint32_t m = __ballot_sync(0xFFFFFFFFu, (dm >> (p - w0)) & 1u);
-          if (lane == 0) masks[(size_t)p * NC + c] = m;
-        }
-      }
-    }
+    route_two_pass(P, call, ids, dmask, masks, named, emask);
   }
   __syncthreads();
   for (int p = threadIdx.x; p < W; p += blockDim.x) {
@@ -486,19 +536,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         }
       }
     } else {
-      const int *row = ids + (size_t)t * K;
-      uint64_t filter = 0;
-      for (int k = 0; k < K; k++)
-        if (row[k] >= 0) filter |= 1ull << (row[k] & 63);
-      for (int j = threadIdx.x; j < t * K; j += blockDim.x) {
-        const int v = ids[j];
-        if (v < 0 || !((filter >> (v & 63)) & 1u)) continue;
-        for (int k = 0; k < K; k++)
-          if (row[k] == v) {
-            atomicAdd(&rank_s[k], 1);
-            break;
-          }
-      }
+      ranks_by_scan(ids, t, K, rank_s);
     }
     /* The token's messages: default, thread p for destination p (the k on p: experts [p L, p L + L)); per
      * expert, thread k. */
@@ -577,16 +615,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         }
       }
     }
-    if (any_put) {
-      __syncthreads();
-      for (int j = 0; j < ndest; j++) {
-        if (tgt_s[j]) continue;
-        const int p = dest_s[j];
-        char *remote = P.ws + msg_offset(P, parity, me, idx_s[j]);
-        nvshmemx_putmem_block(remote, stage + P.msg_bytes + (uint64_t)j * P.payload_offset, P.payload_offset, p);
-        nvshmemx_putmem_block(remote + P.payload_offset, stage + P.payload_offset, P.msg_bytes - P.payload_offset, p);
-      }
-    }
+    if (any_put) put_staged(P, parity, ndest, dest_s, idx_s, tgt_s, stage);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -709,6 +738,7 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
   __syncthreads();
   if (threadIdx.x == 0) {
     start[0] = 0;
+#pragma unroll 1
     for (int s = 0; s < P.W; s++) start[s + 1] += start[s];
     total_s = start[P.W];
   }
