@@ -3,9 +3,11 @@
  *
  *   block 0:    post mail to every sender p: "entered call n; put your bytes at this offset (from the
  *               control region), this many" — self-validating words, no fence   [receiver half, start]
- *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ... (every rank shifts by
- *               one, so at any moment the ranks write to different receivers); per peer: wait (bounded) for
- *               its mail, check its byte count against ours, then copy each chunk with direct 16-byte stores
+ *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ...; block b takes b, b +
+ *               grid, ... in bit-reversed order (item_order: every pair's chunks, the self copy's among them,
+ *               spread over the block's time); before its first chunk for a peer: wait (bounded) for that
+ *               peer's mail (kept per peer in shared memory), check its byte count against ours; then copy
+ *               each chunk with direct 16-byte stores
  *               (peer load/store reachable) or one NVSHMEM put-with-signal; each chunk adds 1 to the peer's
  *               a2a_data[rank] after its data                       [sender half]
  *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
@@ -54,12 +56,15 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
 
   __shared__ uint64_t call_s;
   __shared__ uint32_t prefix_s[MAXW + 1]; /* chunk prefix over the shifted peer order k -> (me + 1 + k) % W */
-  __shared__ int64_t delta_s;             /* current peer's mail */
-  __shared__ int state_s;                 /* current peer: 1 send, 0 skip (failed wait), -1 mismatch */
-  __shared__ char *peer_base_s;           /* current peer's control region if load/store reachable */
+  /* per peer, once the block has its mail: its offset, state (1 send, 0 skip: failed wait, -1 mismatch, -2 not
+   * yet waited for) and control region if load/store reachable */
+  __shared__ int64_t delta_s[MAXW];
+  __shared__ int state_s[MAXW];
+  __shared__ char *peer_base_s[MAXW];
 
   for (int k = threadIdx.x; k < W; k += blockDim.x)
     prefix_s[k + 1] = a2a_chunk_count(P.send_bytes[(me + 1 + k) % W], W, P.min_chunk);
+  for (int p = threadIdx.x; p < W; p += blockDim.x) state_s[p] = -2;
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&ctx.state->a2a_calls) + 1;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -78,9 +83,11 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, false, -1, call);
   }
 
-  const uint32_t total = prefix_s[W];
-  int current = -1;
-  for (uint32_t item = blockIdx.x; item < total; item += gridDim.x) {
+  const uint32_t total = prefix_s[W], mine = block_item_count(total), rounds = item_rounds(mine);
+  for (uint32_t r = 0; r < rounds; r++) {
+    const uint32_t kth = item_order(r, mine);
+    if (kth >= mine) continue;
+    const uint32_t item = blockIdx.x + kth * gridDim.x;
     int lo_k = 0, hi_k = W - 1; /* the k with prefix_s[k] <= item < prefix_s[k + 1] */
     while (lo_k < hi_k) {
       int mid = (lo_k + hi_k + 1) / 2;
@@ -89,9 +96,14 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     }
     const int p = (me + 1 + lo_k) % W;
     const uint32_t j = item - prefix_s[lo_k], count = prefix_s[lo_k + 1] - prefix_s[lo_k];
-    if (p != current) {
-      current = p;
-      __syncthreads(); /* everyone is done with the previous peer's state_s / delta_s */
+    uint64_t lo, hi;
+    a2a_chunk_range(P.send_bytes[p], count, j, &lo, &hi);
+    const char *src = P.send + P.send_offsets[p] + lo;
+    if (state_s[p] == -2) { /* the block's first chunk for p (every thread reads -2 before thread 0 writes) */
+      /* the chunk's source lines on their way into L2 while the mail travels */
+      for (uint64_t off = (uint64_t)threadIdx.x * 128; hi > lo && off < hi - lo + 127; off += (uint64_t)blockDim.x * 128)
+        prefetch_l2(src + (off < hi - lo ? off : hi - lo - 1));
+      __syncthreads();
       if (threadIdx.x == 0) {
         trace(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);
         uint64_t delta = 0, bytes = 0;
@@ -99,23 +111,24 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
                           &bytes) ? 1 : 0;
         trace(ctx, OP_A2A_READY, PH_WAIT_READY, false, p, call);
         if (s) {
-          delta_s = (int64_t)delta;
-          if (bytes != P.send_bytes[p]) {
+          delta_s[p] = (int64_t)delta;
+          if (bytes != P.send_bytes[p]) { /* reported by chunk 0's block, below; delta_s keeps p's count */
             s = -1;
-            if (j == 0) report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, p, call, P.send_bytes[p], bytes);
+            delta_s[p] = (int64_t)bytes;
           }
         }
-        state_s = s;
-        peer_base_s = peer_ctrl(ctx, ctx.ctrl, p);
+        peer_base_s[p] = peer_ctrl(ctx, ctx.ctrl, p);
+        state_s[p] = s;
       }
       __syncthreads();
     }
-    const int state = state_s;
-    char *peer_base = peer_base_s;
+    const int state = state_s[p];
+    char *peer_base = peer_base_s[p];
     uint64_t *peer_count = data + me; /* symmetric address of our counter at p */
     if (state == 0) continue;
-    if (state < 0) { /* only chunk 0's block tells the receiver, once */
+    if (state < 0) { /* only chunk 0's block reports it and tells the receiver, once */
       if (j == 0 && threadIdx.x == 0) {
+        report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, p, call, P.send_bytes[p], (uint64_t)delta_s[p]);
         /* the flag carries our byte count, so the receiver can say what we meant to send */
         const uint64_t flag = A2A_MISMATCH_FLAG + P.send_bytes[p];
         if (peer_base) red_add_release((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), flag, p != me);
@@ -123,10 +136,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       }
       continue;
     }
-    uint64_t lo, hi;
-    a2a_chunk_range(P.send_bytes[p], count, j, &lo, &hi);
-    const char *src = P.send + P.send_offsets[p] + lo;
-    const int64_t dst_off = delta_s + (int64_t)lo; /* from the control region, valid on every rank */
+    const int64_t dst_off = delta_s[p] + (int64_t)lo; /* from the control region, valid on every rank */
     if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, true, p, call);
     if (peer_base) {
       copy_block(peer_base + dst_off, src, hi - lo);

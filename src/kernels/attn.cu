@@ -5,8 +5,10 @@
  *
  *   block 0:    post mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
  *               communicator's control region), channel 1's at that one"           [receiver half, start]
- *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; per peer: wait (bounded) for its
- *               mail; per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
+ *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; block b takes b, b + grid, ...
+ *               in bit-reversed order (item_order: the self copy spread among the link's pieces); before its
+ *               first piece for a peer, wait (bounded) for that peer's mail (kept per peer in shared memory);
+ *               per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
  *               large ones with the whole block, small ones one warp each — with direct stores (peer is
  *               load/store reachable) or NVSHMEM puts; then one counter update at the receiver
  *   receiver:   wait (bounded) until each source's counter reaches its expected total (block 0; for the KV
@@ -32,6 +34,8 @@ namespace sy {
 constexpr int ATTN_THREADS = 512;
 constexpr uint32_t ATTN_MAX_CHUNKS = 1024;
 constexpr uint64_t ATTN_SMALL_PIECE = 2048; /* pieces below this are copied by one warp */
+constexpr int ATTN_PARAM_W = 8;    /* up to this world size the per-peer row counts travel as kernel parameters */
+constexpr int ATTN_SEG_CAP = 256;  /* a pair with up to this many segments has them staged in shared memory */
 
 /* Device copy of one direction's send lists. segs: 4 int64 per segment {src_row, dst_row, rows, cum}, cum =
  * rows of the same peer before this segment. */
@@ -69,6 +73,9 @@ struct attn_chan {
   const char *src;
   char *dst;
   uint64_t row_bytes;
+  /* W <= ATTN_PARAM_W: d's send_start, send_rows and recv_rows, copied by the host, so that the kernel's first
+   * steps (the piece counts, the item's pair, its segments) start without a dependent load */
+  int64_t send_start[ATTN_PARAM_W + 1], send_rows[ATTN_PARAM_W], recv_rows[ATTN_PARAM_W];
 };
 
 enum { REDUCE_NONE = 0, REDUCE_SUM = 1, REDUCE_UNSUMMED = 2 };
@@ -93,12 +100,26 @@ __host__ __device__ inline uint32_t attn_chunk_count(uint64_t bytes, int pairs, 
   return sy__piece_count(bytes, (uint32_t)pairs, max_chunk, ATTN_MAX_CHUNKS);
 }
 
+/* The plan's per-peer figures: from the kernel parameters for the kernel instance of W <= ATTN_PARAM_W. */
+template <int MAXW>
+__device__ __forceinline__ int64_t send_start_of(const attn_chan &ch, int p) {
+  return MAXW <= ATTN_PARAM_W ? ch.send_start[p] : ch.d.send_start[p];
+}
+template <int MAXW>
+__device__ __forceinline__ int64_t send_rows_of(const attn_chan &ch, int p) {
+  return MAXW <= ATTN_PARAM_W ? ch.send_rows[p] : ch.d.send_rows[p];
+}
+
+template <int MAXW>
 __device__ inline uint64_t attn_expected(const attn_params &P, int s) {
   uint64_t e = 0;
-  for (int c = 0; c < P.nch; c++)
-    e += attn_chunk_count((uint64_t)P.ch[c].d.recv_rows[s] * P.ch[c].row_bytes, P.ctx.world_size * P.nch, P.min_chunk);
+  for (int c = 0; c < P.nch; c++) {
+    const int64_t rows = MAXW <= ATTN_PARAM_W ? P.ch[c].recv_rows[s] : P.ch[c].d.recv_rows[s];
+    e += attn_chunk_count((uint64_t)rows * P.ch[c].row_bytes, P.ctx.world_size * P.nch, P.min_chunk);
+  }
   return e;
 }
+
 
 /* Element access for the reduce. */
 __device__ inline float load_elem(const char *row, int64_t e, int dtype) {
@@ -167,14 +188,18 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   __shared__ uint64_t call_s;
   __shared__ uint32_t prefix_s[2 * MAXW + 1]; /* chunks over (k, channel), k -> peer (me + 1 + k) % W */
-  __shared__ int64_t delta_s[2];              /* current peer's destinations, from the control region */
-  __shared__ int state_s;                     /* 1 send, 0 skip (failed wait) */
-  __shared__ char *peer_base_s;               /* current peer's control region if load/store reachable */
+  /* per peer, once the block has its mail: destinations of both channels (from the control region), state (1
+   * send, 0 skip: failed wait; -1 not yet waited for) and control region if load/store reachable */
+  __shared__ int64_t delta_s[MAXW][2];
+  __shared__ int state_s[MAXW];
+  __shared__ char *peer_base_s[MAXW];
+  __shared__ int64_t seg_s[4 * ATTN_SEG_CAP]; /* the current pair's segments, where it has at most ATTN_SEG_CAP */
 
   for (int i = threadIdx.x; i < W * nch; i += blockDim.x) {
     const int p = (me + 1 + i / nch) % W, c = i % nch;
-    prefix_s[i + 1] = attn_chunk_count((uint64_t)P.ch[c].d.send_rows[p] * P.ch[c].row_bytes, W * nch, P.min_chunk);
+    prefix_s[i + 1] = attn_chunk_count((uint64_t)send_rows_of<MAXW>(P.ch[c], p) * P.ch[c].row_bytes, W * nch, P.min_chunk);
   }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) state_s[p] = -1;
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -192,9 +217,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     if (threadIdx.x == 0) trace(ctx, OP_ATTN_READY, PH_POST_READY, false, -1, call);
   }
 
-  const uint32_t total = prefix_s[W * nch];
-  int current = -1;
-  for (uint32_t item = blockIdx.x; item < total; item += gridDim.x) {
+  const uint32_t total = prefix_s[W * nch], mine = block_item_count(total), rounds = item_rounds(mine);
+  for (uint32_t r = 0; r < rounds; r++) {
+    const uint32_t kth = item_order(r, mine);
+    if (kth >= mine) continue;
+    const uint32_t item = blockIdx.x + kth * gridDim.x;
     int lo_i = 0, hi_i = W * nch - 1;
     while (lo_i < hi_i) {
       int mid = (lo_i + hi_i + 1) / 2;
@@ -203,45 +230,64 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     }
     const int p = (me + 1 + lo_i / nch) % W, c = lo_i % nch;
     const uint32_t j = item - prefix_s[lo_i], count = prefix_s[lo_i + 1] - prefix_s[lo_i];
-    if (p != current) {
-      current = p;
-      __syncthreads(); /* everyone is done with the previous peer's shared state */
-      if (threadIdx.x == 0) {
-        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, true, p, call);
-        uint64_t v0 = 0, v1 = 0;
-        state_s = wait_mail(ctx, P.mail, p, call, OP_ATTN_READY, &v0, &v1) ? 1 : 0;
-        delta_s[0] = (int64_t)v0;
-        delta_s[1] = (int64_t)v1;
-        peer_base_s = peer_ctrl(ctx, ctx.ctrl, p);
-        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
-      }
-      __syncthreads();
-    }
-    if (!state_s) continue;
-    char *peer_base = peer_base_s;
     const attn_chan &ch = P.ch[c];
-    const uint64_t rb = ch.row_bytes, pair = (uint64_t)ch.d.send_rows[p] * rb;
+    const uint64_t rb = ch.row_bytes, pair = (uint64_t)send_rows_of<MAXW>(ch, p) * rb;
     const uint64_t len = ((pair + count - 1) / count + 15) & ~(uint64_t)15;
     const uint64_t lo = (uint64_t)j * len < pair ? (uint64_t)j * len : pair;
     const uint64_t hi = lo + len < pair ? lo + len : pair;
-    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
+    /* The pair's segments: staged in shared memory (one round of independent loads) where they fit, else read
+     * from the plan in global memory. */
+    const int64_t g0 = send_start_of<MAXW>(ch, p), ng = send_start_of<MAXW>(ch, p + 1) - g0;
+    const bool staged = ng <= ATTN_SEG_CAP;
+    __syncthreads(); /* the previous piece's segments are no longer read */
+    if (staged && hi > lo)
+      for (int i = threadIdx.x; i < 4 * ng; i += blockDim.x) seg_s[i] = ch.d.segs[4 * g0 + i];
+    __syncthreads();
+    const int64_t *segs = staged ? seg_s : ch.d.segs + 4 * g0;
+    int64_t first = 0;
     if (hi > lo) {
-      const int64_t *segs = ch.d.segs;
-      int64_t first = ch.d.send_start[p], last = ch.d.send_start[p + 1] - 1;
+      int64_t last = ng - 1;
       while (first < last) { /* the last segment starting at or before lo */
         int64_t mid = (first + last + 1) / 2;
         if ((uint64_t)segs[4 * mid + 3] * rb <= lo) first = mid;
         else last = mid - 1;
       }
-      const int64_t end = ch.d.send_start[p + 1];
+    }
+    if (state_s[p] < 0) { /* the block's first piece for p: its mail (every thread reads -1 before thread 0 writes) */
+      /* The piece's source lines on their way into L2 while the mail travels. */
+      for (int64_t g = first; hi > lo && g < ng; g++) {
+        const uint64_t seg_lo = (uint64_t)segs[4 * g + 3] * rb, seg_hi = seg_lo + (uint64_t)segs[4 * g + 2] * rb;
+        if (seg_lo >= hi) break;
+        const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
+        const char *src = ch.src + (uint64_t)segs[4 * g] * rb + (a - seg_lo);
+        for (uint64_t off = (uint64_t)threadIdx.x * 128; b > a && off < b - a + 127; off += (uint64_t)blockDim.x * 128)
+          prefetch_l2(src + (off < b - a ? off : b - a - 1));
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, true, p, call);
+        uint64_t v0 = 0, v1 = 0;
+        const int ok = wait_mail(ctx, P.mail, p, call, OP_ATTN_READY, &v0, &v1) ? 1 : 0;
+        delta_s[p][0] = (int64_t)v0;
+        delta_s[p][1] = (int64_t)v1;
+        peer_base_s[p] = peer_ctrl(ctx, ctx.ctrl, p);
+        state_s[p] = ok;
+        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
+      }
+      __syncthreads();
+    }
+    if (!state_s[p]) continue;
+    char *peer_base = peer_base_s[p];
+    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
+    if (hi > lo) {
       unsigned small = 0;
-      for (int64_t g = first; g < end; g++) {
+      for (int64_t g = first; g < ng; g++) {
         const int64_t src_row = segs[4 * g], dst_row = segs[4 * g + 1], rows = segs[4 * g + 2], cum = segs[4 * g + 3];
         const uint64_t seg_lo = (uint64_t)cum * rb, seg_hi = seg_lo + (uint64_t)rows * rb;
         if (seg_lo >= hi) break;
         const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
         const char *src = ch.src + (uint64_t)src_row * rb + (a - seg_lo);
-        const int64_t dst_off = delta_s[c] + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
+        const int64_t dst_off = delta_s[p][c] + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
         if (b - a >= ATTN_SMALL_PIECE) {
           if (peer_base) copy_block(peer_base + dst_off, src, b - a);
           else nvshmemx_putmem_nbi_block(ctx.ctrl + dst_off, src, b - a, p);
@@ -270,7 +316,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
     if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
     for (int s = threadIdx.x; s < W; s += blockDim.x)
-      wait_geq(ctx, P.data + s, P.local->base[s] + attn_expected(P, s), OP_ATTN_DATA, s, call);
+      wait_geq(ctx, P.data + s, P.local->base[s] + attn_expected<MAXW>(P, s), OP_ATTN_DATA, s, call);
     __syncthreads();
     if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
     if (P.reduce != REDUCE_NONE && !aborted(ctx)) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
@@ -286,7 +332,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   }
   __syncthreads();
   if (last_s) {
-    for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected(P, s);
+    for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
     if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
       P.local->calls = call;
@@ -443,6 +489,14 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
     P.ch[c].src = (const char *)call->ch[c].src;
     P.ch[c].dst = (char *)call->ch[c].dst;
     P.ch[c].row_bytes = call->ch[c].row_bytes;
+    if (plan->world_size <= ATTN_PARAM_W) {
+      const sy_attn_dir_t *dir = &plan->dir[d];
+      for (int p = 0; p <= plan->world_size; p++) P.ch[c].send_start[p] = dir->send_start[p];
+      for (int p = 0; p < plan->world_size; p++) {
+        P.ch[c].send_rows[p] = dir->send_rows[p];
+        P.ch[c].recv_rows[p] = dir->recv_rows[p];
+      }
+    }
     for (int p = 0; p < plan->world_size; p++)
       items += attn_chunk_count((uint64_t)plan->dir[d].send_rows[p] * call->ch[c].row_bytes, plan->world_size * P.nch,
                                 P.min_chunk);
