@@ -100,9 +100,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     a2a_chunk_range(P.send_bytes[p], count, j, &lo, &hi);
     const char *src = P.send + P.send_offsets[p] + lo;
     if (state_s[p] == -2) { /* the block's first chunk for p (every thread reads -2 before thread 0 writes) */
-      /* the chunk's source lines on their way into L2 while the mail travels */
-      for (uint64_t off = (uint64_t)threadIdx.x * 128; hi > lo && off < hi - lo + 127; off += (uint64_t)blockDim.x * 128)
-        prefetch_l2(src + (off < hi - lo ? off : hi - lo - 1));
+      if (hi > lo) prefetch_l2_block(src, hi - lo); /* the chunk's source, into L2 while the mail travels */
       __syncthreads();
       if (threadIdx.x == 0) {
         trace(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);

@@ -259,9 +259,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
         const uint64_t seg_lo = (uint64_t)segs[4 * g + 3] * rb, seg_hi = seg_lo + (uint64_t)segs[4 * g + 2] * rb;
         if (seg_lo >= hi) break;
         const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
-        const char *src = ch.src + (uint64_t)segs[4 * g] * rb + (a - seg_lo);
-        for (uint64_t off = (uint64_t)threadIdx.x * 128; b > a && off < b - a + 127; off += (uint64_t)blockDim.x * 128)
-          prefetch_l2(src + (off < b - a ? off : b - a - 1));
+        if (b > a) prefetch_l2_block(ch.src + (uint64_t)segs[4 * g] * rb + (a - seg_lo), b - a);
       }
       __syncthreads();
       if (threadIdx.x == 0) {

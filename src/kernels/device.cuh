@@ -217,8 +217,12 @@ __device__ inline bool wait_mail(const dev_ctx &ctx, const a2a_mail *mail, int p
   return true;
 }
 
-/* A line of global memory on its way into L2 (no register waits for it). */
-__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+/* The lines of [src, src + bytes) on their way into L2, a line per thread of the block (no register waits for
+ * them): a copy's source while the block waits for something else. */
+__device__ __forceinline__ void prefetch_l2_block(const char *src, uint64_t bytes) {
+  for (uint64_t off = (uint64_t)threadIdx.x * 128; off < bytes + 127; off += (uint64_t)blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(src + (off < bytes ? off : bytes - 1)));
+}
 
 /* The k-th work item a block takes of its own, b + G x order(k) (b = blockIdx.x, G = gridDim.x), where the block
  * has m items and the kernel's items are pairs' pieces, pair after pair. order() is the bit reversal of k over the
