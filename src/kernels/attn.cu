@@ -5,8 +5,10 @@
  *
  *   block 0:    post mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
  *               communicator's control region), channel 1's at that one"           [receiver half, start]
- *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; block b takes b, b + grid, ...
- *               in bit-reversed order (item_order: the self copy spread among the link's pieces); before its
+ *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; with more items than blocks
+ *               the blocks draw tickets and take item ticket x stride mod items (a golden-ratio stride: every
+ *               pair's pieces, the self copy's among them, spread over the call, and no block left with the last
+ *               ones), else block b takes b, b + grid, ... in bit-reversed order (item_order); before its
  *               first piece for a peer, wait (bounded) for that peer's mail (kept per peer in shared memory);
  *               per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
  *               large ones with the whole block, small ones one warp each — with direct stores (peer is
@@ -57,7 +59,7 @@ struct attn_plan_dev {
 struct attn_local {
   uint64_t calls;
   unsigned blocks_done;
-  unsigned pad_;
+  unsigned tickets; /* pieces handed out in this call (the dynamic order); the last block resets it */
   uint64_t base[1]; /* [W]: chunks expected from each source before this call */
 };
 
@@ -88,6 +90,11 @@ struct attn_params {
   int nch;
   attn_chan ch[2];
   uint64_t min_chunk;
+  /* more pieces than blocks: blocks draw tickets k = 0, 1, ... and take piece k x stride mod pieces (stride
+   * coprime to the count, near 0.618 of it: any stretch of tickets touches every pair in proportion to its
+   * pieces), so the self copy runs beside the link's pieces and no block is left with the last ones */
+  int dynamic;
+  uint32_t stride;
   /* KV backward post-process */
   int reduce, dtype, num_seqs, C;
   int64_t num_tokens;
@@ -218,10 +225,24 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   }
 
   const uint32_t total = prefix_s[W * nch], mine = block_item_count(total), rounds = item_rounds(mine);
-  for (uint32_t r = 0; r < rounds; r++) {
-    const uint32_t kth = item_order(r, mine);
-    if (kth >= mine) continue;
-    const uint32_t item = blockIdx.x + kth * gridDim.x;
+  __shared__ uint32_t ticket_s;
+  uint32_t ahead = 0; /* thread 0, dynamic: the ticket drawn while the last piece copied */
+  if (P.dynamic && threadIdx.x == 0) ahead = atomicAdd(&P.local->tickets, 1u);
+  for (uint32_t r = 0;; r++) {
+    uint32_t item;
+    if (!P.dynamic) { /* first: the small calls' path falls through (bench/NOTES.md, "Instruction fetch") */
+      if (r >= rounds) break;
+      const uint32_t kth = item_order(r, mine);
+      if (kth >= mine) continue;
+      item = blockIdx.x + kth * gridDim.x;
+    } else {
+      if (threadIdx.x == 0) ticket_s = ahead;
+      __syncthreads(); /* (every thread read the last ticket: bar.syncs came after) */
+      const uint32_t k = ticket_s;
+      if (k >= total) break;
+      if (threadIdx.x == 0) ahead = atomicAdd(&P.local->tickets, 1u);
+      item = (uint32_t)((uint64_t)k * P.stride % total);
+    }
     int lo_i = 0, hi_i = W * nch - 1;
     while (lo_i < hi_i) {
       int mid = (lo_i + hi_i + 1) / 2;
@@ -333,6 +354,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
     if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
+      P.local->tickets = 0;
       P.local->calls = call;
     }
   }
@@ -348,6 +370,15 @@ static sy_status_t launch(cuda_state *st, attn_params &P, int blocks, cudaStream
 using namespace sy;
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b) {
+    const uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
 
 static void plan_device_free(void *device) {
   attn_plan_dev *d = (attn_plan_dev *)device;
@@ -510,6 +541,15 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
     P.grad_out = (char *)call->grad_out;
   }
   int blocks = items < (uint64_t)st->a2a_blocks ? (int)items : st->a2a_blocks;
+  if (items > (uint64_t)blocks && items < (1ull << 31)) {
+    P.dynamic = 1;
+    uint64_t s = (uint64_t)((double)items * 0.6180339887 + 0.5), d = 0;
+    for (;; d++) { /* the nearest stride coprime to the count (d < items: 1 is) */
+      if (s > d && gcd_u64(s - d, items) == 1) { s -= d; break; }
+      if (s + d < items && gcd_u64(s + d, items) == 1) { s += d; break; }
+    }
+    P.stride = (uint32_t)s;
+  }
   if (P.reduce != REDUCE_NONE) blocks = st->a2a_blocks; /* the reduce wants the whole GPU */
   if (blocks < 1) blocks = 1;
   const int W = comm->world_size;
