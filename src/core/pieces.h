@@ -31,4 +31,26 @@ SY_PIECES_HD uint32_t sy__piece_count(uint64_t bytes, uint32_t pairs, uint64_t m
   return c > max_count ? max_count : (uint32_t)c;
 }
 
+/* The stride of attention's ticket order (more pieces than blocks: ticket k takes piece k x stride mod count):
+ * coprime to `count`, so the tickets visit every piece once, and the nearest such to 0.618 x count, a
+ * golden-ratio sequence, so that any stretch of tickets touches every contiguous range of pieces (a pair's)
+ * in proportion to its length. 1 for a count below 2. */
+SY_PIECES_HD uint32_t sy__piece_gcd(uint32_t a, uint32_t b) {
+  while (b) {
+    const uint32_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+SY_PIECES_HD uint32_t sy__piece_stride(uint32_t count) {
+  if (count < 2) return 1;
+  const uint32_t s = (uint32_t)(((uint64_t)count * 2654435769u + (1u << 31)) >> 32); /* round(count x 0.618...) */
+  for (uint32_t d = 0;; d++) { /* ends by d = s - 1 at the latest: 1 is coprime to everything */
+    if (s > d && sy__piece_gcd(s - d, count) == 1) return s - d;
+    if (s + d < count && sy__piece_gcd(s + d, count) == 1) return s + d;
+  }
+}
+
 #endif

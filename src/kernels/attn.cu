@@ -371,14 +371,6 @@ using namespace sy;
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
 
-static uint64_t gcd_u64(uint64_t a, uint64_t b) {
-  while (b) {
-    const uint64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
 
 static void plan_device_free(void *device) {
   attn_plan_dev *d = (attn_plan_dev *)device;
@@ -543,12 +535,7 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
   int blocks = items < (uint64_t)st->a2a_blocks ? (int)items : st->a2a_blocks;
   if (items > (uint64_t)blocks && items < (1ull << 31)) {
     P.dynamic = 1;
-    uint64_t s = (uint64_t)((double)items * 0.6180339887 + 0.5), d = 0;
-    for (;; d++) { /* the nearest stride coprime to the count (d < items: 1 is) */
-      if (s > d && gcd_u64(s - d, items) == 1) { s -= d; break; }
-      if (s + d < items && gcd_u64(s + d, items) == 1) { s += d; break; }
-    }
-    P.stride = (uint32_t)s;
+    P.stride = sy__piece_stride((uint32_t)items);
   }
   if (P.reduce != REDUCE_NONE) blocks = st->a2a_blocks; /* the reduce wants the whole GPU */
   if (blocks < 1) blocks = 1;

@@ -7,13 +7,18 @@
  *  - with every pair the same size and the piece between its bounds, a rank's pieces total about
  *    SY_PIECE_TARGET (64) whatever the world size and channel count;
  *  - the cases measured in bench/NOTES.md at world 1: 64 KiB in 8 pieces, 1 MiB in 64, 16 MiB in 256 of 64 KiB;
- *    and a tiny max_piece (SY_A2A_CHUNK=16) still governs.
+ *    and a tiny max_piece (SY_A2A_CHUNK=16) still governs;
+ *  - the ticket order's stride (sy__piece_stride): coprime to the count, so the tickets visit every piece once
+ *    (checked piece by piece up to 3,000), the one a double-precision 0.618 x count search finds (what was
+ *    measured), and interleaving: any 3 tickets in a row touch both halves of the pieces, any 11 both the first
+ *    quarter and the rest (the self copy's pair and the link's).
  */
 #include "check.h"
 #include "core/pieces.h"
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -65,6 +70,55 @@ int main(void) {
   /* SY_A2A_CHUNK below SY_PIECE_MIN still governs; the cap holds. */
   CHECK_EQ_INT(sy__piece_count(4 * KiB, 1, 16, 1024), 256);
   CHECK_EQ_INT(sy__piece_count(64 * KiB, 1, 16, 1024), 1024);
-  printf("test_pieces: %lld sizes checked\n", checked);
+  /* The ticket order's stride. */
+  CHECK_EQ_INT(sy__piece_stride(0), 1);
+  CHECK_EQ_INT(sy__piece_stride(1), 1);
+  CHECK_EQ_INT(sy__piece_stride(1000), 617); /* 618 = 2 x 309 shares a factor with 1000; 617 is prime */
+  unsigned char *seen = calloc(3000, 1);
+  CHECK(seen != NULL);
+  long long strides = 0;
+  for (uint32_t n = 2; seen && n <= 200000; n++) {
+    const uint32_t st = sy__piece_stride(n);
+    strides++;
+    CHECK(st >= 1 && st < n);
+    CHECK_EQ_INT(sy__piece_gcd(st, n), 1);
+    uint32_t want = (uint32_t)((double)n * 0.6180339887 + 0.5);
+    for (uint32_t d = 0;; d++) {
+      if (want > d && sy__piece_gcd(want - d, n) == 1) { want -= d; break; }
+      if (want + d < n && sy__piece_gcd(want + d, n) == 1) { want += d; break; }
+    }
+    if (st != want) {
+      fprintf(stderr, "count %u: stride %u, the double-precision search gives %u\n", n, st, want);
+      CHECK(0);
+    }
+    if (n > 3000) continue;
+    for (uint32_t i = 0; i < n; i++) seen[i] = 0;
+    uint32_t run_half[2] = {0, 0}, run_quarter[2] = {0, 0}, worst_half = 0, worst_quarter = 0;
+    for (uint64_t k = 0; k < n; k++) {
+      const uint32_t piece = (uint32_t)(k * st % n);
+      CHECK(!seen[piece]);
+      seen[piece] = 1;
+      const int low_half = piece < n / 2, low_quarter = piece < n / 4;
+      run_half[low_half] = 0; /* tickets since each side was last touched */
+      run_half[!low_half]++;
+      run_quarter[low_quarter] = 0;
+      run_quarter[!low_quarter]++;
+      if (k >= 8) { /* past the start, where neither side was touched yet */
+        worst_half = run_half[0] > worst_half ? run_half[0] : worst_half;
+        worst_half = run_half[1] > worst_half ? run_half[1] : worst_half;
+        if (n >= 8) {
+          worst_quarter = run_quarter[0] > worst_quarter ? run_quarter[0] : worst_quarter;
+          worst_quarter = run_quarter[1] > worst_quarter ? run_quarter[1] : worst_quarter;
+        }
+      }
+    }
+    if (n >= 8 && (worst_half > 2 || worst_quarter > 10)) {
+      fprintf(stderr, "count %u stride %u: %u tickets in a row miss a half, %u a quarter\n", n, st, worst_half,
+              worst_quarter);
+      CHECK(0);
+    }
+  }
+  free(seen);
+  printf("test_pieces: %lld sizes and %lld strides checked\n", checked, strides);
   return check_report();
 }
