@@ -127,7 +127,6 @@ __device__ inline uint64_t attn_expected(const attn_params &P, int s) {
   return e;
 }
 
-
 /* Element access for the reduce. */
 __device__ inline float load_elem(const char *row, int64_t e, int dtype) {
   if (dtype == SY_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)row)[e] << 16);
