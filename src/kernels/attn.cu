@@ -90,10 +90,10 @@ struct attn_params {
   int nch;
   attn_chan ch[2];
   uint64_t min_chunk;
-  /* more pieces than blocks: blocks draw tickets k = 0, 1, ... and take piece k x stride mod pieces (stride
-   * coprime to the count, near 0.618 of it: any stretch of tickets touches every pair in proportion to its
-   * pieces), so the self copy runs beside the link's pieces and no block is left with the last ones */
-  int dynamic;
+  /* the ticket order's stride (the kernel instance with DYNAMIC): with more pieces than blocks, blocks draw
+   * tickets k = 0, 1, ... and take piece k x stride mod pieces (stride coprime to the count, near 0.618 of it: any
+   * stretch of tickets touches every pair in proportion to its pieces), so the self copy runs beside the link's
+   * pieces and no block is left with the last ones */
   uint32_t stride;
   /* KV backward post-process */
   int reduce, dtype, num_seqs, C;
@@ -185,7 +185,9 @@ __device__ void attn_reduce(const attn_params &P, const char *staging, uint64_t 
   }
 }
 
-template <int MAXW>
+/* DYNAMIC: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
+ * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "Instruction fetch"). */
+template <int MAXW, bool DYNAMIC>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constant__ attn_params P) {
   pdl_begin();
   const dev_ctx &ctx = P.ctx;
@@ -225,11 +227,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   const uint32_t total = prefix_s[W * nch], mine = block_item_count(total), rounds = item_rounds(mine);
   __shared__ uint32_t ticket_s;
-  uint32_t ahead = 0; /* thread 0, dynamic: the ticket drawn while the last piece copied */
-  if (P.dynamic && threadIdx.x == 0) ahead = atomicAdd(&P.local->tickets, 1u);
+  uint32_t ahead = 0; /* thread 0, DYNAMIC: the ticket drawn while the last piece copied */
+  if (DYNAMIC && threadIdx.x == 0) ahead = atomicAdd(&P.local->tickets, 1u);
   for (uint32_t r = 0;; r++) {
     uint32_t item;
-    if (!P.dynamic) { /* first: the small calls' path falls through (bench/NOTES.md, "Instruction fetch") */
+    if (!DYNAMIC) {
       if (r >= rounds) break;
       const uint32_t kth = item_order(r, mine);
       if (kth >= mine) continue;
@@ -353,15 +355,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
     if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
-      P.local->tickets = 0;
+      if (DYNAMIC) P.local->tickets = 0;
       P.local->calls = call;
     }
   }
 }
 
 template <int MAXW>
-static sy_status_t launch(cuda_state *st, attn_params &P, int blocks, cudaStream_t stream) {
-  return launch_pdl(attn_kernel<MAXW>, blocks, ATTN_THREADS, 0, stream, P);
+static sy_status_t launch(cuda_state *st, attn_params &P, bool dynamic, int blocks, cudaStream_t stream) {
+  if (dynamic) return launch_pdl(attn_kernel<MAXW, true>, blocks, ATTN_THREADS, 0, stream, P);
+  return launch_pdl(attn_kernel<MAXW, false>, blocks, ATTN_THREADS, 0, stream, P);
 }
 
 }  // namespace sy
@@ -532,16 +535,14 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
     P.grad_out = (char *)call->grad_out;
   }
   int blocks = items < (uint64_t)st->a2a_blocks ? (int)items : st->a2a_blocks;
-  if (items > (uint64_t)blocks && items < (1ull << 31)) {
-    P.dynamic = 1;
-    P.stride = sy__piece_stride((uint32_t)items);
-  }
+  const bool dynamic = items > (uint64_t)blocks && items < (1ull << 31);
+  if (dynamic) P.stride = sy__piece_stride((uint32_t)items);
   if (P.reduce != REDUCE_NONE) blocks = st->a2a_blocks; /* the reduce wants the whole GPU */
   if (blocks < 1) blocks = 1;
   const int W = comm->world_size;
-  if (W <= 8) return launch<8>(st, P, blocks, stream);
-  if (W <= 64) return launch<64>(st, P, blocks, stream);
-  if (W <= 256) return launch<256>(st, P, blocks, stream);
+  if (W <= 8) return launch<8>(st, P, dynamic, blocks, stream);
+  if (W <= 64) return launch<64>(st, P, dynamic, blocks, stream);
+  if (W <= 256) return launch<256>(st, P, dynamic, blocks, stream);
   SY_WARN("attention dispatch: the cuda backend supports up to 256 ranks, this communicator has %d", W);
   return SY_ERR_UNSUPPORTED;
 }
