@@ -52,6 +52,10 @@ constexpr int MOE_THREADS = 512;
 constexpr int MOE_WARPS = MOE_THREADS / 32;
 constexpr int MOE_MAX_K = 32;
 constexpr int MOE_PEER_TAB = 8;
+/* A kernel instance per wire and mode (template parameter MODE, these bits), so that no hot path jumps over
+ * another mode's inlined code (bench/NOTES.md, "Instruction fetch"): FP8 wire (E4M3 or UE8M0 scales; else BF16),
+ * SY_MOE_PER_EXPERT, and the one-call dispatch's direct part (SY_MOE_DIRECT). */
+constexpr int MODE_FP8 = 1, MODE_PE = 2, MODE_DIRECT = 4;
 
 /* Device-local state of one object. The current call number is kept once per block slot (calls[blocks], after
  * this struct): every kernel's block b reads slot b, and dispatch_send's block b stores the new number into
@@ -75,7 +79,6 @@ struct moe_params {
   uint64_t msg_bytes, payload_offset, scales_offset, dispatch_bytes, parity_bytes, counters_offset, counts_offset;
   int T, M, H, K, E, L, W, S, G, wire, per_expert; /* M: messages per source (T, or T x K per expert) */
   int rank_masks; /* dispatch_send keeps a token mask per expert in shared memory for the ranks (else it counts) */
-  int direct;     /* one-call dispatch: this rank's own tokens go straight into recv (dispatch_send_body) */
   int self_cap;   /* with direct: entries the block's list of own-rank entries holds (tokens per block x K) */
   uint64_t L_magic; /* ceil(2^32 / L) where num_experts x L < 2^32 (expert -> rank by a multiply), else 0 */
   /* the call's arguments */
@@ -321,12 +324,14 @@ static __device__ __noinline__ void put_staged(const moe_params &P, int parity, 
 }
 
 /* dispatch_send's work; returns the call number it sent as. */
+template <int MODE>
 __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
+  constexpr bool fp8 = MODE & MODE_FP8, PE = MODE & MODE_PE, DIRECT = MODE & MODE_DIRECT;
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, me = P.ctx.rank, nt = P.num_tokens;
   /* Units: tokens (default: a message per (token, rank)) or (token, k) pairs (SY_MOE_PER_EXPERT: a message per
    * (token, expert)), in chunks of 32 (sized for max_tokens). */
-  const int KU = P.per_expert ? K : 1, NC = (P.M + 31) / 32;
+  const int KU = PE ? K : 1, NC = (P.M + 31) / 32;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   /* dynamic: peers[W] (pointers), dmask[T] (W <= 64: the ranks each token goes to), masks[W][NC],
    * prefix[W][NC + 1], ids[T][K] (checked), named[E] (block 0: messages naming each expert), and with
@@ -355,7 +360,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
 
   /* The block's first token: its first round of vectors (vector threadIdx.x) and its weights, loaded now, so
    * that their latency passes during the routing instead of after it. */
-  const int fp8 = P.wire != SY_MOE_WIRE_BF16, ue8m0 = P.wire == SY_MOE_WIRE_FP8_UE8M0;
+  const int ue8m0 = P.wire == SY_MOE_WIRE_FP8_UE8M0;
   const int nvec = fp8 ? P.H / 16 : P.H / 8; /* FP8: 16 elements per lane (8 lanes per group); BF16: 8 */
   /* vt: the thread's vector slot, warp 0 (which sets up each token's messages) last: with up to 480 vectors per
    * round (hidden <= 7680 FP8, 3840 BF16) it carries none in round 0, so its setup runs alone before the
@@ -389,7 +394,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   const bool one_pass = (K & (K - 1)) == 0 && W <= 64;
   if (!one_pass)
     for (int t = threadIdx.x; t < nt; t += blockDim.x) dmask[t] = 0;
-  else if (!P.per_expert)
+  else if (!PE)
     for (int i = threadIdx.x; i < W * NC; i += blockDim.x) masks[i] = 0;
   if (blockIdx.x == 0)
     for (int e = threadIdx.x; e < P.E; e += blockDim.x) named[e] = 0;
@@ -429,7 +434,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         if (blockIdx.x == 0) atomicAdd(&named[v], 1); /* a token names an expert once: one message each */
         if (P.rank_masks) atomicOr(&emask[(size_t)v * NT + t / 32], 1u << (t & 31));
       }
-      if (P.per_expert) { /* units are the (token, k) = i: this warp's lanes are chunk base / 32 + warp */
+      if (PE) { /* units are the (token, k) = i: this warp's lanes are chunk base / 32 + warp */
         const bool any = base + (int)warp * 32 < nt * K;
         for (int q = 0; q < W; q++) {
           const uint32_t m = __ballot_sync(0xFFFFFFFFu, p == q);
@@ -540,23 +545,23 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     }
     /* The token's messages: default, thread p for destination p (the k on p: experts [p L, p L + L)); per
      * expert, thread k. */
-    for (int x = threadIdx.x; x < (P.per_expert ? K : W); x += blockDim.x) {
+    for (int x = threadIdx.x; x < (PE ? K : W); x += blockDim.x) {
       const int *row = ids + (size_t)t * K;
-      const int p = P.per_expert ? (row[x] >= 0 ? row[x] / L : -1) : x;
+      const int p = PE ? (row[x] >= 0 ? row[x] / L : -1) : x;
       if (p < 0) continue;
-      const int u = t * KU + (P.per_expert ? x : 0), c = u / 32, b = u % 32;
+      const int u = t * KU + (PE ? x : 0), c = u / 32, b = u % 32;
       const uint32_t m = masks[(size_t)p * NC + c];
       if (!((m >> b) & 1u)) continue;
       uint32_t kmask = 0;
       const int lo = p * L, hi = lo + L;
-      for (int k = 0; k < K; k++) kmask |= (uint32_t)(row[k] >= lo && row[k] < hi && (!P.per_expert || k == x)) << k;
+      for (int k = 0; k < K; k++) kmask |= (uint32_t)(row[k] >= lo && row[k] < hi && (!PE || k == x)) << k;
       const int j = atomicAdd(&ndest_s, 1);
       const int idx = prefix[(size_t)p * (NC + 1) + c] + __popc(m & ((1u << b) - 1u));
       dest_s[j] = p;
       idx_s[j] = idx;
       kmask_s[j] = kmask;
       tgt_s[j] = peers[p] ? peers[p] + msg_offset(P, parity, me, idx) : nullptr;
-      pay_s[j] = P.direct && p == me ? nullptr : tgt_s[j];
+      pay_s[j] = DIRECT && p == me ? nullptr : tgt_s[j];
       if (!peers[p]) any_put_s = 1;
     }
     if (threadIdx.x < (unsigned)K) ent_w_s[threadIdx.x] = w_t;
@@ -609,7 +614,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         const bool on = (kmask >> k) & 1u;
         *(int2 *)(dst + SY_MOE_MSG_HEADER + 8 * k) = make_int2(on ? e - p * L : -1, __float_as_int(ent_w_s[k]));
         *(int *)(dst + SY_MOE_MSG_HEADER + 8 * K + 4 * k) = on ? rank_s[k] : -1;
-        if (on && P.direct && p == me) { /* placed after the sends (below) */
+        if (DIRECT && on && p == me) { /* placed after the sends (below) */
           const int n = atomicAdd(&nself_s, 1);
           if (n < P.self_cap) self_list[n] = make_int4(t, idx_s[j], (e - p * L) << 5 | k, rank_s[k]);
         }
@@ -632,7 +637,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
    * Their slots follow the lower sources' counts (sum over s < me), which those sources' block 0 published with
    * the counts word in its signal add. A block with a single token of a single round still holds it, quantised,
    * in q0 / s0; otherwise it loads the token again. */
-  if (P.direct && nself_s > 0) { /* (nself_s is final: bar.syncs came after the header loop) */
+  if (DIRECT && nself_s > 0) { /* (nself_s is final: bar.syncs came after the header loop) */
     if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, true, -1, call);
     int *lower = (int *)masks; /* [W]: source s < me sent messages here (masks are no longer read) */
     int *fs = named;           /* [L]: the slot of this rank's first entry of each local expert */
@@ -750,21 +755,23 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
  * first slot (the prefix over sources), and each entry carries its rank among its source's messages naming
  * that expert, so every entry's slot is known without a scan: the grid's warps take the (message, k) entries,
  * a lane each (one load round per warp), and copy the ones naming an expert here, a warp per copy. */
+template <int MODE>
 __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const uint64_t call) {
+  constexpr bool fp8 = MODE & MODE_FP8, DIRECT = MODE & MODE_DIRECT;
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, S = P.S, G = P.G;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   int *start = (int *)moe_dyn; /* [W + 1] */
   int *first = start + W + 1;  /* [W][L]: slot of (source, local expert)'s first message */
   const int parity = (int)(call & 1);
-  const uint64_t row_bytes = (uint64_t)P.H * (P.wire == SY_MOE_WIRE_BF16 ? 2 : 1);
+  const uint64_t row_bytes = (uint64_t)P.H * (fp8 ? 1 : 2);
 
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, true, -1, call);
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, true, -1, call);
   }
   __shared__ int own_count_s;
-  const int own = P.direct ? P.ctx.rank : -1;
+  const int own = DIRECT ? P.ctx.rank : -1;
   const int total = wait_dispatch(P, start, parity, call, OP_MOE_DISPATCH_RECV, own, &own_count_s);
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, false, -1, call);
@@ -826,7 +833,6 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
       /* The small loads first, so they travel with the payload's: this part's first two scales and (part 0)
        * the source token. Plain loads: the poller's acquire and a bar.sync came before, as for the payload. */
       const float *sc = (const float *)(msg + P.scales_offset);
-      const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
       const int g0 = part * 32 + (int)lane, g1 = g0 + 32 * parts;
       const float sc0 = fp8 && g0 < G ? sc[g0] : 0.0f, sc1 = fp8 && g1 < G ? sc[g1] : 0.0f;
       const int token = part == 0 && lane == 0 ? *(const int *)msg : 0;
@@ -867,7 +873,9 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
 /* combine_send's work for call `call`. */
 constexpr int CS_BATCH = 8; /* received messages whose entries combine_send stages at once per block */
 
+template <int MODE>
 __device__ __forceinline__ void combine_send_body(const moe_params &P, const uint64_t call) {
+  constexpr bool PE = MODE & MODE_PE;
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
   char **peers = (char **)moe_dyn;      /* [W] */
@@ -909,7 +917,7 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
       const float *wq = w_s + q * K;
       const int s = src_s[q], tok = tok_s[q];
       char *peer = peers[s];
-      if (!P.per_expert) {
+      if (!PE) {
         const uint64_t off = combine_offset(P, parity, (uint64_t)me * T + (uint64_t)tok);
         char *dst = peer ? peer + off : stage;
         for (int u = threadIdx.x; u < nvec; u += MOE_THREADS) {
@@ -976,7 +984,9 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
 /* ---- combine_recv ---------------------------------------------------------------------------------------------- */
 
 /* combine_recv's work for call `call`. */
+template <int MODE>
 __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uint64_t call) {
+  constexpr bool PE = MODE & MODE_PE;
   const int W = P.W, K = P.K, T = P.T, H = P.H;
   __shared__ int id_s[MOE_MAX_K], ranks_s[MOE_MAX_K], nranks_s;
   __shared__ float w_s[MOE_MAX_K];
@@ -1001,7 +1011,7 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
   float w_next = 0.0f;
   if (warp == 0 && lane < (unsigned)K && (int)blockIdx.x < (P.num_tokens < dispatched ? P.num_tokens : dispatched)) {
     id_next = P.ids[(uint64_t)blockIdx.x * K + lane];
-    if (P.per_expert) w_next = P.weights[(uint64_t)blockIdx.x * K + lane];
+    if (PE) w_next = P.weights[(uint64_t)blockIdx.x * K + lane];
   }
   if (threadIdx.x == 0) {
     trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, true, -1, call);
@@ -1030,9 +1040,9 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
       const int tn = t + (int)gridDim.x;
       if (lane < (unsigned)K && tn < ntok) {
         id_next = P.ids[(uint64_t)tn * K + lane];
-        if (P.per_expert) w_next = P.weights[(uint64_t)tn * K + lane];
+        if (PE) w_next = P.weights[(uint64_t)tn * K + lane];
       }
-      if (!P.per_expert) {
+      if (!PE) {
         const int r = id >= 0 ? rank_of(P, id) : -1;
         const unsigned same = __match_any_sync(0xFFFFFFFFu, r);
         const bool first = r >= 0 && (same & ((1u << lane) - 1u)) == 0; /* the lowest k on rank r */
@@ -1051,14 +1061,14 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
       float acc0[8], acc1[8];
 #pragma unroll
       for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = 0.0f;
-      const int n = P.per_expert ? K : nranks_s;
+      const int n = PE ? K : nranks_s;
       for (int j0 = 0; j0 < n; j0 += 4) {
         uint4 x0[4], x1[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           const int q = j0 + j;
-          if (q >= n || (P.per_expert && id_s[q] < 0)) continue;
-          const char *row = P.ws + combine_offset(P, parity, P.per_expert ? (uint64_t)t * K + (uint64_t)q
+          if (q >= n || (PE && id_s[q] < 0)) continue;
+          const char *row = P.ws + combine_offset(P, parity, PE ? (uint64_t)t * K + (uint64_t)q
                                                                            : (uint64_t)ranks_s[q] * T + (uint64_t)t);
           x0[j] = ld_plain(row + 16ull * u0);
           if (two) x1[j] = ld_plain(row + 16ull * u1);
@@ -1066,9 +1076,9 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           const int q = j0 + j;
-          if (q >= n || (P.per_expert && id_s[q] < 0)) continue;
+          if (q >= n || (PE && id_s[q] < 0)) continue;
           const uint32_t a[4] = {x0[j].x, x0[j].y, x0[j].z, x0[j].w}, b[4] = {x1[j].x, x1[j].y, x1[j].z, x1[j].w};
-          if (P.per_expert) { /* fmaf(w_k, y_k, .) in k order */
+          if (PE) { /* fmaf(w_k, y_k, .) in k order */
             const float w = w_s[q];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -1104,44 +1114,63 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
 
 /* ---- the kernels: one per half, and the one-call forms fused ------------------------------------------------ */
 
+template <int MODE>
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_send_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  advance_call(P, dispatch_send_body(P));
+  advance_call(P, dispatch_send_body<MODE>(P));
 }
 
+template <int MODE>
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_recv_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  dispatch_recv_body(P, current_call(P));
+  dispatch_recv_body<MODE>(P, current_call(P));
 }
 
+template <int MODE>
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_send_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  combine_send_body(P, current_call(P));
+  combine_send_body<MODE>(P, current_call(P));
 }
 
+template <int MODE>
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_recv_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  combine_recv_body(P, current_call(P));
+  combine_recv_body<MODE>(P, current_call(P));
 }
 
 /* sy_moe_dispatch and sy_moe_combine: the two halves in one kernel (one launch, one ramp). The receiving part
  * waits for this rank's own sending part in other blocks, so every block must be resident at once: the grid
  * is at most one block per SM (the host sizes it so). */
+template <int MODE>
 __global__ void __launch_bounds__(MOE_THREADS) moe_dispatch_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
-  const uint64_t call = dispatch_send_body(P);
+  const uint64_t call = dispatch_send_body<MODE>(P);
   __syncthreads(); /* the dynamic shared memory changes hands */
-  dispatch_recv_body(P, call);
+  dispatch_recv_body<MODE>(P, call);
   advance_call(P, call);
 }
 
+template <int MODE>
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine_kernel(const __grid_constant__ moe_params P) {
   pdl_begin();
   const uint64_t call = current_call(P);
-  combine_send_body(P, call);
+  combine_send_body<MODE>(P, call);
   __syncthreads();
-  combine_recv_body(P, call);
+  combine_recv_body<MODE>(P, call);
 }
+
+/* The instances, by the bits of MODE each kernel's code depends on: dispatch_send FP8 | PE, dispatch_recv FP8, the
+ * combine halves PE, the fused dispatch all three. */
+typedef void (*moe_kernel_t)(moe_params);
+static moe_kernel_t const dispatch_send_kernels[4] = {moe_dispatch_send_kernel<0>, moe_dispatch_send_kernel<1>,
+                                                      moe_dispatch_send_kernel<2>, moe_dispatch_send_kernel<3>};
+static moe_kernel_t const dispatch_recv_kernels[2] = {moe_dispatch_recv_kernel<0>, moe_dispatch_recv_kernel<1>};
+static moe_kernel_t const combine_send_kernels[2] = {moe_combine_send_kernel<0>, moe_combine_send_kernel<MODE_PE>};
+static moe_kernel_t const combine_recv_kernels[2] = {moe_combine_recv_kernel<0>, moe_combine_recv_kernel<MODE_PE>};
+static moe_kernel_t const dispatch_kernels[8] = {moe_dispatch_kernel<0>, moe_dispatch_kernel<1>, moe_dispatch_kernel<2>,
+                                                 moe_dispatch_kernel<3>, moe_dispatch_kernel<4>, moe_dispatch_kernel<5>,
+                                                 moe_dispatch_kernel<6>, moe_dispatch_kernel<7>};
+static moe_kernel_t const combine_kernels[2] = {moe_combine_kernel<0>, moe_combine_kernel<MODE_PE>};
 
 }  // namespace sy
 
@@ -1172,9 +1201,13 @@ struct moe_gpu {
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
 
 /* Launches one of the kernels, with programmatic dependent launch unless SY_PDL=0. */
-static sy_status_t launch(void (*kernel)(moe_params), int blocks, size_t smem, cudaStream_t stream,
-                          const moe_params &P) {
+static sy_status_t launch(moe_kernel_t kernel, int blocks, size_t smem, cudaStream_t stream, const moe_params &P) {
   return launch_pdl(kernel, blocks, MOE_THREADS, smem, stream, P);
+}
+
+/* The MODE bits of a configuration (the kernel instance), without MODE_DIRECT (a per-call choice). */
+static int mode_of(const sy_moe_config_t *c) {
+  return (c->wire != SY_MOE_WIRE_BF16 ? MODE_FP8 : 0) | ((c->flags & SY_MOE_PER_EXPERT) ? MODE_PE : 0);
 }
 
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -1324,23 +1357,28 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   if (err == cudaSuccess) err = cudaMemset(g->local_blob, 0, local_bytes);
   if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->ws + g->layout.counters_offset, 0, g->layout.counters_bytes);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(moe_dispatch_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->ds_smem);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(moe_dispatch_recv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->dr_smem);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(moe_combine_send_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(moe_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->fd_smem);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(moe_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->cs_smem);
+  /* This configuration's kernel instances (the fused dispatch with and without the direct part). */
+  const int mode = mode_of(c);
+  const struct {
+    moe_kernel_t kernel;
+    size_t smem;
+  } used[] = {{dispatch_send_kernels[mode], g->ds_smem},
+              {dispatch_recv_kernels[mode & MODE_FP8], g->dr_smem},
+              {combine_send_kernels[(mode & MODE_PE) ? 1 : 0], g->cs_smem},
+              {dispatch_kernels[mode], g->fd_smem},
+              {dispatch_kernels[mode | MODE_DIRECT], g->fd_smem},
+              {combine_kernels[(mode & MODE_PE) ? 1 : 0], g->cs_smem}};
+  for (const auto &u : used)
+    if (err == cudaSuccess)
+      err = cudaFuncSetAttribute(u.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)u.smem);
   /* The fused kernels need one resident block per SM of their grid: check that one fits at all. */
-  int fit_dispatch = 0, fit_combine = 0;
-  if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_dispatch, moe_dispatch_kernel, MOE_THREADS, g->fd_smem);
-  if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit_combine, moe_combine_kernel, MOE_THREADS, g->cs_smem);
-  g->fused_ok = fit_dispatch >= 1 && fit_combine >= 1;
+  g->fused_ok = true;
+  for (int i = 3; i < 6 && err == cudaSuccess; i++) {
+    if (i == 4 && !g->direct) continue;
+    int fit = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, used[i].kernel, MOE_THREADS, used[i].smem);
+    g->fused_ok = g->fused_ok && fit >= 1;
+  }
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) s = cuda_error(err, "MoE state", __FILE__, __LINE__);
   if (s == SY_SUCCESS && g->staging && remote_peer) {
@@ -1398,7 +1436,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe 
   fill_params(comm, moe, g, &P);
   set_args(&P, a);
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
-  return launch(moe_dispatch_send_kernel, blocks, g->ds_smem, stream, P);
+  return launch(dispatch_send_kernels[mode_of(&moe->config)], blocks, g->ds_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
@@ -1407,7 +1445,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe 
   moe_params P;
   fill_params(comm, moe, g, &P);
   P.recv = *recv;
-  return launch(moe_dispatch_recv_kernel, g->blocks, g->dr_smem, stream, P);
+  return launch(dispatch_recv_kernels[mode_of(&moe->config) & MODE_FP8], g->blocks, g->dr_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
@@ -1416,7 +1454,7 @@ extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *
   moe_params P;
   fill_params(comm, moe, g, &P);
   P.expert_out = (const uint16_t *)expert_out;
-  return launch(moe_combine_send_kernel, g->blocks, g->cs_smem, stream, P);
+  return launch(combine_send_kernels[(mode_of(&moe->config) & MODE_PE) ? 1 : 0], g->blocks, g->cs_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
@@ -1427,7 +1465,7 @@ extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *
   set_args(&P, a);
   P.out = (uint16_t *)out;
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
-  return launch(moe_combine_recv_kernel, blocks, 0, stream, P);
+  return launch(combine_recv_kernels[(mode_of(&moe->config) & MODE_PE) ? 1 : 0], blocks, 0, stream, P);
 }
 
 /* The one-call forms: both halves in one kernel, on a grid of at most one block per SM (every block resident,
@@ -1453,9 +1491,9 @@ extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe,
   fill_params(comm, moe, g, &P);
   set_args(&P, a);
   P.recv = *recv;
-  P.direct = g->direct && (!g->direct_auto || a->num_tokens * 2 >= g->blocks);
+  const bool direct = g->direct && (!g->direct_auto || a->num_tokens * 2 >= g->blocks);
   P.self_cap = g->self_cap;
-  return launch(moe_dispatch_kernel, g->blocks, g->fd_smem, stream, P);
+  return launch(dispatch_kernels[mode_of(&moe->config) | (direct ? MODE_DIRECT : 0)], g->blocks, g->fd_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
@@ -1470,5 +1508,5 @@ extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, 
   set_args(&P, a);
   P.expert_out = (const uint16_t *)expert_out;
   P.out = (uint16_t *)out;
-  return launch(moe_combine_kernel, g->blocks, g->cs_smem, stream, P);
+  return launch(combine_kernels[(mode_of(&moe->config) & MODE_PE) ? 1 : 0], g->blocks, g->cs_smem, stream, P);
 }
