@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
         /* the flag carries our byte count, so the receiver can say what we meant to send */
         const uint64_t flag = A2A_MISMATCH_FLAG + P.send_bytes[p];
         if (peer_base) red_add_release((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), flag, p != me);
-        else nvshmemx_signal_op(peer_count, flag, NVSHMEM_SIGNAL_ADD, p);
+        else signal_add_cold(peer_count, flag, p, false);
       }
       continue;
     }
@@ -144,9 +144,9 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       __syncthreads();
       if (threadIdx.x == 0) red_add_release((uint64_t *)(peer_base + ((char *)peer_count - ctx.ctrl)), 1, p != me);
     } else if (hi > lo) {
-      nvshmemx_putmem_signal_nbi_block(ctx.ctrl + dst_off, src, hi - lo, peer_count, 1, NVSHMEM_SIGNAL_ADD, p);
+      put_signal_nbi_block_cold(ctx.ctrl + dst_off, src, hi - lo, peer_count, 1, p);
     } else if (threadIdx.x == 0) {
-      nvshmemx_signal_op(peer_count, 1, NVSHMEM_SIGNAL_ADD, p);
+      signal_add_cold(peer_count, 1, p, false);
     }
     if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, false, p, call);
   }

@@ -142,7 +142,7 @@ __device__ inline void store_elem(char *row, int64_t e, int dtype, float v) {
 
 /* KV backward: rows of this rank's tokens, one warp per row. Sum: the first present replica's value, then the
  * others added in replica order, in fp32, rounded once (the reference in src/ref does the same). */
-__device__ void attn_reduce(const attn_params &P, const char *staging, uint64_t rb) {
+static __device__ __noinline__ void attn_reduce(const attn_params &P, const char *staging, uint64_t rb) {
   const int64_t N = P.num_tokens;
   const int C = P.C, esize = P.dtype == SY_DTYPE_FP32 ? 4 : 2;
   const int64_t E = (int64_t)(rb / esize);
@@ -310,11 +310,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
         const int64_t dst_off = delta_s[p][c] + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
         if (b - a >= ATTN_SMALL_PIECE) {
           if (peer_base) copy_block(peer_base + dst_off, src, b - a);
-          else nvshmemx_putmem_nbi_block(ctx.ctrl + dst_off, src, b - a, p);
+          else put_nbi_block_cold(ctx.ctrl + dst_off, src, b - a, p);
         } else {
           if (small++ % nwarps == warp) {
             if (peer_base) copy_warp(peer_base + dst_off, src, b - a);
-            else nvshmemx_putmem_nbi_warp(ctx.ctrl + dst_off, src, b - a, p);
+            else put_nbi_warp_cold(ctx.ctrl + dst_off, src, b - a, p);
           }
         }
       }
@@ -326,8 +326,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
       if (peer_base) {
         red_add_release((uint64_t *)(peer_base + ((char *)count_at_peer - ctx.ctrl)), 1, p != me); /* GPU scope to itself */
       } else {
-        nvshmem_quiet();
-        nvshmemx_signal_op(count_at_peer, 1, NVSHMEM_SIGNAL_ADD, p);
+        signal_add_cold(count_at_peer, 1, p, true);
       }
       trace(ctx, OP_ATTN_DATA, PH_COPY, false, p, call);
     }

@@ -163,6 +163,38 @@ __device__ inline bool wait_geq(const dev_ctx &ctx, const uint64_t *counter, uin
  * slot `me` of mail[] at sender p as four self-validating 8-byte words — 32 bits of payload and the low 32
  * bits of n in each — with plain stores and no fence. The sender knows the mail is whole when all four
  * words carry n. */
+/* NVSHMEM's calls, out of line: cold on a kernel's path wherever every peer is load/store reachable, and a
+ * never-taken branch over inlined code costs the jump around it an instruction fetch (bench/NOTES.md,
+ * "Instruction fetch"). The _block ones are called by every thread of a block, the _warp one by a whole warp. */
+static __device__ __noinline__ char *nvshmem_ptr_cold(const void *a, int p) { return (char *)nvshmem_ptr(a, p); }
+
+static __device__ __noinline__ void put_nbi_block_cold(void *dst, const void *src, size_t bytes, int p) {
+  nvshmemx_putmem_nbi_block(dst, src, bytes, p);
+}
+
+static __device__ __noinline__ void put_nbi_warp_cold(void *dst, const void *src, size_t bytes, int p) {
+  nvshmemx_putmem_nbi_warp(dst, src, bytes, p);
+}
+
+static __device__ __noinline__ void put_block_cold(void *dst, const void *src, size_t bytes, int p) {
+  nvshmemx_putmem_block(dst, src, bytes, p);
+}
+
+static __device__ __noinline__ void put_signal_nbi_block_cold(void *dst, const void *src, size_t bytes, uint64_t *sig,
+                                                              uint64_t add, int p) {
+  nvshmemx_putmem_signal_nbi_block(dst, src, bytes, sig, add, NVSHMEM_SIGNAL_ADD, p);
+}
+
+/* Adds `add` to p's signal word `sig`; with `quiet`, after this thread's earlier puts completed. */
+static __device__ __noinline__ void signal_add_cold(uint64_t *sig, uint64_t add, int p, bool quiet) {
+  if (quiet) nvshmem_quiet();
+  nvshmemx_signal_op(sig, add, NVSHMEM_SIGNAL_ADD, p);
+}
+
+static __device__ __noinline__ void p_u64_cold(uint64_t *dst, uint64_t v, int p) { nvshmem_uint64_p(dst, v, p); }
+
+static __device__ __noinline__ void p_int_cold(int *dst, int v, int p) { nvshmem_int_p(dst, v, p); }
+
 /* Peer p's copy of `a` (an address in this rank's control region) where p is load/store reachable, else NULL
  * (puts; always NULL with SY_FORCE_PUT, except to this rank itself). */
 __device__ __forceinline__ char *peer_ctrl(const dev_ctx &ctx, const void *a, int p) {
@@ -171,7 +203,7 @@ __device__ __forceinline__ char *peer_ctrl(const dev_ctx &ctx, const void *a, in
     return base ? base + ((const char *)a - ctx.ctrl) : nullptr;
   }
   if (ctx.force_put && p != ctx.rank) return nullptr;
-  return (char *)nvshmem_ptr(a, p);
+  return nvshmem_ptr_cold(a, p);
 }
 
 __device__ inline void post_mail(const dev_ctx &ctx, a2a_mail *mail, int p, uint64_t call, uint64_t v0, uint64_t v1) {
@@ -184,7 +216,7 @@ __device__ inline void post_mail(const dev_ctx &ctx, a2a_mail *mail, int p, uint
     volatile uint64_t *r = remote->word;
     for (int k = 0; k < 4; k++) r[k] = w[k];
   } else {
-    for (int k = 0; k < 4; k++) nvshmem_uint64_p(slot->word + k, w[k], p);
+    for (int k = 0; k < 4; k++) p_u64_cold(slot->word + k, w[k], p);
   }
 }
 
