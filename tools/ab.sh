@@ -8,8 +8,9 @@
 #                                      then runs CMD ROUNDS times per tree, the trees in rotating order (A B C,
 #                                      then C B A, ...) so that no variant always runs first. CMD is run with
 #                                      $BIN set to the tree's bin folder, e.g. '$BIN/syrun -n 1 $BIN/sy-bench
-#                                      --no-nccl -t 128 -T 1024 attn'. Logs: OUTDIR/<tree>.r<round>.log; the
-#                                      rows of every round are printed last, tree by tree.
+#                                      --no-nccl -t 128 -T 1024 attn'. Prints every round's rows, tree by tree,
+#                                      and then tools/ab-digest.py's table of kernel times; the logs (build and
+#                                      runs) go to OUTDIR/ab-logs.tar.gz (few files: the device tool returns 8).
 # AB_TIMEOUT=S caps each run (default 120 s): a hang must not take the device session.
 set -uo pipefail
 cmd=${1:?usage: tools/ab.sh tree REV NAME | run OUTDIR ROUNDS CMD TREE...}
@@ -27,15 +28,16 @@ run)
   shift 3
   trees=("$@")
   [ ${#trees[@]} -ge 1 ] || { echo "ab.sh: no trees" >&2; exit 2; }
-  mkdir -p "$out"
+  logs=$out/ab-logs
+  mkdir -p "$logs"
   export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
   names=()
   for t in "${trees[@]}"; do
     n=$(basename "$(cd "$t" && pwd)")
     [ "$t" = . ] && n=head
     names+=("$n")
-    if ! SY_BUILD_DIR="$(cd "$t" && pwd)/build-ab" SY_WERROR=ON "$t/tools/build.sh" >"$out/$n.build.log" 2>&1; then
-      echo "ab.sh: build of $t failed:"; tail -20 "$out/$n.build.log"; exit 1
+    if ! SY_BUILD_DIR="$(cd "$t" && pwd)/build-ab" SY_WERROR=ON "$t/tools/build.sh" >"$logs/$n.build.log" 2>&1; then
+      echo "ab.sh: build of $t failed:"; tail -20 "$logs/$n.build.log"; exit 1
     fi
   done
   for ((r = 1; r <= rounds; r++)); do
@@ -43,7 +45,7 @@ run)
     ((r % 2 == 0)) && idx=($(printf '%s\n' "${idx[@]}" | tac))
     for i in "${idx[@]}"; do
       BIN="$(cd "${trees[$i]}" && pwd)/build-ab/bin" timeout "${AB_TIMEOUT:-120}" bash -c "BIN=\$0; $run_cmd" \
-        "$(cd "${trees[$i]}" && pwd)/build-ab/bin" >"$out/${names[$i]}.r$r.log" 2>&1 ||
+        "$(cd "${trees[$i]}" && pwd)/build-ab/bin" >"$logs/${names[$i]}.r$r.log" 2>&1 ||
         echo "ab.sh: ${names[$i]} round $r exited $?"
     done
   done
@@ -51,9 +53,13 @@ run)
     echo "== $n"
     for ((r = 1; r <= rounds; r++)); do
       echo "-- round $r"
-      grep -E '^\[rank 0\] +[0-9]' "$out/$n.r$r.log" | sed 's/^\[rank 0\]//'
+      grep -E '^\[rank 0\] +[0-9]' "$logs/$n.r$r.log" | sed 's/^\[rank 0\]//'
     done
-  done
+  done >"$out/ab.txt"
+  cat "$out/ab.txt"
+  echo
+  python3 "$root/tools/ab-digest.py" "$out/ab.txt"
+  tar -czf "$out/ab-logs.tar.gz" -C "$out" ab-logs && rm -rf "$logs"
   ;;
 *) echo "ab.sh: unknown command $cmd" >&2; exit 2 ;;
 esac
