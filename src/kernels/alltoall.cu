@@ -48,7 +48,8 @@ __device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t 
   *hi = b < bytes ? b : bytes;
 }
 
-template <int MAXW>
+/* TRACE: the instance with the trace points (SY_TRACE_FILE); without them no branch jumps over their calls. */
+template <int MAXW, bool TRACE>
 __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_constant__ a2a_params<MAXW> P) {
   const dev_ctx &ctx = P.ctx;
   const int W = ctx.world_size, me = ctx.rank;
@@ -73,14 +74,14 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   }
   __syncthreads();
   const uint64_t call = call_s;
-  if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_KERNEL, true, -1, call);
+  if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_DATA, PH_KERNEL, true, -1, call);
 
   if (blockIdx.x == 0) {
-    if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, true, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_READY, PH_POST_READY, true, -1, call);
     for (int p = threadIdx.x; p < W; p += blockDim.x)
       post_mail(ctx, (a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail), p, call,
                 (uint64_t)((P.recv + P.recv_offsets[p]) - ctx.ctrl), P.recv_bytes[p]);
-    if (threadIdx.x == 0) trace(ctx, OP_A2A_READY, PH_POST_READY, false, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_READY, PH_POST_READY, false, -1, call);
   }
 
   const uint32_t total = prefix_s[W], mine = block_item_count(total), rounds = item_rounds(mine);
@@ -103,11 +104,11 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       if (hi > lo) prefetch_l2_block(src, hi - lo); /* the chunk's source, into L2 while the mail travels */
       __syncthreads();
       if (threadIdx.x == 0) {
-        trace(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);
+        trace<TRACE>(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);
         uint64_t delta = 0, bytes = 0;
         int s = wait_mail(ctx, (const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail), p, call, OP_A2A_READY, &delta,
                           &bytes) ? 1 : 0;
-        trace(ctx, OP_A2A_READY, PH_WAIT_READY, false, p, call);
+        trace<TRACE>(ctx, OP_A2A_READY, PH_WAIT_READY, false, p, call);
         if (s) {
           delta_s[p] = (int64_t)delta;
           if (bytes != P.send_bytes[p]) { /* reported by chunk 0's block, below; delta_s keeps p's count */
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       continue;
     }
     const int64_t dst_off = delta_s[p] + (int64_t)lo; /* from the control region, valid on every rank */
-    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, true, p, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_DATA, PH_COPY, true, p, call);
     if (peer_base) {
       copy_block(peer_base + dst_off, src, hi - lo);
       /* One release for the block: bar.sync orders every thread's stores before thread 0's red.release (system
@@ -148,11 +149,11 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     } else if (threadIdx.x == 0) {
       signal_add_cold(peer_count, 1, p, false);
     }
-    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_COPY, false, p, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_DATA, PH_COPY, false, p, call);
   }
 
   if (blockIdx.x == 0) {
-    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_WAIT_DATA, true, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_DATA, PH_WAIT_DATA, true, -1, call);
     for (int s = threadIdx.x; s < W; s += blockDim.x) {
       const uint64_t expect = a2a_chunk_count(P.recv_bytes[s], W, P.min_chunk);
       if (!wait_geq(ctx, data + s, expect, OP_A2A_DATA, s, call)) continue;
@@ -164,12 +165,12 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       data[s] = 0; /* safe: s writes call n+1 only after our mail for n+1, posted after this kernel ends */
     }
     __syncthreads();
-    if (threadIdx.x == 0) trace(ctx, OP_A2A_DATA, PH_WAIT_DATA, false, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_A2A_DATA, PH_WAIT_DATA, false, -1, call);
   }
 
   __syncthreads();
   if (threadIdx.x == 0) { /* the last block advances the call number (read after the kernel boundary) */
-    trace(ctx, OP_A2A_DATA, PH_KERNEL, false, -1, call);
+    trace<TRACE>(ctx, OP_A2A_DATA, PH_KERNEL, false, -1, call);
     if (atom_add_acq_rel_gpu(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
       ctx.state->a2a_blocks_done = 0;
       ctx.state->a2a_calls = call;
@@ -194,7 +195,8 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
     items += a2a_chunk_count(P.send_bytes[p], W, P.min_chunk);
   }
   unsigned grid = items < (uint64_t)st->a2a_blocks ? (unsigned)items : (unsigned)st->a2a_blocks;
-  alltoallv_kernel<MAXW><<<grid, A2A_THREADS, 0, stream>>>(P);
+  if (st->ctx.trace) alltoallv_kernel<MAXW, true><<<grid, A2A_THREADS, 0, stream>>>(P);
+  else alltoallv_kernel<MAXW, false><<<grid, A2A_THREADS, 0, stream>>>(P);
   SY_CUDA_CHECK(cudaGetLastError());
   return SY_SUCCESS;
 }

@@ -186,8 +186,9 @@ static __device__ __noinline__ void attn_reduce(const attn_params &P, const char
 }
 
 /* DYNAMIC: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
- * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "Instruction fetch"). */
-template <int MAXW, bool DYNAMIC>
+ * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "Instruction fetch"). TRACE: the
+ * trace points (SY_TRACE_FILE), likewise. */
+template <int MAXW, bool DYNAMIC, bool TRACE>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constant__ attn_params P) {
   pdl_begin();
   const dev_ctx &ctx = P.ctx;
@@ -216,13 +217,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   }
   __syncthreads();
   const uint64_t call = call_s;
-  if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_KERNEL, true, -1, call);
+  if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_KERNEL, true, -1, call);
 
   if (blockIdx.x == 0) {
-    if (threadIdx.x == 0) trace(ctx, OP_ATTN_READY, PH_POST_READY, true, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_READY, PH_POST_READY, true, -1, call);
     const uint64_t d0 = (uint64_t)(P.ch[0].dst - ctx.ctrl), d1 = nch > 1 ? (uint64_t)(P.ch[1].dst - ctx.ctrl) : 0;
     for (int p = threadIdx.x; p < W; p += blockDim.x) post_mail(ctx, P.mail, p, call, d0, d1);
-    if (threadIdx.x == 0) trace(ctx, OP_ATTN_READY, PH_POST_READY, false, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_READY, PH_POST_READY, false, -1, call);
   }
 
   const uint32_t total = prefix_s[W * nch], mine = block_item_count(total), rounds = item_rounds(mine);
@@ -285,20 +286,20 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
       }
       __syncthreads();
       if (threadIdx.x == 0) {
-        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, true, p, call);
+        trace<TRACE>(ctx, OP_ATTN_READY, PH_WAIT_READY, true, p, call);
         uint64_t v0 = 0, v1 = 0;
         const int ok = wait_mail(ctx, P.mail, p, call, OP_ATTN_READY, &v0, &v1) ? 1 : 0;
         delta_s[p][0] = (int64_t)v0;
         delta_s[p][1] = (int64_t)v1;
         peer_base_s[p] = peer_ctrl(ctx, ctx.ctrl, p);
         state_s[p] = ok;
-        trace(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
+        trace<TRACE>(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
       }
       __syncthreads();
     }
     if (!state_s[p]) continue;
     char *peer_base = peer_base_s[p];
-    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
     if (hi > lo) {
       unsigned small = 0;
       for (int64_t g = first; g < ng; g++) {
@@ -328,16 +329,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
       } else {
         signal_add_cold(count_at_peer, 1, p, true);
       }
-      trace(ctx, OP_ATTN_DATA, PH_COPY, false, p, call);
+      trace<TRACE>(ctx, OP_ATTN_DATA, PH_COPY, false, p, call);
     }
   }
 
   if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
-    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
     for (int s = threadIdx.x; s < W; s += blockDim.x)
       wait_geq(ctx, P.data + s, P.local->base[s] + attn_expected<MAXW>(P, s), OP_ATTN_DATA, s, call);
     __syncthreads();
-    if (threadIdx.x == 0) trace(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
     if (P.reduce != REDUCE_NONE && !aborted(ctx)) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
   }
 
@@ -346,7 +347,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   __shared__ int last_s;
   __syncthreads();
   if (threadIdx.x == 0) {
-    trace(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
+    trace<TRACE>(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
     last_s = atom_add_acq_rel_gpu(&P.local->blocks_done, 1u) == gridDim.x - 1;
   }
   __syncthreads();
@@ -362,8 +363,9 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
 template <int MAXW>
 static sy_status_t launch(cuda_state *st, attn_params &P, bool dynamic, int blocks, cudaStream_t stream) {
-  if (dynamic) return launch_pdl(attn_kernel<MAXW, true>, blocks, ATTN_THREADS, 0, stream, P);
-  return launch_pdl(attn_kernel<MAXW, false>, blocks, ATTN_THREADS, 0, stream, P);
+  void (*const kernels[2][2])(attn_params) = {{attn_kernel<MAXW, false, false>, attn_kernel<MAXW, false, true>},
+                                              {attn_kernel<MAXW, true, false>, attn_kernel<MAXW, true, true>}};
+  return launch_pdl(kernels[dynamic][st->ctx.trace != nullptr], blocks, ATTN_THREADS, 0, stream, P);
 }
 
 }  // namespace sy

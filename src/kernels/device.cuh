@@ -114,8 +114,11 @@ static __device__ __noinline__ void trace_at(dev_state *state, trace_event *trac
   e->begin = begin;
 }
 
+/* ON = false (the kernels' instances without tracing, used unless SY_TRACE_FILE is set) compiles the point out: even
+ * out of line, a call's argument setup is ~15 instructions that every trace point's branch jumps over. */
+template <bool ON = true>
 __device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, bool begin, int peer, uint64_t call) {
-  if (ctx.trace) trace_at(ctx.state, ctx.trace, ctx.trace_cap, op, phase, begin, peer, call);
+  if (ON && ctx.trace) trace_at(ctx.state, ctx.trace, ctx.trace_cap, op, phase, begin, peer, call);
 }
 
 /* Programmatic dependent launch (launch_pdl): the kernel may have started while the stream's previous kernel

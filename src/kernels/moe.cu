@@ -54,8 +54,8 @@ constexpr int MOE_MAX_K = 32;
 constexpr int MOE_PEER_TAB = 8;
 /* A kernel instance per wire and mode (template parameter MODE, these bits), so that no hot path jumps over
  * another mode's inlined code (bench/NOTES.md, "Instruction fetch"): FP8 wire (E4M3 or UE8M0 scales; else BF16),
- * SY_MOE_PER_EXPERT, and the one-call dispatch's direct part (SY_MOE_DIRECT). */
-constexpr int MODE_FP8 = 1, MODE_PE = 2, MODE_DIRECT = 4;
+ * SY_MOE_PER_EXPERT, the one-call dispatch's direct part (SY_MOE_DIRECT), and the trace points (SY_TRACE_FILE). */
+constexpr int MODE_FP8 = 1, MODE_PE = 2, MODE_DIRECT = 4, MODE_TRACE = 8;
 
 /* Device-local state of one object. The current call number is kept once per block slot (calls[blocks], after
  * this struct): every kernel's block b reads slot b, and dispatch_send's block b stores the new number into
@@ -326,7 +326,7 @@ static __device__ __noinline__ void put_staged(const moe_params &P, int parity, 
 /* dispatch_send's work; returns the call number it sent as. */
 template <int MODE>
 __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
-  constexpr bool fp8 = MODE & MODE_FP8, PE = MODE & MODE_PE, DIRECT = MODE & MODE_DIRECT;
+  constexpr bool fp8 = MODE & MODE_FP8, PE = MODE & MODE_PE, DIRECT = MODE & MODE_DIRECT, TR = MODE & MODE_TRACE;
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, me = P.ctx.rank, nt = P.num_tokens;
   /* Units: tokens (default: a message per (token, rank)) or (token, k) pairs (SY_MOE_PER_EXPERT: a message per
@@ -404,8 +404,8 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   const uint64_t call = call_s;
   const int parity = (int)(call & 1);
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, true, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, true, -1, call);
   }
   /* A repeat of an earlier k of the same token: reported, -1 (clearing a repeat in place cannot hide another:
    * its value stays at its first k, which is never cleared). Then routing: masks[p][c] bit j = unit 32c + j
@@ -498,8 +498,8 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     }
   /* (block 0's signal add, below, publishes them with the counts word too) */
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, false, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_ROUTE, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, true, -1, call);
   }
 
   char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
@@ -624,13 +624,13 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, false, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_COPY, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, true, -1, call);
   }
   for (int p = threadIdx.x; p < W; p += blockDim.x)
     arrive(P, peers[p], p, parity, SY_MOE_COUNTER_DISPATCH, blockIdx.x == 0 ? call : 0);
   __syncthreads();
-  if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, call);
+  if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, call);
 
   /* direct (the one-call dispatch): this rank's own entries, kept out of the messages above, go straight into
    * the expert buffers now, while the other ranks' messages travel — nothing to copy for them after the wait.
@@ -638,7 +638,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
    * the counts word in its signal add. A block with a single token of a single round still holds it, quantised,
    * in q0 / s0; otherwise it loads the token again. */
   if (DIRECT && nself_s > 0) { /* (nself_s is final: bar.syncs came after the header loop) */
-    if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, true, -1, call);
+    if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, true, -1, call);
     int *lower = (int *)masks; /* [W]: source s < me sent messages here (masks are no longer read) */
     int *fs = named;           /* [L]: the slot of this rank's first entry of each local expert */
     for (int s = threadIdx.x; s < me; s += blockDim.x) {
@@ -703,9 +703,9 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       __syncthreads();
       i0 = i1;
     }
-    if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, false, -1, call);
+    if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, false, -1, call);
   }
-  if (threadIdx.x == 0) trace(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, call);
+  if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, call);
   return call;
 }
 
@@ -757,7 +757,7 @@ __device__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64
  * a lane each (one load round per warp), and copy the ones naming an expert here, a warp per copy. */
 template <int MODE>
 __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const uint64_t call) {
-  constexpr bool fp8 = MODE & MODE_FP8, DIRECT = MODE & MODE_DIRECT;
+  constexpr bool fp8 = MODE & MODE_FP8, DIRECT = MODE & MODE_DIRECT, TR = MODE & MODE_TRACE;
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, L = P.L, S = P.S, G = P.G;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
@@ -767,15 +767,15 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
   const uint64_t row_bytes = (uint64_t)P.H * (fp8 ? 1 : 2);
 
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, true, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, true, -1, call);
   }
   __shared__ int own_count_s;
   const int own = DIRECT ? P.ctx.rank : -1;
   const int total = wait_dispatch(P, start, parity, call, OP_MOE_DISPATCH_RECV, own, &own_count_s);
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, false, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_RECV, PH_WAIT_DATA, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, true, -1, call);
   }
   /* A source that sent nothing here wrote no counts: its are 0. */
   for (int e = threadIdx.x; e < L; e += blockDim.x) {
@@ -863,8 +863,8 @@ __device__ __forceinline__ void dispatch_recv_body(const moe_params &P, const ui
     }
   }
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, false, -1, call);
-    trace(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_RECV, PH_POST, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_DISPATCH_RECV, PH_KERNEL, false, -1, call);
   }
 }
 
@@ -875,7 +875,7 @@ constexpr int CS_BATCH = 8; /* received messages whose entries combine_send stag
 
 template <int MODE>
 __device__ __forceinline__ void combine_send_body(const moe_params &P, const uint64_t call) {
-  constexpr bool PE = MODE & MODE_PE;
+  constexpr bool PE = MODE & MODE_PE, TR = MODE & MODE_TRACE;
   extern __shared__ uint64_t moe_dyn[];
   const int W = P.W, K = P.K, T = P.T, S = P.S, H = P.H, me = P.ctx.rank;
   char **peers = (char **)moe_dyn;      /* [W] */
@@ -887,8 +887,8 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
   const int parity = (int)(call & 1);
   for (int p = threadIdx.x; p < W; p += blockDim.x) peers[p] = peer_ws(P, p);
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, true, -1, call);
-    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, true, -1, call);
   }
   const int total = wait_dispatch(P, start, parity, call, OP_MOE_COMBINE_SEND);
   char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
@@ -970,14 +970,14 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, false, -1, call);
-    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_SEND, PH_COPY, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, true, -1, call);
   }
   for (int p = threadIdx.x; p < W; p += blockDim.x) arrive(P, peers[p], p, parity, SY_MOE_COUNTER_COMBINE);
   __syncthreads();
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, false, -1, call);
-    trace(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_SEND, PH_SIGNAL, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_SEND, PH_KERNEL, false, -1, call);
   }
 }
 
@@ -986,7 +986,7 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
 /* combine_recv's work for call `call`. */
 template <int MODE>
 __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uint64_t call) {
-  constexpr bool PE = MODE & MODE_PE;
+  constexpr bool PE = MODE & MODE_PE, TR = MODE & MODE_TRACE;
   const int W = P.W, K = P.K, T = P.T, H = P.H;
   __shared__ int id_s[MOE_MAX_K], ranks_s[MOE_MAX_K], nranks_s;
   __shared__ float w_s[MOE_MAX_K];
@@ -1014,16 +1014,16 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
     if (PE) w_next = P.weights[(uint64_t)blockIdx.x * K + lane];
   }
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, true, -1, call);
-    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, true, -1, call);
   }
   for (int r = threadIdx.x; r < W; r += blockDim.x)
     wait_geq(P.ctx, (const uint64_t *)(P.ws + counter_offset(P, parity, r, SY_MOE_COUNTER_COMBINE)), expected(call),
              OP_MOE_COMBINE_RECV, r, call);
   __syncthreads();
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, false, -1, call);
-    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, true, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_RECV, PH_WAIT_DATA, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, true, -1, call);
   }
   const int ntok = P.num_tokens < dispatched ? P.num_tokens : dispatched;
   const int nvec = H / 8;
@@ -1107,8 +1107,8 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
     }
   }
   if (threadIdx.x == 0) {
-    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, false, -1, call);
-    trace(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_RECV, PH_REDUCE, false, -1, call);
+    trace<TR>(P.ctx, OP_MOE_COMBINE_RECV, PH_KERNEL, false, -1, call);
   }
 }
 
@@ -1159,18 +1159,21 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine_kernel(const __grid_c
   combine_recv_body<MODE>(P, call);
 }
 
-/* The instances, by the bits of MODE each kernel's code depends on: dispatch_send FP8 | PE, dispatch_recv FP8, the
- * combine halves PE, the fused dispatch all three. */
+/* The instances, indexed by the whole MODE; each kernel is instantiated only for the bits its code depends on (the
+ * mask): the halves never take the direct part, the combine does not depend on the wire. */
 typedef void (*moe_kernel_t)(moe_params);
-static moe_kernel_t const dispatch_send_kernels[4] = {moe_dispatch_send_kernel<0>, moe_dispatch_send_kernel<1>,
-                                                      moe_dispatch_send_kernel<2>, moe_dispatch_send_kernel<3>};
-static moe_kernel_t const dispatch_recv_kernels[2] = {moe_dispatch_recv_kernel<0>, moe_dispatch_recv_kernel<1>};
-static moe_kernel_t const combine_send_kernels[2] = {moe_combine_send_kernel<0>, moe_combine_send_kernel<MODE_PE>};
-static moe_kernel_t const combine_recv_kernels[2] = {moe_combine_recv_kernel<0>, moe_combine_recv_kernel<MODE_PE>};
-static moe_kernel_t const dispatch_kernels[8] = {moe_dispatch_kernel<0>, moe_dispatch_kernel<1>, moe_dispatch_kernel<2>,
-                                                 moe_dispatch_kernel<3>, moe_dispatch_kernel<4>, moe_dispatch_kernel<5>,
-                                                 moe_dispatch_kernel<6>, moe_dispatch_kernel<7>};
-static moe_kernel_t const combine_kernels[2] = {moe_combine_kernel<0>, moe_combine_kernel<MODE_PE>};
+#define SY_MOE_TABLE(k, mask)                                                                                        \
+  {k<0 & (mask)>,  k<1 & (mask)>,  k<2 & (mask)>,  k<3 & (mask)>,  k<4 & (mask)>,  k<5 & (mask)>,                    \
+   k<6 & (mask)>,  k<7 & (mask)>,  k<8 & (mask)>,  k<9 & (mask)>,  k<10 & (mask)>, k<11 & (mask)>,                   \
+   k<12 & (mask)>, k<13 & (mask)>, k<14 & (mask)>, k<15 & (mask)>}
+static moe_kernel_t const dispatch_send_kernels[16] =
+    SY_MOE_TABLE(moe_dispatch_send_kernel, MODE_FP8 | MODE_PE | MODE_TRACE);
+static moe_kernel_t const dispatch_recv_kernels[16] = SY_MOE_TABLE(moe_dispatch_recv_kernel, MODE_FP8 | MODE_TRACE);
+static moe_kernel_t const combine_send_kernels[16] = SY_MOE_TABLE(moe_combine_send_kernel, MODE_PE | MODE_TRACE);
+static moe_kernel_t const combine_recv_kernels[16] = SY_MOE_TABLE(moe_combine_recv_kernel, MODE_PE | MODE_TRACE);
+static moe_kernel_t const dispatch_kernels[16] = SY_MOE_TABLE(moe_dispatch_kernel, 15);
+static moe_kernel_t const combine_kernels[16] = SY_MOE_TABLE(moe_combine_kernel, MODE_PE | MODE_TRACE);
+#undef SY_MOE_TABLE
 
 }  // namespace sy
 
@@ -1205,9 +1208,11 @@ static sy_status_t launch(moe_kernel_t kernel, int blocks, size_t smem, cudaStre
   return launch_pdl(kernel, blocks, MOE_THREADS, smem, stream, P);
 }
 
-/* The MODE bits of a configuration (the kernel instance), without MODE_DIRECT (a per-call choice). */
-static int mode_of(const sy_moe_config_t *c) {
-  return (c->wire != SY_MOE_WIRE_BF16 ? MODE_FP8 : 0) | ((c->flags & SY_MOE_PER_EXPERT) ? MODE_PE : 0);
+/* The MODE bits of a configuration on a communicator (the kernel instance), without MODE_DIRECT (a per-call
+ * choice). */
+static int mode_of(sy_comm_t comm, const sy_moe_config_t *c) {
+  return (c->wire != SY_MOE_WIRE_BF16 ? MODE_FP8 : 0) | ((c->flags & SY_MOE_PER_EXPERT) ? MODE_PE : 0) |
+         (state_of(comm)->ctx.trace ? MODE_TRACE : 0);
 }
 
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -1358,16 +1363,13 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->ws + g->layout.counters_offset, 0, g->layout.counters_bytes);
   /* This configuration's kernel instances (the fused dispatch with and without the direct part). */
-  const int mode = mode_of(c);
+  const int mode = mode_of(comm, c);
   const struct {
     moe_kernel_t kernel;
     size_t smem;
-  } used[] = {{dispatch_send_kernels[mode], g->ds_smem},
-              {dispatch_recv_kernels[mode & MODE_FP8], g->dr_smem},
-              {combine_send_kernels[(mode & MODE_PE) ? 1 : 0], g->cs_smem},
-              {dispatch_kernels[mode], g->fd_smem},
-              {dispatch_kernels[mode | MODE_DIRECT], g->fd_smem},
-              {combine_kernels[(mode & MODE_PE) ? 1 : 0], g->cs_smem}};
+  } used[] = {{dispatch_send_kernels[mode], g->ds_smem},    {dispatch_recv_kernels[mode], g->dr_smem},
+              {combine_send_kernels[mode], g->cs_smem},     {dispatch_kernels[mode], g->fd_smem},
+              {dispatch_kernels[mode | MODE_DIRECT], g->fd_smem}, {combine_kernels[mode], g->cs_smem}};
   for (const auto &u : used)
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(u.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)u.smem);
@@ -1436,7 +1438,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe 
   fill_params(comm, moe, g, &P);
   set_args(&P, a);
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
-  return launch(dispatch_send_kernels[mode_of(&moe->config)], blocks, g->ds_smem, stream, P);
+  return launch(dispatch_send_kernels[mode_of(comm, &moe->config)], blocks, g->ds_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
@@ -1445,7 +1447,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe 
   moe_params P;
   fill_params(comm, moe, g, &P);
   P.recv = *recv;
-  return launch(dispatch_recv_kernels[mode_of(&moe->config) & MODE_FP8], g->blocks, g->dr_smem, stream, P);
+  return launch(dispatch_recv_kernels[mode_of(comm, &moe->config)], g->blocks, g->dr_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
@@ -1454,7 +1456,7 @@ extern "C" sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *
   moe_params P;
   fill_params(comm, moe, g, &P);
   P.expert_out = (const uint16_t *)expert_out;
-  return launch(combine_send_kernels[(mode_of(&moe->config) & MODE_PE) ? 1 : 0], g->blocks, g->cs_smem, stream, P);
+  return launch(combine_send_kernels[mode_of(comm, &moe->config)], g->blocks, g->cs_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *a,
@@ -1465,7 +1467,7 @@ extern "C" sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *
   set_args(&P, a);
   P.out = (uint16_t *)out;
   const int blocks = a->num_tokens < 1 ? 1 : a->num_tokens < g->blocks ? a->num_tokens : g->blocks;
-  return launch(combine_recv_kernels[(mode_of(&moe->config) & MODE_PE) ? 1 : 0], blocks, 0, stream, P);
+  return launch(combine_recv_kernels[mode_of(comm, &moe->config)], blocks, 0, stream, P);
 }
 
 /* The one-call forms: both halves in one kernel, on a grid of at most one block per SM (every block resident,
@@ -1493,7 +1495,7 @@ extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe,
   P.recv = *recv;
   const bool direct = g->direct && (!g->direct_auto || a->num_tokens * 2 >= g->blocks);
   P.self_cap = g->self_cap;
-  return launch(dispatch_kernels[mode_of(&moe->config) | (direct ? MODE_DIRECT : 0)], g->blocks, g->fd_smem, stream, P);
+  return launch(dispatch_kernels[mode_of(comm, &moe->config) | (direct ? MODE_DIRECT : 0)], g->blocks, g->fd_smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
@@ -1508,5 +1510,5 @@ extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, 
   set_args(&P, a);
   P.expert_out = (const uint16_t *)expert_out;
   P.out = (uint16_t *)out;
-  return launch(combine_kernels[(mode_of(&moe->config) & MODE_PE) ? 1 : 0], g->blocks, g->cs_smem, stream, P);
+  return launch(combine_kernels[mode_of(comm, &moe->config)], g->blocks, g->cs_smem, stream, P);
 }
