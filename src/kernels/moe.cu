@@ -456,6 +456,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
           const uint32_t m = h ? mine1 : mine0;
           if (!m) continue;
           uint32_t packed = 0;
+#pragma unroll 1
           for (int j = 0; j < (32 >> lgK); j++) packed |= ((m >> (j << lgK)) & 1u) << j;
           atomicOr(&masks[(size_t)((int)lane + 32 * h) * NC + t0 / 32], packed << (t0 & 31));
         }
@@ -467,6 +468,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   __syncthreads();
   for (int p = threadIdx.x; p < W; p += blockDim.x) {
     int acc = 0;
+#pragma unroll(PE ? 4 : 1) /* per expert a warp's 32 (token, k) units make a chunk: 8 x more chunks than tokens / 32 */
     for (int c = 0; c < chunks; c++) {
       prefix[(size_t)p * (NC + 1) + c] = acc;
       acc += __popc(masks[(size_t)p * NC + c]);
@@ -489,6 +491,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   /* Block 0 tells every destination with messages how many name each of its experts (ordered before the
    * destination's count word: block 0 takes part in completing every such destination, below). */
   if (blockIdx.x == 0)
+#pragma unroll 1
     for (int i = threadIdx.x; i < P.E; i += blockDim.x) {
       const int p = i / L;
       if (prefix[(size_t)p * (NC + 1) + NC] == 0) continue;
@@ -536,6 +539,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
         if (v >= 0) {
           const uint32_t *em = emask + (size_t)v * NT;
           int r = __popc(em[t / 32] & ((1u << (t & 31)) - 1u));
+#pragma unroll 1
           for (int c = 0; c < t / 32; c++) r += __popc(em[c]);
           rank_s[threadIdx.x] = r;
         }
@@ -552,9 +556,12 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
       const int u = t * KU + (PE ? x : 0), c = u / 32, b = u % 32;
       const uint32_t m = masks[(size_t)p * NC + c];
       if (!((m >> b) & 1u)) continue;
-      uint32_t kmask = 0;
+      /* the k the message carries: per expert its own; else the token's k on p (a short loop left rolled: the
+       * unrolled one was ~250 instructions fetched once per token) */
+      uint32_t kmask = PE ? 1u << x : 0u;
       const int lo = p * L, hi = lo + L;
-      for (int k = 0; k < K; k++) kmask |= (uint32_t)(row[k] >= lo && row[k] < hi && (!PE || k == x)) << k;
+#pragma unroll 1
+      for (int k = 0; k < (PE ? 0 : K); k++) kmask |= (uint32_t)(row[k] >= lo && row[k] < hi) << k;
       const int j = atomicAdd(&ndest_s, 1);
       const int idx = prefix[(size_t)p * (NC + 1) + c] + __popc(m & ((1u << b) - 1u));
       dest_s[j] = p;
@@ -714,6 +721,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
  * stored into it (each reads its own, at its start); the next kernel reads them after the kernel boundary. */
 __device__ __forceinline__ void advance_call(const moe_params &P, uint64_t call) {
   if (threadIdx.x != 0) return;
+#pragma unroll 1
   for (int i = (int)blockIdx.x; i < P.ncalls; i += (int)gridDim.x) P.calls[i] = call;
 }
 
