@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
-# all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path), runs the CPU
-# tests, runs the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
+# all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path) and the all-to-all
+# and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the CPU tests, runs
+# the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
 # tools/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes) and
 # logs.tar.gz (every log: build, machine, each test, each benchmark, the instruction-fetch probe).
@@ -73,6 +74,9 @@ for n in "${counts[@]}"; do
   SY_FORCE_PUT=1 run test_gpu_ring.put "$n" "$root/build/tests/gpu/test_gpu_ring"
   SY_FORCE_PUT=1 run test_gpu_attn.put "$n" "$root/build/tests/gpu/test_gpu_attn"
   SY_FORCE_PUT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.put "$n" "$root/build/tests/gpu/test_gpu_moe"
+  # eight blocks per call: every call with more than eight pieces takes the ticket order (alltoall, attention)
+  SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_alltoall.tickets "$n" "$root/build/tests/gpu/test_gpu_alltoall"
+  SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_attn.tickets "$n" "$root/build/tests/gpu/test_gpu_attn"
   SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
 done
 

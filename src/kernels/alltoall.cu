@@ -3,9 +3,11 @@
  *
  *   block 0:    post mail to every sender p: "entered call n; put your bytes at this offset (from the
  *               control region), this many" — self-validating words, no fence   [receiver half, start]
- *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ...; block b takes b, b +
- *               grid, ... in bit-reversed order (item_order: every pair's chunks, the self copy's among them,
- *               spread over the block's time); before its first chunk for a peer: wait (bounded) for that
+ *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ...; with more items than
+ *               blocks the blocks draw tickets and take item ticket x stride mod items (a golden-ratio stride,
+ *               as attention: no block left with the last ones), else block b takes b, b + grid, ... in
+ *               bit-reversed order (item_order: every pair's chunks, the self copy's among them, spread over
+ *               the block's time); before its first chunk for a peer: wait (bounded) for that
  *               peer's mail (kept per peer in shared memory), check its byte count against ours; then copy
  *               each chunk with direct 16-byte stores
  *               (peer load/store reachable) or one NVSHMEM put-with-signal; each chunk adds 1 to the peer's
@@ -34,6 +36,7 @@ struct a2a_params {
   const char *send;
   char *recv;
   uint64_t min_chunk;
+  uint32_t stride; /* the ticket order's (DYNAMIC): sy__piece_stride(items) */
   uint64_t send_bytes[MAXW], send_offsets[MAXW], recv_bytes[MAXW], recv_offsets[MAXW];
 };
 
@@ -48,8 +51,9 @@ __device__ inline void a2a_chunk_range(uint64_t bytes, uint32_t count, uint32_t 
   *hi = b < bytes ? b : bytes;
 }
 
-/* TRACE: the instance with the trace points (SY_TRACE_FILE); without them no branch jumps over their calls. */
-template <int MAXW, bool TRACE>
+/* DYNAMIC: the ticket order (more items than blocks), else the static bit-reversed order. TRACE: the instance with
+ * the trace points (SY_TRACE_FILE). A kernel instance each, so that no branch jumps over the other's code. */
+template <int MAXW, bool DYNAMIC, bool TRACE>
 __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_constant__ a2a_params<MAXW> P) {
   const dev_ctx &ctx = P.ctx;
   const int W = ctx.world_size, me = ctx.rank;
@@ -85,10 +89,26 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   }
 
   const uint32_t total = prefix_s[W], mine = block_item_count(total), rounds = item_rounds(mine);
-  for (uint32_t r = 0; r < rounds; r++) {
-    const uint32_t kth = item_order(r, mine);
-    if (kth >= mine) continue;
-    const uint32_t item = blockIdx.x + kth * gridDim.x;
+  /* DYNAMIC: thread 0 draws the next ticket while the block copies; ticket_s alternates by round, as some rounds
+   * pass no bar.sync after every thread read it (a skipped peer) */
+  __shared__ uint32_t ticket_s[2];
+  uint32_t ahead = 0;
+  if (DYNAMIC && threadIdx.x == 0) ahead = atomicAdd(&ctx.state->a2a_tickets, 1u);
+  for (uint32_t r = 0;; r++) {
+    uint32_t item;
+    if (!DYNAMIC) {
+      if (r >= rounds) break;
+      const uint32_t kth = item_order(r, mine);
+      if (kth >= mine) continue;
+      item = blockIdx.x + kth * gridDim.x;
+    } else {
+      if (threadIdx.x == 0) ticket_s[r & 1] = ahead;
+      __syncthreads();
+      const uint32_t k = ticket_s[r & 1];
+      if (k >= total) break;
+      if (threadIdx.x == 0) ahead = atomicAdd(&ctx.state->a2a_tickets, 1u);
+      item = (uint32_t)((uint64_t)k * P.stride % total);
+    }
     int lo_k = 0, hi_k = W - 1; /* the k with prefix_s[k] <= item < prefix_s[k + 1] */
     while (lo_k < hi_k) {
       int mid = (lo_k + hi_k + 1) / 2;
@@ -173,6 +193,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     trace<TRACE>(ctx, OP_A2A_DATA, PH_KERNEL, false, -1, call);
     if (atom_add_acq_rel_gpu(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
       ctx.state->a2a_blocks_done = 0;
+      if (DYNAMIC) ctx.state->a2a_tickets = 0;
       ctx.state->a2a_calls = call;
     }
   }
@@ -195,8 +216,15 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
     items += a2a_chunk_count(P.send_bytes[p], W, P.min_chunk);
   }
   unsigned grid = items < (uint64_t)st->a2a_blocks ? (unsigned)items : (unsigned)st->a2a_blocks;
-  if (st->ctx.trace) alltoallv_kernel<MAXW, true><<<grid, A2A_THREADS, 0, stream>>>(P);
-  else alltoallv_kernel<MAXW, false><<<grid, A2A_THREADS, 0, stream>>>(P);
+  if (grid < 1) grid = 1;
+  /* the ticket order only on request: at world 1 it measured slower than the static order from 16 to 64 MiB per rank
+   * and faster from 256 MiB (bench/NOTES.md); not yet measured across a link */
+  const bool dynamic = st->piece_order == PIECE_ORDER_TICKETS && items > grid && items < (1ull << 31);
+  P.stride = dynamic ? sy__piece_stride((uint32_t)items) : 1;
+  void (*const kernels[2][2])(a2a_params<MAXW>) = {
+      {alltoallv_kernel<MAXW, false, false>, alltoallv_kernel<MAXW, false, true>},
+      {alltoallv_kernel<MAXW, true, false>, alltoallv_kernel<MAXW, true, true>}};
+  kernels[dynamic][st->ctx.trace != nullptr]<<<grid, A2A_THREADS, 0, stream>>>(P);
   SY_CUDA_CHECK(cudaGetLastError());
   return SY_SUCCESS;
 }

@@ -536,7 +536,7 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
     P.grad_out = (char *)call->grad_out;
   }
   int blocks = items < (uint64_t)st->a2a_blocks ? (int)items : st->a2a_blocks;
-  const bool dynamic = items > (uint64_t)blocks && items < (1ull << 31);
+  const bool dynamic = st->piece_order != PIECE_ORDER_STATIC && items > (uint64_t)blocks && items < (1ull << 31);
   if (dynamic) P.stride = sy__piece_stride((uint32_t)items);
   if (P.reduce != REDUCE_NONE) blocks = st->a2a_blocks; /* the reduce wants the whole GPU */
   if (blocks < 1) blocks = 1;

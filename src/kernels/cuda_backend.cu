@@ -283,6 +283,15 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
     SY_WARN("SY_A2A_BLOCKS=%lld must be >= 0 and SY_A2A_CHUNK=%zu >= 16", blocks, chunk);
     return SY_ERR_INVALID_ARG;
   }
+  const char *order = sy__env_str(SY_ENVID_SY_PIECE_ORDER);
+  const int piece_order = strcmp(order, "auto") == 0      ? PIECE_ORDER_AUTO
+                          : strcmp(order, "static") == 0  ? PIECE_ORDER_STATIC
+                          : strcmp(order, "tickets") == 0 ? PIECE_ORDER_TICKETS
+                                                          : -1;
+  if (piece_order < 0) {
+    SY_WARN("environment variable SY_PIECE_ORDER=%s is malformed (want auto, static or tickets)", order);
+    return SY_ERR_INVALID_ARG;
+  }
 
   cuda_state *st = (cuda_state *)calloc(1, sizeof *st);
   if (!st) return SY_ERR_NO_MEMORY;
@@ -294,6 +303,7 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   st->ctx.force_put = force_put;
   st->ctx.layout = make_ctrl_layout(comm->world_size);
   st->a2a_chunk = chunk;
+  st->piece_order = piece_order;
   sy_status_t s = SY_SUCCESS;
   cudaError_t err;
   void *p = NULL;

@@ -85,6 +85,7 @@ struct dev_state {
   uint64_t barrier_calls;
   uint64_t a2a_calls;
   unsigned a2a_blocks_done;
+  unsigned a2a_tickets; /* the all-to-all's pieces handed out in this call (the ticket order); the last block resets */
   unsigned trace_next; /* next free trace_event */
 };
 
@@ -116,6 +117,9 @@ struct dev_ctx {
 };
 
 /* Host-side state of one communicator. */
+/* Which order blocks take a call's pieces in where there are more pieces than blocks (SY_PIECE_ORDER). */
+enum { PIECE_ORDER_AUTO = 0, PIECE_ORDER_STATIC = 1, PIECE_ORDER_TICKETS = 2 };
+
 struct cuda_state {
   dev_ctx ctx;
   error_slot *slot_host; /* host address of ctx.slot */
@@ -123,6 +127,7 @@ struct cuda_state {
   int num_sms;
   int a2a_blocks;   /* blocks per all-to-all launch (SY_A2A_BLOCKS, else the SM count) */
   size_t a2a_chunk; /* largest piece of one pair's bytes that gets its own signal (SY_A2A_CHUNK; piece_count) */
+  int piece_order;  /* SY_PIECE_ORDER: PIECE_ORDER_AUTO, _STATIC or _TICKETS */
   bool nvshmem_up;
   char trace_path[512];
 };

@@ -2,7 +2,7 @@
  * test_gpu_init.c — communicator bring-up on the GPUs syrun gives: init, rank/size/device, peer
  * reachability (every pair of our machines is NVLink-connected, so every peer must be load/store reachable
  * unless SY_FORCE_PUT), barriers, the host allgather, symmetric allocation, and init/destroy twice in one
- * process (NVSHMEM finalised and brought up again).
+ * process (NVSHMEM finalised and brought up again), and a malformed SY_PIECE_ORDER refused by init on every rank.
  */
 #include "gpu_test.h"
 
@@ -74,5 +74,18 @@ int main(void) {
       printf("round %d: world %d, init %.1f ms, barrier %.1f us each (host-observed, 100 back to back)\n", round,
              world, t_init * 1e3, t_bar * 1e6);
   }
+  /* A malformed SY_PIECE_ORDER: every rank's init refuses it before any rendezvous, and returns no communicator
+   * (NULL in *comm). */
+  const char *order = getenv("SY_PIECE_ORDER");
+  char saved[64] = "";
+  if (order) snprintf(saved, sizeof saved, "%s", order);
+  setenv("SY_PIECE_ORDER", "sideways", 1);
+  sy_comm_t bad = (sy_comm_t)&saved; /* overwritten with NULL */
+  const sy_status_t refused = sy_comm_init(&bad, NULL);
+  if (refused != SY_ERR_INVALID_ARG)
+    GT_FAIL("SY_PIECE_ORDER=sideways: sy_comm_init returned %s", sy_status_name(refused));
+  GT_CHECK(bad == NULL);
+  if (order) setenv("SY_PIECE_ORDER", saved, 1);
+  else unsetenv("SY_PIECE_ORDER");
   return gt_finish("test_gpu_init");
 }
