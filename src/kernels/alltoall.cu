@@ -4,7 +4,7 @@
  *   block 0:    post mail to every sender p: "entered call n; put your bytes at this offset (from the
  *               control region), this many" — self-validating words, no fence   [receiver half, start]
  *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ...; with more items than
- *               blocks the blocks draw tickets and take item ticket x stride mod items (a golden-ratio stride,
+ *               blocks and SY_PIECE_ORDER=tickets the blocks draw tickets and take item ticket x stride mod items (a golden-ratio stride,
  *               as attention: no block left with the last ones), else block b takes b, b + grid, ... in
  *               bit-reversed order (item_order: every pair's chunks, the self copy's among them, spread over
  *               the block's time); before its first chunk for a peer: wait (bounded) for that
