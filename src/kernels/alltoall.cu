@@ -4,11 +4,11 @@
  *   block 0:    post mail to every sender p: "entered call n; put your bytes at this offset (from the
  *               control region), this many" — self-validating words, no fence   [receiver half, start]
  *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ...; with more items than
- *               blocks and SY_PIECE_ORDER=tickets the blocks draw tickets and take item ticket x stride mod items (a golden-ratio stride,
- *               as attention: no block left with the last ones), else block b takes b, b + grid, ... in
- *               bit-reversed order (item_order: every pair's chunks, the self copy's among them, spread over
- *               the block's time); before its first chunk for a peer: wait (bounded) for that
- *               peer's mail (kept per peer in shared memory), check its byte count against ours; then copy
+ *               blocks and SY_PIECE_ORDER=tickets the blocks draw tickets and take item ticket x stride mod
+ *               items (a golden-ratio stride, as attention: no block left with the last ones), else block b
+ *               takes b, b + grid, ... in bit-reversed order (item_order: every pair's chunks, the self copy's
+ *               among them, spread over the block's time); before its first chunk for a peer: wait (bounded)
+ *               for that peer's mail (kept per peer in shared memory), check its byte count against ours; then copy
  *               each chunk with direct 16-byte stores
  *               (peer load/store reachable) or one NVSHMEM put-with-signal; each chunk adds 1 to the peer's
  *               a2a_data[rank] after its data                       [sender half]
