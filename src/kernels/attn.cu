@@ -6,9 +6,10 @@
  *   block 0:    post mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
  *               communicator's control region), channel 1's at that one"           [receiver half, start]
  *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; with more items than blocks
- *               (and SY_PIECE_ORDER not static) the blocks draw tickets and take item ticket x stride mod items (a golden-ratio stride: every
- *               pair's pieces, the self copy's among them, spread over the call, and no block left with the last
- *               ones), else block b takes b, b + grid, ... in bit-reversed order (item_order); before its
+ *               (and SY_PIECE_ORDER not static) the blocks draw tickets and take item ticket x stride mod items
+ *               (a golden-ratio stride: every pair's pieces, the self copy's among them, spread over the call,
+ *               and no block left with the last ones), else block b takes b, b + grid, ... in bit-reversed
+ *               order (item_order); before its
  *               first piece for a peer, wait (bounded) for that peer's mail (kept per peer in shared memory);
  *               per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
  *               large ones with the whole block, small ones one warp each — with direct stores (peer is
