@@ -9,8 +9,8 @@
  *               (and SY_PIECE_ORDER not static) the blocks draw tickets and take item ticket x stride mod items
  *               (a golden-ratio stride: every pair's pieces, the self copy's among them, spread over the call,
  *               and no block left with the last ones), else block b takes b, b + grid, ... in bit-reversed
- *               order (item_order); before its
- *               first piece for a peer, wait (bounded) for that peer's mail (kept per peer in shared memory);
+ *               order (item_order); before its first piece for a peer, wait (bounded) for that peer's mail
+ *               (kept per peer in shared memory);
  *               per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
  *               large ones with the whole block, small ones one warp each — with direct stores (peer is
  *               load/store reachable) or NVSHMEM puts; then one counter update at the receiver
