@@ -216,7 +216,6 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
     items += a2a_chunk_count(P.send_bytes[p], W, P.min_chunk);
   }
   unsigned grid = items < (uint64_t)st->a2a_blocks ? (unsigned)items : (unsigned)st->a2a_blocks;
-  if (grid < 1) grid = 1;
   /* the ticket order only on request: at world 1 it measured slower than the static order from 16 to 64 MiB per rank
    * and faster from 256 MiB (bench/NOTES.md); not yet measured across a link */
   const bool dynamic = st->piece_order == PIECE_ORDER_TICKETS && items > grid && items < (1ull << 31);

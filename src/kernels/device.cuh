@@ -179,10 +179,6 @@ static __device__ __noinline__ void put_nbi_warp_cold(void *dst, const void *src
   nvshmemx_putmem_nbi_warp(dst, src, bytes, p);
 }
 
-static __device__ __noinline__ void put_block_cold(void *dst, const void *src, size_t bytes, int p) {
-  nvshmemx_putmem_block(dst, src, bytes, p);
-}
-
 static __device__ __noinline__ void put_signal_nbi_block_cold(void *dst, const void *src, size_t bytes, uint64_t *sig,
                                                               uint64_t add, int p) {
   nvshmemx_putmem_signal_nbi_block(dst, src, bytes, sig, add, NVSHMEM_SIGNAL_ADD, p);
