@@ -366,16 +366,19 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
    * round (hidden <= 7680 FP8, 3840 BF16) it carries none in round 0, so its setup runs alone before the
    * bar.sync while the other warps quantise. */
   const int vt = (int)(threadIdx.x + MOE_THREADS - 32) % MOE_THREADS;
-  const bool first_own = (int)blockIdx.x < nt;
+  /* Tokens go to blocks from the last one down (token t to block grid - 1 - t, and t + grid, ...): block 0, which
+   * also publishes the counts and keeps the ids, holds a token only when every block has one. */
+  const int tb = (int)gridDim.x - 1 - (int)blockIdx.x; /* this block's first token */
+  const bool first_own = tb < nt;
   uint4 pre_a = make_uint4(0, 0, 0, 0), pre_b = make_uint4(0, 0, 0, 0);
   float pre_w = 0.0f;
   if (first_own) {
-    const uint16_t *tok0 = P.tokens + (uint64_t)blockIdx.x * P.H;
+    const uint16_t *tok0 = P.tokens + (uint64_t)tb * P.H;
     if (vt < nvec) {
       pre_a = __ldg((const uint4 *)(tok0 + (uint64_t)vt * (fp8 ? 16 : 8)));
       if (fp8) pre_b = __ldg((const uint4 *)(tok0 + (uint64_t)vt * 16 + 8));
     }
-    if (threadIdx.x < (unsigned)K && P.weights) pre_w = P.weights[(uint64_t)blockIdx.x * K + threadIdx.x];
+    if (threadIdx.x < (unsigned)K && P.weights) pre_w = P.weights[(uint64_t)tb * K + threadIdx.x];
   }
   if (threadIdx.x == 0) {
     call_s = current_call(P) + 1;
@@ -508,7 +511,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   char *stage = P.staging ? P.staging + (uint64_t)blockIdx.x * P.stage_bytes : nullptr;
   uint4 q0 = make_uint4(0, 0, 0, 0); /* round 0 of the token (vector vt), quantised; kept for the direct part */
   float s0 = 0.0f;
-  for (int t = blockIdx.x; t < nt; t += gridDim.x) {
+  for (int t = tb; t < nt; t += gridDim.x) {
     __syncthreads(); /* the previous token's shared state is no longer read */
     if (threadIdx.x == 0) {
       ndest_s = 0;
@@ -518,7 +521,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     /* Round 0 (vector vt) of the token, loaded before the message setup below (the first token's came
      * with the kernel's start) and quantised after it, so the wait for the data passes during the setup. */
     const uint16_t *tok = P.tokens + (uint64_t)t * P.H;
-    const bool first = t == (int)blockIdx.x, r0 = (vt & ~31) < nvec, act0 = vt < nvec;
+    const bool first = t == tb, r0 = (vt & ~31) < nvec, act0 = vt < nvec;
     uint4 a0 = pre_a, b0 = pre_b;
     float w_t = pre_w;
     if (!first) {
@@ -662,7 +665,7 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
     }
     __syncthreads();
     const int n = nself_s < P.self_cap ? nself_s : P.self_cap;
-    const bool keep = (int)blockIdx.x + (int)gridDim.x >= nt && nvec <= MOE_THREADS;
+    const bool keep = tb + (int)gridDim.x >= nt && nvec <= MOE_THREADS;
     const uint64_t row_bytes = (uint64_t)P.H * (fp8 ? 1 : 2);
     char **rows = tgt_s;
     float **srows = (float **)pay_s;
