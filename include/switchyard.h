@@ -241,12 +241,38 @@ typedef struct sy_attn_plan_info {
   const int64_t *kv_send_to;   /* [world_size] */
 } sy_attn_plan_info_t;
 
+/* One sequence (or one KV replica of it) as a plan moves it forward: rows [src_row, src_row + rows) of rank
+ * src_rank's MLP layout (its sequence seq; replica c of its KV, 0 for Q) land at rows [dst_row, dst_row + rows)
+ * of rank dst_rank's q_recv (kv_recv). dst_rank and dst_row are -1 where it is not sent. The reverse directions
+ * move the same rows back. */
+typedef struct sy_attn_seq_place {
+  int src_rank, seq, replica, dst_rank;
+  int64_t src_row, dst_row, rows;
+} sy_attn_seq_place_t;
+
+/* This rank's forward metadata, sequence by sequence (arrays valid while the plan lives):
+ *   q_send[i]                      its sequence i's queries (num_seqs entries);
+ *   kv_send[i * max_replicas + c]  replica c of its sequence i's keys/values;
+ *   q_recv, kv_recv                the sequences it receives, in arrival order (source rank, then sequence,
+ *                                  then replica), back to back from row 0: the attention layout's sequence
+ *                                  boundaries (cu_seqlens) and where each came from. */
+typedef struct sy_attn_plan_seqs {
+  size_t size; /* sizeof(sy_attn_plan_seqs_t) */
+  int num_seqs, max_replicas;
+  int64_t q_recv_count, kv_recv_count;
+  const sy_attn_seq_place_t *q_send, *kv_send, *q_recv, *kv_recv;
+} sy_attn_plan_seqs_t;
+
+#define SY_ATTN_PLAN_SEQS_INIT {sizeof(sy_attn_plan_seqs_t), 0, 0, 0, 0, NULL, NULL, NULL, NULL}
+
 /* Builds this rank's plan (forward and reverse metadata) from the global description; rejects inconsistent
  * input naming the argument (lengths that do not tile num_tokens, a rank outside the world, max_replicas too
  * large, a rank listed twice for one sequence). CPU only: comm gives the rank and backend (device copies of
  * the metadata are made here, synchronously). Not graph-capturable. */
 SY_API sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan);
 SY_API sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info);
+/* seqs: initialised with SY_ATTN_PLAN_SEQS_INIT (its size field is checked). */
+SY_API sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *seqs);
 SY_API sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan);
 
 typedef struct sy_attn_config {

@@ -57,6 +57,26 @@ sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info) {
   return SY_SUCCESS;
 }
 
+sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *seqs) {
+  static const char *fn = "sy_attn_plan_seqs";
+  SY_ARG_CHECK(plan != NULL, fn, "plan is NULL");
+  SY_ARG_CHECK(seqs != NULL, fn, "seqs is NULL");
+  SY_ARG_CHECK(seqs->size >= sizeof(sy_attn_plan_seqs_t), fn,
+               "seqs->size=%zu is too small (initialise it with SY_ATTN_PLAN_SEQS_INIT)", seqs->size);
+  const size_t size = seqs->size; /* a newer caller's larger struct: its known prefix is filled */
+  memset(seqs, 0, sizeof *seqs);
+  seqs->size = size;
+  seqs->num_seqs = plan->num_seqs;
+  seqs->max_replicas = plan->max_replicas;
+  seqs->q_recv_count = plan->q_recv_count;
+  seqs->kv_recv_count = plan->kv_recv_count;
+  seqs->q_send = plan->q_send;
+  seqs->kv_send = plan->kv_send;
+  seqs->q_recv = plan->q_recv;
+  seqs->kv_recv = plan->kv_recv;
+  return SY_SUCCESS;
+}
+
 sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan) {
   if (plan) sy__attn_plan_free(plan); /* frees the backend's copy through plan->device_free */
   return SY_SUCCESS;

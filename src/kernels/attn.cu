@@ -439,7 +439,7 @@ extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_
   memcpy(host + at, plan->seq_start, sizeof(int64_t) * ((size_t)plan->num_seqs + 1));
   at += (size_t)plan->num_seqs + 1;
   dev->kv_dst = (const int *)(base + at);
-  if (kv_count) memcpy(host + at, plan->kv_dst, kv_count * sizeof(int));
+  for (size_t i = 0; i < kv_count; i++) ((int *)(host + at))[i] = plan->kv_send[i].dst_rank;
   err = cudaMemcpy(dev->blob, host, bytes, cudaMemcpyHostToDevice);
   free(host);
   if (err != cudaSuccess) {

@@ -5,8 +5,9 @@
  * of every transfer must be derived from one walk and agree exactly.
  *
  * One pass over every rank's sequences, in (source, sequence, replica) order, hands out the running
- * destination offsets (that order is the arrival order at a destination), fills the W x W counts and
- * collects this rank's unmerged forward segments (what it sends, what it receives). The four directions
+ * destination offsets (that order is the arrival order at a destination), fills the W x W counts, records
+ * the per-sequence forward metadata (sy_attn_plan_seqs) and collects this rank's unmerged forward segments
+ * (what it sends, what it receives). The four directions
  * are then emitted from those raw lists:
  *   Q forward / KV forward   as they are;
  *   Q reverse                the forward lists with source and destination swapped;
@@ -226,10 +227,10 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
   plan->backend = SY_BACKEND_AUTO;
 
   plan->seq_start = alloc_n((size_t)n + 1, sizeof *plan->seq_start);
-  plan->q_dst = alloc_n((size_t)n, sizeof *plan->q_dst);
-  plan->q_dst_row = alloc_n((size_t)n, sizeof *plan->q_dst_row);
-  plan->kv_dst = alloc_n(nkv, sizeof *plan->kv_dst);
-  plan->kv_dst_row = alloc_n(nkv, sizeof *plan->kv_dst_row);
+  plan->q_send = alloc_n((size_t)n, sizeof *plan->q_send);
+  plan->kv_send = alloc_n(nkv, sizeof *plan->kv_send);
+  plan->q_recv = alloc_n((size_t)q_recv_count, sizeof *plan->q_recv);
+  plan->kv_recv = alloc_n((size_t)kv_recv_count, sizeof *plan->kv_recv);
   plan->q_counts = calloc((size_t)world * (size_t)world, sizeof *plan->q_counts);
   plan->kv_counts = calloc((size_t)world * (size_t)world, sizeof *plan->kv_counts);
   int64_t *q_next = calloc((size_t)world, sizeof *q_next);  /* next free row of each destination's q_recv */
@@ -238,8 +239,7 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
   raw_seg_t *kv_send = alloc_n(nkv, sizeof *kv_send);
   raw_seg_t *q_recv = alloc_n((size_t)q_recv_count, sizeof *q_recv);
   raw_seg_t *kv_recv = alloc_n((size_t)kv_recv_count, sizeof *kv_recv);
-  if (!plan->seq_start || !plan->q_dst || !plan->q_dst_row || !plan->kv_dst || !plan->kv_dst_row ||
-      !plan->q_counts || !plan->kv_counts || !q_next || !kv_next || !q_send || !kv_send || !q_recv || !kv_recv) {
+  if (!plan->seq_start || !plan->q_send || !plan->kv_send || !plan->q_recv || !plan->kv_recv || !plan->q_counts || !plan->kv_counts || !q_next || !kv_next || !q_send || !kv_send || !q_recv || !kv_recv) {
     status = SY_ERR_NO_MEMORY;
     goto done;
   }
@@ -254,34 +254,36 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
     for (int i = 0; i < ns; i++) {
       const int64_t len = desc->seq_lens[s][i];
       const int q = desc->q_dst[s][i];
-      int64_t q_row = -1;
+      sy_attn_seq_place_t place = {s, i, 0, q, seq_start, -1, len};
       if (q >= 0) {
-        q_row = q_next[q];
+        place.dst_row = q_next[q];
         q_next[q] += len;
         q_counts_s[q] += len;
-        if (mine) q_send[nq_send++] = (raw_seg_t){seq_start, q_row, len, q, 0};
-        if (q == rank) q_recv[nq_recv++] = (raw_seg_t){seq_start, q_row, len, s, 0};
+        if (mine) q_send[nq_send++] = (raw_seg_t){seq_start, place.dst_row, len, q, 0};
+        if (q == rank) {
+          plan->q_recv[nq_recv] = place;
+          q_recv[nq_recv++] = (raw_seg_t){seq_start, place.dst_row, len, s, 0};
+        }
       }
       if (mine) {
         plan->seq_start[i] = seq_start;
-        plan->q_dst[i] = q;
-        plan->q_dst_row[i] = q_row;
+        plan->q_send[i] = place;
       }
       const int *kv_list = replicas > 0 ? desc->kv_dst[s] + (size_t)i * replicas : NULL;
       for (int c = 0; c < replicas; c++) {
         const int d = kv_list[c];
-        int64_t kv_row = -1;
+        sy_attn_seq_place_t kv_place = {s, i, c, d, seq_start, -1, len};
         if (d >= 0) {
-          kv_row = kv_next[d];
+          kv_place.dst_row = kv_next[d];
           kv_next[d] += len;
           kv_counts_s[d] += len;
-          if (mine) kv_send[nkv_send++] = (raw_seg_t){seq_start, kv_row, len, d, c};
-          if (d == rank) kv_recv[nkv_recv++] = (raw_seg_t){seq_start, kv_row, len, s, c};
+          if (mine) kv_send[nkv_send++] = (raw_seg_t){seq_start, kv_place.dst_row, len, d, c};
+          if (d == rank) {
+            plan->kv_recv[nkv_recv] = kv_place;
+            kv_recv[nkv_recv++] = (raw_seg_t){seq_start, kv_place.dst_row, len, s, c};
+          }
         }
-        if (mine) {
-          plan->kv_dst[(size_t)i * replicas + c] = d;
-          plan->kv_dst_row[(size_t)i * replicas + c] = kv_row;
-        }
+        if (mine) plan->kv_send[(size_t)i * replicas + c] = kv_place;
       }
       seq_start += len;
     }
@@ -291,6 +293,8 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
     status = SY_ERR_INTERNAL;
     goto done;
   }
+  plan->q_recv_count = nq_recv;
+  plan->kv_recv_count = nkv_recv;
 
   const int64_t *tokens = desc->num_tokens;
   sy_attn_dir_t *dir = plan->dir;
@@ -345,10 +349,10 @@ void sy__attn_plan_free(struct sy_attn_plan *plan) {
     free(dir->recv_rows);
   }
   free(plan->seq_start);
-  free(plan->q_dst);
-  free(plan->q_dst_row);
-  free(plan->kv_dst);
-  free(plan->kv_dst_row);
+  free(plan->q_send);
+  free(plan->kv_send);
+  free(plan->q_recv);
+  free(plan->kv_recv);
   free(plan->q_counts);
   free(plan->kv_counts);
   free(plan);

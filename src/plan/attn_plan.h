@@ -53,13 +53,11 @@ struct sy_attn_plan {
   int world_size, rank, max_replicas, num_seqs;
   int64_t num_tokens; /* this rank's MLP rows */
   sy_attn_dir_t dir[SY_ATTN_DIRS];
-  /* This rank's sequences (forward metadata): start row, length, Q destination and its row there, KV
-   * destinations and their rows (-1 / -1 where none). */
-  int64_t *seq_start; /* [num_seqs + 1] */
-  int *q_dst;         /* [num_seqs] */
-  int64_t *q_dst_row; /* [num_seqs] */
-  int *kv_dst;        /* [num_seqs * max_replicas] */
-  int64_t *kv_dst_row;
+  /* Forward metadata per sequence (sy_attn_plan_seqs): this rank's sequences as sent — q_send[i], kv_send[i *
+   * max_replicas + c], dst_rank / dst_row -1 where not sent — and the ones it receives, in arrival order. */
+  int64_t *seq_start; /* [num_seqs + 1]: this rank's sequences' first MLP rows */
+  sy_attn_seq_place_t *q_send, *kv_send, *q_recv, *kv_recv;
+  int64_t q_recv_count, kv_recv_count;
   /* Global W x W row counts, row = source: q_counts[s * W + d] rows of Q from s to d (forward). */
   int64_t *q_counts, *kv_counts;
   /* Backend copies (the cuda backend uploads the send lists at create); NULL on the host backend. */

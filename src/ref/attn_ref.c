@@ -60,20 +60,20 @@ void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging
   const unsigned char *in = staging;
   unsigned char *o = out;
   for (int s = 0; s < plan->num_seqs; s++) {
-    const int *replica_rank = plan->kv_dst + (size_t)s * (size_t)C;
+    const sy_attn_seq_place_t *replica = plan->kv_send + (size_t)s * (size_t)C; /* dst_rank -1: none */
     for (int64_t token = plan->seq_start[s]; token < plan->seq_start[s + 1]; token++) {
       const size_t t = (size_t)token;
       if (flags & SY_ATTN_UNSUMMED) {
         for (int c = 0; c < C; c++) {
           unsigned char *row = o + ((size_t)c * N + t) * row_bytes;
-          if (replica_rank[c] < 0) memset(row, 0, row_bytes);
+          if (replica[c].dst_rank < 0) memset(row, 0, row_bytes);
           else memcpy(row, in + ((size_t)c * N + t) * row_bytes, row_bytes);
         }
         continue;
       }
       unsigned char *row = o + t * row_bytes;
       int first = 0;
-      while (first < C && replica_rank[first] < 0) first++;
+      while (first < C && replica[first].dst_rank < 0) first++;
       if (first == C) {
         memset(row, 0, row_bytes);
         continue;
@@ -81,7 +81,7 @@ void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging
       for (size_t e = 0; e < row_bytes; e += elem) {
         float sum = load_element(in + ((size_t)first * N + t) * row_bytes + e, dtype);
         for (int c = first + 1; c < C; c++)
-          if (replica_rank[c] >= 0) sum = sy__ref_add_f32(sum, load_element(in + ((size_t)c * N + t) * row_bytes + e, dtype));
+          if (replica[c].dst_rank >= 0) sum = sy__ref_add_f32(sum, load_element(in + ((size_t)c * N + t) * row_bytes + e, dtype));
         store_element(row + e, dtype, sum);
       }
     }

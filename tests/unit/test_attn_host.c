@@ -225,6 +225,43 @@ static void *xmalloc(size_t bytes) {
   return p;
 }
 
+/* The plan's per-sequence metadata (sy_attn_plan_seqs) against the description, and each received Q sequence
+ * against the rows Q forward delivered: where the metadata says, the source's rows. */
+static void check_seqs(sy_attn_plan_t plan, const gen_t *g, int me, const unsigned char *q_recv, size_t rb,
+                       const char *name) {
+  sy_attn_plan_seqs_t seqs = SY_ATTN_PLAN_SEQS_INIT;
+  CHECK_OK(sy_attn_plan_seqs(plan, &seqs));
+  CHECK_EQ_INT(seqs.num_seqs, g->desc.num_seqs[me]);
+  CHECK_EQ_INT(seqs.max_replicas, g->C);
+  int bad = 0;
+  int64_t row = 0;
+  for (int i = 0; i < seqs.num_seqs && !bad; i++) {
+    const sy_attn_seq_place_t *e = &seqs.q_send[i];
+    bad |= e->src_rank != me || e->seq != i || e->src_row != row || e->rows != g->desc.seq_lens[me][i] ||
+           e->dst_rank != g->desc.q_dst[me][i] || (e->dst_rank < 0) != (e->dst_row < 0);
+    for (int c = 0; c < g->C; c++) {
+      const sy_attn_seq_place_t *k = &seqs.kv_send[(size_t)i * g->C + c];
+      bad |= k->src_row != row || k->replica != c || k->dst_rank != g->desc.kv_dst[me][(size_t)i * g->C + c];
+    }
+    row += e->rows;
+  }
+  unsigned char *want = xmalloc(rb);
+  row = 0;
+  for (int64_t k = 0; k < seqs.q_recv_count && !bad; k++) {
+    const sy_attn_seq_place_t *e = &seqs.q_recv[k];
+    bad |= e->dst_rank != me || e->dst_row != row;
+    for (int64_t j = 0; j < e->rows && !bad; j++) {
+      payload_row(want, BUF_Q, e->src_rank, e->src_row + j, 0, rb);
+      bad |= memcmp(q_recv + (size_t)(e->dst_row + j) * rb, want, rb) != 0;
+    }
+    row += e->rows;
+  }
+  free(want);
+  bad |= row != g->q_total[me];
+  if (bad) fprintf(stderr, "%s: rank %d: the plan's sequences disagree with the description or the rows\n", name, me);
+  CHECK(!bad);
+}
+
 /* Every direction in turn on one plan; each output checked against its image, each input against its copy. */
 static void scenario_rank(int me, sy_comm_t comm, void *arg) {
   scen_t *sc = arg;
@@ -279,6 +316,7 @@ static void scenario_rank(int me, sy_comm_t comm, void *arg) {
   snprintf(what, sizeof what, "%s: rank %d: q forward, q_recv", sc->name, me);
   CHECK(!compare_bytes(q_recv_base, image, q_alloc, q_rb, what));
   CHECK(!memcmp(copy, q, N * q_rb));
+  check_seqs(plan, g, me, q_recv, q_rb, sc->name);
 
   /* Q reverse of attention rows. */
   memset(out, POISON, out_alloc);

@@ -132,6 +132,14 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   REJECTED(sy_attn_plan_info(NULL, &info));
   REJECTED(sy_attn_plan_info(plan, NULL));
   CHECK_OK(sy_attn_plan_info(plan, &info));
+  sy_attn_plan_seqs_t seqs = SY_ATTN_PLAN_SEQS_INIT;
+  REJECTED(sy_attn_plan_seqs(NULL, &seqs));
+  REJECTED(sy_attn_plan_seqs(plan, NULL));
+  seqs.size = sizeof seqs - 1;
+  REJECTED(sy_attn_plan_seqs(plan, &seqs));
+  seqs.size = sizeof seqs;
+  CHECK_OK(sy_attn_plan_seqs(plan, &seqs));
+  CHECK(seqs.q_send != NULL && seqs.num_seqs == f.desc.num_seqs[me]);
   CHECK_OK(sy_attn_plan_destroy(NULL));
   fixed_t q_only_desc;
   fixed_make(&q_only_desc, 0);

@@ -130,14 +130,22 @@ static void test_walkthrough(void) {
   struct sy_attn_plan *p[3];
   if (build_all(&t.desc, p)) {
     /* Forward metadata. */
-    CHECK_EQ_INT(p[0]->q_dst_row[0], 0);
-    CHECK_EQ_INT(p[1]->q_dst_row[0], 0);
-    CHECK_EQ_INT(p[0]->kv_dst_row[0], 0); /* at rank 2, first */
-    CHECK_EQ_INT(p[0]->kv_dst_row[1], 0); /* at rank 0, first */
-    CHECK_EQ_INT(p[1]->kv_dst_row[0], 4); /* at rank 0, after source 0 */
-    CHECK_EQ_INT(p[1]->kv_dst_row[1], -1);
-    CHECK_EQ_INT(p[2]->kv_dst_row[0], 0); /* at rank 1 */
-    CHECK_EQ_INT(p[2]->kv_dst_row[1], 4); /* at rank 2, after source 0 */
+    CHECK_EQ_INT(p[0]->q_send[0].dst_row, 0);
+    CHECK_EQ_INT(p[1]->q_send[0].dst_row, 0);
+    CHECK_EQ_INT(p[0]->kv_send[0].dst_row, 0); /* at rank 2, first */
+    CHECK_EQ_INT(p[0]->kv_send[1].dst_row, 0); /* at rank 0, first */
+    CHECK_EQ_INT(p[1]->kv_send[0].dst_row, 4); /* at rank 0, after source 0 */
+    CHECK_EQ_INT(p[1]->kv_send[1].dst_row, -1);
+    CHECK_EQ_INT(p[1]->kv_send[1].dst_rank, -1);
+    CHECK_EQ_INT(p[2]->kv_send[0].dst_row, 0); /* at rank 1 */
+    CHECK_EQ_INT(p[2]->kv_send[1].dst_row, 4); /* at rank 2, after source 0 */
+    /* What rank 0 receives, in arrival order: rank 1's Q; KV replica 1 of rank 0's sequence, replica 0 of
+     * rank 1's. */
+    CHECK_EQ_INT(p[0]->q_recv_count, 1);
+    CHECK(p[0]->q_recv[0].src_rank == 1 && p[0]->q_recv[0].dst_row == 0 && p[0]->q_recv[0].rows == 4);
+    CHECK_EQ_INT(p[0]->kv_recv_count, 2);
+    CHECK(p[0]->kv_recv[0].src_rank == 0 && p[0]->kv_recv[0].replica == 1 && p[0]->kv_recv[0].dst_row == 0);
+    CHECK(p[0]->kv_recv[1].src_rank == 1 && p[0]->kv_recv[1].replica == 0 && p[0]->kv_recv[1].dst_row == 4);
     CHECK_EQ_INT(p[1]->seq_start[1], 4);
     /* Q forward. */
     SEND_IS(p[0], SY_ATTN_Q_FWD, 2, {0, 0, 4});
@@ -416,18 +424,22 @@ static void check_invariants(const test_desc_t *t) {
     for (int i = 0; i < P->num_seqs; i++) {
       const int64_t st = P->seq_start[i], len = t->lens[s][i];
       CHECK_EQ_INT(P->seq_start[i + 1] - st, len);
-      CHECK_EQ_INT(P->q_dst[i], t->q[s][i]);
-      const int d = P->q_dst[i];
+      const sy_attn_seq_place_t *qp = &P->q_send[i];
+      CHECK(qp->src_rank == s && qp->seq == i && qp->replica == 0 && qp->src_row == st && qp->rows == len);
+      CHECK_EQ_INT(qp->dst_rank, t->q[s][i]);
+      const int d = qp->dst_rank;
       if (d < 0) {
-        CHECK_EQ_INT(P->q_dst_row[i], -1);
+        CHECK_EQ_INT(qp->dst_row, -1);
         for (int64_t k = 0; k < len; k++) CHECK_EQ_INT(m.expect[SY_ATTN_Q_REV][s][st + k], -1);
       } else {
-        CHECK_EQ_INT(m.expect[SY_ATTN_Q_FWD][d][P->q_dst_row[i]], enc(s, st));
-        CHECK_EQ_INT(m.expect[SY_ATTN_Q_REV][s][st + len - 1], enc(d, P->q_dst_row[i] + len - 1));
+        CHECK_EQ_INT(m.expect[SY_ATTN_Q_FWD][d][qp->dst_row], enc(s, st));
+        CHECK_EQ_INT(m.expect[SY_ATTN_Q_REV][s][st + len - 1], enc(d, qp->dst_row + len - 1));
       }
       for (int c = 0; c < C; c++) {
-        const int kd = P->kv_dst[i * C + c];
-        const int64_t x = P->kv_dst_row[i * C + c];
+        const sy_attn_seq_place_t *kp = &P->kv_send[i * C + c];
+        CHECK(kp->src_rank == s && kp->seq == i && kp->replica == c && kp->src_row == st && kp->rows == len);
+        const int kd = kp->dst_rank;
+        const int64_t x = kp->dst_row;
         CHECK_EQ_INT(kd, t->kv[s][i * C + c]);
         if (kd < 0) {
           CHECK_EQ_INT(x, -1);
@@ -438,6 +450,29 @@ static void check_invariants(const test_desc_t *t) {
       }
     }
   }
+  /* What each rank receives, sequence by sequence: every source's sends to it, in (source, sequence, replica)
+   * order, back to back from row 0 (and so the model's rows, through the send lists checked above). */
+  for (int d = 0; d < W; d++)
+    for (int kv = 0; kv < 2; kv++) {
+      const sy_attn_seq_place_t *got = kv ? p[d]->kv_recv : p[d]->q_recv;
+      const int64_t count = kv ? p[d]->kv_recv_count : p[d]->q_recv_count;
+      int64_t k = 0, row = 0;
+      for (int s = 0; s < W; s++) {
+        const int per = kv ? C : 1;
+        for (int64_t i = 0; i < (int64_t)p[s]->num_seqs * per; i++) {
+          const sy_attn_seq_place_t *want = kv ? &p[s]->kv_send[i] : &p[s]->q_send[i];
+          if (want->dst_rank != d) continue;
+          CHECK(k < count);
+          if (k >= count) break;
+          CHECK(!memcmp(&got[k], want, sizeof *want));
+          CHECK_EQ_INT(got[k].dst_row, row);
+          row += got[k].rows;
+          k++;
+        }
+      }
+      CHECK_EQ_INT(k, count);
+      CHECK_EQ_INT(row, p[d]->dir[kv ? SY_ATTN_KV_FWD : SY_ATTN_Q_FWD].recv_total);
+    }
   model_free(&m);
   free_all(p, W);
 }
