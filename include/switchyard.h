@@ -333,8 +333,8 @@ typedef struct sy_attn_place_desc {
   int world_size;
   const int *num_docs;            /* [world_size] */
   const int64_t *const *doc_lens; /* [world_size][num_docs[r]] tokens, each > 0 */
-  double tolerance;               /* allowed max/mean - 1 of the servers' work; 0: 0.10 */
-  int max_shards_per_doc;         /* 0: world_size */
+  double tolerance;               /* every server's work within (1 +- tolerance) x the mean; 0: 0.10 */
+  int max_shards_per_doc;         /* 0: 2 x world_size (room to shift a cut between two servers) */
   size_t q_row_bytes, kv_row_bytes; /* weights for "bytes sent" (0: 1 each) */
 } sy_attn_place_desc_t;
 
@@ -346,7 +346,9 @@ typedef struct sy_attn_place_stats {
   int64_t q_rows_moved;    /* query rows placed off their owner */
   int64_t kv_rows_moved;   /* KV rows sent to servers other than their owner, counting each replica */
   int shards;              /* sequences in the result */
-  int balanced;            /* 1 if within tolerance */
+  int balanced;            /* 1 if every server is within tolerance of the mean, above and below */
+  double min_over_mean;    /* the least loaded server's work over the mean */
+  double work_min;
 } sy_attn_place_stats_t;
 
 /* Pure CPU. On success *placement holds the shards; the caller reads them with sy_attn_placement_desc. */

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAXW 8
+#define MAXW 16
 
 
 static uint64_t rng_state;
@@ -131,19 +131,25 @@ static recount_t check_result(const input_t *in, sy_attn_placement_t pl, int wan
   }
   CHECK_EQ_INT(C, widest);
   CHECK_EQ_INT(total_work, doc_work); /* work conserved */
-  int64_t max = 0;
-  for (int r = 0; r < W; r++) max = rc.load[r] > max ? rc.load[r] : max;
+  int64_t max = 0, min = rc.load[0];
+  for (int r = 0; r < W; r++) {
+    max = rc.load[r] > max ? rc.load[r] : max;
+    min = rc.load[r] < min ? rc.load[r] : min;
+  }
   const double mean = (double)doc_work / W;
   const double tol = in->desc.tolerance > 0 ? in->desc.tolerance : 0.10;
   CHECK(fabs(st.work_max - (double)max) <= 1e-6 * (double)max);
+  CHECK(fabs(st.work_min - (double)min) <= 1e-6 * (double)min);
   CHECK(fabs(st.work_mean - mean) <= 1e-6 * mean);
   if (doc_work > 0) CHECK(fabs(st.max_over_mean - (double)max / mean) < 1e-9 * st.max_over_mean);
   CHECK_EQ_INT(st.q_rows_moved, rc.q_moved);
   CHECK_EQ_INT(st.kv_rows_moved, rc.kv_moved);
   CHECK_EQ_INT(st.shards, rc.shards);
-  CHECK_EQ_INT(st.balanced, (double)max <= (1 + tol) * mean * (1 + 1e-12) || doc_work == 0);
+  if (doc_work > 0) CHECK(fabs(st.min_over_mean - (double)min / mean) < 1e-9);
+  CHECK_EQ_INT(st.balanced, ((double)max <= (1 + tol) * mean * (1 + 1e-12) &&
+                             (double)min >= (1 - tol) * mean * (1 - 1e-12)) || doc_work == 0);
   if (want_balanced) CHECK_EQ_INT(st.balanced, 1);
-  if (st.balanced) CHECK(st.max_over_mean <= 1 + tol + 1e-9);
+  if (st.balanced) CHECK(st.max_over_mean <= 1 + tol + 1e-9 && st.min_over_mean >= 1 - tol - 1e-9);
   /* The description builds a plan on every rank; what it receives matches the loads' shards. */
   for (int r = 0; r < W; r++) {
     struct sy_attn_plan *plan = NULL;
@@ -155,8 +161,9 @@ static recount_t check_result(const input_t *in, sy_attn_placement_t pl, int wan
     CHECK_EQ_INT(plan->dir[SY_ATTN_Q_FWD].recv_total, q_rows);
     sy__attn_plan_free(plan);
   }
-  printf("%-28s W=%d: max/mean %.4f (tol %.2f) balanced %d, shards %d, C %d, q rows moved %lld, kv rows moved %lld\n",
-         name, W, st.max_over_mean, tol, st.balanced, st.shards, C, (long long)st.q_rows_moved,
+  printf("%-28s W=%d: max/mean %.4f min/mean %.4f (tol %.2f) balanced %d, shards %d, C %d, q rows moved %lld, kv "
+         "rows moved %lld\n",
+         name, W, st.max_over_mean, st.min_over_mean, tol, st.balanced, st.shards, C, (long long)st.q_rows_moved,
          (long long)st.kv_rows_moved);
   if (check_failures_ != before) fprintf(stderr, "  (case %s, W=%d)\n", name, W);
   return rc;
@@ -249,6 +256,24 @@ static void test_one_equal_document_each(int W) {
   in_free(&in);
 }
 
+/* One server with no documents while the others are equal: the most loaded is within tolerance of the mean
+ * (W / (W - 1) <= 1 + tolerance), so only the lower bound makes the idle server take work. */
+static void test_idle_server(int W, double tolerance) {
+  int nd[MAXW] = {0};
+  for (int r = 0; r < W - 1; r++) nd[r] = 3;
+  input_t in;
+  in_init(&in, W, nd);
+  for (int r = 0; r < W - 1; r++)
+    for (int j = 0; j < 3; j++) in.lens[r][j] = 2048 << j;
+  in.lens_c[W - 1] = NULL;
+  in.desc.tolerance = tolerance;
+  char name[64];
+  snprintf(name, sizeof name, "idle server, tol %.2f", tolerance);
+  recount_t rc = run_case(&in, 1, name);
+  CHECK(rc.load[W - 1] > 0);
+  in_free(&in);
+}
+
 /* Seeded random mixes, W = 1..8, shard limits, some empty ranks: invariants hold, balanced when claimed. */
 static void test_random(void) {
   rng_state = 0xabcdef;
@@ -283,11 +308,12 @@ static void test_random(void) {
 /* The bench's scale: 10,000 documents per rank, W = 8, a 512K-token document among them on rank 0. */
 static void test_scale(void) {
   rng_state = 4242;
+  const int W = 8;
   int nd[MAXW] = {0};
-  for (int r = 0; r < MAXW; r++) nd[r] = 10000;
+  for (int r = 0; r < W; r++) nd[r] = 10000;
   input_t in;
-  in_init(&in, MAXW, nd);
-  for (int r = 0; r < MAXW; r++)
+  in_init(&in, W, nd);
+  for (int r = 0; r < W; r++)
     for (int j = 0; j < nd[r]; j++) in.lens[r][j] = rnd_in(1, 100);
   in.lens[0][1234] = 512 * 1024;
   double t0 = now_s();
@@ -415,6 +441,8 @@ int main(void) {
     test_uniform(W);
     test_one_equal_document_each(W);
   }
+  test_idle_server(12, 0.10);
+  test_idle_server(8, 0.15);
   test_random();
   test_scale();
   test_deterministic();
