@@ -5,7 +5,8 @@
 # and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the CPU tests, runs
 # the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
-# tools/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes) and
+# tools/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes; a rank without
+# a trace, or a trace without one of the expected phases, fails) and
 # logs.tar.gz (every log: build, machine, each test, each benchmark, the instruction-fetch probe).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
 # test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
@@ -104,6 +105,9 @@ done
 # dedup), digested on the spot by trace-summary.py (the raw traces are tens of MB): where the time goes, on
 # real GPUs only. The trace's own atomics inflate phases under ~1 us and skew block starts (NOTES.md).
 declare -A trace_args=([attn]="-t 128 -T 128 attn" [moe-ll]="--tokens 128 --wire fp8 --mode dedup moe-ll")
+# the phases every rank's trace must hold (Chrome trace JSON, read back by trace-summary.py)
+declare -A trace_phases=([attn]="attn post ready|attn wait ready|attn copy|attn wait data|attn kernel"
+  [moe-ll]="moe dispatch_send route|moe dispatch_send copy|moe dispatch_send signal|moe dispatch_recv wait data|moe dispatch_recv post-process|moe combine_send copy|moe combine_send signal|moe combine_recv wait data|moe combine_recv reduce")
 tdir=$(mktemp -d)
 for n in "${counts[@]}"; do
   [ "$n" -gt "$gpus" ] && continue
@@ -112,9 +116,21 @@ for n in "${counts[@]}"; do
     # -w 0 -n 20: calls 2..81 are one-call forms (events, CUPTI, graph, host passes); the halves come after
     SY_TRACE_EVENTS=4194304 SY_TRACE_FILE="$tdir/$entry.%r.json" run "trace_$entry" "$n" "$bin/sy-bench" --no-nccl \
       -w 0 -n 20 ${trace_args[$entry]}
-    if compgen -G "$tdir/$entry.*.json" >/dev/null; then
-      python3 "$root/tools/trace-summary.py" --calls 5:80 --block 0 "$tdir/$entry".*.json >"$out/trace_$entry.n$n.txt" 2>&1
+    if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ trace_$entry =~ $GPU_CHECK_ONLY ]]; then continue; fi
+    files=$(compgen -G "$tdir/$entry.*.json" | wc -l)
+    if [ "$files" -ne "$n" ]; then
+      note "trace_$entry.json n=$n" FAIL "$files of $n ranks wrote a trace"
+      continue
     fi
+    digest=$out/trace_$entry.n$n.txt
+    python3 "$root/tools/trace-summary.py" --calls 5:80 --block 0 "$tdir/$entry".*.json >"$digest" 2>&1
+    missing=()
+    IFS='|' read -ra phases <<<"${trace_phases[$entry]}"
+    for ph in "${phases[@]}"; do
+      [ "$(grep -c "^  $ph  " "$digest")" -ge "$n" ] || missing+=("$ph")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then note "trace_$entry.json n=$n" ok "${#phases[@]} phases on every rank"
+    else note "trace_$entry.json n=$n" FAIL "missing: $(IFS=,; echo "${missing[*]}")"; fi
   done
 done
 rm -rf "$tdir"

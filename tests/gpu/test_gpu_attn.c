@@ -7,7 +7,9 @@
  *  - rows of 2, 48, 130 and 4096 bytes;
  *  - Q forward, Q+KV forward, Q reverse (and Q forward then Q reverse returns the input), KV backward summed
  *    (bf16, fp16, fp32) and unsummed;
- *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between.
+ *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between;
+ *  - the four directions back to back on two plans (C = 2), then the same eight calls captured once in a CUDA
+ *    graph and replayed, every call's outputs checked.
  */
 #include "gpu_test.h"
 
@@ -266,6 +268,167 @@ static void check_scenario(sy_comm_t comm, int rank, int W, scen_t *sc, cudaStre
   free(got0), free(got1), free(sc->want[0]), free(sc->want[1]);
 }
 
+/* ---- the four directions back to back, eagerly and as a CUDA graph ------------------------------------------ */
+
+enum { MIX_PLANS = 2, MIX_SEQ = MIX_PLANS * 4, MIX_ROUNDS = 25, MIX_REPLAYS = 50 };
+
+typedef struct {
+  scen_t sc[MIX_SEQ];  /* plan k, op o at k * 4 + o; their oracle outputs in sc[i].want */
+  uint8_t *in[MIX_SEQ][3]; /* device inputs of each call (run_scenario's: Q rows, KV rows, attention rows) */
+  size_t cap_q, cap_kv, cap_grad; /* output room for every call */
+  sy_attn_plan_t plan[MIX_PLANS];
+  uint8_t *o0, *o1, *grad; /* outputs, poisoned before each call */
+} mix_t;
+
+static size_t grad_bytes_of(const scen_t *sc, int64_t N) {
+  return (size_t)(N ? N : 1) * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
+}
+
+/* One call of the sequence: poison, call, outputs copied to res (cap_q + cap_kv + cap_grad bytes, pinned). */
+static void mix_call(sy_attn_t attn, mix_t *m, int i, uint8_t *res, cudaStream_t stream) {
+  const scen_t *sc = &m->sc[i];
+  sy_attn_plan_t plan = m->plan[i / 4];
+  uint8_t *q = m->in[i][0], *kv = m->in[i][1], *a = m->in[i][2];
+  GT_CUDA(cudaMemsetAsync(m->o0, POISON, m->cap_q, stream));
+  GT_CUDA(cudaMemsetAsync(m->o1, POISON, m->cap_kv, stream));
+  GT_CUDA(cudaMemsetAsync(m->grad, POISON, m->cap_grad, stream));
+  if (sc->op == OP_QFWD) GT_OK(sy_attn_q_forward(attn, plan, q, sc->q_rb, m->o0, stream));
+  else if (sc->op == OP_QKVFWD) GT_OK(sy_attn_qkv_forward(attn, plan, q, sc->q_rb, m->o0, kv, sc->kv_rb, m->o1, stream));
+  else if (sc->op == OP_QREV) GT_OK(sy_attn_q_reverse(attn, plan, a, sc->q_rb, m->o0, stream));
+  else GT_OK(sy_attn_kv_backward(attn, plan, a, sc->kv_rb, sc->dtype, sc->flags, m->grad, stream));
+  GT_CUDA(cudaMemcpyAsync(res, m->o0, m->cap_q, cudaMemcpyDeviceToHost, stream));
+  GT_CUDA(cudaMemcpyAsync(res + m->cap_q, m->o1, m->cap_kv, cudaMemcpyDeviceToHost, stream));
+  GT_CUDA(cudaMemcpyAsync(res + m->cap_q + m->cap_kv, m->grad, m->cap_grad, cudaMemcpyDeviceToHost, stream));
+}
+
+/* What check_scenario compares: output 0, and output 1 of Q+KV forward, or the gradient of the KV backward. */
+static size_t mix_check(const mix_t *m, int i, const uint8_t *res, const char *when) {
+  const scen_t *sc = &m->sc[i];
+  char what[160];
+  snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), output 0", when, i, i / 4, sc->op);
+  size_t wrong = gt_compare(what, res, sc->want[0], sc->cap_q);
+  if (sc->op == OP_QKVFWD) {
+    snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), output 1", when, i, i / 4, sc->op);
+    wrong += gt_compare(what, res + m->cap_q, sc->want[1], sc->cap_kv);
+  } else if (sc->op == OP_KVBWD) {
+    sy_attn_plan_info_t info;
+    GT_OK(sy_attn_plan_info(m->plan[i / 4], &info));
+    snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), gradient", when, i, i / 4, sc->op);
+    const size_t n = (size_t)info.num_tokens * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
+    if (n) wrong += gt_compare(what, res + m->cap_q + m->cap_kv, sc->want[1], n);
+  }
+  return wrong;
+}
+
+static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
+  const int C = W >= 2 ? 2 : 1;
+  gen_t g[MIX_PLANS];
+  mix_t m;
+  memset(&m, 0, sizeof m);
+  int64_t max_tokens = 1;
+  for (int k = 0; k < MIX_PLANS; k++) {
+    gen_make(&g[k], W, C, GEN_RANDOM, 31000 + (uint64_t)k);
+    GT_OK(sy_attn_plan_create(comm, &g[k].desc, &m.plan[k]));
+    for (int op = OP_QFWD; op <= OP_KVBWD; op++) {
+      scen_t *sc = &m.sc[k * 4 + op];
+      sc->g = &g[k];
+      sc->op = op;
+      sc->q_rb = 48;
+      sc->kv_rb = 32;
+      sc->dtype = k ? SY_DTYPE_FP16 : SY_DTYPE_BF16;
+      sc->flags = op == OP_KVBWD && k ? SY_ATTN_UNSUMMED : 0;
+      sc->seed = 52000 + 10 * (uint64_t)(k * 4 + op);
+      capacities(comm, sc, W);
+      sc->me = rank;
+      size_t big = sc->cap_q > sc->cap_kv ? sc->cap_q : sc->cap_kv;
+      big = big > sc->cap_out ? big : sc->cap_out;
+      sc->want[0] = (uint8_t *)malloc(big);
+      sc->want[1] = (uint8_t *)malloc(big);
+      gt_run_host(W, oracle_rank, sc);
+      m.cap_q = sc->cap_q > m.cap_q ? sc->cap_q : m.cap_q;
+      m.cap_kv = sc->cap_kv > m.cap_kv ? sc->cap_kv : m.cap_kv;
+      max_tokens = sc->max_tokens > max_tokens ? sc->max_tokens : max_tokens;
+      /* the inputs run_scenario makes for this scenario */
+      sy_attn_plan_info_t info;
+      GT_OK(sy_attn_plan_info(m.plan[k], &info));
+      const int64_t N = info.num_tokens;
+      const size_t in_bytes = (size_t)(N ? N : 1) * (sc->q_rb > sc->kv_rb ? sc->q_rb : sc->kv_rb) + 64;
+      const size_t attn_in = (sc->cap_q > sc->cap_kv ? sc->cap_q : sc->cap_kv) + 64;
+      uint8_t *h = (uint8_t *)calloc(1, in_bytes > attn_in ? in_bytes : attn_in);
+      const size_t gb = grad_bytes_of(sc, N);
+      m.cap_grad = gb > m.cap_grad ? gb : m.cap_grad;
+      for (int b = 0; b < 3; b++) {
+        const size_t n = b < 2 ? in_bytes : attn_in;
+        memset(h, 0, n);
+        if (b == 0) fill_rows(h, N, sc->q_rb, sc->seed, rank, 0);
+        if (b == 1) fill_rows(h, N, sc->kv_rb, sc->seed, rank, 1);
+        if (b == 2 && op == OP_QREV) fill_rows(h, info.q_recv_rows, sc->q_rb, sc->seed, rank, 2);
+        if (b == 2 && op == OP_KVBWD) fill_grads(h, info.kv_recv_rows, sc->kv_rb, sc->dtype, sc->seed, rank);
+        GT_CUDA(cudaMalloc((void **)&m.in[k * 4 + op][b], n));
+        GT_CUDA(cudaMemcpy(m.in[k * 4 + op][b], h, n, cudaMemcpyHostToDevice));
+      }
+      free(h);
+    }
+  }
+  sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+  cfg.max_tokens = max_tokens;
+  cfg.max_replicas = C;
+  cfg.max_kv_grad_row_bytes = 32;
+  sy_attn_t attn;
+  GT_OK(sy_attn_create(comm, &cfg, &attn));
+  GT_OK(sy_mem_alloc(comm, m.cap_q, (void **)&m.o0));
+  GT_OK(sy_mem_alloc(comm, m.cap_kv, (void **)&m.o1));
+  GT_CUDA(cudaMalloc((void **)&m.grad, m.cap_grad));
+  const size_t slot = m.cap_q + m.cap_kv + m.cap_grad;
+  uint8_t *res;
+  GT_CUDA(cudaMallocHost((void **)&res, (size_t)MIX_ROUNDS * MIX_SEQ * slot));
+  GT_CUDA(cudaDeviceSynchronize());
+  GT_OK(sy_comm_barrier(comm, stream));
+
+  /* Eagerly: every call right after the previous one on the stream. */
+  for (int r = 0; r < MIX_ROUNDS; r++)
+    for (int i = 0; i < MIX_SEQ; i++) mix_call(attn, &m, i, res + (size_t)(r * MIX_SEQ + i) * slot, stream);
+  GT_CUDA(cudaStreamSynchronize(stream));
+  size_t wrong = 0;
+  for (int r = 0; r < MIX_ROUNDS && !wrong; r++)
+    for (int i = 0; i < MIX_SEQ && !wrong; i++) wrong += mix_check(&m, i, res + (size_t)(r * MIX_SEQ + i) * slot, "mixed back-to-back");
+
+  /* The same eight calls as one CUDA graph, replayed; the call numbers advance on the device. */
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  GT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < MIX_SEQ; i++) mix_call(attn, &m, i, res + (size_t)i * slot, stream);
+  GT_CUDA(cudaStreamEndCapture(stream, &graph));
+  GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  int replays = 0;
+  for (int r = 0; r < MIX_REPLAYS; r++) { /* every rank replays as often whatever it finds */
+    memset(res, 0, (size_t)MIX_SEQ * slot);
+    GT_CUDA(cudaGraphLaunch(exec, stream));
+    GT_CUDA(cudaStreamSynchronize(stream));
+    for (int i = 0; i < MIX_SEQ && !wrong; i++) wrong += mix_check(&m, i, res + (size_t)i * slot, "graph replay");
+    replays++;
+  }
+  /* and eagerly again after the replays */
+  for (int i = 0; i < MIX_SEQ; i++) mix_call(attn, &m, i, res + (size_t)i * slot, stream);
+  GT_CUDA(cudaStreamSynchronize(stream));
+  for (int i = 0; i < MIX_SEQ && !wrong; i++) wrong += mix_check(&m, i, res + (size_t)i * slot, "eager after the replays");
+  if (rank == 0)
+    printf("[test rank 0] the four directions back to back: %d eager calls, %d graph replays of %d calls, C=%d\n",
+           MIX_ROUNDS * MIX_SEQ + MIX_SEQ, replays, MIX_SEQ, C);
+  GT_CUDA(cudaGraphExecDestroy(exec));
+  GT_CUDA(cudaGraphDestroy(graph));
+  GT_CUDA(cudaFreeHost(res));
+  GT_CUDA(cudaFree(m.grad));
+  GT_OK(sy_mem_free(comm, m.o0));
+  GT_OK(sy_mem_free(comm, m.o1));
+  GT_OK(sy_attn_destroy(attn));
+  for (int i = 0; i < MIX_SEQ; i++) {
+    for (int b = 0; b < 3; b++) GT_CUDA(cudaFree(m.in[i][b]));
+    free(m.sc[i].want[0]), free(m.sc[i].want[1]);
+  }
+  for (int k = 0; k < MIX_PLANS; k++) sy_attn_plan_destroy(m.plan[k]), gen_free(&g[k]);
+}
+
 int main(void) {
   gt_require_gpu("test_gpu_attn");
   setenv("SY_HEAP_SIZE", "4G", 0); /* outputs and the KV staging of the largest cases */
@@ -275,6 +438,9 @@ int main(void) {
   GT_OK(sy_comm_rank(comm, &rank));
   GT_OK(sy_comm_size(comm, &W));
   gt_rank = rank;
+  sy_backend_t backend;
+  GT_OK(sy_comm_backend(comm, &backend));
+  if (backend != SY_BACKEND_CUDA) GT_FAIL("the communicator runs on the %s backend, not cuda (SY_BACKEND?)", sy_backend_name(backend));
   cudaStream_t stream;
   GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   static const size_t row_sizes[] = {2, 48, 130, 4096};
@@ -427,6 +593,8 @@ int main(void) {
     for (int k = 0; k < nplans; k++) sy_attn_plan_destroy(plans[k]), gen_free(&g[k]);
     free(h);
   }
+
+  mixed_back_to_back(comm, rank, W, stream);
 
   sy_status_t async;
   char detail[256];

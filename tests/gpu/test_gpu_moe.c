@@ -17,6 +17,7 @@
  *  - one round of the four halves captured once in a CUDA graph and replayed 10,000 times (SY_MOE_GRAPH_REPLAYS
  *    changes that) with fresh inputs copied into the captured buffers before each replay, checked every
  *    100th replay and the last, with eager rounds on the same object before the capture and after the replays;
+ *    likewise one round of the one-call forms (by default the fused kernels), half as many replays;
  *  - last, ids the device must reject (a repeat, one equal to num_experts): reported through
  *    sy_comm_async_error and treated as -1 (the results equal those of the call with -1 there).
  * Each rank regenerates every rank's inputs from the seed (SY_TEST_SEED overrides it; a failure prints it).
@@ -113,13 +114,16 @@ static const moe_case_t cases[] = {
     CASE("top-6 1100 tokens",              288, 6,  128,  1100, FP8, 0,  I64, RANDOM,     2, ALTERNATE, 0, 39),
 };
 
-/* One round of the four halves, captured; rounds = the input sets the replays cycle through. */
+/* One round captured (the four halves, or with MODE_ONE_CALL sy_moe_dispatch and sy_moe_combine); rounds = the
+ * input sets the replays cycle through. */
 static const moe_case_t graph_cases[] = {
     {.name = "graph fp8", .E = 0, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0, .id_type = I32,
      .route = ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 0, .salt = 40, .graph_share = 1},
     {.name = "graph bf16 per-expert", .E = 0, .K = 8, .H = 128, .T = 16, .wire = BF16, .flags = PE, .id_type = I64,
      .route = ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 1, .salt = 41, .graph_share = 5,
      .combine_other = 1},
+    {.name = "graph fp8 one-call", .E = 0, .K = 8, .H = 512, .T = 16, .wire = FP8, .flags = 0, .id_type = I64,
+     .route = ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_ONE_CALL, .specials = 1, .salt = 42, .graph_share = 2},
 };
 
 static const char *wire_name(sy_moe_wire_t w) { return w == FP8 ? "fp8" : w == UE8 ? "fp8-ue8m0" : "bf16"; }
@@ -830,10 +834,15 @@ static void run_graph_case(sy_comm_t comm, int rank, int W, const moe_case_t *ba
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   GT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  GT_OK(sy_moe_dispatch_send(moe, a.tokens, a.n, a.ids, c->id_type, a.w, stream));
-  GT_OK(sy_moe_dispatch_recv(moe, &a.recv, stream));
-  GT_OK(sy_moe_combine_send(moe, a.y, stream));
-  GT_OK(sy_moe_combine_recv(moe, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
+  if (c->mode == MODE_ONE_CALL) {
+    GT_OK(sy_moe_dispatch(moe, a.tokens, a.n, a.ids, c->id_type, a.w, &a.recv, stream));
+    GT_OK(sy_moe_combine(moe, a.y, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
+  } else {
+    GT_OK(sy_moe_dispatch_send(moe, a.tokens, a.n, a.ids, c->id_type, a.w, stream));
+    GT_OK(sy_moe_dispatch_recv(moe, &a.recv, stream));
+    GT_OK(sy_moe_combine_send(moe, a.y, stream));
+    GT_OK(sy_moe_combine_recv(moe, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
+  }
   GT_CUDA(cudaStreamEndCapture(stream, &graph));
   GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
 
