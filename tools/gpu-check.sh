@@ -127,7 +127,7 @@ for n in "${counts[@]}"; do
     missing=()
     IFS='|' read -ra phases <<<"${trace_phases[$entry]}"
     for ph in "${phases[@]}"; do
-      [ "$(grep -c "^  $ph  " "$digest")" -ge "$n" ] || missing+=("$ph")
+      [ "$(grep -cE "^  $ph +n=" "$digest")" -ge "$n" ] || missing+=("$ph")
     done
     if [ ${#missing[@]} -eq 0 ]; then note "trace_$entry.json n=$n" ok "${#phases[@]} phases on every rank"
     else note "trace_$entry.json n=$n" FAIL "missing: $(IFS=,; echo "${missing[*]}")"; fi
