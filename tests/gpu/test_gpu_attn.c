@@ -6,7 +6,8 @@
  *    a rank with no tokens; every destination -1;
  *  - rows of 2, 48, 130 and 4096 bytes;
  *  - Q forward, Q+KV forward, Q reverse (and Q forward then Q reverse returns the input), KV backward summed
- *    (bf16, fp16, fp32) and unsummed;
+ *    (bf16, fp16, fp32; with zeros of both signs, infinities, NaNs and subnormals among the gradients) and
+ *    unsummed;
  *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between;
  *  - the four directions back to back on two plans (C = 2), then the same eight calls captured once in a CUDA
  *    graph and replayed, every call's outputs checked.
@@ -103,18 +104,29 @@ typedef struct {
 } scen_t;
 
 /* Inputs of rank r: Q rows (num_tokens), KV rows (num_tokens), attention-layout rows for the reverse
- * directions (q_recv_rows or kv_recv_rows): payload bytes; for the KV backward, elements of dtype that are
- * finite and never zero. */
+ * directions (q_recv_rows or kv_recv_rows): payload bytes; for the KV backward, elements of dtype, mostly finite
+ * and non-zero, one in 32 a special value (the reference's fp32 sum must round and propagate them alike). */
 static void fill_rows(uint8_t *p, int64_t rows, size_t rb, uint64_t seed, int r, int which) {
   for (int64_t i = 0; i < rows; i++)
     for (size_t b = 0; b < rb; b++) p[i * rb + b] = gt_payload(seed + (uint64_t)which, r, (int)(i & 0xFFFF), (uint64_t)i * rb + b);
 }
 
 static void fill_grads(uint8_t *p, int64_t rows, size_t rb, sy_dtype_t dtype, uint64_t seed, int r) {
+  /* one element in 32: -0, +0, +-inf, NaNs (payloads, both signs), subnormals, the largest finite */
+  static const uint32_t special32[9] = {0x80000000u, 0x00000000u, 0x7F800000u, 0xFF800000u, 0x7FA00001u,
+                                        0xFFC00000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu};
+  static const uint16_t special_bf16[9] = {0x8000u, 0x0000u, 0x7F80u, 0xFF80u, 0x7FC1u, 0xFFC0u, 0x0001u, 0x807Fu, 0x7F7Fu};
+  static const uint16_t special_fp16[9] = {0x8000u, 0x0000u, 0x7C00u, 0xFC00u, 0x7E01u, 0xFE00u, 0x0001u, 0x83FFu, 0x7BFFu};
   uint64_t rng = seed * 131 + (uint64_t)r;
   const size_t esize = dtype == SY_DTYPE_FP32 ? 4 : 2, n = (size_t)rows * rb / esize;
   for (size_t i = 0; i < n; i++) {
     uint64_t x = gt_rand(&rng);
+    if ((x >> 40) % 32 == 0) {
+      const int k = (int)((x >> 48) % 9);
+      if (dtype == SY_DTYPE_FP32) memcpy(p + 4 * i, &special32[k], 4);
+      else memcpy(p + 2 * i, dtype == SY_DTYPE_BF16 ? &special_bf16[k] : &special_fp16[k], 2);
+      continue;
+    }
     if (dtype == SY_DTYPE_FP32) {
       uint32_t v = (uint32_t)(x & 0x807FFFFF) | ((uint32_t)(100 + x % 50) << 23); /* exponent 100..149 */
       memcpy(p + 4 * i, &v, 4);
