@@ -239,7 +239,8 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
   raw_seg_t *kv_send = alloc_n(nkv, sizeof *kv_send);
   raw_seg_t *q_recv = alloc_n((size_t)q_recv_count, sizeof *q_recv);
   raw_seg_t *kv_recv = alloc_n((size_t)kv_recv_count, sizeof *kv_recv);
-  if (!plan->seq_start || !plan->q_send || !plan->kv_send || !plan->q_recv || !plan->kv_recv || !plan->q_counts || !plan->kv_counts || !q_next || !kv_next || !q_send || !kv_send || !q_recv || !kv_recv) {
+  if (!plan->seq_start || !plan->q_send || !plan->kv_send || !plan->q_recv || !plan->kv_recv || !plan->q_counts ||
+      !plan->kv_counts || !q_next || !kv_next || !q_send || !kv_send || !q_recv || !kv_recv) {
     status = SY_ERR_NO_MEMORY;
     goto done;
   }

@@ -81,7 +81,8 @@ void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging
       for (size_t e = 0; e < row_bytes; e += elem) {
         float sum = load_element(in + ((size_t)first * N + t) * row_bytes + e, dtype);
         for (int c = first + 1; c < C; c++)
-          if (replica[c].dst_rank >= 0) sum = sy__ref_add_f32(sum, load_element(in + ((size_t)c * N + t) * row_bytes + e, dtype));
+          if (replica[c].dst_rank >= 0)
+            sum = sy__ref_add_f32(sum, load_element(in + ((size_t)c * N + t) * row_bytes + e, dtype));
         store_element(row + e, dtype, sum);
       }
     }

@@ -115,8 +115,10 @@ static void fill_grads(uint8_t *p, int64_t rows, size_t rb, sy_dtype_t dtype, ui
   /* one element in 32: -0, +0, +-inf, NaNs (payloads, both signs), subnormals, the largest finite */
   static const uint32_t special32[9] = {0x80000000u, 0x00000000u, 0x7F800000u, 0xFF800000u, 0x7FA00001u,
                                         0xFFC00000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu};
-  static const uint16_t special_bf16[9] = {0x8000u, 0x0000u, 0x7F80u, 0xFF80u, 0x7FC1u, 0xFFC0u, 0x0001u, 0x807Fu, 0x7F7Fu};
-  static const uint16_t special_fp16[9] = {0x8000u, 0x0000u, 0x7C00u, 0xFC00u, 0x7E01u, 0xFE00u, 0x0001u, 0x83FFu, 0x7BFFu};
+  static const uint16_t special_bf16[9] = {0x8000u, 0x0000u, 0x7F80u, 0xFF80u, 0x7FC1u,
+                                           0xFFC0u, 0x0001u, 0x807Fu, 0x7F7Fu};
+  static const uint16_t special_fp16[9] = {0x8000u, 0x0000u, 0x7C00u, 0xFC00u, 0x7E01u,
+                                           0xFE00u, 0x0001u, 0x83FFu, 0x7BFFu};
   uint64_t rng = seed * 131 + (uint64_t)r;
   const size_t esize = dtype == SY_DTYPE_FP32 ? 4 : 2, n = (size_t)rows * rb / esize;
   for (size_t i = 0; i < n; i++) {
@@ -305,7 +307,8 @@ static void mix_call(sy_attn_t attn, mix_t *m, int i, uint8_t *res, cudaStream_t
   GT_CUDA(cudaMemsetAsync(m->o1, POISON, m->cap_kv, stream));
   GT_CUDA(cudaMemsetAsync(m->grad, POISON, m->cap_grad, stream));
   if (sc->op == OP_QFWD) GT_OK(sy_attn_q_forward(attn, plan, q, sc->q_rb, m->o0, stream));
-  else if (sc->op == OP_QKVFWD) GT_OK(sy_attn_qkv_forward(attn, plan, q, sc->q_rb, m->o0, kv, sc->kv_rb, m->o1, stream));
+  else if (sc->op == OP_QKVFWD)
+    GT_OK(sy_attn_qkv_forward(attn, plan, q, sc->q_rb, m->o0, kv, sc->kv_rb, m->o1, stream));
   else if (sc->op == OP_QREV) GT_OK(sy_attn_q_reverse(attn, plan, a, sc->q_rb, m->o0, stream));
   else GT_OK(sy_attn_kv_backward(attn, plan, a, sc->kv_rb, sc->dtype, sc->flags, m->grad, stream));
   GT_CUDA(cudaMemcpyAsync(res, m->o0, m->cap_q, cudaMemcpyDeviceToHost, stream));
@@ -403,7 +406,8 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
   GT_CUDA(cudaStreamSynchronize(stream));
   size_t wrong = 0;
   for (int r = 0; r < MIX_ROUNDS && !wrong; r++)
-    for (int i = 0; i < MIX_SEQ && !wrong; i++) wrong += mix_check(&m, i, res + (size_t)(r * MIX_SEQ + i) * slot, "mixed back-to-back");
+    for (int i = 0; i < MIX_SEQ && !wrong; i++)
+      wrong += mix_check(&m, i, res + (size_t)(r * MIX_SEQ + i) * slot, "mixed back-to-back");
 
   /* The same eight calls as one CUDA graph, replayed; the call numbers advance on the device. */
   cudaGraph_t graph;
@@ -423,7 +427,8 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
   /* and eagerly again after the replays */
   for (int i = 0; i < MIX_SEQ; i++) mix_call(attn, &m, i, res + (size_t)i * slot, stream);
   GT_CUDA(cudaStreamSynchronize(stream));
-  for (int i = 0; i < MIX_SEQ && !wrong; i++) wrong += mix_check(&m, i, res + (size_t)i * slot, "eager after the replays");
+  for (int i = 0; i < MIX_SEQ && !wrong; i++)
+    wrong += mix_check(&m, i, res + (size_t)i * slot, "eager after the replays");
   if (rank == 0)
     printf("[test rank 0] the four directions back to back: %d eager calls, %d graph replays of %d calls, C=%d\n",
            MIX_ROUNDS * MIX_SEQ + MIX_SEQ, replays, MIX_SEQ, C);
@@ -452,7 +457,8 @@ int main(void) {
   gt_rank = rank;
   sy_backend_t backend;
   GT_OK(sy_comm_backend(comm, &backend));
-  if (backend != SY_BACKEND_CUDA) GT_FAIL("the communicator runs on the %s backend, not cuda (SY_BACKEND?)", sy_backend_name(backend));
+  if (backend != SY_BACKEND_CUDA)
+    GT_FAIL("the communicator runs on the %s backend, not cuda (SY_BACKEND?)", sy_backend_name(backend));
   cudaStream_t stream;
   GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   static const size_t row_sizes[] = {2, 48, 130, 4096};

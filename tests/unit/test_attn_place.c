@@ -225,7 +225,11 @@ static void test_all_on_one_rank(int W) {
    * must stay within 10% of it. Dealing the documents out in turn (document j to server j % W), for scale,
    * moves (W - 1) / W of the rows. */
   int64_t *sorted = malloc((size_t)nd[0] * sizeof *sorted), work = 0, dealt = 0, least = 0;
-  for (int j = 0; j < nd[0]; j++) sorted[j] = in.lens[0][j], work += P(in.lens[0][j]), dealt += j % W ? in.lens[0][j] : 0;
+  for (int j = 0; j < nd[0]; j++) {
+    sorted[j] = in.lens[0][j];
+    work += P(in.lens[0][j]);
+    dealt += j % W ? in.lens[0][j] : 0;
+  }
   qsort(sorted, (size_t)nd[0], sizeof *sorted, cmp_desc);
   const double must = (double)work - 1.10 * (double)work / W;
   double gone = 0;
