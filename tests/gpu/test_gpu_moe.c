@@ -775,21 +775,26 @@ static void load_set(const run_t *run, uint8_t *d_in, const uint8_t *d_pool, int
   GT_CUDA(cudaMemcpyAsync(d_in, d_pool + (size_t)set * run->in_total, run->in_total, cudaMemcpyDeviceToDevice, stream));
 }
 
+/* One round enqueued on stream: the one-call forms, or the four halves. */
+static void enqueue_round(sy_moe_t moe, const moe_case_t *c, const round_args_t *a, int halves, cudaStream_t stream) {
+  if (!halves) {
+    GT_OK(sy_moe_dispatch(moe, a->tokens, a->n, a->ids, c->id_type, a->w, &a->recv, stream));
+    GT_OK(sy_moe_combine(moe, a->y, a->cids, a->combine_type, a->cw, a->n, a->out, stream));
+  } else {
+    GT_OK(sy_moe_dispatch_send(moe, a->tokens, a->n, a->ids, c->id_type, a->w, stream));
+    GT_OK(sy_moe_dispatch_recv(moe, &a->recv, stream));
+    GT_OK(sy_moe_combine_send(moe, a->y, stream));
+    GT_OK(sy_moe_combine_recv(moe, a->cids, a->combine_type, a->cw, a->n, a->out, stream));
+  }
+}
+
 /* One eager round of input set `set` (already in d_in), checked at once. */
 static void graph_eager_round(const run_t *run, sy_moe_t moe, int set, int halves, uint8_t *d_in, uint8_t *d_out,
                               uint8_t *h_got, cudaStream_t stream, const char *when) {
   const moe_case_t *c = run->c;
   round_args_t a = round_args(run, set, run->me, d_in, d_out);
   GT_CUDA(cudaMemsetAsync(d_out, POISON, run->out_total, stream));
-  if (!halves) {
-    GT_OK(sy_moe_dispatch(moe, a.tokens, a.n, a.ids, c->id_type, a.w, &a.recv, stream));
-    GT_OK(sy_moe_combine(moe, a.y, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
-  } else {
-    GT_OK(sy_moe_dispatch_send(moe, a.tokens, a.n, a.ids, c->id_type, a.w, stream));
-    GT_OK(sy_moe_dispatch_recv(moe, &a.recv, stream));
-    GT_OK(sy_moe_combine_send(moe, a.y, stream));
-    GT_OK(sy_moe_combine_recv(moe, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
-  }
+  enqueue_round(moe, c, &a, halves, stream);
   GT_CUDA(cudaMemcpyAsync(h_got, d_out, run->out_total, cudaMemcpyDeviceToHost, stream));
   GT_CUDA(cudaStreamSynchronize(stream));
   char what[160];
@@ -834,15 +839,7 @@ static void run_graph_case(sy_comm_t comm, int rank, int W, const moe_case_t *ba
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   GT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  if (c->mode == MODE_ONE_CALL) {
-    GT_OK(sy_moe_dispatch(moe, a.tokens, a.n, a.ids, c->id_type, a.w, &a.recv, stream));
-    GT_OK(sy_moe_combine(moe, a.y, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
-  } else {
-    GT_OK(sy_moe_dispatch_send(moe, a.tokens, a.n, a.ids, c->id_type, a.w, stream));
-    GT_OK(sy_moe_dispatch_recv(moe, &a.recv, stream));
-    GT_OK(sy_moe_combine_send(moe, a.y, stream));
-    GT_OK(sy_moe_combine_recv(moe, a.cids, a.combine_type, a.cw, a.n, a.out, stream));
-  }
+  enqueue_round(moe, c, &a, c->mode != MODE_ONE_CALL, stream);
   GT_CUDA(cudaStreamEndCapture(stream, &graph));
   GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
 
