@@ -4,12 +4,12 @@
  *   block 0:    post mail to every sender p: "entered call n; put your bytes at this offset (from the
  *               control region), this many" — self-validating words, no fence   [receiver half, start]
  *   all blocks: work items = (peer, chunk) over peers in the order rank+1, rank+2, ...; with more items than
- *               blocks and SY_PIECE_ORDER=tickets the blocks draw tickets and take item ticket x stride mod
- *               items (a golden-ratio stride, as attention: no block left with the last ones), else block b
- *               takes b, b + grid, ... in bit-reversed order (item_order: every pair's chunks, the self copy's
- *               among them, spread over the block's time); before its first chunk for a peer: wait (bounded)
- *               for that peer's mail (kept per peer in shared memory), check its byte count against ours; then copy
- *               each chunk with direct 16-byte stores
+ *               blocks and the ticket order (SY_PIECE_ORDER=tickets, or auto on more than one rank) the blocks
+ *               draw tickets and take item ticket x stride mod items (a golden-ratio stride, as attention: no
+ *               block left with the last ones), else block b takes b, b + grid, ... in bit-reversed order
+ *               (item_order: every pair's chunks, the self copy's among them, spread over the block's time);
+ *               before its first chunk for a peer: wait (bounded) for that peer's mail (kept per peer in shared
+ *               memory), check its byte count against ours; then copy each chunk with direct 16-byte stores
  *               (peer load/store reachable) or one NVSHMEM put-with-signal; each chunk adds 1 to the peer's
  *               a2a_data[rank] after its data                       [sender half]
  *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
@@ -216,9 +216,10 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
     items += a2a_chunk_count(P.send_bytes[p], W, P.min_chunk);
   }
   unsigned grid = items < (uint64_t)st->a2a_blocks ? (unsigned)items : (unsigned)st->a2a_blocks;
-  /* the ticket order only on request: at world 1 it measured slower than the static order from 16 to 64 MiB per rank
-   * and faster from 256 MiB (bench/NOTES.md); not yet measured across a link */
-  const bool dynamic = st->piece_order == PIECE_ORDER_TICKETS && items > grid && items < (1ull << 31);
+  /* auto: the ticket order where a link is crossed (2 x H200: 3-7% faster from 16 to 128 MiB per rank), the static
+   * one at world 1 (there the tickets measured slower from 16 to 64 MiB; bench/NOTES.md) */
+  const bool tickets = st->piece_order == PIECE_ORDER_TICKETS || (st->piece_order == PIECE_ORDER_AUTO && W > 1);
+  const bool dynamic = tickets && items > grid && items < (1ull << 31);
   P.stride = dynamic ? sy__piece_stride((uint32_t)items) : 1;
   void (*const kernels[2][2])(a2a_params<MAXW>) = {
       {alltoallv_kernel<MAXW, false, false>, alltoallv_kernel<MAXW, false, true>},
