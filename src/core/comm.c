@@ -1,6 +1,7 @@
 /*
- * comm.c — the public communicator entry points. Each resolves and checks its arguments once, here, and
- * hands the backend (src/ref for host, src/kernels for cuda) arguments it can trust. An asynchronous error
+ * comm.c — the public communicator entry points: init and destroy, queries, the host allgather, the barrier and
+ * the signals. Each resolves and checks its arguments once, here, and hands the backend (host/ or cuda/)
+ * arguments it can trust. An asynchronous error
  * seen by a backend becomes sticky: every later call but destroy returns it.
  */
 #include "internal.h"
@@ -212,47 +213,6 @@ sy_status_t sy_comm_allgather_host(sy_comm_t comm, const void *send, void *recv,
   return st;
 }
 
-/* ---- symmetric memory --------------------------------------------------------------------------------- */
-
-sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
-  static const char *fn = "sy_mem_alloc";
-  SY_COMM_GUARD(comm, fn);
-  SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
-  *ptr = NULL;
-  SY_ARG_CHECK(bytes > 0, fn, "bytes=0");
-  SY_ARG_CHECK(bytes <= comm->heap_bytes, fn, "bytes=%zu exceeds the symmetric heap (%zu bytes; raise SY_HEAP_SIZE "
-               "or config.heap_bytes)", bytes, comm->heap_bytes);
-  void *p = NULL;
-  SY_CHECK(comm->ops->mem_alloc(comm, bytes, &p));
-  sy_status_t st = sy__symm_add(comm, p, bytes);
-  if (st != SY_SUCCESS) {
-    comm->ops->mem_free(comm, p);
-    return st;
-  }
-  *ptr = p;
-  return SY_SUCCESS;
-}
-
-sy_status_t sy_mem_free(sy_comm_t comm, void *ptr) {
-  static const char *fn = "sy_mem_free";
-  SY_COMM_GUARD(comm, fn);
-  SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
-  const sy_symm_block_t *b = sy__symm_find(comm, ptr, 0);
-  SY_ARG_CHECK(b && b->ptr == ptr, fn, "ptr=%p is not a symmetric allocation of this communicator", ptr);
-  SY_CHECK(comm->ops->mem_free(comm, ptr));
-  return sy__symm_remove(comm, ptr);
-}
-
-sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr) {
-  static const char *fn = "sy_comm_peer_ptr";
-  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
-  SY_ARG_CHECK(peer_ptr != NULL, fn, "peer_ptr is NULL");
-  *peer_ptr = NULL;
-  SY_ARG_CHECK(peer >= 0 && peer < comm->world_size, fn, "peer=%d outside [0, %d)", peer, comm->world_size);
-  SY_ARG_CHECK(sy__symm_find(comm, ptr, 0) != NULL, fn, "ptr=%p is not inside a symmetric allocation", ptr);
-  return comm->ops->peer_ptr(comm, ptr, peer, peer_ptr);
-}
-
 /* ---- signals, barrier ----------------------------------------------------------------------------------- */
 
 sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn) {
@@ -260,12 +220,6 @@ sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn) {
       st == SY_ERR_NVSHMEM)
     sy__comm_set_error(comm, st, "%s failed: %s", fn, sy_status_name(st));
   return st;
-}
-
-sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn) {
-  SY_ARG_CHECK(comm->backend != SY_BACKEND_CUDA || stream != NULL, fn,
-               "stream is NULL (the legacy default stream); pass a stream you created");
-  return SY_SUCCESS;
 }
 
 sy_status_t sy_comm_barrier(sy_comm_t comm, cudaStream_t stream) {
@@ -303,75 +257,4 @@ sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t value, cud
   SY_ARG_CHECK(sy__symm_find(comm, signal, sizeof *signal) != NULL, fn,
                "signal=%p is not inside a symmetric allocation", (void *)signal);
   return comm->ops->signal_wait(comm, signal, value, stream);
-}
-
-/* ---- all-to-all ------------------------------------------------------------------------------------------ */
-
-static int compare_ranges(const void *a, const void *b) {
-  const size_t *x = a, *y = b; /* {offset, bytes, peer} */
-  return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
-                         void *recv, const size_t *recv_bytes, const size_t *recv_offsets, cudaStream_t stream) {
-  static const char *fn = "sy_alltoallv";
-  SY_COMM_GUARD(comm, fn);
-  SY_CHECK(sy__check_stream(comm, stream, fn));
-  SY_ARG_CHECK(send_bytes && send_offsets && recv_bytes && recv_offsets, fn,
-               "send_bytes=%p send_offsets=%p recv_bytes=%p recv_offsets=%p: all four arrays are required",
-               (const void *)send_bytes, (const void *)send_offsets, (const void *)recv_bytes,
-               (const void *)recv_offsets);
-  const int world = comm->world_size;
-  size_t total_recv = 0;
-  for (int p = 0; p < world; p++) {
-    SY_ARG_CHECK(send_offsets[p] <= SIZE_MAX - send_bytes[p], fn, "send_offsets[%d]=%zu + send_bytes[%d]=%zu overflows",
-                 p, send_offsets[p], p, send_bytes[p]);
-    SY_ARG_CHECK(recv_offsets[p] <= SIZE_MAX - recv_bytes[p], fn, "recv_offsets[%d]=%zu + recv_bytes[%d]=%zu overflows",
-                 p, recv_offsets[p], p, recv_bytes[p]);
-    SY_ARG_CHECK(send_bytes[p] == 0 || send != NULL, fn, "send is NULL with send_bytes[%d]=%zu", p, send_bytes[p]);
-    total_recv += recv_bytes[p];
-  }
-  if (total_recv > 0) {
-    SY_ARG_CHECK(recv != NULL, fn, "recv is NULL while %zu bytes are to be received", total_recv);
-    const sy_symm_block_t *blk = sy__symm_find(comm, recv, 0);
-    SY_ARG_CHECK(blk != NULL, fn, "recv=%p is not a symmetric allocation (use sy_mem_alloc)", recv);
-    size_t room = blk->bytes - (size_t)((const char *)recv - (const char *)blk->ptr);
-    /* Receive ranges inside the allocation and not overlapping (sorted by offset). */
-    size_t *ranges = comm->a2a_scratch; /* 3 * world entries are free here */
-    int n = 0;
-    for (int p = 0; p < world; p++) {
-      if (!recv_bytes[p]) continue;
-      SY_ARG_CHECK(recv_offsets[p] + recv_bytes[p] <= room, fn,
-                   "recv_offsets[%d]=%zu + recv_bytes[%d]=%zu runs past the symmetric allocation (%zu bytes from recv)",
-                   p, recv_offsets[p], p, recv_bytes[p], room);
-      ranges[3 * n] = recv_offsets[p];
-      ranges[3 * n + 1] = recv_bytes[p];
-      ranges[3 * n + 2] = (size_t)p;
-      n++;
-    }
-    qsort(ranges, (size_t)n, 3 * sizeof(size_t), compare_ranges);
-    for (int i = 1; i < n; i++) {
-      SY_ARG_CHECK(ranges[3 * (i - 1)] + ranges[3 * (i - 1) + 1] <= ranges[3 * i], fn,
-                   "receive ranges of peers %zu and %zu overlap (recv_offsets %zu + %zu > %zu)", ranges[3 * (i - 1) + 2],
-                   ranges[3 * i + 2], ranges[3 * (i - 1)], ranges[3 * (i - 1) + 1], ranges[3 * i]);
-    }
-  }
-  sy_a2a_args_t args = {send, recv, send_bytes, send_offsets, recv_bytes, recv_offsets};
-  return comm->ops->alltoallv(comm, &args, stream);
-}
-
-sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, size_t bytes_per_rank, cudaStream_t stream) {
-  static const char *fn = "sy_alltoall";
-  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
-  const int world = comm->world_size;
-  SY_ARG_CHECK(bytes_per_rank <= SIZE_MAX / (size_t)world, fn, "bytes_per_rank=%zu times world_size=%d overflows",
-               bytes_per_rank, world);
-  /* a2a_scratch: [0, 3 world) is sy_alltoallv's range-check scratch, then bytes, then offsets. */
-  size_t *bytes = comm->a2a_scratch + 3 * (size_t)world, *offsets = bytes + world;
-  for (int p = 0; p < world; p++) {
-    bytes[p] = bytes_per_rank;
-    offsets[p] = (size_t)p * bytes_per_rank;
-  }
-  sy_status_t st = sy_alltoallv(comm, send, bytes, offsets, recv, bytes, offsets, stream);
-  return st;
 }

@@ -262,7 +262,7 @@ static sy_status_t check_combine_recv(sy_moe_t moe, const sy_moe_dispatch_args_t
   SY_ARG_CHECK(!(moe->config.flags & SY_MOE_PER_EXPERT) || !overlap(out, out_bytes, a->weights, entries * 4), fn,
                "out=%p and weights=%p overlap", out, (const void *)a->weights);
   /* The host backend knows this rank's dispatch here; the cuda backend's kernel checks on the device. */
-  if (moe->comm->backend == SY_BACKEND_HOST) SY_CHECK(sy__host_moe_check_combine(moe->comm, moe, a, fn));
+  if (moe->comm->ops->moe_check_combine) SY_CHECK(moe->comm->ops->moe_check_combine(moe->comm, moe, a, fn));
   return SY_SUCCESS;
 }
 

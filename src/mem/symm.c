@@ -1,6 +1,8 @@
 /*
- * symm.c — this rank's list of live symmetric allocations. Both backends register here so the API layer
- * can check that a receive range or a signal really is symmetric memory before any peer writes to it.
+ * symm.c — symmetric memory: the public sy_mem_alloc / sy_mem_free / sy_comm_peer_ptr, and this rank's list
+ * of live symmetric allocations. Both backends allocate through their table (NVSHMEM's heap, or host memory
+ * every rank-thread sees) and register here, so the API layer can check that a receive range or a signal
+ * really is symmetric memory before any peer writes to it.
  */
 #include "core/internal.h"
 
@@ -38,4 +40,45 @@ const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t byt
     if (p >= base && p - base < size && bytes <= size - (p - base)) return &comm->symm[i];
   }
   return NULL;
+}
+
+/* ---- symmetric memory --------------------------------------------------------------------------------- */
+
+sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
+  static const char *fn = "sy_mem_alloc";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
+  *ptr = NULL;
+  SY_ARG_CHECK(bytes > 0, fn, "bytes=0");
+  SY_ARG_CHECK(bytes <= comm->heap_bytes, fn, "bytes=%zu exceeds the symmetric heap (%zu bytes; raise SY_HEAP_SIZE "
+               "or config.heap_bytes)", bytes, comm->heap_bytes);
+  void *p = NULL;
+  SY_CHECK(comm->ops->mem_alloc(comm, bytes, &p));
+  sy_status_t st = sy__symm_add(comm, p, bytes);
+  if (st != SY_SUCCESS) {
+    comm->ops->mem_free(comm, p);
+    return st;
+  }
+  *ptr = p;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_mem_free(sy_comm_t comm, void *ptr) {
+  static const char *fn = "sy_mem_free";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
+  const sy_symm_block_t *b = sy__symm_find(comm, ptr, 0);
+  SY_ARG_CHECK(b && b->ptr == ptr, fn, "ptr=%p is not a symmetric allocation of this communicator", ptr);
+  SY_CHECK(comm->ops->mem_free(comm, ptr));
+  return sy__symm_remove(comm, ptr);
+}
+
+sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr) {
+  static const char *fn = "sy_comm_peer_ptr";
+  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  SY_ARG_CHECK(peer_ptr != NULL, fn, "peer_ptr is NULL");
+  *peer_ptr = NULL;
+  SY_ARG_CHECK(peer >= 0 && peer < comm->world_size, fn, "peer=%d outside [0, %d)", peer, comm->world_size);
+  SY_ARG_CHECK(sy__symm_find(comm, ptr, 0) != NULL, fn, "ptr=%p is not inside a symmetric allocation", ptr);
+  return comm->ops->peer_ptr(comm, ptr, peer, peer_ptr);
 }

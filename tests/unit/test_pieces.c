@@ -1,5 +1,5 @@
 /*
- * test_pieces.c — the piece count of the alltoall and attention kernels (src/core/pieces.h), which sender and
+ * test_pieces.c — the piece count of the alltoall and attention kernels (src/ref/pieces.h), which sender and
  * receiver each compute for a pair and must agree on, against its rules recomputed here:
  *  - an empty pair is one piece (it still signals); a count never exceeds max_count;
  *  - pieces are at most max_piece bytes (unless max_count caps the count) and, where the pair is larger than
@@ -14,7 +14,7 @@
  *    quarter and the rest (the self copy's pair and the link's).
  */
 #include "check.h"
-#include "core/pieces.h"
+#include "ref/pieces.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "ref/ref.h"
+#include "ref/alltoall_ref.h"
 
 typedef struct a2a_bench {
   uint8_t *send, *recv, *nccl_recv; /* device; recv is symmetric */

@@ -11,7 +11,7 @@
 #include <nvshmemx.h>
 #include <stdint.h>
 
-#include "kernels/cuda_backend.h"
+#include "cuda/backend.h"
 
 namespace sy {
 
@@ -121,20 +121,12 @@ __device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, boo
   if (ON && ctx.trace) trace_at(ctx.state, ctx.trace, ctx.trace_cap, op, phase, begin, peer, call);
 }
 
-/* Programmatic dependent launch (launch_pdl): the kernel may have started while the stream's previous kernel
- * was still running; nothing is read or written before that kernel has completed. Then let the next one
- * launch. Called first thing by every thread of a kernel launched with launch_pdl. */
 /* Atomic add with acquire-release semantics at GPU scope, returning the old value: the "last block" count
  * (a block's earlier stores are ordered before it, and the block that sees the last count sees them). */
 __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v) {
   unsigned old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
-}
-
-__device__ __forceinline__ void pdl_begin() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 __device__ __forceinline__ bool aborted(const dev_ctx &ctx) {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/cuda_backend.h"
+#include "cuda/backend.h"
 
 namespace sy {
 

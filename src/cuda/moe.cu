@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/device.cuh"
+#include "cuda/device.cuh"
 #include "ref/fp8.h"
 #include "ref/moe_ref.h"
 

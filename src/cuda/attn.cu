@@ -18,7 +18,7 @@
  *               backward every block, which then sums its share of the tokens)
  *   last block: advance the call number and the expected counter bases (counters only grow: no reset).
  * A pair's chunk count depends only on its bytes, the world size, the channel count and SY_A2A_CHUNK
- * (sy__piece_count in core/pieces.h), so both sides agree without talking.
+ * (sy__piece_count in ref/pieces.h), so both sides agree without talking.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/pieces.h"
-#include "kernels/device.cuh"
+#include "ref/pieces.h"
+#include "cuda/device.cuh"
 #include "plan/attn_plan.h"
 
 namespace sy {

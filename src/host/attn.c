@@ -8,7 +8,7 @@
  */
 #include "plan/attn_plan.h"
 #include "ref/attn_ref.h"
-#include "ref/host_internal.h"
+#include "host/host.h"
 
 #include <stdio.h>
 #include <stdlib.h>

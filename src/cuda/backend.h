@@ -19,8 +19,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "core/internal.h"
 #include "boot/boot.h"
+#include "core/internal.h"
+#include "exec/launch.cuh"
 
 namespace sy {
 
@@ -165,39 +166,5 @@ sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe, const sy_m
 sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
                                  const sy_moe_dispatch_args_t *args, void *out, cudaStream_t stream);
 }
-
-namespace sy {
-
-/* Maps a CUDA error to SY_ERR_CUDA with a log line naming the call; clears a non-sticky error. */
-sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int line);
-#define SY_CUDA_CHECK(call)                                                  \
-  do {                                                                       \
-    cudaError_t sy_cuda_err_ = (call);                                       \
-    if (sy_cuda_err_ != cudaSuccess) return sy::cuda_error(sy_cuda_err_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-/* Whether kernels are launched with programmatic dependent launch (SY_PDL, default on). */
-bool pdl_enabled();
-
-/* Launches kernel(params) on `stream`, with programmatic dependent launch where pdl_enabled(): the kernel's
- * blocks may start while the previous kernel on the stream finishes, and must call pdl_begin() first. */
-template <typename Params>
-sy_status_t launch_pdl(void (*kernel)(Params), int blocks, int threads, size_t smem, cudaStream_t stream,
-                       const Params &params) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)blocks);
-  cfg.blockDim = dim3((unsigned)threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  SY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
-  return SY_SUCCESS;
-}
-
-}  // namespace sy
 
 #endif

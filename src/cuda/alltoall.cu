@@ -15,14 +15,14 @@
  *   block 0:    wait (bounded) until a2a_data[s] reaches s's chunk count, reset it to 0  [receiver half, end]
  *   last block: advance the call number kept on the device.
  * A pair's chunk count is a function of its byte count, the world size and SY_A2A_CHUNK only (sy__piece_count
- * in core/pieces.h), so sender and receiver agree on it without talking. A sender whose byte count disagrees
+ * in ref/pieces.h), so sender and receiver agree on it without talking. A sender whose byte count disagrees
  * with the receiver's sends a mismatch flag instead of data; both sides then report SY_ERR_MISMATCH.
  */
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "core/pieces.h"
-#include "kernels/device.cuh"
+#include "ref/pieces.h"
+#include "cuda/device.cuh"
 
 namespace sy {
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda_backend.h"
+#include "cuda/backend.h"
 
 namespace sy {
 
@@ -36,24 +36,6 @@ const char *op_name(int op) {
              "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)";
     default: return "unknown operation";
   }
-}
-
-bool pdl_enabled() {
-  static int pdl = -1;
-  if (pdl < 0) {
-    int on = 1;
-    if (sy__env_bool(SY_ENVID_SY_PDL, &on) != SY_SUCCESS) on = 1;
-    pdl = on;
-  }
-  return pdl != 0;
-}
-
-sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int line) {
-  const char *base = strrchr(file, '/');
-  SY_WARN("cuda error %s (%s) in %s at %s:%d", cudaGetErrorName(err), cudaGetErrorString(err), what,
-          base ? base + 1 : file, line);
-  (void)cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
-  return SY_ERR_CUDA;
 }
 
 ctrl_layout make_ctrl_layout(int world_size) {
@@ -201,11 +183,30 @@ static sy_status_t cuda_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cud
 }
 
 static const sy_backend_ops_t cuda_ops = {
-    "cuda",          cuda_destroy,     cuda_mem_alloc, cuda_mem_free,       cuda_peer_ptr,   cuda_barrier,
-    cuda_put_signal, cuda_signal_wait, cuda_alltoallv, cuda_allgather_host, cuda_poll_error, sy__cuda_attn_create,
-    sy__cuda_attn_destroy, sy__cuda_attn_plan_upload, sy__cuda_attn_run,
-    sy__cuda_moe_create, sy__cuda_moe_destroy, sy__cuda_moe_dispatch_send, sy__cuda_moe_dispatch_recv,
-    sy__cuda_moe_combine_send, sy__cuda_moe_combine_recv, sy__cuda_moe_dispatch, sy__cuda_moe_combine,
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .peer_ptr = cuda_peer_ptr,
+    .barrier = cuda_barrier,
+    .put_signal = cuda_put_signal,
+    .signal_wait = cuda_signal_wait,
+    .alltoallv = cuda_alltoallv,
+    .allgather_host = cuda_allgather_host,
+    .poll_error = cuda_poll_error,
+    .attn_create = sy__cuda_attn_create,
+    .attn_destroy = sy__cuda_attn_destroy,
+    .attn_plan_upload = sy__cuda_attn_plan_upload,
+    .attn_run = sy__cuda_attn_run,
+    .moe_create = sy__cuda_moe_create,
+    .moe_destroy = sy__cuda_moe_destroy,
+    .moe_dispatch_send = sy__cuda_moe_dispatch_send,
+    .moe_dispatch_recv = sy__cuda_moe_dispatch_recv,
+    .moe_combine_send = sy__cuda_moe_combine_send,
+    .moe_combine_recv = sy__cuda_moe_combine_recv,
+    .moe_check_combine = NULL, /* the combine kernel checks its arguments on the device */
+    .moe_dispatch = sy__cuda_moe_dispatch,
+    .moe_combine = sy__cuda_moe_combine,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */

@@ -5,7 +5,7 @@
  */
 #include <nvshmem.h>
 
-#include "kernels/cuda_backend.h"
+#include "cuda/backend.h"
 
 namespace sy {
 

@@ -5,7 +5,7 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "kernels/device.cuh"
+#include "cuda/device.cuh"
 
 namespace sy {
 

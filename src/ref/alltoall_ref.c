@@ -1,7 +1,7 @@
 /*
  * ref_alltoall.c — the reference all-to-all (ref.h): what every rank's receive buffer holds afterwards.
  */
-#include "ref/ref.h"
+#include "ref/alltoall_ref.h"
 
 #include <string.h>
 

@@ -34,7 +34,7 @@
  * call n's reads; the second parity is the margin DESIGN.md keeps, and the layout the kernels share.)
  */
 #include "core/internal.h"
-#include "ref/host_internal.h"
+#include "host/host.h"
 #include "ref/moe_ref.h"
 
 #include <stdlib.h>

@@ -1,0 +1,188 @@
+/*
+ * comm.h — the communicator object and the backend table every operation goes through: the argument packs the
+ * front-ends (core/) build after checking, the per-operation objects (attention, MoE), the sticky error
+ * state, and the backends' entry points (host/, cuda/). docs/architecture.md draws how they fit.
+ */
+#ifndef SY_CORE_COMM_H
+#define SY_CORE_COMM_H
+
+#include "switchyard.h"
+#include "core/log.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Argument pack of one all-to-all call, validated by src/core before any backend sees it. */
+typedef struct sy_a2a_args {
+  const void *send;
+  void *recv;
+  const size_t *send_bytes, *send_offsets; /* world_size each */
+  const size_t *recv_bytes, *recv_offsets; /* world_size each */
+} sy_a2a_args_t;
+
+/* One attention-dispatch call as the backends see it (src/core/attn.c builds it after checking). */
+struct sy_attn_plan;
+typedef struct sy_attn_channel {
+  int dir;          /* SY_ATTN_Q_FWD, SY_ATTN_KV_FWD, SY_ATTN_Q_REV, SY_ATTN_KV_BWD (src/plan/attn_plan.h) */
+  const void *src;  /* the sender's rows */
+  size_t row_bytes;
+  void *dst;        /* the receiver's rows (symmetric); KV backward: the object's staging */
+} sy_attn_channel_t;
+
+typedef struct sy_attn_call {
+  int num_channels; /* 1, or 2 for Q+KV forward (one kernel, both channels) */
+  sy_attn_channel_t ch[2];
+  int kv_backward;  /* ch[0] lands in attn->staging; then the reduce into grad_out */
+  sy_dtype_t dtype;
+  unsigned flags;   /* SY_ATTN_UNSUMMED */
+  void *grad_out;
+} sy_attn_call_t;
+
+/* The attention-dispatch object (public handle sy_attn_t). */
+struct sy_attn {
+  sy_comm_t comm;
+  sy_attn_config_t config;
+  void *staging;        /* symmetric, max_replicas * max_tokens * max_kv_grad_row_bytes (NULL if 0) */
+  size_t staging_bytes;
+  void *backend_state;
+};
+
+/* One MoE dispatch's inputs as the backends see them (src/core/moe.c checks them first). */
+typedef struct sy_moe_dispatch_args {
+  const void *tokens; /* bf16 [num_tokens][hidden] (NULL in combine_recv) */
+  int num_tokens;
+  const void *expert_ids; /* [num_tokens][top_k] */
+  sy_index_type_t id_type;
+  const float *weights; /* [num_tokens][top_k] or NULL */
+} sy_moe_dispatch_args_t;
+
+/* The MoE low-latency object (public handle sy_moe_t). */
+struct sy_moe {
+  sy_comm_t comm;
+  sy_moe_config_t config;
+  int local_experts; /* L = num_experts / world_size */
+  int slots;         /* S = world_size * max_tokens */
+  int next_half;     /* 0 dispatch_send, 1 dispatch_recv, 2 combine_send, 3 combine_recv: the order the API enforces */
+  void *backend_state;
+};
+
+typedef struct sy_backend_ops {
+  const char *name;
+  sy_status_t (*destroy)(sy_comm_t comm);
+  sy_status_t (*mem_alloc)(sy_comm_t comm, size_t bytes, void **ptr);
+  sy_status_t (*mem_free)(sy_comm_t comm, void *ptr);
+  sy_status_t (*peer_ptr)(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr);
+  sy_status_t (*barrier)(sy_comm_t comm, cudaStream_t stream);
+  sy_status_t (*put_signal)(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
+                            sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream);
+  sy_status_t (*signal_wait)(sy_comm_t comm, uint64_t *signal, uint64_t value, cudaStream_t stream);
+  sy_status_t (*alltoallv)(sy_comm_t comm, const sy_a2a_args_t *args, cudaStream_t stream);
+  sy_status_t (*allgather_host)(sy_comm_t comm, const void *send, void *recv, size_t bytes);
+  /* Reads the backend's asynchronous error state (device error slot, host group abort). */
+  sy_status_t (*poll_error)(sy_comm_t comm, char *detail, size_t detail_bytes);
+  /* Attention dispatch: per-object state, plan upload (at plan create), one call. */
+  sy_status_t (*attn_create)(sy_comm_t comm, struct sy_attn *attn);
+  void (*attn_destroy)(sy_comm_t comm, struct sy_attn *attn);
+  sy_status_t (*attn_plan_upload)(sy_comm_t comm, struct sy_attn_plan *plan);
+  sy_status_t (*attn_run)(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
+                          const sy_attn_call_t *call, cudaStream_t stream);
+  /* MoE low-latency halves (src/core/moe.c enforces their order). */
+  sy_status_t (*moe_create)(sy_comm_t comm, struct sy_moe *moe);
+  void (*moe_destroy)(sy_comm_t comm, struct sy_moe *moe);
+  sy_status_t (*moe_dispatch_send)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                                   cudaStream_t stream);
+  sy_status_t (*moe_dispatch_recv)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv, cudaStream_t stream);
+  sy_status_t (*moe_combine_send)(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
+  sy_status_t (*moe_combine_recv)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args, void *out,
+                                  cudaStream_t stream);
+  /* Optional: whether combine_recv's num_tokens and ids answer this rank's dispatch, asked before anything is
+   * enqueued so that a rejected call changes nothing (NULL: the backend checks on the device and reports
+   * through the asynchronous error). */
+  sy_status_t (*moe_check_combine)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                                   const char *fn);
+  /* Optional: the one-call forms as one operation (NULL: the two halves back to back). */
+  sy_status_t (*moe_dispatch)(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
+                              const sy_moe_recv_t *recv, cudaStream_t stream);
+  sy_status_t (*moe_combine)(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
+                             const sy_moe_dispatch_args_t *args, void *out, cudaStream_t stream);
+} sy_backend_ops_t;
+
+/* One symmetric allocation as this rank sees it. */
+typedef struct sy_symm_block {
+  void *ptr;
+  size_t bytes;
+} sy_symm_block_t;
+
+struct sy_comm {
+  const sy_backend_ops_t *ops;
+  sy_backend_t backend;
+  int rank;
+  int world_size;
+  int local_rank;
+  int device;          /* cuda: the CUDA device; host: -1 */
+  uint64_t timeout_ms; /* bound on every wait */
+  size_t heap_bytes;
+  sy_status_t error;   /* sticky: first error seen (async or fatal); only destroy is accepted after it */
+  char error_detail[256];
+  sy_symm_block_t *symm; /* this rank's live symmetric allocations */
+  int symm_count, symm_capacity;
+  size_t *a2a_scratch;   /* 5 * world_size entries for argument checks (see comm.c) */
+  void *backend_state;
+};
+
+/* Symmetric-allocation registry (mem/symm.c), shared by both backends for argument checks. */
+sy_status_t sy__symm_add(sy_comm_t comm, void *ptr, size_t bytes);
+sy_status_t sy__symm_remove(sy_comm_t comm, void *ptr);
+/* The allocation holding [ptr, ptr + bytes), or NULL. bytes may be 0 (then ptr itself must be inside). */
+const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t bytes);
+
+/* Refreshes comm->error from the backend's asynchronous state (device error slot, host group abort) and
+ * returns it: the gate every public call but destroy passes first. */
+sy_status_t sy__comm_health(sy_comm_t comm);
+/* A backend's failure of a collective call is the communicator's (a peer may be left waiting): timeouts,
+ * mismatches, aborts, CUDA and NVSHMEM errors become sticky. Returns st. */
+sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn);
+/* Rejects the legacy default stream (NULL) on the cuda backend, naming the function (exec/stream.c). */
+sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
+
+/* Opening of a public call on a communicator: comm non-NULL, the log's rank, no sticky error. */
+#define SY_COMM_GUARD(comm, func)                                                 \
+  do {                                                                            \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
+    sy__log_set_rank((comm)->rank);                                               \
+    sy_status_t sy_health_ = sy__comm_health(comm);                               \
+    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
+  } while (0)
+
+/* Records the first asynchronous/fatal error of a communicator (keeps the first). */
+void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Resolved configuration handed to a backend's init. */
+typedef struct sy_resolved_config {
+  sy_backend_t backend;
+  int rank, world_size, local_rank, local_size, device;
+  size_t heap_bytes;
+  uint64_t timeout_ms, boot_timeout_ms;
+  int host_group;
+} sy_resolved_config_t;
+
+/* Backends: fill comm->ops and comm->backend_state. */
+sy_status_t sy__host_comm_init(sy_comm_t comm, const sy_resolved_config_t *config);
+sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_config_t *config);
+/* Benchmarks only: every rank stores bytes_per_peer into slot `rank` of every peer's symmetric buf at once
+ * (plain stores, no loads, no signals); the direct-store reference sy-bench compares against. */
+sy_status_t sy__cuda_store_probe(sy_comm_t comm, void *buf, size_t bytes_per_peer, cudaStream_t stream);
+/* Benchmarks only: launches one empty kernel (the launch floor of event-timed calls). */
+sy_status_t sy__cuda_empty_launch(cudaStream_t stream);
+/* Whether the cuda backend can run here (a device visible and the driver usable); reason on failure. */
+int sy__cuda_available(char *reason, size_t reason_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
