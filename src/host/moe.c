@@ -1,37 +1,23 @@
 /*
- * moe_host.c — the MoE low-latency dispatch and combine on the host backend. It moves data the way the
- * kernels do, so the semantics match and not only the results: each rank's symmetric workspace holds, per
- * call parity, a dispatch region (one message per (source, token) bound here: routing entries, weights, the
- * token as the wire carries it) and a combine region, plus per-source counters raised after the data.
- *   dispatch_send  checks the ids, encodes each token once (FP8 quantisation, src/ref/moe_ref.c) and stores a
+ * moe.c — the MoE low-latency dispatch and combine on the host backend. It moves data the way the kernels do,
+ * through the workspace of ref/moe_layout.h, so the semantics match and not only the results: per call parity
+ * a dispatch region (one message per (source, token) bound here: routing entries, weights, positions, the token
+ * as the wire carries it) and a combine region, plus per-source counters raised after the data.
+ *   dispatch_send  checks the ids, encodes each token once (FP8 quantisation, ref/moe_ref.c) and stores a
  *                  message into every destination rank holding one of its experts (SY_MOE_PER_EXPERT: one
- *                  message per (token, expert), k ascending), in token order; then
- *                  sets each destination's message count and raises its dispatch signal to the call number
- *                  (every destination, even with nothing for it). The caller's buffers are free on return.
+ *                  message per (token, expert), k ascending), in token order; then sets each destination's
+ *                  message count and counts, and raises its dispatch signal to the call number (every
+ *                  destination, even with nothing for it). The caller's buffers are free on return.
  *   dispatch_recv  waits (bounded) for every source's signal, then lays the messages out in the caller's
  *                  recv: for each message (sources ascending, tokens ascending) and each of its entries the
- *                  next slot of that local expert; remembers the slot of every (source, message, k).
+ *                  next slot of that local expert (and checks the position the sender wrote, which the cuda
+ *                  backend places by); remembers the slot of every (source, message, k).
  *   combine_send   default: per message, the partial fmaf(w_k, y_k, .) over its entries in k order, rounded
  *                  to bf16, into the owner's region at [this rank][token]; SY_MOE_PER_EXPERT: y_k into
  *                  [token][k]. Then raises every owner's combine signal.
  *   combine_recv   checks num_tokens and ids against this rank's dispatch, waits for every rank's combine
  *                  signal, and reduces into out (partials in rank order, or w_k * y_k in k order).
- *
- * Why two parities suffice (call n uses parity n % 2; the API enforces each rank's order DS, DR, CS, CR):
- * parity p of rank r's regions is written for call n + 2 only by a rank s inside its DS(n + 2) (dispatch
- * region) or CS(n + 2) (combine region), and read for call n only by r inside DR(n), CS(n) (dispatch region)
- * and CR(n) (combine region).
- *  - s enters DS(n + 2) after its CR(n + 1) returned, which waited for r's combine signal of call n + 1; r
- *    raised it at the end of CS(n + 1), after its DR(n) and CS(n). So r read its call-n messages first.
- *  - s enters CS(n + 2) after its DR(n + 2) returned, which waited for r's dispatch signal of call n + 2; r
- *    raised it in DS(n + 2), after its CR(n + 1) and CR(n). So r reduced its call-n combine region first.
- *  - A counter of parity p from s is raised to n + 2 only in those same halves, so a waiter of call n never
- *    sees a later value than n: values per (parity, source) only grow, and ">= n" means "call n landed".
- * Each wait is a release/acquire pair, so those "after"s are happens-before edges and the plain stores and
- * loads of the regions never race. A rank can therefore be one half ahead of a peer (say in DS(n + 1) while
- * the peer is still in CR(n)) but never reach parity p of call n + 2 before every reader left call n.
- * (Because every receive half waits for every rank, the same chains already order call n + 1's writes after
- * call n's reads; the second parity is the margin DESIGN.md keeps, and the layout the kernels share.)
+ * Why two parities suffice for the order DS, DR, CS, CR that core/moe.c enforces: docs/architecture.md.
  */
 #include "core/internal.h"
 #include "host/host.h"
@@ -42,20 +28,8 @@
 
 #define MOE_OFFER_TAG 0x73796d6f65303031ull /* "symoe001": catches a peer inside another collective */
 
-typedef struct moe_msg_header {
-  int32_t src_token; /* index in the source's tokens */
-  int32_t entries;   /* entries >= 0 below: the token's experts on this rank */
-  uint32_t call;     /* low bits of the call number, for debugging */
-  uint32_t reserved;
-} moe_msg_header_t;
-
-typedef struct moe_msg_entry {
-  int32_t local_expert; /* expert k's index on this rank, or -1 when expert k is elsewhere (or none) */
-  float weight;         /* w_k as the source gave it (0 when it gave none) */
-} moe_msg_entry_t;
-
-_Static_assert(sizeof(moe_msg_header_t) == SY_MOE_MSG_HEADER, "the header moe_ref.h describes");
-_Static_assert(sizeof(moe_msg_entry_t) == 8, "8 bytes per k");
+_Static_assert(sizeof(sy_moe_msg_header_t) == SY_MOE_MSG_HEADER, "the header moe_layout.h draws");
+_Static_assert(sizeof(sy_moe_msg_entry_t) == 8, "8 bytes per k");
 
 typedef struct host_moe {
   sy_moe_layout_t layout;
@@ -78,26 +52,36 @@ typedef struct moe_offer {
   sy_moe_config_t config;
 } moe_offer_t;
 
-/* ---- workspace addressing ----------------------------------------------------------------------------------- */
+/* ---- workspace addressing (moe_layout.h's offsets from a rank's base) ----------------------------------------- */
 
 static unsigned char *message_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int index) {
-  return base + (size_t)parity * hm->layout.parity_bytes +
-         ((size_t)source * hm->layout.messages_per_source + (size_t)index) * hm->layout.msg_bytes;
+  return base + sy__moe_msg_offset(&hm->layout, parity, source, index);
 }
 
-static uint16_t *combine_at(const host_moe_t *hm, unsigned char *base, int parity, size_t vector, int hidden) {
-  unsigned char *region = base + (size_t)parity * hm->layout.parity_bytes + hm->layout.dispatch_bytes;
-  return (uint16_t *)region + vector * (size_t)hidden;
+static uint16_t *combine_at(const host_moe_t *hm, unsigned char *base, int parity, size_t vector) {
+  return (uint16_t *)(base + sy__moe_combine_offset(&hm->layout, parity, vector));
 }
 
-/* counts[parity][source][local expert] in base's workspace */
-static int32_t *counts_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int world, int L) {
-  return (int32_t *)(base + hm->layout.counts_offset) + ((size_t)parity * world + source) * (size_t)L;
+/* the counts of source's messages per local expert (L of them, consecutive) */
+static int32_t *counts_at(const host_moe_t *hm, unsigned char *base, int parity, int source) {
+  return (int32_t *)(base + sy__moe_counts_offset(&hm->layout, parity, source, 0));
 }
 
-static uint64_t *counter_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int world, int word) {
-  unsigned char *c = base + hm->layout.counters_offset + ((size_t)parity * world + source) * SY_MOE_COUNTER_BYTES;
-  return (uint64_t *)c + word;
+static uint64_t *counter_at(const host_moe_t *hm, unsigned char *base, int parity, int source, int word) {
+  return (uint64_t *)(base + sy__moe_counter_offset(&hm->layout, parity, source, word));
+}
+
+/* Entry k and position k of a message. */
+static sy_moe_msg_entry_t entry_of(const unsigned char *msg, int k) {
+  sy_moe_msg_entry_t entry;
+  memcpy(&entry, msg + sy__moe_entry_offset(k), sizeof entry);
+  return entry;
+}
+
+static int32_t position_of(const unsigned char *msg, int top_k, int k) {
+  int32_t position;
+  memcpy(&position, msg + sy__moe_position_offset(top_k, k), sizeof position);
+  return position;
 }
 
 /* ---- create / destroy ----------------------------------------------------------------------------------------- */
@@ -243,15 +227,15 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
         encoded = 1;
       }
       unsigned char *msg = message_at(hm, hm->peer[d], parity, me, hm->sent[d]++);
-      const moe_msg_header_t header = {t, __builtin_popcount(kmask), (uint32_t)call, 0};
+      const sy_moe_msg_header_t header = {t, __builtin_popcount(kmask), (uint32_t)call, 0};
       memcpy(msg, &header, sizeof header);
       for (int k = 0; k < K; k++) {
         const int carried = (kmask >> k) & 1u;
-        const moe_msg_entry_t entry = {carried ? ids[k] - d * L : -1,
+        const sy_moe_msg_entry_t entry = {carried ? ids[k] - d * L : -1,
                                        args->weights ? args->weights[(size_t)t * K + k] : 0.0f};
-        const int32_t rank = carried ? hm->named[ids[k]]++ : -1;
-        memcpy(msg + SY_MOE_MSG_HEADER + (size_t)k * sizeof entry, &entry, sizeof entry);
-        memcpy(msg + SY_MOE_MSG_HEADER + (size_t)K * sizeof entry + (size_t)k * sizeof rank, &rank, sizeof rank);
+        const int32_t position = carried ? hm->named[ids[k]]++ : -1;
+        memcpy(msg + sy__moe_entry_offset(k), &entry, sizeof entry);
+        memcpy(msg + sy__moe_position_offset(K, k), &position, sizeof position);
       }
       memcpy(msg + hm->layout.payload_offset, hm->wire, wire_bytes);
     }
@@ -260,9 +244,9 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
    * there are any, the counts of each of its experts) before it. */
   for (int d = 0; d < world; d++) {
     if (hm->sent[d] > 0)
-      memcpy(counts_at(hm, hm->peer[d], parity, me, world, L), hm->named + (size_t)d * L, (size_t)L * sizeof(int32_t));
-    *counter_at(hm, hm->peer[d], parity, me, world, SY_MOE_COUNTER_MESSAGES) = (uint64_t)hm->sent[d];
-    __atomic_store_n(counter_at(hm, hm->peer[d], parity, me, world, SY_MOE_COUNTER_DISPATCH), call, __ATOMIC_RELEASE);
+      memcpy(counts_at(hm, hm->peer[d], parity, me), hm->named + (size_t)d * L, (size_t)L * sizeof(int32_t));
+    *counter_at(hm, hm->peer[d], parity, me, SY_MOE_COUNTER_MESSAGES) = (uint64_t)hm->sent[d];
+    __atomic_store_n(counter_at(hm, hm->peer[d], parity, me, SY_MOE_COUNTER_DISPATCH), call, __ATOMIC_RELEASE);
   }
   return SY_SUCCESS;
 }
@@ -271,7 +255,7 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
 static sy_status_t wait_sources(sy_comm_t comm, host_moe_t *hm, int word, const char *half) {
   const int parity = (int)(hm->calls & 1);
   for (int s = 0; s < comm->world_size; s++) {
-    sy_status_t st = comm->ops->signal_wait(comm, counter_at(hm, hm->ws, parity, s, comm->world_size, word), hm->calls,
+    sy_status_t st = comm->ops->signal_wait(comm, counter_at(hm, hm->ws, parity, s, word), hm->calls,
                                             NULL);
     if (st != SY_SUCCESS) {
       SY_WARN("moe %s: call %llu: rank %d's %s did not arrive: %s", half, (unsigned long long)hm->calls, s,
@@ -295,7 +279,7 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
   memset(hm->fill, 0, (size_t)L * sizeof *hm->fill);
   memset(recv->rank_counts, 0, (size_t)L * world * sizeof *recv->rank_counts);
   for (int s = 0; s < world; s++) {
-    const uint64_t count = *counter_at(hm, hm->ws, parity, s, world, SY_MOE_COUNTER_MESSAGES);
+    const uint64_t count = *counter_at(hm, hm->ws, parity, s, SY_MOE_COUNTER_MESSAGES);
     if (count > (uint64_t)M) {
       SY_WARN("moe dispatch_recv: call %llu: rank %d sent %llu messages, more than the %zu a source may",
               (unsigned long long)hm->calls, s, (unsigned long long)count, M);
@@ -304,21 +288,19 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
     memcpy(hm->first, hm->fill, (size_t)L * sizeof *hm->fill);
     for (int m = 0; m < (int)count; m++) {
       const unsigned char *msg = message_at(hm, hm->ws, parity, s, m);
-      moe_msg_header_t header;
+      sy_moe_msg_header_t header;
       memcpy(&header, msg, sizeof header);
       int32_t *slot_of = hm->slot_of + ((size_t)s * M + (size_t)m) * K;
       for (int k = 0; k < K; k++) {
-        moe_msg_entry_t entry;
-        memcpy(&entry, msg + SY_MOE_MSG_HEADER + (size_t)k * sizeof entry, sizeof entry);
+        const sy_moe_msg_entry_t entry = entry_of(msg, k);
         slot_of[k] = -1;
         if (entry.local_expert < 0) continue;
         const int e = entry.local_expert;
         const int32_t slot = hm->fill[e]++;
-        int32_t rank;
-        memcpy(&rank, msg + SY_MOE_MSG_HEADER + (size_t)K * sizeof entry + (size_t)k * sizeof rank, sizeof rank);
-        if (rank != slot - hm->first[e]) { /* the ranks the cuda backend's receiver places by */
-          SY_WARN("moe dispatch_recv: call %llu: rank %d's message %d names expert %d with rank %d, expected %d",
-                  (unsigned long long)hm->calls, s, m, e, rank, slot - hm->first[e]);
+        const int32_t position = position_of(msg, K, k);
+        if (position != slot - hm->first[e]) { /* the positions the cuda backend's receiver places by */
+          SY_WARN("moe dispatch_recv: call %llu: rank %d's message %d names expert %d at position %d, expected %d",
+                  (unsigned long long)hm->calls, s, m, e, position, slot - hm->first[e]);
           return SY_ERR_INTERNAL;
         }
         const size_t at = (size_t)e * S + (size_t)slot;
@@ -332,7 +314,7 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
         slot_of[k] = slot;
       }
     }
-    const int32_t *counts = counts_at(hm, hm->ws, parity, s, world, L);
+    const int32_t *counts = counts_at(hm, hm->ws, parity, s);
     for (int e = 0; count > 0 && e < L; e++)
       if (counts[e] != hm->fill[e] - hm->first[e]) {
         SY_WARN("moe dispatch_recv: call %llu: rank %d counts %d messages to expert %d, sent %d",
@@ -355,32 +337,31 @@ sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const 
   const int parity = (int)(hm->calls & 1), per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
   const uint16_t *y = expert_out;
   for (int s = 0; s < world; s++) { /* s: the owner of the tokens */
-    const int count = (int)*counter_at(hm, hm->ws, parity, s, world, SY_MOE_COUNTER_MESSAGES);
+    const int count = (int)*counter_at(hm, hm->ws, parity, s, SY_MOE_COUNTER_MESSAGES);
     for (int m = 0; m < count; m++) {
       const unsigned char *msg = message_at(hm, hm->ws, parity, s, m);
-      moe_msg_header_t header;
+      sy_moe_msg_header_t header;
       memcpy(&header, msg, sizeof header);
       const int32_t *slot_of = hm->slot_of + ((size_t)s * hm->layout.messages_per_source + (size_t)m) * K;
       if (!per_expert)
         for (int i = 0; i < H; i++) hm->acc[i] = 0.0f;
       for (int k = 0; k < K; k++) {
-        moe_msg_entry_t entry;
-        memcpy(&entry, msg + SY_MOE_MSG_HEADER + (size_t)k * sizeof entry, sizeof entry);
+        const sy_moe_msg_entry_t entry = entry_of(msg, k);
         if (entry.local_expert < 0) continue;
         const uint16_t *y_k = y + ((size_t)entry.local_expert * S + (size_t)slot_of[k]) * (size_t)H;
         if (per_expert)
-          memcpy(combine_at(hm, hm->peer[s], parity, (size_t)header.src_token * K + (size_t)k, H), y_k,
+          memcpy(combine_at(hm, hm->peer[s], parity, (size_t)header.src_token * K + (size_t)k), y_k,
                  (size_t)H * sizeof *y_k);
         else
           sy__moe_fma_row(hm->acc, entry.weight, y_k, H);
       }
       if (!per_expert)
-        sy__moe_round_row(hm->acc, combine_at(hm, hm->peer[s], parity, (size_t)me * T + (size_t)header.src_token, H),
+        sy__moe_round_row(hm->acc, combine_at(hm, hm->peer[s], parity, (size_t)me * T + (size_t)header.src_token),
                           H);
     }
   }
   for (int s = 0; s < world; s++)
-    __atomic_store_n(counter_at(hm, hm->peer[s], parity, me, world, SY_MOE_COUNTER_COMBINE), hm->calls,
+    __atomic_store_n(counter_at(hm, hm->peer[s], parity, me, SY_MOE_COUNTER_COMBINE), hm->calls,
                      __ATOMIC_RELEASE);
   return SY_SUCCESS;
 }
@@ -418,12 +399,12 @@ sy_status_t sy__host_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const 
       for (int k = 0; k < K; k++)
         if (ids[k] >= 0)
           sy__moe_fma_row(hm->acc, args->weights[(size_t)t * K + k],
-                          combine_at(hm, hm->ws, parity, (size_t)t * K + (size_t)k, H), H);
+                          combine_at(hm, hm->ws, parity, (size_t)t * K + (size_t)k), H);
     } else {
       for (int r = 0; r < world; r++) {
         int held = 0;
         for (int k = 0; k < K; k++) held |= ids[k] >= 0 && ids[k] / L == r;
-        if (held) sy__moe_add_row(hm->acc, combine_at(hm, hm->ws, parity, (size_t)r * T + (size_t)t, H), H);
+        if (held) sy__moe_add_row(hm->acc, combine_at(hm, hm->ws, parity, (size_t)r * T + (size_t)t), H);
       }
     }
     /* A token with no expert: the sum of nothing, +0, whose bf16 is the zero bits. */

@@ -15,11 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifdef __CUDACC__
-#define SY_HD __host__ __device__ __forceinline__
-#else
-#define SY_HD static inline
-#endif
+#include "ref/hd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,70 +5,19 @@
  *    bf16 as is), one fused multiply-add step of the combine, the bf16 rounding; the expert-id checks;
  *  - the reference of a whole call from every rank's inputs (sy__moe_ref_dispatch for one receiver,
  *    sy__moe_ref_combine for one owner), for GPU tests and benchmarks to compare with;
- *  - the workspace layout (src/core/moe.c computes it for both backends) and the host backend's ops
- *    (moe_host.c, which moves the same vectors through double-buffered receive regions as the kernels do).
+ * The workspace both backends move the vectors through is moe_layout.h's.
  */
 #ifndef SY_REF_MOE_REF_H
 #define SY_REF_MOE_REF_H
 
 #include "core/internal.h"
+#include "ref/moe_layout.h"
 
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- the workspace (sy__moe_layout is in src/core/moe.c; both backends size and address it with it) ------ */
-/*
- * Per rank, two parities (call n uses parity n % 2), each:
- *   dispatch region  [W sources][messages_per_source] messages of msg_bytes: a source token bound for this
- *     rank (default: one message per (token, rank), its entries naming every expert of the token here;
- *     SY_MOE_PER_EXPERT: one per (token, expert), one entry set), in the source's token order (then k)
- *     header (16 bytes): int32 source token, int32 entries on this rank, uint32 call number (low bits), 0
- *     entries [top_k] (8 bytes each, by k): int32 local expert (-1: expert k is not on this rank), fp32 weight
- *     ranks [top_k] (int32, by k): how many of the source's earlier messages to this rank name the same local
- *       expert — the entry's place among the source's slots of that expert (-1 where the entry is -1)
- *     payload at payload_offset (16-aligned): hidden E4M3 bytes (FP8 wires) or hidden bf16
- *     scales at scales_offset (FP8 wires): hidden / 128 fp32
- *   combine region   default: [W expert ranks][max_tokens][hidden] bf16, one partial per (rank, token);
- *                    SY_MOE_PER_EXPERT: [max_tokens][top_k][hidden] bf16, one output per (token, k)
- * then the counters, [2 parities][W sources] of 32 bytes (SY_MOE_COUNTER_*): the dispatch signal, the dispatch's
- * message count (stored before the signal), the combine signal, and (CUDA backend) the counts word: the call
- * number, published by the source's block 0 in the release of its signal add, after the message count and the
- * counts below (the one-call dispatch places its own tokens by it, before its whole signal is in). A signal says the source's part of call n is
- * here: the host backend stores n; the CUDA backend's sending blocks each add to it once per call (block 0
- * SY_MOE_SIGNAL_STEP - (blocks - 1), the others 1), so it grows by exactly SY_MOE_SIGNAL_STEP per call of its
- * parity and reaches SY_MOE_SIGNAL_STEP x ceil(n / 2) only when the last block's add lands;
- * then the counts, [2 parities][W sources][local experts] int32: how many of the source's messages name each
- * local expert here (written before the dispatch signal, and only when the source sends any message here), so
- * that a receiver places entry (s, k) at slot sum_{s' < s} counts[s'][e] + rank with no scan of the messages.
- * Messages are 16-byte multiples, regions 256-aligned.
- */
-typedef struct sy_moe_layout {
-  size_t msg_bytes, payload_offset, scales_offset;
-  size_t messages_per_source; /* max_tokens, or max_tokens x top_k with SY_MOE_PER_EXPERT */
-  size_t dispatch_bytes;  /* one parity's dispatch region */
-  size_t combine_rows;    /* vectors per owner token slot group: W (default) or top_k (per expert) */
-  size_t combine_bytes;   /* one parity's combine region */
-  size_t parity_bytes;    /* dispatch + combine region of one parity */
-  size_t counters_offset; /* 2 * parity_bytes */
-  size_t counters_bytes;
-  size_t counts_offset;   /* counters_offset + counters_bytes */
-  size_t counts_bytes;
-  size_t total;           /* what sy_moe_workspace_size reports and sy_moe_create reserves */
-} sy_moe_layout_t;
-
-#define SY_MOE_MSG_HEADER 16
-#define SY_MOE_COUNTER_BYTES 32 /* per (parity, source): uint64 words below */
-#define SY_MOE_COUNTER_DISPATCH 0
-#define SY_MOE_COUNTER_MESSAGES 1
-#define SY_MOE_COUNTER_COMBINE 2
-#define SY_MOE_COUNTER_COUNTS 3 /* CUDA backend: the call whose counts and message count are here */
-#define SY_MOE_SIGNAL_STEP (1ull << 20) /* CUDA backend: a signal word's growth per call (more than any grid) */
-
-/* The layout of a checked configuration on world_size ranks; SY_ERR_INVALID_ARG (no log) if a size overflows. */
-sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world_size, sy_moe_layout_t *layout);
 
 /* ---- expert ids ---------------------------------------------------------------------------------------------- */
 

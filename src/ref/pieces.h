@@ -13,16 +13,12 @@
 
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define SY_PIECES_HD __host__ __device__ __forceinline__
-#else
-#define SY_PIECES_HD static inline
-#endif
+#include "ref/hd.h"
 
 #define SY_PIECE_MIN 8192u
 #define SY_PIECE_TARGET 64u
 
-SY_PIECES_HD uint32_t sy__piece_count(uint64_t bytes, uint32_t pairs, uint64_t max_piece, uint32_t max_count) {
+SY_HD uint32_t sy__piece_count(uint64_t bytes, uint32_t pairs, uint64_t max_piece, uint32_t max_count) {
   if (bytes == 0) return 1;
   uint64_t piece = bytes * pairs / SY_PIECE_TARGET;
   if (piece < SY_PIECE_MIN) piece = SY_PIECE_MIN;
@@ -35,7 +31,7 @@ SY_PIECES_HD uint32_t sy__piece_count(uint64_t bytes, uint32_t pairs, uint64_t m
  * coprime to `count`, so the tickets visit every piece once, and the nearest such to 0.618 x count, a
  * golden-ratio sequence, so that any stretch of tickets touches every contiguous range of pieces (a pair's)
  * in proportion to its length. 1 for a count below 2. */
-SY_PIECES_HD uint32_t sy__piece_gcd(uint32_t a, uint32_t b) {
+SY_HD uint32_t sy__piece_gcd(uint32_t a, uint32_t b) {
   while (b) {
     const uint32_t t = a % b;
     a = b;
@@ -44,7 +40,7 @@ SY_PIECES_HD uint32_t sy__piece_gcd(uint32_t a, uint32_t b) {
   return a;
 }
 
-SY_PIECES_HD uint32_t sy__piece_stride(uint32_t count) {
+SY_HD uint32_t sy__piece_stride(uint32_t count) {
   if (count < 2) return 1;
   const uint32_t s = (uint32_t)(((uint64_t)count * 2654435769u + (1u << 31)) >> 32); /* round(count x 0.618...) */
   for (uint32_t d = 0;; d++) { /* ends by d = s - 1 at the latest: 1 is coprime to everything */
