@@ -1,24 +1,21 @@
 /*
- * attn.cu — attention dispatch on the GPU: one kernel per call moves rows by a plan's send lists (src/plan/
- * attn_plan.h), for one channel (Q forward, Q reverse, KV backward) or two (Q+KV forward), and for the KV
- * backward then reduces the replicas that landed in the object's staging into the caller's gradient.
- *
- *   block 0:    post mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
- *               communicator's control region), channel 1's at that one"           [receiver half, start]
- *   all blocks: items = (peer, channel, chunk) over peers rank+1, rank+2, ...; with more items than blocks
- *               (and SY_PIECE_ORDER not static) the blocks draw tickets and take item ticket x stride mod items
- *               (a golden-ratio stride: every pair's pieces, the self copy's among them, spread over the call,
- *               and no block left with the last ones), else block b takes b, b + grid, ... in bit-reversed
- *               order (item_order); before its first piece for a peer, wait (bounded) for that peer's mail
- *               (kept per peer in shared memory);
- *               per chunk: walk the pair's segments (ascending destination rows) and copy the pieces —
- *               large ones with the whole block, small ones one warp each — with direct stores (peer is
- *               load/store reachable) or NVSHMEM puts; then one counter update at the receiver
- *   receiver:   wait (bounded) until each source's counter reaches its expected total (block 0; for the KV
- *               backward every block, which then sums its share of the tokens)
- *   last block: advance the call number and the expected counter bases (counters only grow: no reset).
- * A pair's chunk count depends only on its bytes, the world size, the channel count and SY_A2A_CHUNK
- * (sy__piece_count in ref/pieces.h), so both sides agree without talking.
+ * attn.cu — attention dispatch on the GPU: one kernel per call moves rows by a plan's send lists (plan/attn_plan.h),
+ * for one channel (Q forward, Q reverse, KV backward) or two (Q+KV forward), and for the KV backward then reduces
+ * the replicas that landed in the object's staging into the caller's gradient. A piece is a range of one (sender,
+ * receiver, channel)'s bytes with its own signal (ref/pieces.h: a function of the bytes, the world size, the
+ * channel count and SY_A2A_CHUNK, so both sides agree without talking).
+ *   block 0       posts mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
+ *                 communicator's control region), channel 1's at that one"                [receiver half, start]
+ *   all blocks    take the pieces, (peer, channel) after (peer, channel) over peers rank + 1, rank + 2, ...
+ *                 (exec/work_queue.cuh: tickets where there are more pieces than blocks, unless SY_PIECE_ORDER is
+ *                 static; else the static bit-reversed order); before a block's first piece for a peer, wait
+ *                 (bounded) for that peer's mail (kept per peer in shared memory); per piece, walk the pair's
+ *                 segments (ascending destination rows) and copy — large copies with the whole block, small ones
+ *                 one warp each — with direct stores (peer load/store reachable) or NVSHMEM puts; then one counter
+ *                 update at the receiver
+ *   receiver      waits (bounded) until each source's counter reaches its expected total (block 0; for the KV
+ *                 backward every block, which then sums its share of the tokens)
+ *   last block    advances the call number and the expected counter bases (counters only grow: no reset).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,15 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ref/pieces.h"
 #include "cuda/device.cuh"
+#include "exec/launch.cuh"
+#include "exec/work_queue.cuh"
 #include "plan/attn_plan.h"
+#include "ref/pieces.h"
 
 namespace sy {
 
 constexpr int ATTN_THREADS = 512;
-constexpr uint32_t ATTN_MAX_CHUNKS = 1024;
-constexpr uint64_t ATTN_SMALL_PIECE = 2048; /* pieces below this are copied by one warp */
+constexpr uint32_t ATTN_MAX_PIECES = 1024;
+constexpr uint64_t ATTN_SMALL_COPY = 2048; /* copies below this (a segment's part of a piece) are one warp's */
 constexpr int ATTN_PARAM_W = 8;    /* up to this world size the per-peer row counts travel as kernel parameters */
 constexpr int ATTN_SEG_CAP = 256;  /* a pair with up to this many segments has them staged in shared memory */
 
@@ -60,8 +59,8 @@ struct attn_plan_dev {
 struct attn_local {
   uint64_t calls;
   unsigned blocks_done;
-  unsigned tickets; /* pieces handed out in this call (the dynamic order); the last block resets it */
-  uint64_t base[1]; /* [W]: chunks expected from each source before this call */
+  unsigned tickets; /* pieces handed out in this call (the ticket order); the last block resets it */
+  uint64_t base[1]; /* [W]: pieces expected from each source before this call */
 };
 
 struct attn_gpu {
@@ -77,7 +76,7 @@ struct attn_chan {
   char *dst;
   uint64_t row_bytes;
   /* W <= ATTN_PARAM_W: d's send_start, send_rows and recv_rows, copied by the host, so that the kernel's first
-   * steps (the piece counts, the item's pair, its segments) start without a dependent load */
+   * steps (the piece counts, the piece's pair, its segments) start without a dependent load */
   int64_t send_start[ATTN_PARAM_W + 1], send_rows[ATTN_PARAM_W], recv_rows[ATTN_PARAM_W];
 };
 
@@ -90,12 +89,8 @@ struct attn_params {
   attn_local *local;
   int nch;
   attn_chan ch[2];
-  uint64_t min_chunk;
-  /* the ticket order's stride (the kernel instance with DYNAMIC): with more pieces than blocks, blocks draw
-   * tickets k = 0, 1, ... and take piece k x stride mod pieces (stride coprime to the count, near 0.618 of it: any
-   * stretch of tickets touches every pair in proportion to its pieces), so the self copy runs beside the link's
-   * pieces and no block is left with the last ones */
-  uint32_t stride;
+  uint64_t max_piece; /* SY_A2A_CHUNK: the largest piece */
+  uint32_t stride;    /* the ticket order's (the kernel instance with TICKETS; exec/work_queue.cuh) */
   /* KV backward post-process */
   int reduce, dtype, num_seqs, C;
   int64_t num_tokens;
@@ -104,8 +99,8 @@ struct attn_params {
   char *grad_out;
 };
 
-__host__ __device__ inline uint32_t attn_chunk_count(uint64_t bytes, int pairs, uint64_t max_chunk) {
-  return sy__piece_count(bytes, (uint32_t)pairs, max_chunk, ATTN_MAX_CHUNKS);
+__host__ __device__ inline uint32_t attn_piece_count(uint64_t bytes, int pairs, uint64_t max_piece) {
+  return sy__piece_count(bytes, (uint32_t)pairs, max_piece, ATTN_MAX_PIECES);
 }
 
 /* The plan's per-peer figures: from the kernel parameters for the kernel instance of W <= ATTN_PARAM_W. */
@@ -123,7 +118,7 @@ __device__ inline uint64_t attn_expected(const attn_params &P, int s) {
   uint64_t e = 0;
   for (int c = 0; c < P.nch; c++) {
     const int64_t rows = MAXW <= ATTN_PARAM_W ? P.ch[c].recv_rows[s] : P.ch[c].d.recv_rows[s];
-    e += attn_chunk_count((uint64_t)rows * P.ch[c].row_bytes, P.ctx.world_size * P.nch, P.min_chunk);
+    e += attn_piece_count((uint64_t)rows * P.ch[c].row_bytes, P.ctx.world_size * P.nch, P.max_piece);
   }
   return e;
 }
@@ -186,10 +181,10 @@ static __device__ __noinline__ void attn_reduce(const attn_params &P, const char
   }
 }
 
-/* DYNAMIC: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
- * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "Instruction fetch"). TRACE: the
+/* TICKETS: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
+ * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "instruction fetch"). TRACE: the
  * trace points (SY_TRACE_FILE), likewise. */
-template <int MAXW, bool DYNAMIC, bool TRACE>
+template <int MAXW, bool TICKETS, bool TRACE>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constant__ attn_params P) {
   pdl_begin();
   const dev_ctx &ctx = P.ctx;
@@ -197,7 +192,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   const unsigned warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
 
   __shared__ uint64_t call_s;
-  __shared__ uint32_t prefix_s[2 * MAXW + 1]; /* chunks over (k, channel), k -> peer (me + 1 + k) % W */
+  __shared__ uint32_t prefix_s[2 * MAXW + 1]; /* pieces over (k, channel), k -> peer (me + 1 + k) % W */
   /* per peer, once the block has its mail: destinations of both channels (from the control region), state (1
    * send, 0 skip: failed wait; -1 not yet waited for) and control region if load/store reachable */
   __shared__ int64_t delta_s[MAXW][2];
@@ -207,7 +202,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   for (int i = threadIdx.x; i < W * nch; i += blockDim.x) {
     const int p = (me + 1 + i / nch) % W, c = i % nch;
-    prefix_s[i + 1] = attn_chunk_count((uint64_t)send_rows_of<MAXW>(P.ch[c], p) * P.ch[c].row_bytes, W * nch, P.min_chunk);
+    prefix_s[i + 1] = attn_piece_count((uint64_t)send_rows_of<MAXW>(P.ch[c], p) * P.ch[c].row_bytes, W * nch, P.max_piece);
   }
   for (int p = threadIdx.x; p < W; p += blockDim.x) state_s[p] = -1;
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1;
@@ -227,38 +222,21 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_READY, PH_POST_READY, false, -1, call);
   }
 
-  const uint32_t total = prefix_s[W * nch], mine = block_item_count(total), rounds = item_rounds(mine);
-  __shared__ uint32_t ticket_s;
-  uint32_t ahead = 0; /* thread 0, DYNAMIC: the ticket drawn while the last piece copied */
-  if (DYNAMIC && threadIdx.x == 0) ahead = atomicAdd(&P.local->tickets, 1u);
-  for (uint32_t r = 0;; r++) {
-    uint32_t item;
-    if (!DYNAMIC) {
-      if (r >= rounds) break;
-      const uint32_t kth = item_order(r, mine);
-      if (kth >= mine) continue;
-      item = blockIdx.x + kth * gridDim.x;
-    } else {
-      if (threadIdx.x == 0) ticket_s = ahead;
-      __syncthreads(); /* (every thread read the last ticket: bar.syncs came after) */
-      const uint32_t k = ticket_s;
-      if (k >= total) break;
-      if (threadIdx.x == 0) ahead = atomicAdd(&P.local->tickets, 1u);
-      item = (uint32_t)((uint64_t)k * P.stride % total);
-    }
+  __shared__ uint32_t ticket_s[2];
+  piece_queue<TICKETS> queue = piece_queue_begin<TICKETS>(prefix_s[W * nch], P.stride, &P.local->tickets);
+  for_each_piece(queue, ticket_s, [&](uint32_t piece) {
     int lo_i = 0, hi_i = W * nch - 1;
     while (lo_i < hi_i) {
       int mid = (lo_i + hi_i + 1) / 2;
-      if (prefix_s[mid] <= item) lo_i = mid;
+      if (prefix_s[mid] <= piece) lo_i = mid;
       else hi_i = mid - 1;
     }
     const int p = (me + 1 + lo_i / nch) % W, c = lo_i % nch;
-    const uint32_t j = item - prefix_s[lo_i], count = prefix_s[lo_i + 1] - prefix_s[lo_i];
+    const uint32_t j = piece - prefix_s[lo_i], count = prefix_s[lo_i + 1] - prefix_s[lo_i];
     const attn_chan &ch = P.ch[c];
     const uint64_t rb = ch.row_bytes, pair = (uint64_t)send_rows_of<MAXW>(ch, p) * rb;
-    const uint64_t len = ((pair + count - 1) / count + 15) & ~(uint64_t)15;
-    const uint64_t lo = (uint64_t)j * len < pair ? (uint64_t)j * len : pair;
-    const uint64_t hi = lo + len < pair ? lo + len : pair;
+    uint64_t lo, hi;
+    sy__piece_range(pair, count, j, &lo, &hi);
     /* The pair's segments: staged in shared memory (one round of independent loads) where they fit, else read
      * from the plan in global memory. */
     const int64_t g0 = send_start_of<MAXW>(ch, p), ng = send_start_of<MAXW>(ch, p + 1) - g0;
@@ -298,7 +276,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
       }
       __syncthreads();
     }
-    if (!state_s[p]) continue;
+    if (!state_s[p]) return;
     char *peer_base = peer_base_s[p];
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
     if (hi > lo) {
@@ -310,7 +288,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
         const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
         const char *src = ch.src + (uint64_t)src_row * rb + (a - seg_lo);
         const int64_t dst_off = delta_s[p][c] + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
-        if (b - a >= ATTN_SMALL_PIECE) {
+        if (b - a >= ATTN_SMALL_COPY) {
           if (peer_base) copy_block(peer_base + dst_off, src, b - a);
           else put_nbi_block_cold(ctx.ctrl + dst_off, src, b - a, p);
         } else {
@@ -321,7 +299,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
         }
       }
     }
-    /* One counter update per chunk, after the whole block's stores (bar.sync, then a cumulative release). */
+    /* One counter update per piece, after the whole block's stores (bar.sync, then a cumulative release). */
     __syncthreads();
     if (threadIdx.x == 0) {
       uint64_t *count_at_peer = P.data + me;
@@ -332,7 +310,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
       }
       trace<TRACE>(ctx, OP_ATTN_DATA, PH_COPY, false, p, call);
     }
-  }
+  });
 
   if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
@@ -356,7 +334,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
     if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
-      if (DYNAMIC) P.local->tickets = 0;
+      piece_queue_reset(queue);
       P.local->calls = call;
     }
   }
@@ -506,8 +484,8 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
   P.data = g->data;
   P.local = g->local;
   P.nch = call->num_channels;
-  P.min_chunk = st->a2a_chunk;
-  uint64_t items = 0;
+  P.max_piece = st->a2a_chunk;
+  uint64_t pieces = 0;
   for (int c = 0; c < P.nch; c++) {
     const int d = call->ch[c].dir;
     P.ch[c].d = dev->dir[d];
@@ -523,8 +501,8 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
       }
     }
     for (int p = 0; p < plan->world_size; p++)
-      items += attn_chunk_count((uint64_t)plan->dir[d].send_rows[p] * call->ch[c].row_bytes, plan->world_size * P.nch,
-                                P.min_chunk);
+      pieces += attn_piece_count((uint64_t)plan->dir[d].send_rows[p] * call->ch[c].row_bytes, plan->world_size * P.nch,
+                                 P.max_piece);
   }
   if (call->kv_backward) {
     P.reduce = (call->flags & SY_ATTN_UNSUMMED) ? REDUCE_UNSUMMED : REDUCE_SUM;
@@ -536,9 +514,9 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
     P.kv_dst = dev->kv_dst;
     P.grad_out = (char *)call->grad_out;
   }
-  int blocks = items < (uint64_t)st->a2a_blocks ? (int)items : st->a2a_blocks;
-  const bool dynamic = st->piece_order != PIECE_ORDER_STATIC && items > (uint64_t)blocks && items < (1ull << 31);
-  if (dynamic) P.stride = sy__piece_stride((uint32_t)items);
+  int blocks = pieces < (uint64_t)st->a2a_blocks ? (int)pieces : st->a2a_blocks;
+  const bool dynamic = st->piece_order != PIECE_ORDER_STATIC && pieces > (uint64_t)blocks && pieces < (1ull << 31);
+  if (dynamic) P.stride = sy__piece_stride((uint32_t)pieces);
   if (P.reduce != REDUCE_NONE) blocks = st->a2a_blocks; /* the reduce wants the whole GPU */
   if (blocks < 1) blocks = 1;
   const int W = comm->world_size;

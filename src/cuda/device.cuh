@@ -247,25 +247,6 @@ __device__ __forceinline__ void prefetch_l2_block(const char *src, uint64_t byte
     asm volatile("prefetch.global.L2 [%0];" ::"l"(src + (off < bytes ? off : bytes - 1)));
 }
 
-/* The k-th work item a block takes of its own, b + G x order(k) (b = blockIdx.x, G = gridDim.x), where the block
- * has m items and the kernel's items are pairs' pieces, pair after pair. order() is the bit reversal of k over the
- * next power of two above m, skipping values >= m (caller loops k over [0, item_rounds(m)) and skips those):
- * it visits any contiguous range of the m items in proportion to its length, so a block's pieces of every pair
- * are spread over its time instead of one pair after the other — the self copy (HBM to HBM, fast) runs beside
- * the link's pieces rather than after all of them (bench/NOTES.md, "Self copy beside the link"). */
-__device__ __forceinline__ uint32_t block_item_count(uint32_t total) {
-  return blockIdx.x < total ? (total - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-}
-
-__device__ __forceinline__ uint32_t item_rounds(uint32_t m) { return m <= 1 ? m : 1u << (32 - __clz(m - 1)); }
-
-/* The local index visited in round r (>= m: none this round). */
-__device__ __forceinline__ uint32_t item_order(uint32_t r, uint32_t m) {
-  if (m <= 1) return r;
-  const int lg = 32 - __clz(m - 1);
-  return __brev(r) >> (32 - lg);
-}
-
 /* Copy of `bytes` from src to dst by a group of nthreads threads (tid = rank in the group); dst may be a
  * peer's memory mapped over NVLink. 16-byte vectors with four loads in flight per thread when src and dst
  * share their alignment modulo 16; 4-byte or byte copies otherwise. Every thread of the group calls it. */

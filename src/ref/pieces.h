@@ -3,13 +3,13 @@
  * alltoall and attention kernels: pieces of at most `max_piece` bytes (SY_A2A_CHUNK), cut finer for small
  * pairs — down to SY_PIECE_MIN — so that a rank's `pairs` pairs (world size x channels) make about
  * SY_PIECE_TARGET pieces, and that many blocks copy at once instead of a few copying several rounds each
- * (bench/NOTES.md, "Pieces for alltoall and attention"). A function of the pair's bytes, `pairs` and
+ * (bench/NOTES.md, "pieces for alltoall and attention, sized by the pair"). A function of the pair's bytes, `pairs` and
  * `max_piece` only, which sender and receiver both know, so they agree on the count without talking. An empty
  * pair still signals once; at most `max_count`. Plain C for the CPU test (tests/unit/test_pieces.c), inline
  * host and device code for the kernels.
  */
-#ifndef SY_CORE_PIECES_H
-#define SY_CORE_PIECES_H
+#ifndef SY_REF_PIECES_H
+#define SY_REF_PIECES_H
 
 #include <stdint.h>
 
@@ -27,7 +27,16 @@ SY_HD uint32_t sy__piece_count(uint64_t bytes, uint32_t pairs, uint64_t max_piec
   return c > max_count ? max_count : (uint32_t)c;
 }
 
-/* The stride of attention's ticket order (more pieces than blocks: ticket k takes piece k x stride mod count):
+/* Piece j of `count` of a pair's `bytes`: [*lo, *hi), pieces of equal 16-aligned length but the last (empty
+ * where the pair is). */
+SY_HD void sy__piece_range(uint64_t bytes, uint32_t count, uint32_t j, uint64_t *lo, uint64_t *hi) {
+  const uint64_t len = ((bytes + count - 1) / count + 15) & ~(uint64_t)15;
+  const uint64_t a = (uint64_t)j * len, b = a + len;
+  *lo = a < bytes ? a : bytes;
+  *hi = b < bytes ? b : bytes;
+}
+
+/* The stride of the ticket order (more pieces than blocks: ticket k takes piece k x stride mod count):
  * coprime to `count`, so the tickets visit every piece once, and the nearest such to 0.618 x count, a
  * golden-ratio sequence, so that any stretch of tickets touches every contiguous range of pieces (a pair's)
  * in proportion to its length. 1 for a count below 2. */
