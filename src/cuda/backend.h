@@ -25,42 +25,30 @@
 
 namespace sy {
 
-/* What a failed device wait was waiting for. */
+/* What a failed device wait was waiting for, and the trace's operations and phases: op_list.h. */
 enum op_id : int {
   OP_NONE = 0,
-  OP_BARRIER = 1,
-  OP_SIGNAL_WAIT = 2,
-  OP_A2A_READY = 3,   /* sender waited for the receiver to enter the call */
-  OP_A2A_DATA = 4,    /* receiver waited for a sender's chunks */
-  OP_A2A_MISMATCH = 5, /* sender and receiver disagree on the byte count */
-  OP_ATTN_READY = 6,   /* attention: sender waited for the receiver to enter the call */
-  OP_ATTN_DATA = 7,    /* attention: receiver waited for a sender's rows */
-  OP_MOE_IDS = 8,           /* MoE dispatch_send: a bad expert id (peer = token, expected = k, seen = id) */
-  OP_MOE_DISPATCH_SEND = 9, /* MoE dispatch_send (trace) */
-  OP_MOE_DISPATCH_RECV = 10, /* MoE dispatch_recv: waited for a source's messages */
-  OP_MOE_COMBINE_SEND = 11, /* MoE combine_send (trace) */
-  OP_MOE_COMBINE_RECV = 12, /* MoE combine_recv: waited for an expert rank's vectors */
-  OP_MOE_COMBINE_ARGS = 13  /* MoE combine_recv: num_tokens or ids differ from the dispatch's */
+#define SY_CUDA_OP(id, trace_name, detail) id,
+#define SY_CUDA_PHASE(id, trace_name)
+#include "cuda/op_list.h"
+#undef SY_CUDA_OP
+#undef SY_CUDA_PHASE
 };
-const char *op_name(int op);
+const char *op_name(int op);  /* the error detail's words */
+const char *op_trace(int op); /* the trace's */
 
-/* Per-phase device timestamps (SY_TRACE_FILE): thread 0 of a block marks the begin and end of each phase;
- * the host writes them as Chrome trace JSON at destroy (pid = rank, tid = block). */
 enum trace_phase : uint16_t {
-  PH_KERNEL = 1,     /* the whole kernel, per block */
-  PH_POST_READY = 2, /* receiver tells senders it entered the call */
-  PH_WAIT_READY = 3, /* sender waits for a receiver's ready */
-  PH_COPY = 4,       /* one chunk: stores or put */
-  PH_SIGNAL = 5,     /* fence and counter update after a chunk */
-  PH_WAIT_DATA = 6,  /* receiver waits for the senders' chunks */
-  PH_WAIT = 7,       /* a barrier's or signal wait's wait */
-  PH_ROUTE = 8,      /* MoE dispatch: every token's destinations and message indices */
-  PH_POST = 9,       /* MoE dispatch_recv: messages laid out into the caller's expert-major buffers */
-  PH_REDUCE = 10,    /* MoE combine_recv: the weighted sum per token */
-  PH_LOCAL = 11      /* MoE one-call dispatch: this rank's own tokens stored straight into its expert buffers */
+  PH_NONE = 0,
+#define SY_CUDA_OP(id, trace_name, detail)
+#define SY_CUDA_PHASE(id, trace_name) id,
+#include "cuda/op_list.h"
+#undef SY_CUDA_OP
+#undef SY_CUDA_PHASE
 };
 const char *phase_name(int phase);
 
+/* Per-phase device timestamps (SY_TRACE_FILE): thread 0 of a block marks the begin and end of each phase; the
+ * host writes them as Chrome trace JSON at destroy (pid = rank, tid = block). */
 struct trace_event {
   uint64_t t_ns; /* %globaltimer */
   uint32_t call;

@@ -17,23 +17,12 @@ namespace sy {
 
 const char *op_name(int op) {
   switch (op) {
-    case OP_BARRIER: return "barrier";
-    case OP_SIGNAL_WAIT: return "signal_wait";
-    case OP_A2A_READY: return "alltoallv (waiting for the receiver to enter the call)";
-    case OP_A2A_DATA: return "alltoallv (waiting for a sender's data)";
-    case OP_A2A_MISMATCH: return "alltoallv (a pair disagrees on its byte count; expected = this rank's, saw = the peer's)";
-    case OP_ATTN_READY: return "attention dispatch (waiting for the receiver to enter the call)";
-    case OP_ATTN_DATA: return "attention dispatch (waiting for a sender's rows)";
-    case OP_MOE_IDS:
-      return "moe dispatch_send: an expert id outside [-1, num_experts) or repeated within its token (peer = the "
-             "token, expected = k, saw = the id); the entry was treated as -1";
-    case OP_MOE_DISPATCH_SEND: return "moe dispatch_send";
-    case OP_MOE_DISPATCH_RECV: return "moe dispatch_recv (waiting for a source's tokens; expected/saw = call numbers)";
-    case OP_MOE_COMBINE_SEND: return "moe combine_send";
-    case OP_MOE_COMBINE_RECV: return "moe combine_recv (waiting for an expert rank's outputs)";
-    case OP_MOE_COMBINE_ARGS:
-      return "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (peer = -1: num_tokens, "
-             "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)";
+#define SY_CUDA_OP(id, trace_name, detail) \
+  case id: return detail;
+#define SY_CUDA_PHASE(id, trace_name)
+#include "cuda/op_list.h"
+#undef SY_CUDA_OP
+#undef SY_CUDA_PHASE
     default: return "unknown operation";
   }
 }

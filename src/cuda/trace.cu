@@ -15,36 +15,24 @@ namespace sy {
 
 const char *phase_name(int phase) {
   switch (phase) {
-    case PH_KERNEL: return "kernel";
-    case PH_POST_READY: return "post ready";
-    case PH_WAIT_READY: return "wait ready";
-    case PH_COPY: return "copy";
-    case PH_SIGNAL: return "signal";
-    case PH_WAIT_DATA: return "wait data";
-    case PH_WAIT: return "wait";
-    case PH_ROUTE: return "route";
-    case PH_POST: return "post-process";
-    case PH_REDUCE: return "reduce";
-    case PH_LOCAL: return "local";
+#define SY_CUDA_OP(id, trace_name, detail)
+#define SY_CUDA_PHASE(id, trace_name) \
+  case id: return trace_name;
+#include "cuda/op_list.h"
+#undef SY_CUDA_OP
+#undef SY_CUDA_PHASE
     default: return "phase";
   }
 }
 
-static const char *op_short(int op) {
+const char *op_trace(int op) {
   switch (op) {
-    case OP_BARRIER: return "barrier";
-    case OP_SIGNAL_WAIT: return "signal_wait";
-    case OP_A2A_READY:
-    case OP_A2A_DATA:
-    case OP_A2A_MISMATCH: return "alltoallv";
-    case OP_ATTN_READY:
-    case OP_ATTN_DATA: return "attn";
-    case OP_MOE_IDS:
-    case OP_MOE_DISPATCH_SEND: return "moe dispatch_send";
-    case OP_MOE_DISPATCH_RECV: return "moe dispatch_recv";
-    case OP_MOE_COMBINE_SEND: return "moe combine_send";
-    case OP_MOE_COMBINE_RECV:
-    case OP_MOE_COMBINE_ARGS: return "moe combine_recv";
+#define SY_CUDA_OP(id, trace_name, detail) \
+  case id: return trace_name;
+#define SY_CUDA_PHASE(id, trace_name)
+#include "cuda/op_list.h"
+#undef SY_CUDA_OP
+#undef SY_CUDA_PHASE
     default: return "op";
   }
 }
@@ -102,7 +90,7 @@ void trace_finish(cuda_state *st) {
       const trace_event *e = &events[i];
       fprintf(f, ",\n{\"name\": \"%s %s\", \"ph\": \"%s\", \"ts\": %.3f, \"pid\": %d, \"tid\": %u, "
                  "\"args\": {\"call\": %u, \"peer\": %d}}",
-              op_short(e->op), phase_name(e->phase), e->begin ? "B" : "E", (e->t_ns - t0) / 1e3, st->ctx.rank,
+              op_trace(e->op), phase_name(e->phase), e->begin ? "B" : "E", (e->t_ns - t0) / 1e3, st->ctx.rank,
               e->block, e->call, e->peer);
     }
     fprintf(f, "\n]}\n");

@@ -19,10 +19,10 @@ void sy__fp8_quantize_token(const uint16_t *bf16, int hidden, int ue8m0, uint8_t
   for (int g = 0; g < hidden / GROUP; g++) {
     const uint16_t *in = bf16 + (size_t)g * GROUP;
     float amax = 0.0f;
-    for (int i = 0; i < GROUP; i++) amax = fmaxf(amax, fabsf(sy__fp8_bits_float((uint32_t)in[i] << 16)));
+    for (int i = 0; i < GROUP; i++) amax = fmaxf(amax, fabsf(sy__bits_to_float((uint32_t)in[i] << 16)));
     const float scale = sy__fp8_scale(amax, ue8m0);
     for (int i = 0; i < GROUP; i++) {
-      q[(size_t)g * GROUP + i] = sy__fp8_quantize(sy__fp8_bits_float((uint32_t)in[i] << 16), scale);
+      q[(size_t)g * GROUP + i] = sy__fp8_quantize(sy__bits_to_float((uint32_t)in[i] << 16), scale);
     }
     scales[g * scale_stride] = scale;
   }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ref/convert.h"
 #include "ref/hd.h"
 
 #ifdef __cplusplus
@@ -23,18 +24,6 @@ extern "C" {
 
 #define SY_FP8_E4M3_MAX 448.0f /* 0x7E = 0 1111 110 = 1.75 * 2^8 */
 
-SY_HD uint32_t sy__fp8_float_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-SY_HD float sy__fp8_bits_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 /* fp32 -> E4M3, rounding the exact fp32 value once, to nearest even. The same as CUDA's
  * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) (cvt.rn.satfinite.e4m3x2.f32 on sm_89+):
  *   |x| above 464 (the midpoint between 448 and the 480 E4M3 lacks) and +-inf -> +-448 (0x7E / 0xFE); up to
@@ -42,7 +31,7 @@ SY_HD float sy__fp8_bits_float(uint32_t u) {
  *   |x| at most 2^-10 (half the smallest subnormal, 2^-9; the tie goes to the even zero) -> +-0, sign kept;
  *   any NaN, either sign -> 0x7F. */
 SY_HD uint8_t sy__fp8_e4m3_encode(float x) {
-  const uint32_t u = sy__fp8_float_bits(x);
+  const uint32_t u = sy__float_to_bits(x);
   const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7F;
@@ -69,12 +58,12 @@ SY_HD uint8_t sy__fp8_e4m3_encode(float x) {
 SY_HD float sy__fp8_e4m3_decode(uint8_t q) {
   const uint32_t sign = (uint32_t)(q & 0x80u) << 24;
   const uint32_t exponent = (q >> 3) & 0xFu, mantissa = q & 7u;
-  if ((q & 0x7Fu) == 0x7Fu) return sy__fp8_bits_float(0x7FFFFFFFu);
+  if ((q & 0x7Fu) == 0x7Fu) return sy__bits_to_float(0x7FFFFFFFu);
   if (exponent == 0) { /* m * 2^-9: exact in fp32; a zero keeps its sign */
     const float v = (float)mantissa * 0.001953125f;
     return sign ? -v : v;
   }
-  return sy__fp8_bits_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+  return sy__bits_to_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
 /* The scale of a group from its amax (>= 0, as max |x|): 1 when amax is 0; else s = amax / 448 in fp32
@@ -86,15 +75,15 @@ SY_HD float sy__fp8_scale(float amax, int ue8m0) {
   if (amax == 0.0f) return 1.0f;
   const float s = amax / SY_FP8_E4M3_MAX;
   if (!ue8m0) return s;
-  const uint32_t u = sy__fp8_float_bits(s);
+  const uint32_t u = sy__float_to_bits(s);
   const uint32_t exponent = (u >> 23) & 0xFFu, mantissa = u & 0x7FFFFFu, sign = u & 0x80000000u;
   if (exponent == 0xFFu) return s;                                              /* NaN, inf */
-  if (exponent != 0) return mantissa ? sy__fp8_bits_float(sign | ((exponent + 1u) << 23)) : s;
+  if (exponent != 0) return mantissa ? sy__bits_to_float(sign | ((exponent + 1u) << 23)) : s;
   /* Zero or subnormal: the bits are the multiple of 2^-149; round that integer up to a power of two (2^23
    * is the bit pattern of 2^-126, the smallest normal). */
   uint32_t p = 1;
   while (p < mantissa) p <<= 1;
-  return sy__fp8_bits_float(sign | p);
+  return sy__bits_to_float(sign | p);
 }
 
 /* One element of a group: E4M3(x / scale), IEEE fp32 division. */

@@ -1,0 +1,40 @@
+/*
+ * op_list.h — the one list of what the cuda backend's kernels report: the operations a failed wait or a bad
+ * argument names in the error slot (and the trace names them by), and the phases the trace marks. Included with X
+ * defined; backend.h generates the enums, comm.cu and trace.cu the names (error details, Chrome trace JSON,
+ * which tools/gpu-check.sh and tools/trace-summary.py read back as "<op> <phase>").
+ *
+ * SY_CUDA_OP(id, trace name, what the error detail says)
+ */
+SY_CUDA_OP(OP_BARRIER, "barrier", "barrier")
+SY_CUDA_OP(OP_SIGNAL_WAIT, "signal_wait", "signal_wait")
+SY_CUDA_OP(OP_A2A_READY, "alltoallv", "alltoallv (waiting for the receiver to enter the call)")
+SY_CUDA_OP(OP_A2A_DATA, "alltoallv", "alltoallv (waiting for a sender's data)")
+SY_CUDA_OP(OP_A2A_MISMATCH, "alltoallv",
+           "alltoallv (a pair disagrees on its byte count; expected = this rank's, saw = the peer's)")
+SY_CUDA_OP(OP_ATTN_READY, "attn", "attention dispatch (waiting for the receiver to enter the call)")
+SY_CUDA_OP(OP_ATTN_DATA, "attn", "attention dispatch (waiting for a sender's rows)")
+SY_CUDA_OP(OP_MOE_IDS, "moe dispatch_send",
+           "moe dispatch_send: an expert id outside [-1, num_experts) or repeated within its token (peer = the "
+           "token, expected = k, saw = the id); the entry was treated as -1")
+SY_CUDA_OP(OP_MOE_DISPATCH_SEND, "moe dispatch_send", "moe dispatch_send")
+SY_CUDA_OP(OP_MOE_DISPATCH_RECV, "moe dispatch_recv",
+           "moe dispatch_recv (waiting for a source's tokens; expected/saw = call numbers)")
+SY_CUDA_OP(OP_MOE_COMBINE_SEND, "moe combine_send", "moe combine_send")
+SY_CUDA_OP(OP_MOE_COMBINE_RECV, "moe combine_recv", "moe combine_recv (waiting for an expert rank's outputs)")
+SY_CUDA_OP(OP_MOE_COMBINE_ARGS, "moe combine_recv",
+           "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (peer = -1: num_tokens, "
+           "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)")
+
+/* SY_CUDA_PHASE(id, trace name): thread 0 of a block marks each phase's begin and end (SY_TRACE_FILE). */
+SY_CUDA_PHASE(PH_KERNEL, "kernel")             /* the whole kernel, per block */
+SY_CUDA_PHASE(PH_POST_READY, "post ready")     /* receiver tells senders it entered the call */
+SY_CUDA_PHASE(PH_WAIT_READY, "wait ready")     /* sender waits for a receiver's ready */
+SY_CUDA_PHASE(PH_COPY, "copy")                 /* one piece: stores or put; MoE: a block's tokens */
+SY_CUDA_PHASE(PH_SIGNAL, "signal")             /* fence and counter update after the data */
+SY_CUDA_PHASE(PH_WAIT_DATA, "wait data")       /* receiver waits for the senders' data */
+SY_CUDA_PHASE(PH_WAIT, "wait")                 /* a barrier's or signal wait's wait */
+SY_CUDA_PHASE(PH_ROUTE, "route")               /* MoE dispatch: every unit's destinations and message indices */
+SY_CUDA_PHASE(PH_POST, "post-process")         /* MoE dispatch_recv: messages into the caller's expert buffers */
+SY_CUDA_PHASE(PH_REDUCE, "reduce")             /* MoE combine_recv: the sum per token */
+SY_CUDA_PHASE(PH_LOCAL, "local")               /* MoE one-call dispatch: own entries into the expert buffers */
