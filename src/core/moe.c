@@ -4,7 +4,7 @@
  * boundary, once, and hands the backend arguments it can trust; a rejected call changes nothing (not the
  * object's next half either). The halves' order is enforced here per object: dispatch_send, dispatch_recv,
  * combine_send, combine_recv, dispatch_send, ... (the double-buffered receive regions are only safe in that
- * order; see moe_host.c). Failures a backend reports for the collective as a whole (a timed-out wait, ranks
+ * order: docs/architecture.md). Failures a backend reports for the collective as a whole (a timed-out wait, ranks
  * that disagree) are sticky, as in comm.c.
  */
 #include "internal.h"

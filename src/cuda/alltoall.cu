@@ -179,7 +179,7 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
   P.ctx = st->ctx;
   P.send = (const char *)args->send;
   P.recv = (char *)args->recv;
-  P.max_piece = st->a2a_chunk;
+  P.max_piece = st->max_piece;
   uint64_t pieces = 0;
   for (int p = 0; p < W; p++) {
     P.send_bytes[p] = args->send_bytes[p];

@@ -484,7 +484,7 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
   P.data = g->data;
   P.local = g->local;
   P.nch = call->num_channels;
-  P.max_piece = st->a2a_chunk;
+  P.max_piece = st->max_piece;
   uint64_t pieces = 0;
   for (int c = 0; c < P.nch; c++) {
     const int d = call->ch[c].dir;

@@ -1,5 +1,5 @@
 /*
- * cuda_backend.h — the cuda backend's state, shared by its .cu files: the host-mapped error slot the host
+ * backend.h — the cuda backend's state, shared by its .cu files: the host-mapped error slot the host
  * polls, the device-side state (call counters, abort flag), the symmetric control region (per-peer
  * counters and mailboxes), and the context every kernel gets by value.
  *
@@ -9,12 +9,12 @@
  *                four 8-byte words, each 32 bits of payload and the low 32 bits of n (self-validating, so
  *                the receiver posts with plain stores and no fence, and the sender knows the mail is whole
  *                when all four words carry n)
- *   a2a_data[s]  at rank r: chunks of the current call that arrived from s (ADDed by s, reset by r)
+ *   a2a_data[s]  at rank r: pieces of the current call that arrived from s (ADDed by s, reset by r)
  * Counters only grow, except a2a_data, which the receiver resets after consuming a call; the sender of the
- * next call writes only after the receiver's next mail, so the reset cannot race (DESIGN.md).
+ * next call writes only after the receiver's next mail, so the reset cannot race.
  */
-#ifndef SY_KERNELS_CUDA_BACKEND_H
-#define SY_KERNELS_CUDA_BACKEND_H
+#ifndef SY_CUDA_BACKEND_H
+#define SY_CUDA_BACKEND_H
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -115,7 +115,7 @@ struct cuda_state {
   sy_boot_t *boot;
   int num_sms;
   int a2a_blocks;   /* blocks per all-to-all launch (SY_A2A_BLOCKS, else the SM count) */
-  size_t a2a_chunk; /* largest piece of one pair's bytes that gets its own signal (SY_A2A_CHUNK; piece_count) */
+  size_t max_piece; /* the largest piece of one pair's bytes with its own signal (SY_A2A_CHUNK; ref/pieces.h) */
   int piece_order;  /* SY_PIECE_ORDER: PIECE_ORDER_AUTO, _STATIC or _TICKETS */
   bool nvshmem_up;
   char trace_path[512];

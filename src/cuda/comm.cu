@@ -1,8 +1,8 @@
 /*
- * cuda_backend.cu — the cuda backend's communicator: picks the GPU, meets the other ranks over the
- * bootstrap (src/boot), brings NVSHMEM up from a unique id, reserves the symmetric control region and the
- * host-mapped error slot, and implements the backend table (symmetric memory, peer pointers, puts, host
- * allgather, error polling). Kernels live in signal.cu and alltoall.cu.
+ * comm.cu — the cuda backend's communicator: picks the GPU, meets the other ranks over the bootstrap (boot/),
+ * brings NVSHMEM up from a unique id, reserves the symmetric control region and the host-mapped error slot, and
+ * fills the backend table (symmetric memory, peer pointers, puts, host allgather, error polling). The operations'
+ * kernels: signal.cu (barrier, signal wait), alltoall.cu, attn.cu, moe/.
  */
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -264,13 +264,13 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   comm->device = device;
 
   long long blocks = 0;
-  size_t chunk = 0;
+  size_t max_piece = 0;
   int force_put = 0;
   SY_CHECK(sy__env_int(SY_ENVID_SY_A2A_BLOCKS, &blocks));
-  SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CHUNK, &chunk));
+  SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CHUNK, &max_piece));
   SY_CHECK(sy__env_bool(SY_ENVID_SY_FORCE_PUT, &force_put));
-  if (blocks < 0 || chunk < 16) {
-    SY_WARN("SY_A2A_BLOCKS=%lld must be >= 0 and SY_A2A_CHUNK=%zu >= 16", blocks, chunk);
+  if (blocks < 0 || max_piece < 16) {
+    SY_WARN("SY_A2A_BLOCKS=%lld must be >= 0 and SY_A2A_CHUNK=%zu >= 16", blocks, max_piece);
     return SY_ERR_INVALID_ARG;
   }
   const char *order = sy__env_str(SY_ENVID_SY_PIECE_ORDER);
@@ -292,7 +292,7 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   st->ctx.timeout_ns = config->timeout_ms * 1000000ull;
   st->ctx.force_put = force_put;
   st->ctx.layout = make_ctrl_layout(comm->world_size);
-  st->a2a_chunk = chunk;
+  st->max_piece = max_piece;
   st->piece_order = piece_order;
   sy_status_t s = SY_SUCCESS;
   cudaError_t err;
@@ -342,8 +342,8 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   nvshmem_barrier_all(); /* every rank's control region is zero before anyone signals into it */
   for (int q = 0; q < comm->world_size; q++)
     SY_INFO("peer %d: %s", q, nvshmem_ptr(st->ctx.ctrl, q) ? "load/store (nvlink)" : "nvshmem puts only");
-  SY_INFO("cuda backend up: device %d, %d SMs, all-to-all %d blocks, chunk %zu bytes%s", device, st->num_sms,
-          st->a2a_blocks, st->a2a_chunk, force_put ? ", puts forced" : "");
+  SY_INFO("cuda backend up: device %d, %d SMs, all-to-all %d blocks, pieces up to %zu bytes%s", device, st->num_sms,
+          st->a2a_blocks, st->max_piece, force_put ? ", puts forced" : "");
   return SY_SUCCESS;
 
 fail:

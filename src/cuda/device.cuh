@@ -4,8 +4,8 @@
  * report into the host-mapped slot the host polls, acquire/release accesses at system scope, and the
  * block-wide copy used for direct NVLink stores.
  */
-#ifndef SY_KERNELS_DEVICE_CUH
-#define SY_KERNELS_DEVICE_CUH
+#ifndef SY_CUDA_DEVICE_CUH
+#define SY_CUDA_DEVICE_CUH
 
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -42,7 +42,7 @@ __device__ __forceinline__ void red_add_release_sys(uint64_t *p, uint64_t v) {
 }
 
 /* The same at GPU scope: for a word on this GPU that only this GPU's threads wait for (MEMBAR.GPU rather than
- * MEMBAR.SYS, which waits for the system and measured ~1 to 2 us in a block's path; bench/NOTES.md). */
+ * MEMBAR.SYS, which waits for the whole system: bench/NOTES.md, "completion: fences and signals"). */
 __device__ __forceinline__ void red_add_release_gpu(uint64_t *p, uint64_t v) {
   asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
@@ -73,7 +73,7 @@ __device__ __forceinline__ void red_add_relaxed_sys(uint64_t *p, uint64_t v) {
  * raises abort, so every other wait gives up; a disagreement between two ranks (a mismatch) does not: the
  * call still serves every other peer, which would otherwise time out. The body is out of line, as every cold
  * path on a kernel's way should be: a never-taken branch over inlined code costs the taken jump around it an
- * instruction fetch, ~140 ns (bench/NOTES.md, "Instruction fetch"). It takes the context's fields, not the
+ * instruction fetch (bench/NOTES.md, "instruction fetch"). It takes the context's fields, not the
  * context: the address of a kernel parameter would cost a local copy at the kernel's start. */
 static __device__ __noinline__ void report_error_at(dev_state *state, error_slot *eslot, int rank, uint64_t timeout_ns,
                                                     int status, int op, int peer, uint64_t call, uint64_t expected,
@@ -115,7 +115,7 @@ static __device__ __noinline__ void trace_at(dev_state *state, trace_event *trac
 }
 
 /* ON = false (the kernels' instances without tracing, used unless SY_TRACE_FILE is set) compiles the point out: even
- * out of line, a call's argument setup is ~15 instructions that every trace point's branch jumps over. */
+ * out of line, a call's argument setup is instructions that every trace point's branch jumps over. */
 template <bool ON = true>
 __device__ __forceinline__ void trace(const dev_ctx &ctx, int op, int phase, bool begin, int peer, uint64_t call) {
   if (ON && ctx.trace) trace_at(ctx.state, ctx.trace, ctx.trace_cap, op, phase, begin, peer, call);

@@ -1,8 +1,8 @@
 /*
- * attn_host.c — the attention dispatch on the host backend. Ranks are threads that see each other's memory,
+ * attn.c — the attention dispatch on the host backend. Ranks are threads that see each other's memory,
  * so one call is an exchange: every rank publishes its call (source pointers, plan), a barrier, every rank
  * checks that all agree (the same verdict everywhere, from the same published data), each receiver pulls its
- * rows from the senders' sources by its plan's receive lists (src/ref/attn_ref.c), and a second barrier so no
+ * rows from the senders' sources by its plan's receive lists (ref/attn_ref.c), and a second barrier so no
  * sender returns and reuses a source while a peer still reads it. The KV backward pulls into this rank's own
  * staging and then reduces it into grad_out, which no peer touches.
  */

@@ -29,8 +29,8 @@
  *     max(0, |moved - delta| - s), then the fewest bytes, then the fewest new shards, then the first found
  *     (documents in rank order, shards in order). No valid plan: stop (the result says unbalanced).
  * A cut never makes a document exceed max_shards_per_doc shards (default 2 W: with only W, one long document
- * cut into W shards cannot shift a cut between two servers that hold no neighbouring shards, and a server
- * was left ~15% under the mean in the scale test); neighbouring shards of one document on one server are
+ * cut into W shards cannot shift a cut between two servers that hold no neighbouring shards, and leaves a
+ * server well under the mean); neighbouring shards of one document on one server are
  * merged at once (that changes neither work nor bytes). The iteration cap is 16 W + 64.
  * Cost per iteration: O(shards on H log shards on H + shards); few iterations, so thousands of documents
  * per rank plan in milliseconds.

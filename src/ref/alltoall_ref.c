@@ -1,5 +1,5 @@
 /*
- * ref_alltoall.c — the reference all-to-all (ref.h): what every rank's receive buffer holds afterwards.
+ * alltoall_ref.c — the reference all-to-all (alltoall_ref.h): what every rank's receive buffer holds afterwards.
  */
 #include "ref/alltoall_ref.h"
 

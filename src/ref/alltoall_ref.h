@@ -1,9 +1,9 @@
 /*
- * ref.h — the CPU reference executor: plain C loops that define what each operation produces, byte for
+ * alltoall_ref.h — the reference all-to-all: plain C loops that define what each receiver holds afterwards, byte for
  * byte. The host backend runs them; GPU tests and sy-bench compare the kernels' output with them.
  */
-#ifndef SY_REF_H
-#define SY_REF_H
+#ifndef SY_REF_ALLTOALL_REF_H
+#define SY_REF_ALLTOALL_REF_H
 
 #include <stddef.h>
 

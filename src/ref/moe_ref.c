@@ -1,6 +1,6 @@
 /*
  * moe_ref.c — the MoE low-latency dispatch and combine as plain C: the per-vector rules (wire encoding, the
- * combine's fused multiply-adds and bf16 rounding) that the host backend (moe_host.c) runs and the kernels
+ * combine's fused multiply-adds and bf16 rounding) that the host backend (host/moe.c) runs and the kernels
  * must match bit for bit, and the reference of a whole call from every rank's inputs, written straight from
  * switchyard.h's words (no messages, no regions) for the GPU tests to compare against.
  */

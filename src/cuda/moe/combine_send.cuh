@@ -94,7 +94,7 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
           ((uint4 *)dst)[u] = make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]),
                                          pack_bf16(acc[4], acc[5]), pack_bf16(acc[6], acc[7]));
         }
-        if (!peer) { /* inline: out of line (a __noinline__ wrapper) this combine measured +0.2 to +0.4 us (bench/NOTES.md) */
+        if (!peer) { /* inline: out of line it measured slower (bench/NOTES.md, "MoE combine") */
           __syncthreads();
           nvshmemx_putmem_block(P.ws + off, stage, (size_t)hidden * 2, s);
         }

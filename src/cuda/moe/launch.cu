@@ -144,9 +144,9 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   }
   g->blocks = st->num_sms;
   /* The one-call dispatch places this rank's own entries itself (SY_MOE_DIRECT; auto: per expert, where one
-   * message per (token, expert) would otherwise be written and copied again, and from blocks / 2 tokens — at
-   * one GPU the sending block's rows measured slower than the grid-wide copy in the default mode, and per
-   * expert below that, bench/NOTES.md) if its list fits. */
+   * message per (token, expert) would otherwise be written and copied again, and from blocks / 2 tokens: below
+   * that, and in the default mode, the grid-wide copy of the receiving part is the faster; bench/NOTES.md, "MoE
+   * dispatch: own tokens placed by the sender (direct)") if its list fits. */
   const char *direct_env = sy__env_str(SY_ENVID_SY_MOE_DIRECT);
   int want_direct = (c->flags & SY_MOE_PER_EXPERT) != 0;
   g->direct_auto = strcmp(direct_env, "auto") == 0;

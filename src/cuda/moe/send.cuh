@@ -79,8 +79,8 @@ __device__ __forceinline__ void token_messages(const moe_params &P, send_state &
     const int u = t * units_per_token + (PE ? x : 0), c = u / 32, b = u % 32;
     const uint32_t m = S.unit_masks[(size_t)p * mask_words + c];
     if (!((m >> b) & 1u)) continue;
-    /* the k the message carries: per expert its own; else the token's k on p (a short loop left rolled: the
-     * unrolled one was ~250 instructions fetched once per token) */
+    /* the k the message carries: per expert its own; else the token's k on p (a short loop left rolled: unrolled,
+     * its code is fetched anew for every token; bench/NOTES.md, "instruction fetch") */
     uint32_t kmask = PE ? 1u << x : 0u;
     const int lo = p * local_experts, hi = lo + local_experts;
 #pragma unroll 1
