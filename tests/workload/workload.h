@@ -123,7 +123,7 @@ typedef struct wl_attn_desc {
 
 /* Short sequences: per rank up to max_seqs sequences of 1..40 tokens (one in four up to 300), Q to a random
  * rank or -1, KV to C distinct ranks (a shuffle) with some slots -1; `kind` as above.
- *   WL_DRAW_UNIT: state wl_mix(seed); ranks other than WL_ATTN_EMPTY_RANK's have at least one sequence; the
+ *   WL_DRAW_UNIT: state wl_mix(seed); every rank has a sequence or more except under WL_ATTN_EMPTY_RANK; the
  *     one rank of WL_ATTN_ALL_TO_ONE and the empty rank are drawn; Q -1 one in six, KV -1 one in five
  *     (WL_ATTN_RANDOM only); WL_ATTN_ALL_TO_ONE sends replica (i % C) of sequence i.
  *   WL_DRAW_GPU: state seed; WL_ATTN_RANDOM gives a rank no sequences one time in five, WL_ATTN_EMPTY_RANK
@@ -166,7 +166,8 @@ uint32_t wl_grad_bits(uint64_t seed, sy_dtype_t dtype, int rank, int64_t row, si
 void wl_grad_fill(unsigned char *out, uint64_t seed, sy_dtype_t dtype, int rank, int64_t rows, size_t row_bytes,
                   uint64_t round);
 /* The GPU tests': one element in 32 special (-0, +0, +-inf, NaNs with payloads, subnormals, the largest finite),
- * the rest finite and non-zero; rows [0, rows) of row_bytes. */
+ * the rest finite and non-zero; rows * row_bytes / (element size) elements back to back (a row need not hold
+ * whole elements). */
 void wl_grad_fill_specials(uint8_t *out, int64_t rows, size_t row_bytes, sy_dtype_t dtype, uint64_t seed, int rank);
 
 #ifdef __cplusplus
