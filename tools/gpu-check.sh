@@ -5,8 +5,8 @@
 # and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the CPU tests, runs
 # the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
-# tools/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes; a rank without
-# a trace, or a trace without one of the expected phases, fails) and
+# tools/dev/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes, via
+# tools/dev/trace-summary.py; a rank without a trace, or a trace without one of the expected phases, fails) and
 # logs.tar.gz (every log: build, machine, each test, each benchmark, the instruction-fetch probe).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
 # test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
@@ -123,7 +123,7 @@ for n in "${counts[@]}"; do
       continue
     fi
     digest=$out/trace_$entry.n$n.txt
-    python3 "$root/tools/trace-summary.py" --calls 5:80 --block 0 "$tdir/$entry".*.json >"$digest" 2>&1
+    python3 "$root/tools/dev/trace-summary.py" --calls 5:80 --block 0 "$tdir/$entry".*.json >"$digest" 2>&1
     missing=()
     IFS='|' read -ra phases <<<"${trace_phases[$entry]}"
     for ph in "${phases[@]}"; do
@@ -148,7 +148,7 @@ if compgen -G "$out/bench_*.json" >/dev/null; then
     echo "<!-- gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev, counts ${counts[*]} -->"
     echo "<!-- $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, -) -->"
     echo
-    python3 "$root/tools/results-table.py" "$out"/bench_*.json
+    python3 "$root/tools/dev/results-table.py" "$out"/bench_*.json
   } >"$out/results.md" 2>&1
 fi
 

@@ -1,9 +1,10 @@
 /*
  * gpu_test.h — what the GPU tests share: skip cleanly (exit 77, with the reason) where no GPU is visible,
- * check helpers that name the rank, the seeded payload every test uses (never zeros: each byte encodes
- * seed, source, destination and position), and the CPU oracle — the host backend of the same library,
- * run in this process on threads, fed the same inputs — that GPU results are compared with bit for bit.
- * GPU tests link the shared library and use only the public API, as a user would.
+ * check helpers that name the rank, and the CPU oracle — the host backend of the same library, run in this
+ * process on threads, fed the same inputs — that GPU results are compared with bit for bit. Seeded inputs
+ * come from tests/workload (workload.h): the payload every test uses is wl_payload_byte (never zero: each
+ * byte encodes seed, source, destination and position), the random numbers wl_rand. GPU tests link the
+ * shared library and sy_workload and use only the public API, as a user would.
  */
 #ifndef SY_GPU_TEST_H
 #define SY_GPU_TEST_H
@@ -17,6 +18,7 @@
 #include <time.h>
 
 #include "switchyard.h"
+#include "workload.h"
 
 static int gt_rank = -1;
 static int gt_failures;
@@ -88,23 +90,6 @@ static inline double gt_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* The payload byte at `index` of what `src` sends to `dst` in round `seed`. Varies with every input. */
-static inline uint8_t gt_payload(uint64_t seed, int src, int dst, uint64_t index) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)src << 48) ^ ((uint64_t)dst << 32) ^ index;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return (uint8_t)(x | 1); /* odd: never zero */
-}
-
-/* splitmix64 for seeded sizes and placements. */
-static inline uint64_t gt_rand(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 /* ---- the CPU oracle: run fn(rank, comm, arg) on `world` threads over the host backend ---------------- */

@@ -40,15 +40,15 @@ static void plan_random(plan_t *pl, uint64_t seed, size_t max_pair) {
   uint64_t rng = seed;
   pl->seed = seed;
   for (int s = 0; s < W; s++) {
-    size_t off = gt_rand(&rng) % 40;
+    size_t off = wl_rand(&rng) % 40;
     for (int p = 0; p < W; p++) {
-      uint64_t kind = gt_rand(&rng) % 6;
-      size_t b = kind == 0 ? 0 : kind == 1 ? 1 + gt_rand(&rng) % 100 : kind == 2 ? 16 * (1 + gt_rand(&rng) % 4096)
-                                                                             : gt_rand(&rng) % (max_pair + 1);
+      uint64_t kind = wl_rand(&rng) % 6;
+      size_t b = kind == 0 ? 0 : kind == 1 ? 1 + wl_rand(&rng) % 100 : kind == 2 ? 16 * (1 + wl_rand(&rng) % 4096)
+                                                                             : wl_rand(&rng) % (max_pair + 1);
       if (b > max_pair) b = max_pair;
       pl->send_bytes[s * W + p] = b;
       pl->send_offsets[s * W + p] = off;
-      off += b + gt_rand(&rng) % 33;
+      off += b + wl_rand(&rng) % 33;
     }
     if (off > pl->send_cap) { /* keep inside the send buffer: shrink this row */
       for (int p = 0; p < W; p++) pl->send_bytes[s * W + p] /= 2, pl->send_offsets[s * W + p] /= 2;
@@ -58,15 +58,15 @@ static void plan_random(plan_t *pl, uint64_t seed, size_t max_pair) {
     int *order = (int *)malloc(sizeof(int) * W);
     for (int s = 0; s < W; s++) order[s] = s;
     for (int s = W - 1; s > 0; s--) {
-      int k = (int)(gt_rand(&rng) % (uint64_t)(s + 1)), t = order[s];
+      int k = (int)(wl_rand(&rng) % (uint64_t)(s + 1)), t = order[s];
       order[s] = order[k];
       order[k] = t;
     }
-    size_t off = gt_rand(&rng) % 64;
+    size_t off = wl_rand(&rng) % 64;
     for (int i = 0; i < W; i++) {
       int s = order[i];
       pl->recv_offsets[p * W + s] = off;
-      off += pl->send_bytes[s * W + p] + gt_rand(&rng) % 48;
+      off += pl->send_bytes[s * W + p] + wl_rand(&rng) % 48;
     }
     if (off > pl->recv_cap) GT_FAIL("plan exceeds recv_cap (%zu > %zu)", off, pl->recv_cap);
     free(order);
@@ -78,7 +78,7 @@ static void fill_send(const plan_t *pl, int s, uint8_t *host_send) {
   memset(host_send, 0x5A, pl->send_cap);
   for (int p = 0; p < W; p++)
     for (size_t i = 0; i < pl->send_bytes[s * W + p]; i++)
-      host_send[pl->send_offsets[s * W + p] + i] = gt_payload(pl->seed, s, p, i);
+      host_send[pl->send_offsets[s * W + p] + i] = wl_payload_byte(pl->seed, s, p, i);
 }
 
 /* Per-rank argument arrays of rank r. */
@@ -189,14 +189,14 @@ int main(void) {
   for (int k = 0; k < 4; k++) {
     const size_t b = per_rank[k];
     for (int p = 0; p < W; p++)
-      for (size_t i = 0; i < b; i++) host_send[p * b + i] = gt_payload(77 + (uint64_t)k, rank, p, i);
+      for (size_t i = 0; i < b; i++) host_send[p * b + i] = wl_payload_byte(77 + (uint64_t)k, rank, p, i);
     GT_CUDA(cudaMemcpyAsync(send, host_send, b * W, cudaMemcpyHostToDevice, stream));
     GT_CUDA(cudaMemsetAsync(recv, POISON, b * W + 64, stream));
     GT_OK(sy_alltoall(comm, send, recv, b, stream));
     GT_CUDA(cudaMemcpyAsync(got, recv, b * W + 64, cudaMemcpyDeviceToHost, stream));
     GT_CUDA(cudaStreamSynchronize(stream));
     for (int s = 0; s < W; s++)
-      for (size_t i = 0; i < b; i++) pl.want[s * b + i] = gt_payload(77 + (uint64_t)k, s, rank, i);
+      for (size_t i = 0; i < b; i++) pl.want[s * b + i] = wl_payload_byte(77 + (uint64_t)k, s, rank, i);
     memset(pl.want + b * W, POISON, 64);
     snprintf(what, sizeof what, "sy_alltoall %zu bytes per rank", b);
     gt_compare(what, got, pl.want, b * W + 64);
@@ -214,13 +214,13 @@ int main(void) {
     size_t wrong = 0;
     for (int rep = 0; rep < 100 && wrong == 0; rep++) {
       for (int p = 0; p < W; p++)
-        for (size_t i = 0; i < b; i++) host_send[p * b + i] = gt_payload(9000 + (uint64_t)rep, rank, p, i);
+        for (size_t i = 0; i < b; i++) host_send[p * b + i] = wl_payload_byte(9000 + (uint64_t)rep, rank, p, i);
       GT_CUDA(cudaMemcpyAsync(send, host_send, b * W, cudaMemcpyHostToDevice, stream));
       GT_CUDA(cudaGraphLaunch(exec, stream));
       GT_CUDA(cudaMemcpyAsync(got, recv, b * W, cudaMemcpyDeviceToHost, stream));
       GT_CUDA(cudaStreamSynchronize(stream));
       for (int s = 0; s < W; s++)
-        for (size_t i = 0; i < b; i++) pl.want[s * b + i] = gt_payload(9000 + (uint64_t)rep, s, rank, i);
+        for (size_t i = 0; i < b; i++) pl.want[s * b + i] = wl_payload_byte(9000 + (uint64_t)rep, s, rank, i);
       snprintf(what, sizeof what, "graph replay %d", rep);
       wrong += gt_compare(what, got, pl.want, b * W);
     }

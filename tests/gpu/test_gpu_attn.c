@@ -11,87 +11,27 @@
  *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between;
  *  - the four directions back to back on two plans (C = 2), then the same eight calls captured once in a CUDA
  *    graph and replayed, every call's outputs checked.
+ * Plans, payload rows and gradients come from tests/workload (the GPU tests' draw).
  */
 #include "gpu_test.h"
 
 #define POISON 0xEE
 
 /* ---- plan descriptions ------------------------------------------------------------------------------ */
-typedef enum { GEN_RANDOM, GEN_ALL_TO_ONE, GEN_EMPTY_RANK, GEN_ALL_MINUS_ONE } gen_kind_t;
 
-typedef struct {
-  int W, C;
-  int *num_seqs;
-  int64_t *num_tokens;
-  int64_t **lens;
-  int **q_dst, **kv_dst;
-  sy_attn_plan_desc_t desc;
-} gen_t;
-
-static void gen_make(gen_t *g, int W, int C, gen_kind_t kind, uint64_t seed) {
-  memset(g, 0, sizeof *g);
-  g->W = W;
-  g->C = C;
-  g->num_seqs = (int *)calloc((size_t)W, sizeof(int));
-  g->num_tokens = (int64_t *)calloc((size_t)W, sizeof(int64_t));
-  g->lens = (int64_t **)calloc((size_t)W, sizeof(int64_t *));
-  g->q_dst = (int **)calloc((size_t)W, sizeof(int *));
-  g->kv_dst = (int **)calloc((size_t)W, sizeof(int *));
-  uint64_t rng = seed;
-  for (int r = 0; r < W; r++) {
-    int n = (int)(gt_rand(&rng) % 9);
-    if (kind == GEN_EMPTY_RANK && r == W - 1) n = 0;
-    if (kind == GEN_RANDOM && gt_rand(&rng) % 5 == 0) n = 0;
-    g->num_seqs[r] = n;
-    g->lens[r] = (int64_t *)calloc((size_t)n + 1, sizeof(int64_t));
-    g->q_dst[r] = (int *)calloc((size_t)n + 1, sizeof(int));
-    g->kv_dst[r] = (int *)calloc((size_t)n * C + 1, sizeof(int));
-    for (int s = 0; s < n; s++) {
-      g->lens[r][s] = 1 + (int64_t)(gt_rand(&rng) % (gt_rand(&rng) % 4 == 0 ? 300 : 40));
-      g->num_tokens[r] += g->lens[r][s];
-      int q = (int)(gt_rand(&rng) % (uint64_t)W);
-      if (gt_rand(&rng) % 8 == 0) q = -1;
-      /* KV replicas: C distinct ranks from a shuffled list, some dropped */
-      int perm[256];
-      for (int i = 0; i < W; i++) perm[i] = i;
-      for (int i = W - 1; i > 0; i--) {
-        int k = (int)(gt_rand(&rng) % (uint64_t)(i + 1)), t = perm[i];
-        perm[i] = perm[k];
-        perm[k] = t;
-      }
-      for (int c = 0; c < C; c++) {
-        int d = perm[c];
-        if (gt_rand(&rng) % 6 == 0) d = -1;
-        if (kind == GEN_ALL_TO_ONE) d = c == 0 ? 0 : -1;
-        if (kind == GEN_ALL_MINUS_ONE) d = -1;
-        g->kv_dst[r][s * C + c] = d;
-      }
-      if (kind == GEN_ALL_TO_ONE) q = 0;
-      if (kind == GEN_ALL_MINUS_ONE) q = -1;
-      g->q_dst[r][s] = q;
-    }
+/* Up to 8 sequences per rank, in the GPU tests' draw (tests/workload). */
+static void gen_make(wl_attn_desc_t *g, int W, int C, wl_attn_kind_t kind, uint64_t seed) {
+  if (wl_attn_short_seqs(g, W, C, kind, 8, WL_DRAW_GPU, seed)) {
+    GT_FAIL("gen_make: out of memory");
+    exit(1);
   }
-  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
-  d.world_size = W;
-  d.max_replicas = C;
-  d.num_seqs = g->num_seqs;
-  d.num_tokens = g->num_tokens;
-  d.seq_lens = (const int64_t *const *)g->lens;
-  d.q_dst = (const int *const *)g->q_dst;
-  d.kv_dst = (const int *const *)g->kv_dst;
-  g->desc = d;
-}
-
-static void gen_free(gen_t *g) {
-  for (int r = 0; r < g->W; r++) free(g->lens[r]), free(g->q_dst[r]), free(g->kv_dst[r]);
-  free(g->num_seqs), free(g->num_tokens), free(g->lens), free(g->q_dst), free(g->kv_dst);
 }
 
 /* ---- one scenario, run identically on the GPU (this rank) and on the oracle (every rank as a thread) ---- */
 enum { OP_QFWD, OP_QKVFWD, OP_QREV, OP_KVBWD };
 
 typedef struct {
-  gen_t *g;
+  wl_attn_desc_t *g;
   int op;
   size_t q_rb, kv_rb;
   sy_dtype_t dtype;
@@ -103,46 +43,10 @@ typedef struct {
   uint8_t *want[2]; /* the oracle's outputs of rank `me` */
 } scen_t;
 
-/* Inputs of rank r: Q rows (num_tokens), KV rows (num_tokens), attention-layout rows for the reverse
- * directions (q_recv_rows or kv_recv_rows): payload bytes; for the KV backward, elements of dtype, mostly finite
- * and non-zero, one in 32 a special value (the reference's fp32 sum must round and propagate them alike). */
-static void fill_rows(uint8_t *p, int64_t rows, size_t rb, uint64_t seed, int r, int which) {
-  for (int64_t i = 0; i < rows; i++)
-    for (size_t b = 0; b < rb; b++) p[i * rb + b] = gt_payload(seed + (uint64_t)which, r, (int)(i & 0xFFFF), (uint64_t)i * rb + b);
-}
-
-static void fill_grads(uint8_t *p, int64_t rows, size_t rb, sy_dtype_t dtype, uint64_t seed, int r) {
-  /* one element in 32: -0, +0, +-inf, NaNs (payloads, both signs), subnormals, the largest finite */
-  static const uint32_t special32[9] = {0x80000000u, 0x00000000u, 0x7F800000u, 0xFF800000u, 0x7FA00001u,
-                                        0xFFC00000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu};
-  static const uint16_t special_bf16[9] = {0x8000u, 0x0000u, 0x7F80u, 0xFF80u, 0x7FC1u,
-                                           0xFFC0u, 0x0001u, 0x807Fu, 0x7F7Fu};
-  static const uint16_t special_fp16[9] = {0x8000u, 0x0000u, 0x7C00u, 0xFC00u, 0x7E01u,
-                                           0xFE00u, 0x0001u, 0x83FFu, 0x7BFFu};
-  uint64_t rng = seed * 131 + (uint64_t)r;
-  const size_t esize = dtype == SY_DTYPE_FP32 ? 4 : 2, n = (size_t)rows * rb / esize;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t x = gt_rand(&rng);
-    if ((x >> 40) % 32 == 0) {
-      const int k = (int)((x >> 48) % 9);
-      if (dtype == SY_DTYPE_FP32) memcpy(p + 4 * i, &special32[k], 4);
-      else memcpy(p + 2 * i, dtype == SY_DTYPE_BF16 ? &special_bf16[k] : &special_fp16[k], 2);
-      continue;
-    }
-    if (dtype == SY_DTYPE_FP32) {
-      uint32_t v = (uint32_t)(x & 0x807FFFFF) | ((uint32_t)(100 + x % 50) << 23); /* exponent 100..149 */
-      memcpy(p + 4 * i, &v, 4);
-    } else if (dtype == SY_DTYPE_BF16) {
-      uint16_t v = (uint16_t)((x & 0x807F) | ((100 + (x >> 16) % 50) << 7));
-      memcpy(p + 2 * i, &v, 2);
-    } else {
-      uint16_t v = (uint16_t)((x & 0x83FF) | ((3 + (x >> 16) % 25) << 10)); /* exponent 3..27 */
-      memcpy(p + 2 * i, &v, 2);
-    }
-  }
-}
-
-/* Runs the scenario on `comm` (either backend); outputs copied to out[0], out[1] (host). */
+/* Runs the scenario on `comm` (either backend); outputs copied to out[0], out[1] (host). The inputs of rank r:
+ * Q rows (num_tokens), KV rows (num_tokens), attention-layout rows for the reverse directions (q_recv_rows or
+ * kv_recv_rows): payload bytes; for the KV backward, elements of dtype, mostly finite and non-zero, one in 32 a
+ * special value (the reference's fp32 sum must round and propagate them alike). */
 static int run_scenario(sy_comm_t comm, int rank, scen_t *sc, uint8_t *out0, uint8_t *out1, cudaStream_t stream) {
   sy_backend_t backend;
   sy_comm_backend(comm, &backend);
@@ -169,10 +73,10 @@ static int run_scenario(sy_comm_t comm, int rank, scen_t *sc, uint8_t *out0, uin
   } else {
     q = (uint8_t *)malloc(in_bytes), kv = (uint8_t *)malloc(in_bytes), a = (uint8_t *)malloc(attn_in + 64);
   }
-  fill_rows(h_q, N, sc->q_rb, sc->seed, rank, 0);
-  fill_rows(h_kv, N, sc->kv_rb, sc->seed, rank, 1);
-  if (sc->op == OP_QREV) fill_rows(h_a, info.q_recv_rows, sc->q_rb, sc->seed, rank, 2);
-  if (sc->op == OP_KVBWD) fill_grads(h_a, info.kv_recv_rows, sc->kv_rb, sc->dtype, sc->seed, rank);
+  wl_payload_fill_odd(h_q, N, sc->q_rb, sc->seed, rank, 0);
+  wl_payload_fill_odd(h_kv, N, sc->kv_rb, sc->seed, rank, 1);
+  if (sc->op == OP_QREV) wl_payload_fill_odd(h_a, info.q_recv_rows, sc->q_rb, sc->seed, rank, 2);
+  if (sc->op == OP_KVBWD) wl_grad_fill_specials(h_a, info.kv_recv_rows, sc->kv_rb, sc->dtype, sc->seed, rank);
   uint8_t *grad = NULL;
   const size_t grad_bytes = (size_t)(N ? N : 1) * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
   if (gpu) {
@@ -337,12 +241,12 @@ static size_t mix_check(const mix_t *m, int i, const uint8_t *res, const char *w
 
 static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   const int C = W >= 2 ? 2 : 1;
-  gen_t g[MIX_PLANS];
+  wl_attn_desc_t g[MIX_PLANS];
   mix_t m;
   memset(&m, 0, sizeof m);
   int64_t max_tokens = 1;
   for (int k = 0; k < MIX_PLANS; k++) {
-    gen_make(&g[k], W, C, GEN_RANDOM, 31000 + (uint64_t)k);
+    gen_make(&g[k], W, C, WL_ATTN_RANDOM, 31000 + (uint64_t)k);
     GT_OK(sy_attn_plan_create(comm, &g[k].desc, &m.plan[k]));
     for (int op = OP_QFWD; op <= OP_KVBWD; op++) {
       scen_t *sc = &m.sc[k * 4 + op];
@@ -375,10 +279,10 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
       for (int b = 0; b < 3; b++) {
         const size_t n = b < 2 ? in_bytes : attn_in;
         memset(h, 0, n);
-        if (b == 0) fill_rows(h, N, sc->q_rb, sc->seed, rank, 0);
-        if (b == 1) fill_rows(h, N, sc->kv_rb, sc->seed, rank, 1);
-        if (b == 2 && op == OP_QREV) fill_rows(h, info.q_recv_rows, sc->q_rb, sc->seed, rank, 2);
-        if (b == 2 && op == OP_KVBWD) fill_grads(h, info.kv_recv_rows, sc->kv_rb, sc->dtype, sc->seed, rank);
+        if (b == 0) wl_payload_fill_odd(h, N, sc->q_rb, sc->seed, rank, 0);
+        if (b == 1) wl_payload_fill_odd(h, N, sc->kv_rb, sc->seed, rank, 1);
+        if (b == 2 && op == OP_QREV) wl_payload_fill_odd(h, info.q_recv_rows, sc->q_rb, sc->seed, rank, 2);
+        if (b == 2 && op == OP_KVBWD) wl_grad_fill_specials(h, info.kv_recv_rows, sc->kv_rb, sc->dtype, sc->seed, rank);
         GT_CUDA(cudaMalloc((void **)&m.in[k * 4 + op][b], n));
         GT_CUDA(cudaMemcpy(m.in[k * 4 + op][b], h, n, cudaMemcpyHostToDevice));
       }
@@ -443,7 +347,7 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
     for (int b = 0; b < 3; b++) GT_CUDA(cudaFree(m.in[i][b]));
     free(m.sc[i].want[0]), free(m.sc[i].want[1]);
   }
-  for (int k = 0; k < MIX_PLANS; k++) sy_attn_plan_destroy(m.plan[k]), gen_free(&g[k]);
+  for (int k = 0; k < MIX_PLANS; k++) sy_attn_plan_destroy(m.plan[k]), wl_attn_desc_free(&g[k]);
 }
 
 int main(void) {
@@ -467,8 +371,8 @@ int main(void) {
   int cases = 0;
   for (int kind = 0; kind < 4; kind++) {
     for (int C = 1; C <= W; C++) {
-      gen_t g;
-      gen_make(&g, W, C, (gen_kind_t)kind, 100 + (uint64_t)(kind * 17 + C));
+      wl_attn_desc_t g;
+      gen_make(&g, W, C, (wl_attn_kind_t)kind, 100 + (uint64_t)(kind * 17 + C));
       for (int op = OP_QFWD; op <= OP_KVBWD; op++) {
         for (int ri = 0; ri < 4; ri++) {
           scen_t sc;
@@ -489,15 +393,15 @@ int main(void) {
           cases++;
         }
       }
-      gen_free(&g);
+      wl_attn_desc_free(&g);
     }
   }
   if (rank == 0) printf("[test rank 0] %d scenarios checked against the host backend\n", cases);
 
   /* Q forward then Q reverse on the GPU returns the input rows of every sent sequence, untouched elsewhere. */
   {
-    gen_t g;
-    gen_make(&g, W, 1, GEN_RANDOM, 4242);
+    wl_attn_desc_t g;
+    gen_make(&g, W, 1, WL_ATTN_RANDOM, 4242);
     sy_attn_plan_t plan;
     sy_attn_t attn;
     GT_OK(sy_attn_plan_create(comm, &g.desc, &plan));
@@ -512,7 +416,7 @@ int main(void) {
     GT_CUDA(cudaMalloc((void **)&q, cap));
     GT_OK(sy_mem_alloc(comm, cap, (void **)&mid));
     GT_OK(sy_mem_alloc(comm, cap, (void **)&back));
-    fill_rows(h, info.num_tokens, rb, 99, rank, 0);
+    wl_payload_fill_odd(h, info.num_tokens, rb, 99, rank, 0);
     GT_CUDA(cudaMemcpy(q, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
     GT_CUDA(cudaMemset(back, POISON, cap));
     GT_CUDA(cudaDeviceSynchronize());
@@ -535,18 +439,18 @@ int main(void) {
     GT_OK(sy_attn_destroy(attn));
     GT_OK(sy_attn_plan_destroy(plan));
     free(h), free(h2);
-    gen_free(&g);
+    wl_attn_desc_free(&g);
   }
 
   /* 1,000 back-to-back Q forwards, plans cycling, each result copied out in stream order, checked at the end. */
   {
     const int nplans = 10, calls = 1000;
     const size_t rb = 16;
-    gen_t g[10];
+    wl_attn_desc_t g[10];
     sy_attn_plan_t plans[10];
     size_t cap = 64;
     for (int k = 0; k < nplans; k++) {
-      gen_make(&g[k], W, 1, GEN_RANDOM, 9000 + (uint64_t)k);
+      gen_make(&g[k], W, 1, WL_ATTN_RANDOM, 9000 + (uint64_t)k);
       GT_OK(sy_attn_plan_create(comm, &g[k].desc, &plans[k]));
       int64_t total = 0;
       for (int r = 0; r < W; r++) total += g[k].num_tokens[r];
@@ -564,7 +468,7 @@ int main(void) {
     for (int k = 0; k < nplans; k++) {
       sy_attn_plan_info_t info;
       GT_OK(sy_attn_plan_info(plans[k], &info));
-      fill_rows(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
+      wl_payload_fill_odd(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
       GT_CUDA(cudaMemcpy(q + (size_t)k * cap, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
     }
     GT_CUDA(cudaDeviceSynchronize());
@@ -608,7 +512,7 @@ int main(void) {
     GT_CUDA(cudaFreeHost(results));
     GT_OK(sy_mem_free(comm, recv));
     GT_OK(sy_attn_destroy(attn));
-    for (int k = 0; k < nplans; k++) sy_attn_plan_destroy(plans[k]), gen_free(&g[k]);
+    for (int k = 0; k < nplans; k++) sy_attn_plan_destroy(plans[k]), wl_attn_desc_free(&g[k]);
     free(h);
   }
 

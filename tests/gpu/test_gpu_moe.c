@@ -20,7 +20,8 @@
  *    likewise one round of the one-call forms (by default the fused kernels), half as many replays;
  *  - last, ids the device must reject (a repeat, one equal to num_experts): reported through
  *    sy_comm_async_error and treated as -1 (the results equal those of the call with -1 there).
- * Each rank regenerates every rank's inputs from the seed (SY_TEST_SEED overrides it; a failure prints it).
+ * Each rank regenerates every rank's inputs from the seed (SY_TEST_SEED overrides it; a failure prints it), with
+ * tests/workload's generators in the GPU tests' draw.
  */
 #include "gpu_test.h"
 
@@ -32,17 +33,9 @@ static uint64_t test_seed = 0x30e5eed5eedull;
 
 /* ---- cases ------------------------------------------------------------------------------------------------ */
 
-enum {
-  ROUTE_RANDOM,     /* top_k distinct experts, one id in eight -1, one token in sixteen with none */
-  ROUTE_ONE_EXPERT, /* every token to the round's one expert, its other k random or -1 */
-  ROUTE_EMPTY_RANK, /* random, and rank (round % W) dispatches no token */
-  ROUTE_SAME_RANK,  /* 2 or more of a token's experts on one rank */
-  ROUTE_NONE,       /* every id -1: tokens with no expert */
-  ROUTE_FULL,       /* random, every rank max_tokens tokens */
-  ROUTE_MIXED       /* the graph's: max_tokens tokens, each round one of random, one expert, same rank, none */
-};
 enum { MODE_ONE_CALL, MODE_HALVES, MODE_ALTERNATE };
-static const char *const route_names[] = {"random", "one expert", "empty rank", "same rank", "none", "full", "mixed"};
+static const char *const route_names[] = {"random", "one expert", "empty rank", "same rank", "none", "full",
+                                          "mixed"}; /* by wl_route_t */
 static const char *const mode_names[] = {"one-call", "halves", "alternate"};
 
 typedef struct moe_case {
@@ -51,7 +44,7 @@ typedef struct moe_case {
   sy_moe_wire_t wire;
   unsigned flags;
   sy_index_type_t id_type;
-  int route, rounds, mode, specials;
+  int route, rounds, mode, specials; /* route: a wl_route_t */
   uint64_t salt;
   int graph_share;   /* graph cases: replay count divided by this; 0 for the eager cases */
   int combine_other; /* graph cases: the captured combine takes its ids in the other index type */
@@ -65,7 +58,7 @@ typedef struct moe_case {
 #define I64 SY_INDEX_INT64
 #define CASE(name_, E_, K_, H_, T_, wire_, flags_, ids_, route_, rounds_, mode_, specials_, salt_)                  \
   {.name = name_, .E = E_, .K = K_, .H = H_, .T = T_, .wire = wire_, .flags = flags_, .id_type = ids_,              \
-   .route = ROUTE_##route_, .rounds = rounds_, .mode = MODE_##mode_, .specials = specials_, .salt = salt_}
+   .route = WL_ROUTE_##route_, .rounds = rounds_, .mode = MODE_##mode_, .specials = specials_, .salt = salt_}
 
 /* E is chosen divisible by 1, 2, 3, 4 and 8 where the case allows, so that most cases run at every W. */
 static const moe_case_t cases[] = {
@@ -118,12 +111,12 @@ static const moe_case_t cases[] = {
  * input sets the replays cycle through. */
 static const moe_case_t graph_cases[] = {
     {.name = "graph fp8", .E = 0, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0, .id_type = I32,
-     .route = ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 0, .salt = 40, .graph_share = 1},
+     .route = WL_ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 0, .salt = 40, .graph_share = 1},
     {.name = "graph bf16 per-expert", .E = 0, .K = 8, .H = 128, .T = 16, .wire = BF16, .flags = PE, .id_type = I64,
-     .route = ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 1, .salt = 41, .graph_share = 5,
+     .route = WL_ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 1, .salt = 41, .graph_share = 5,
      .combine_other = 1},
     {.name = "graph fp8 one-call", .E = 0, .K = 8, .H = 512, .T = 16, .wire = FP8, .flags = 0, .id_type = I64,
-     .route = ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_ONE_CALL, .specials = 1, .salt = 42, .graph_share = 2},
+     .route = WL_ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_ONE_CALL, .specials = 1, .salt = 42, .graph_share = 2},
 };
 
 static const char *wire_name(sy_moe_wire_t w) { return w == FP8 ? "fp8" : w == UE8 ? "fp8-ue8m0" : "bf16"; }
@@ -141,118 +134,16 @@ static sy_moe_config_t case_config(const moe_case_t *c) {
 
 /* ---- seeded inputs, any rank's, any round's ---------------------------------------------------------------- */
 
-static uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+/* The case's generator at W ranks (tests/workload), in the GPU tests' draw. */
+static wl_moe_t case_gen(const moe_case_t *c, int W) {
+  const wl_moe_t m = {.seed = test_seed, .salt = c->salt, .world = W, .num_experts = c->E, .top_k = c->K,
+                      .hidden = c->H, .max_tokens = c->T, .route = (wl_route_t)c->route, .specials = c->specials,
+                      .draw = WL_DRAW_GPU};
+  return m;
 }
 
 static uint64_t case_key(const moe_case_t *c, uint64_t what, uint64_t round, uint64_t rank) {
-  return mix(mix(mix(mix(test_seed ^ c->salt) ^ what) ^ round) ^ rank);
-}
-
-static int round_route(const moe_case_t *c, int round) {
-  static const int mixed[5] = {ROUTE_RANDOM, ROUTE_ONE_EXPERT, ROUTE_SAME_RANK, ROUTE_RANDOM, ROUTE_NONE};
-  return c->route == ROUTE_MIXED ? mixed[round % 5] : c->route;
-}
-
-static int gen_num_tokens(const moe_case_t *c, int W, int round, int rank) {
-  if (c->route == ROUTE_FULL || c->route == ROUTE_MIXED) return c->T;
-  if (c->route == ROUTE_EMPTY_RANK && rank == round % W) return 0;
-  const uint64_t h = case_key(c, 1, (uint64_t)round, (uint64_t)rank);
-  return h % 3 == 0 ? c->T : (int)((h >> 8) % (uint64_t)(c->T + 1));
-}
-
-/* A random expert not yet in ids[0..K) (on rank `on_rank`, or any when -1), or -1 when none is found. */
-static int64_t pick_expert(const moe_case_t *c, int W, const int64_t *ids, uint64_t *h, int on_rank) {
-  const int L = c->E / W;
-  for (int tries = 0; tries < 64; tries++) {
-    *h = mix(*h);
-    const int64_t x = on_rank < 0 ? (int64_t)(*h % (uint64_t)c->E) : (int64_t)on_rank * L + (int64_t)(*h % (uint64_t)L);
-    int taken = 0;
-    for (int k = 0; k < c->K; k++) taken |= ids[k] == x;
-    if (!taken) return x;
-  }
-  return -1;
-}
-
-/* ids [n][K] of `rank` in `round`, as int64 (converted to the case's index type when uploaded). */
-static void gen_ids(const moe_case_t *c, int W, int round, int rank, int n, int64_t *ids) {
-  const int route = round_route(c, round), K = c->K, L = c->E / W;
-  const int64_t target = (int64_t)(case_key(c, 2, (uint64_t)round, 0) % (uint64_t)c->E);
-  for (int t = 0; t < n; t++) {
-    int64_t *row = ids + (size_t)t * K;
-    uint64_t h = case_key(c, 3, (uint64_t)round, (uint64_t)rank << 32 | (uint64_t)t);
-    for (int k = 0; k < K; k++) row[k] = -1;
-    if (route == ROUTE_NONE) continue;
-    if (route != ROUTE_ONE_EXPERT && route != ROUTE_SAME_RANK && h % 16 == 5) continue; /* no expert at all */
-    if (route == ROUTE_ONE_EXPERT) row[(h >> 20) % (uint64_t)K] = target;
-    if (route == ROUTE_SAME_RANK) {
-      const int d = (int)((h >> 12) % (uint64_t)W);
-      int want = 2 + (int)((h >> 24) % (uint64_t)K);
-      want = want > K ? K : want;
-      want = want > L ? L : want;
-      for (int i = 0; i < want; i++) {
-        int k;
-        do k = (int)((h = mix(h)) % (uint64_t)K); while (row[k] != -1);
-        row[k] = pick_expert(c, W, row, &h, d);
-      }
-    }
-    for (int k = 0; k < K; k++) {
-      if (row[k] != -1) continue;
-      h = mix(h);
-      if (route == ROUTE_SAME_RANK && h % 2) continue;
-      if ((h >> 8) % 8 == 0) continue; /* -1 */
-      if (route == ROUTE_ONE_EXPERT && (h >> 16) % 3 == 0) continue;
-      row[k] = pick_expert(c, W, row, &h, -1);
-    }
-  }
-}
-
-/* A bf16 of random sign and mantissa with the fp32-biased exponent `exponent` (0: subnormal, never zero). */
-static uint16_t bf16_bits(uint64_t h, int exponent) {
-  const uint16_t sign = (uint16_t)((h >> 63) << 15), mantissa = (uint16_t)((h >> 40) & 0x7Fu);
-  return (uint16_t)(sign | (uint16_t)(exponent << 7) | (exponent == 0 ? (mantissa | 1) : mantissa));
-}
-
-/* With c->specials, one element in `rate`: NaN, -inf, +inf, -0.0 or a subnormal. */
-static int special_bits(const moe_case_t *c, uint64_t h, uint64_t rate, uint16_t *out) {
-  if (!c->specials || (h >> 3) % rate) return 0;
-  static const uint16_t values[5] = {0x7FC1, 0xFF80, 0x7F80, 0x8000, 0x0003};
-  *out = values[(h >> 48) % 5];
-  return 1;
-}
-
-/* Tokens [n][H]: each 128-element group its own magnitude (2^-27 .. 2^22), elements within 2^7 of it, one
- * group in sixteen all zero, one element in 64 zero, one in 50 subnormal. */
-static void gen_tokens(const moe_case_t *c, int round, int rank, int n, uint16_t *tok) {
-  for (int t = 0; t < n; t++) {
-    uint64_t hg = 0;
-    int zero_group = 0, base = 0;
-    for (int i = 0; i < c->H; i++) {
-      if (i % 128 == 0) {
-        hg = case_key(c, 4, (uint64_t)round, (uint64_t)rank << 40 ^ (uint64_t)t << 20 ^ (uint64_t)(i / 128));
-        zero_group = hg % 16 == 0;
-        base = 100 + (int)((hg >> 8) % 50);
-      }
-      const uint64_t h = mix(hg ^ (uint64_t)i << 32);
-      uint16_t v;
-      if (special_bits(c, h, 301, &v)) tok[(size_t)t * c->H + i] = v;
-      else if (zero_group || h % 64 == 0) tok[(size_t)t * c->H + i] = 0;
-      else tok[(size_t)t * c->H + i] = bf16_bits(h, h % 50 == 1 ? 0 : base - (int)((h >> 16) % 8));
-    }
-  }
-}
-
-/* Weights [n][K] (which 0: the dispatch's, 1: the combine's): full-mantissa fp32 in (-1, 1), some tiny. */
-static void gen_weights(const moe_case_t *c, int round, int rank, int n, int which, float *w) {
-  for (size_t i = 0; i < (size_t)n * c->K; i++) {
-    const uint64_t h = case_key(c, 5 + (uint64_t)which, (uint64_t)round, (uint64_t)rank << 32 ^ i);
-    float v = (float)(int32_t)(uint32_t)(h >> 32) * 0x1p-31f;
-    if (h % 7 == 0) v *= 0x1p-12f;
-    w[i] = v;
-  }
+  return wl_moe_key(test_seed, c->salt, what, round, rank);
 }
 
 /* ---- one case's run: every rank's inputs, the buffers' layouts, the oracle's outputs ---------------------- */
@@ -272,6 +163,7 @@ enum { OUT_TOKENS, OUT_SCALES, OUT_SRC, OUT_EXPERT_COUNTS, OUT_RANK_COUNTS, OUT_
 
 typedef struct run {
   const moe_case_t *c;
+  wl_moe_t gen; /* the case's generator at W ranks */
   int W, L, S, G, me, rounds;
   size_t in_off[IN_N], in_bytes[IN_N], in_total;
   size_t out_off[OUT_N], out_bytes[OUT_N], out_total;
@@ -291,6 +183,7 @@ static size_t lay_out(size_t *off, const size_t *bytes, int n) {
 static void run_init(run_t *run, const moe_case_t *c, int W, int me) {
   memset(run, 0, sizeof *run);
   run->c = c;
+  run->gen = case_gen(c, W);
   run->W = W;
   run->me = me;
   run->L = c->E / W;
@@ -310,15 +203,15 @@ static void run_init(run_t *run, const moe_case_t *c, int W, int me) {
   for (int round = 0; round < run->rounds; round++) {
     for (int r = 0; r < W; r++) {
       rank_in_t *ri = &run->in[(size_t)round * W + r];
-      ri->n = gen_num_tokens(c, W, round, r);
+      ri->n = wl_moe_num_tokens(&run->gen, round, r);
       ri->ids = (int64_t *)malloc(T * K * sizeof(int64_t));
       ri->w = (float *)malloc(T * K * sizeof(float));
       ri->cw = (float *)malloc(T * K * sizeof(float));
       ri->tok = (uint16_t *)malloc(T * H * sizeof(uint16_t));
-      gen_ids(c, W, round, r, ri->n, ri->ids);
-      gen_weights(c, round, r, ri->n, 0, ri->w);
-      gen_weights(c, round, r, ri->n, 1, ri->cw);
-      gen_tokens(c, round, r, ri->n, ri->tok);
+      wl_moe_ids(&run->gen, round, r, ri->n, ri->ids);
+      wl_moe_weights(&run->gen, round, r, ri->n, 0, ri->w);
+      wl_moe_weights(&run->gen, round, r, ri->n, 1, ri->cw);
+      wl_moe_tokens(&run->gen, round, r, ri->n, ri->tok);
     }
   }
   run->want = (uint8_t *)malloc((size_t)run->rounds * run->out_total);
@@ -355,18 +248,9 @@ static void gen_expert_out(const run_t *run, int round, int rank, uint16_t *y) {
   int32_t *counts = (int32_t *)malloc((size_t)run->L * sizeof *counts);
   slot_counts(run, round, rank, counts);
   memset(y, POISON, run->in_bytes[IN_Y]);
-  for (int e = 0; e < run->L; e++) {
-    for (int s = 0; s < counts[e]; s++) {
-      const uint64_t key =
-          case_key(c, 7, (uint64_t)round, (uint64_t)rank << 48 ^ (uint64_t)e << 36 ^ (uint64_t)s << 16);
-      uint16_t *row = y + ((size_t)e * run->S + (size_t)s) * c->H;
-      for (int h = 0; h < c->H; h++) {
-        const uint64_t m = mix(key ^ (uint64_t)h);
-        uint16_t v;
-        row[h] = special_bits(c, m, 997, &v) ? v : bf16_bits(m, 110 + (int)((m >> 8) % 30));
-      }
-    }
-  }
+  for (int e = 0; e < run->L; e++)
+    for (int s = 0; s < counts[e]; s++)
+      wl_moe_expert_row(&run->gen, round, rank, e, s, y + ((size_t)e * run->S + (size_t)s) * c->H);
   free(counts);
 }
 
@@ -548,11 +432,11 @@ static int check_routing(const run_t *run) {
   const moe_case_t *c = run->c;
   int no_expert = 0;
   for (int round = 0; round < run->rounds; round++) {
-    const int route = round_route(c, round);
+    const int route = wl_moe_route(&run->gen, round);
     const int64_t target = (int64_t)(case_key(c, 2, (uint64_t)round, 0) % (uint64_t)c->E);
     for (int r = 0; r < run->W; r++) {
       const rank_in_t *ri = &run->in[(size_t)round * run->W + r];
-      if (c->route == ROUTE_EMPTY_RANK && r == round % run->W && ri->n != 0)
+      if (c->route == WL_ROUTE_EMPTY_RANK && r == round % run->W && ri->n != 0)
         GT_FAIL("%s: generator: rank %d has %d tokens in round %d, want none", c->name, r, ri->n, round);
       for (int t = 0; t < ri->n; t++) {
         const int64_t *ids = ri->ids + (size_t)t * c->K;
@@ -565,8 +449,8 @@ static int check_routing(const run_t *run) {
           most_on_one_rank = on_rank > most_on_one_rank ? on_rank : most_on_one_rank;
         }
         no_expert += experts == 0;
-        if ((route == ROUTE_NONE && experts) || (route == ROUTE_ONE_EXPERT && !to_target) ||
-            (route == ROUTE_SAME_RANK && c->K >= 2 && run->L >= 2 && most_on_one_rank < 2))
+        if ((route == WL_ROUTE_NONE && experts) || (route == WL_ROUTE_ONE_EXPERT && !to_target) ||
+            (route == WL_ROUTE_SAME_RANK && c->K >= 2 && run->L >= 2 && most_on_one_rank < 2))
           GT_FAIL("%s: generator: rank %d token %d of round %d is not routed as '%s' says", c->name, r, t, round,
                   route_names[route]);
       }
@@ -684,7 +568,7 @@ static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaS
  * is left waiting), creating nothing; the variable's previous value is restored. */
 static void run_bad_env(sy_comm_t comm, int rank) {
   const moe_case_t c = {.name = "bad env", .E = 8, .K = 2, .H = 256, .T = 4, .wire = FP8, .flags = 0,
-                        .id_type = I32, .route = ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
+                        .id_type = I32, .route = WL_ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
                         .salt = 7};
   const char *was = getenv("SY_MOE_DIRECT");
   char saved[64] = "";
@@ -702,17 +586,17 @@ static void run_bad_env(sy_comm_t comm, int rank) {
 
 static void run_bad_ids(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   const moe_case_t c = {.name = "bad ids", .E = 8 * W, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0,
-                        .id_type = I32, .route = ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
+                        .id_type = I32, .route = WL_ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
                         .salt = 42};
   const int K = c.K;
   run_t run;
   run_init(&run, &c, W, rank);
   rank_in_t *r0 = &run.in[0]; /* round 0, rank 0: every token, and the two rows set */
   r0->n = c.T;
-  gen_ids(&c, W, 0, 0, r0->n, r0->ids);
-  gen_weights(&c, 0, 0, r0->n, 0, r0->w);
-  gen_weights(&c, 0, 0, r0->n, 1, r0->cw);
-  gen_tokens(&c, 0, 0, r0->n, r0->tok);
+  wl_moe_ids(&run.gen, 0, 0, r0->n, r0->ids);
+  wl_moe_weights(&run.gen, 0, 0, r0->n, 0, r0->w);
+  wl_moe_weights(&run.gen, 0, 0, r0->n, 1, r0->cw);
+  wl_moe_tokens(&run.gen, 0, 0, r0->n, r0->tok);
   const int64_t row3[4] = {1, -1, 2, 3};
   memcpy(r0->ids + 3 * K, row3, sizeof row3);
   r0->ids[5 * K + 2] = -1;

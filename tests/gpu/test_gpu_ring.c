@@ -29,7 +29,7 @@ int main(void) {
   uint64_t adds = 0;
   for (int round = 1; round <= 3 * nsizes; round++) {
     const size_t bytes = sizes[(round - 1) % nsizes];
-    for (size_t i = 0; i < bytes; i++) host[i] = gt_payload((uint64_t)round, rank, next, i);
+    for (size_t i = 0; i < bytes; i++) host[i] = wl_payload_byte((uint64_t)round, rank, next, i);
     GT_CUDA(cudaMemcpyAsync(src, host, bytes, cudaMemcpyHostToDevice, stream));
     /* signal[0]: SET to the round; signal[1]: ADD 1 (a second, empty put) */
     GT_OK(sy_put_signal(comm, dst, src, bytes, &signal[0], SY_SIGNAL_SET, (uint64_t)round, next, stream));
@@ -39,7 +39,7 @@ int main(void) {
     GT_OK(sy_signal_wait(comm, &signal[1], adds, stream));
     GT_CUDA(cudaMemcpyAsync(host, dst, bytes, cudaMemcpyDeviceToHost, stream));
     GT_CUDA(cudaStreamSynchronize(stream));
-    for (size_t i = 0; i < bytes; i++) want[i] = gt_payload((uint64_t)round, prev, rank, i);
+    for (size_t i = 0; i < bytes; i++) want[i] = wl_payload_byte((uint64_t)round, prev, rank, i);
     char what[64];
     snprintf(what, sizeof what, "round %d (%zu bytes from rank %d)", round, bytes, prev);
     gt_compare(what, host, want, bytes);

@@ -1,10 +1,11 @@
 /*
  * moe_test.h — what the MoE dispatch/combine CPU tests share: ranks as threads of one host group, seeded
- * inputs any rank can regenerate for any rank and round (tokens, routing, weights, expert outputs), and the
- * expectation computed here from switchyard.h's words alone: slots of a local expert handed out by walking
- * sources, then source tokens; FP8 groups quantised with amax/scale written out here (only the per-value
- * rules, sy__fp8_group_scale and sy__fp8_e4m3_from_float, come from the library); the combine's fmaf sums in
- * the order the header states. Nothing here calls src/ref/moe_ref.c or the backend's helpers.
+ * inputs any rank can regenerate for any rank and round (tokens, routing, weights, expert outputs: the
+ * generators of tests/workload, in the CPU tests' draw), and the expectation computed here from switchyard.h's
+ * words alone: slots of a local expert handed out by walking sources, then source tokens; FP8 groups quantised
+ * with amax/scale written out here (only the per-value rules, sy__fp8_group_scale and sy__fp8_e4m3_from_float,
+ * come from the library); the combine's fmaf sums in the order the header states. Nothing here calls
+ * src/ref/moe_ref.c or the backend's helpers.
  */
 #ifndef SY_TEST_MOE_TEST_H
 #define SY_TEST_MOE_TEST_H
@@ -26,22 +27,13 @@
 
 /* ---- a case and its seeded inputs ---------------------------------------------------------------------- */
 
-enum {
-  ROUTE_RANDOM,     /* top_k distinct experts, one in eight -1 */
-  ROUTE_ONE_EXPERT, /* every token routed to one expert (the round's), its other k random or -1 */
-  ROUTE_EMPTY_RANK, /* random, and rank (round % W) dispatches no token */
-  ROUTE_SAME_RANK,  /* several of a token's experts on one rank */
-  ROUTE_NONE,       /* every id -1: tokens with no expert */
-  ROUTE_FULL        /* random, every rank max_tokens tokens */
-};
-
 typedef struct moe_case {
   const char *name;
   int W, E, K, H, T;
   sy_moe_wire_t wire;
   unsigned flags;
   sy_index_type_t id_type;
-  int route, rounds, mode, specials, check_ref;
+  int route, rounds, mode, specials, check_ref; /* route: a wl_route_t */
   uint64_t salt;
 } moe_case_t;
 
@@ -56,116 +48,25 @@ static inline sy_moe_config_t case_config(const moe_case_t *c) {
   return config;
 }
 
+/* The case's generator: its inputs are a function of (seed, salt) and their place, drawn as the CPU tests
+ * always have (WL_DRAW_UNIT). */
+static inline wl_moe_t case_gen(const moe_case_t *c) {
+  const wl_moe_t m = {.seed = seed, .salt = c->salt, .world = c->W, .num_experts = c->E, .top_k = c->K,
+                      .hidden = c->H, .max_tokens = c->T, .route = (wl_route_t)c->route, .specials = c->specials,
+                      .draw = WL_DRAW_UNIT};
+  return m;
+}
+
 static inline uint64_t case_key(const moe_case_t *c, uint64_t what, uint64_t round, uint64_t rank) {
-  return mix(mix(mix(mix(seed ^ c->salt) ^ what) ^ round) ^ rank);
+  return wl_moe_key(seed, c->salt, what, round, rank);
 }
 
-static inline int gen_num_tokens(const moe_case_t *c, int round, int rank) {
-  if (c->route == ROUTE_EMPTY_RANK && rank == round % c->W) return 0;
-  if (c->route == ROUTE_FULL) return c->T;
-  const uint64_t h = case_key(c, 1, (uint64_t)round, (uint64_t)rank);
-  return h % 3 == 0 ? c->T : (int)((h >> 8) % (uint64_t)(c->T + 1));
-}
-
-/* A random expert not yet in ids[0..K) (and passing `local_to`: -1 any, else on that rank), or -1. */
-static inline int64_t pick_expert(const moe_case_t *c, const int64_t *ids, uint64_t *h, int local_to) {
-  const int L = c->E / c->W;
-  for (int tries = 0; tries < 64; tries++) {
-    *h = mix(*h);
-    int64_t x = local_to < 0 ? (int64_t)(*h % (uint64_t)c->E) : (int64_t)local_to * L + (int64_t)(*h % (uint64_t)L);
-    int taken = 0;
-    for (int k = 0; k < c->K; k++) taken |= ids[k] == x;
-    if (!taken) return x;
-  }
-  return -1;
-}
-
-/* ids [n][K] of rank `rank` in `round`. */
-static inline void gen_ids(const moe_case_t *c, int round, int rank, int n, int64_t *ids) {
-  const uint64_t target = case_key(c, 2, (uint64_t)round, 0) % (uint64_t)c->E;
-  for (int t = 0; t < n; t++) {
-    int64_t *row = ids + (size_t)t * c->K;
-    uint64_t h = case_key(c, 3, (uint64_t)round, (uint64_t)rank * 100000 + (uint64_t)t);
-    for (int k = 0; k < c->K; k++) row[k] = -1;
-    if (c->route == ROUTE_NONE) continue;
-    if (c->route == ROUTE_ONE_EXPERT) row[(h >> 20) % (uint64_t)c->K] = (int64_t)target;
-    if (c->route == ROUTE_SAME_RANK) { /* 2.. of its experts on rank d, at random k */
-      const int d = (int)((h >> 12) % (uint64_t)c->W), L = c->E / c->W;
-      int want = 2 + (int)((h >> 24) % (uint64_t)c->K);
-      want = want > c->K ? c->K : want > L ? L : want;
-      for (int i = 0; i < want; i++) {
-        int k;
-        do k = (int)((h = mix(h)) % (uint64_t)c->K); while (row[k] != -1);
-        row[k] = pick_expert(c, row, &h, d);
-      }
-    }
-    for (int k = 0; k < c->K; k++) {
-      if (row[k] != -1 || (c->route == ROUTE_SAME_RANK && (h = mix(h)) % 2)) continue;
-      if ((h = mix(h)) % 8 == 0) continue; /* -1 */
-      if (c->route == ROUTE_ONE_EXPERT && h % 3 == 0) continue;
-      row[k] = pick_expert(c, row, &h, -1);
-    }
-  }
-}
-
-/* A bf16 of random sign and mantissa with fp32-biased exponent `exponent` (0: subnormal). */
-static inline uint16_t bf16_bits(uint64_t h, int exponent) {
-  const uint16_t sign = (uint16_t)((h >> 63) << 15), mantissa = (uint16_t)((h >> 40) & 0x7Fu);
-  return (uint16_t)(sign | (uint16_t)exponent << 7 | (exponent == 0 ? (mantissa | 1) : mantissa));
-}
-
-/* A special value for one in `rate` elements when c->specials: NaN, +-inf, -0.0 or a subnormal. */
-static inline int special_bits(const moe_case_t *c, uint64_t h, uint64_t rate, uint16_t *out) {
-  if (!c->specials || (h >> 3) % rate) return 0;
-  static const uint16_t values[5] = {0x7FC1, 0xFF80, 0x7F80, 0x8000, 0x0003};
-  *out = values[(h >> 48) % 5];
-  return 1;
-}
-
-/* Tokens [n][H]: each 128-group its own magnitude (2^-27 .. 2^22), elements within 2^7 of it, one group in 16
- * all zero, one element in 64 zero, one in 50 subnormal. */
-static inline void gen_tokens(const moe_case_t *c, int round, int rank, int n, uint16_t *tok) {
-  for (int t = 0; t < n; t++) {
-    for (int g = 0; g < c->H / 8; g++) { /* groups of 8 for BF16-sized hidden, magnitudes per 128 */
-      const uint64_t hg = case_key(c, 4, (uint64_t)round, (uint64_t)rank << 40 ^ (uint64_t)t << 20 ^ (uint64_t)(g / 16));
-      const int zero_group = hg % 16 == 0, base = 100 + (int)((hg >> 8) % 50);
-      for (int i = 0; i < 8; i++) {
-        const size_t at = (size_t)t * c->H + (size_t)g * 8 + (size_t)i;
-        const uint64_t h = mix(hg ^ (uint64_t)(g * 8 + i) << 32);
-        uint16_t v;
-        if (special_bits(c, h, 301, &v)) tok[at] = v;
-        else if (zero_group || h % 64 == 0) tok[at] = 0;
-        else tok[at] = bf16_bits(h, h % 50 == 1 ? 0 : base - (int)((h >> 16) % 8));
-      }
-    }
-  }
-}
-
-/* Weights [n][K] (which 0: the dispatch's, 1: the combine's): full-mantissa fp32 in (-1, 1), some tiny. */
-static inline void gen_weights(const moe_case_t *c, int round, int rank, int n, int which, float *w) {
-  for (size_t i = 0; i < (size_t)n * c->K; i++) {
-    const uint64_t h = case_key(c, 5 + (uint64_t)which, (uint64_t)round, (uint64_t)rank << 32 ^ i);
-    float v = (float)(int32_t)(uint32_t)(h >> 32) * 0x1p-31f;
-    if (h % 7 == 0) v *= 0x1p-12f;
-    w[i] = v;
-  }
-}
-
-/* Element h of expert e's output in slot `slot` on rank `rank`. */
-static inline uint16_t ybits(const moe_case_t *c, int round, int rank, int e, int slot, int h) {
-  const uint64_t x = case_key(c, 7, (uint64_t)round, (uint64_t)rank << 48 ^ (uint64_t)e << 36 ^ (uint64_t)slot << 16) ^
-                     (uint64_t)h;
-  const uint64_t m = mix(x);
-  uint16_t v;
-  if (special_bits(c, m, 997, &v)) return v;
-  return bf16_bits(m, 110 + (int)((m >> 8) % 30));
-}
-
+/* Expert outputs [L][S][H] of rank `rank`, every slot. */
 static inline void gen_expert_out(const moe_case_t *c, int round, int rank, uint16_t *y) {
+  const wl_moe_t m = case_gen(c);
   const int L = c->E / c->W, S = c->W * c->T;
   for (int e = 0; e < L; e++)
-    for (int s = 0; s < S; s++)
-      for (int h = 0; h < c->H; h++) y[((size_t)e * S + s) * c->H + h] = ybits(c, round, rank, e, s, h);
+    for (int s = 0; s < S; s++) wl_moe_expert_row(&m, round, rank, e, s, y + ((size_t)e * S + s) * c->H);
 }
 
 /* ---- every rank's inputs of a round, regenerated ------------------------------------------------------------ */
@@ -192,12 +93,13 @@ static inline void inputs_free(const moe_case_t *c, world_inputs_t *wi) {
 }
 
 static inline void inputs_gen(const moe_case_t *c, int round, world_inputs_t *wi) {
+  const wl_moe_t m = case_gen(c);
   for (int r = 0; r < c->W; r++) {
-    wi->n[r] = gen_num_tokens(c, round, r);
-    gen_ids(c, round, r, wi->n[r], wi->ids[r]);
-    gen_weights(c, round, r, wi->n[r], 0, wi->w[r]);
-    gen_weights(c, round, r, wi->n[r], 1, wi->cw[r]);
-    gen_tokens(c, round, r, wi->n[r], wi->tok[r]);
+    wi->n[r] = wl_moe_num_tokens(&m, round, r);
+    wl_moe_ids(&m, round, r, wi->n[r], wi->ids[r]);
+    wl_moe_weights(&m, round, r, wi->n[r], 0, wi->w[r]);
+    wl_moe_weights(&m, round, r, wi->n[r], 1, wi->cw[r]);
+    wl_moe_tokens(&m, round, r, wi->n[r], wi->tok[r]);
   }
 }
 
@@ -297,6 +199,7 @@ static inline int check_dispatch(const moe_case_t *c, const world_inputs_t *wi, 
  * the slots the dispatch gave (walking sources, then tokens, per expert). */
 static inline void expect_combine(const moe_case_t *c, const world_inputs_t *wi, int round, int o, uint16_t *out) {
   const int L = c->E / c->W, K = c->K;
+  const wl_moe_t m = case_gen(c); /* the experts' outputs, regenerated */
   int *next = calloc((size_t)c->E, sizeof *next); /* the next slot of each expert for o's tokens */
   for (int s = 0; s < o; s++)
     for (int t = 0; t < wi->n[s]; t++)
@@ -311,7 +214,8 @@ static inline void expect_combine(const moe_case_t *c, const world_inputs_t *wi,
       if (c->flags & SY_MOE_PER_EXPERT) {
         for (int k = 0; k < K; k++) {
           if (ids[k] < 0) continue;
-          const float y = sy__bf16_to_float(ybits(c, round, (int)(ids[k] / L), (int)(ids[k] % L), slot[k], h));
+          const int r = (int)(ids[k] / L), e = (int)(ids[k] % L);
+          const float y = sy__bf16_to_float(wl_moe_expert_out(&m, round, r, e, slot[k], h));
           acc = fmaf(wi->cw[o][(size_t)t * K + k], y, acc);
         }
       } else {
@@ -320,7 +224,7 @@ static inline void expect_combine(const moe_case_t *c, const world_inputs_t *wi,
           int held = 0;
           for (int k = 0; k < K; k++) {
             if (ids[k] < 0 || ids[k] / L != r) continue;
-            const float y = sy__bf16_to_float(ybits(c, round, r, (int)(ids[k] % L), slot[k], h));
+            const float y = sy__bf16_to_float(wl_moe_expert_out(&m, round, r, (int)(ids[k] % L), slot[k], h));
             partial = fmaf(wi->w[o][(size_t)t * K + k], y, partial);
             held = 1;
           }

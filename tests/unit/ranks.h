@@ -1,13 +1,14 @@
 /*
  * ranks.h — what the host-backend CPU tests share: ranks as threads, each with its own communicator of a
- * fresh host group, and seeded random numbers (splitmix64). A test sets TEST_SEED_DEFAULT before including;
- * SY_TEST_SEED overrides it at run time (seed_from_env).
+ * fresh host group, and the seed of their random inputs (the numbers and inputs are tests/workload's). A test
+ * sets TEST_SEED_DEFAULT before including; SY_TEST_SEED overrides it at run time (seed_from_env).
  */
 #ifndef SY_TEST_RANKS_H
 #define SY_TEST_RANKS_H
 
 #include "check.h"
 #include "switchyard.h"
+#include "workload.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -21,18 +22,6 @@
 #define TEST_TIMEOUT_MS 60000 /* generous: a loaded 2-core CI machine must not trip it */
 
 static uint64_t seed = TEST_SEED_DEFAULT;
-
-static inline uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-static inline uint64_t rng_next(uint64_t *state) {
-  *state += 0x9e3779b97f4a7c15ull;
-  return mix(*state);
-}
 
 static inline void seed_from_env(void) {
   const char *env = getenv("SY_TEST_SEED");

@@ -27,39 +27,6 @@ static size_t grad_row_bytes(size_t kv_rb, sy_dtype_t dtype) {
   return (kv_rb + e - 1) / e * e;
 }
 
-/* Element e of gradient row `row` (attention layout) of rank `rank`: finite, sign and exponent mixed, one in
- * 17 subnormal, one in 61 a -0.0; magnitudes small enough that no sum of 8 overflows. */
-static uint32_t grad_bits(sy_dtype_t dtype, int rank, int64_t row, size_t e, uint64_t round) {
-  const uint64_t h = mix(seed ^ 0x6b76ull << 48 ^ (uint64_t)rank << 44 ^ round << 36 ^ (uint64_t)row << 16 ^ e);
-  const uint32_t negative = (uint32_t)(h >> 63);
-  if (h % 61 == 0) return dtype == SY_DTYPE_FP32 ? 0x80000000u : 0x8000u;
-  const int sub = h % 17 == 0;
-  if (dtype == SY_DTYPE_BF16) {
-    uint32_t m = (uint32_t)(h >> 20) & 0x7Fu, x = sub ? 0 : 100 + (uint32_t)((h >> 8) % 50);
-    return negative << 15 | x << 7 | (sub ? m | 1 : m);
-  }
-  if (dtype == SY_DTYPE_FP16) {
-    uint32_t m = (uint32_t)(h >> 20) & 0x3FFu, x = sub ? 0 : 1 + (uint32_t)((h >> 8) % 26);
-    return negative << 15 | x << 10 | (sub ? m | 1 : m);
-  }
-  uint32_t m = (uint32_t)(h >> 20) & 0x7FFFFFu, x = sub ? 0 : 90 + (uint32_t)((h >> 8) % 60);
-  return negative << 31 | x << 23 | (sub ? m | 1 : m);
-}
-
-static void grad_fill(unsigned char *out, sy_dtype_t dtype, int rank, int64_t rows, size_t rb, uint64_t round) {
-  const size_t es = dtype_bytes(dtype);
-  for (int64_t r = 0; r < rows; r++) {
-    for (size_t e = 0; e < rb / es; e++) {
-      uint32_t bits = grad_bits(dtype, rank, r, e, round);
-      if (es == 4) memcpy(out + (size_t)r * rb + 4 * e, &bits, 4);
-      else {
-        uint16_t h = (uint16_t)bits;
-        memcpy(out + (size_t)r * rb + 2 * e, &h, 2);
-      }
-    }
-  }
-}
-
 /* Decoding written here, not taken from src/ref (the encoders are checked exhaustively by test_bf16). Finite
  * fp16 values only (the inputs have no infinity or NaN). */
 static float fp16_table[65536];
@@ -94,14 +61,14 @@ static void expect_forward(const gen_t *g, int me, int kv, int which, size_t rb,
                            size_t image_bytes, size_t shift) {
   memset(image, POISON, image_bytes);
   unsigned char *base = image + shift * rb;
-  for (int s = 0; s < g->W; s++) {
-    for (int i = 0; i < g->num_seqs[s]; i++) {
-      for (int c = 0; c < (kv ? g->C : 1); c++) {
-        const size_t at = (size_t)i * (size_t)g->C + (size_t)c;
-        const int d = kv ? g->kv_dst[s][at] : g->q_dst[s][i];
+  for (int s = 0; s < g->d.W; s++) {
+    for (int i = 0; i < g->d.num_seqs[s]; i++) {
+      for (int c = 0; c < (kv ? g->d.C : 1); c++) {
+        const size_t at = (size_t)i * (size_t)g->d.C + (size_t)c;
+        const int d = kv ? g->d.kv_dst[s][at] : g->d.q_dst[s][i];
         const int64_t pos = kv ? g->kv_pos[s][at] : g->q_pos[s][i];
         if (d != me) continue;
-        for (int64_t t = 0; t < g->lens[s][i]; t++)
+        for (int64_t t = 0; t < g->d.lens[s][i]; t++)
           payload_row(base + (size_t)(pos + t) * rb, which, s, g->start[s][i] + t, round, rb);
       }
     }
@@ -113,10 +80,10 @@ static void expect_forward(const gen_t *g, int me, int kv, int which, size_t rb,
 static void expect_reverse(const gen_t *g, int me, int round_trip, size_t rb, uint64_t round, unsigned char *image,
                            size_t image_bytes) {
   memset(image, POISON, image_bytes);
-  for (int i = 0; i < g->num_seqs[me]; i++) {
-    const int a = g->q_dst[me][i];
+  for (int i = 0; i < g->d.num_seqs[me]; i++) {
+    const int a = g->d.q_dst[me][i];
     if (a < 0) continue;
-    for (int64_t t = 0; t < g->lens[me][i]; t++) {
+    for (int64_t t = 0; t < g->d.lens[me][i]; t++) {
       unsigned char *row = image + (size_t)(g->start[me][i] + t) * rb;
       if (round_trip) payload_row(row, BUF_Q, me, g->start[me][i] + t, round, rb);
       else payload_row(row, BUF_ATTN, a, g->q_pos[me][i] + t, round, rb);
@@ -134,10 +101,10 @@ static void put_element(unsigned char *p, sy_dtype_t dtype, float v) {
 }
 
 /* Element e of gradient row `row` of rank d: from d's input rows when the caller shares them (grads_of[d]),
- * else generated again. */
+ * else generated again (wl_grad_bits, as wl_grad_fill made them). */
 static uint32_t source_bits(const unsigned char *const *grads_of, sy_dtype_t dtype, int d, int64_t row, size_t e,
                             size_t rb, uint64_t round) {
-  if (!grads_of) return grad_bits(dtype, d, row, e, round);
+  if (!grads_of) return wl_grad_bits(seed, dtype, d, row, e, round);
   uint32_t bits = 0;
   memcpy(&bits, grads_of[d] + (size_t)row * rb + e * dtype_bytes(dtype), dtype_bytes(dtype)); /* little-endian */
   return bits;
@@ -147,12 +114,12 @@ static uint32_t source_bits(const unsigned char *const *grads_of, sy_dtype_t dty
 static void expect_kv_backward(const gen_t *g, int me, sy_dtype_t dtype, unsigned flags, size_t rb, uint64_t round,
                                const unsigned char *const *grads_of, unsigned char *image, size_t image_bytes) {
   memset(image, POISON, image_bytes);
-  const int C = g->C;
-  const size_t N = (size_t)g->num_tokens[me], es = dtype_bytes(dtype);
-  for (int i = 0; i < g->num_seqs[me]; i++) {
-    const int *dst = g->kv_dst[me] + (size_t)i * C;
+  const int C = g->d.C;
+  const size_t N = (size_t)g->d.num_tokens[me], es = dtype_bytes(dtype);
+  for (int i = 0; i < g->d.num_seqs[me]; i++) {
+    const int *dst = g->d.kv_dst[me] + (size_t)i * C;
     const int64_t *pos = g->kv_pos[me] + (size_t)i * C;
-    for (int64_t t = 0; t < g->lens[me][i]; t++) {
+    for (int64_t t = 0; t < g->d.lens[me][i]; t++) {
       const size_t token = (size_t)(g->start[me][i] + t);
       if (flags & SY_ATTN_UNSUMMED) {
         for (int c = 0; c < C; c++) {
@@ -207,9 +174,9 @@ typedef struct scen {
 static void check_info(sy_attn_plan_t plan, const gen_t *g, int me, const char *name) {
   sy_attn_plan_info_t info;
   CHECK_OK(sy_attn_plan_info(plan, &info));
-  int bad = info.num_tokens != g->num_tokens[me] || info.q_recv_rows != g->q_total[me] ||
+  int bad = info.num_tokens != g->d.num_tokens[me] || info.q_recv_rows != g->q_total[me] ||
             info.kv_recv_rows != g->kv_total[me];
-  for (int p = 0; p < g->W && !bad; p++)
+  for (int p = 0; p < g->d.W && !bad; p++)
     bad = info.q_recv_from[p] != g->q_pair[p][me] || info.q_send_to[p] != g->q_pair[me][p] ||
           info.kv_recv_from[p] != g->kv_pair[p][me] || info.kv_send_to[p] != g->kv_pair[me][p];
   if (bad) fprintf(stderr, "%s: rank %d: plan info disagrees with the description\n", name, me);
@@ -231,17 +198,17 @@ static void check_seqs(sy_attn_plan_t plan, const gen_t *g, int me, const unsign
                        const char *name) {
   sy_attn_plan_seqs_t seqs = SY_ATTN_PLAN_SEQS_INIT;
   CHECK_OK(sy_attn_plan_seqs(plan, &seqs));
-  CHECK_EQ_INT(seqs.num_seqs, g->desc.num_seqs[me]);
-  CHECK_EQ_INT(seqs.max_replicas, g->C);
+  CHECK_EQ_INT(seqs.num_seqs, g->d.desc.num_seqs[me]);
+  CHECK_EQ_INT(seqs.max_replicas, g->d.C);
   int bad = 0;
   int64_t row = 0;
   for (int i = 0; i < seqs.num_seqs && !bad; i++) {
     const sy_attn_seq_place_t *e = &seqs.q_send[i];
-    bad |= e->src_rank != me || e->seq != i || e->src_row != row || e->rows != g->desc.seq_lens[me][i] ||
-           e->dst_rank != g->desc.q_dst[me][i] || (e->dst_rank < 0) != (e->dst_row < 0);
-    for (int c = 0; c < g->C; c++) {
-      const sy_attn_seq_place_t *k = &seqs.kv_send[(size_t)i * g->C + c];
-      bad |= k->src_row != row || k->replica != c || k->dst_rank != g->desc.kv_dst[me][(size_t)i * g->C + c];
+    bad |= e->src_rank != me || e->seq != i || e->src_row != row || e->rows != g->d.desc.seq_lens[me][i] ||
+           e->dst_rank != g->d.desc.q_dst[me][i] || (e->dst_rank < 0) != (e->dst_row < 0);
+    for (int c = 0; c < g->d.C; c++) {
+      const sy_attn_seq_place_t *k = &seqs.kv_send[(size_t)i * g->d.C + c];
+      bad |= k->src_row != row || k->replica != c || k->dst_rank != g->d.desc.kv_dst[me][(size_t)i * g->d.C + c];
     }
     row += e->rows;
   }
@@ -266,11 +233,11 @@ static void check_seqs(sy_attn_plan_t plan, const gen_t *g, int me, const unsign
 static void scenario_rank(int me, sy_comm_t comm, void *arg) {
   scen_t *sc = arg;
   const gen_t *g = &sc->g;
-  const int C = g->C;
-  const size_t N = (size_t)g->num_tokens[me], q_rb = sc->q_rb, kv_rb = sc->kv_rb, shift = sc->shift;
+  const int C = g->d.C;
+  const size_t N = (size_t)g->d.num_tokens[me], q_rb = sc->q_rb, kv_rb = sc->kv_rb, shift = sc->shift;
   char what[192];
   sy_attn_plan_t plan = NULL;
-  CHECK_OK(sy_attn_plan_create(comm, &g->desc, &plan));
+  CHECK_OK(sy_attn_plan_create(comm, &g->d.desc, &plan));
   if (!plan) return;
   check_info(plan, g, me, sc->name);
 
@@ -358,7 +325,7 @@ static void scenario_rank(int me, sy_comm_t comm, void *arg) {
       const unsigned flags = k % 2 ? SY_ATTN_UNSUMMED : 0;
       const size_t rb = grad_row_bytes(kv_rb, dtype);
       const uint64_t round = 1 + (uint64_t)k;
-      grad_fill(grads, dtype, me, (int64_t)kv_rows_here, rb, round);
+      wl_grad_fill(grads, seed, dtype, me, (int64_t)kv_rows_here, rb, round);
       sc->grads_of[me] = grads; /* published by the barrier below */
       memcpy(copy, grads, kv_rows_here * rb);
       memset(grad_out, POISON, grad_out_bytes);
@@ -398,16 +365,16 @@ static void scenarios(void) {
   for (int w = 0; w < 5; w++) {
     const int W = worlds[w];
     for (int C = 0; C <= W; C++) {
-      for (int kind = 0; kind < GEN_KINDS; kind++, index++) {
-        if (C == 0 && kind != GEN_RANDOM) continue; /* C = 0 (no KV) once per world size */
+      for (int kind = 0; kind < WL_ATTN_KINDS; kind++, index++) {
+        if (C == 0 && kind != WL_ATTN_RANDOM) continue; /* C = 0 (no KV) once per world size */
         scen_t *sc = calloc(1, sizeof *sc);
-        gen_make(&sc->g, W, C, (gen_kind_t)kind, 6, (uint64_t)index);
+        gen_make(&sc->g, W, C, (wl_attn_kind_t)kind, 6, (uint64_t)index);
         /* 4096-byte rows on every fourth scenario only, to keep the run short */
         sc->q_rb = row_sizes[index % 4][0];
         sc->kv_rb = row_sizes[index % 4][1];
         if (W * C > 16 && sc->kv_rb == 4096) sc->kv_rb = 1030; /* the widest plans: smaller KV rows, same paths */
         sc->shift = (size_t)(index % 3);
-        snprintf(sc->name, sizeof sc->name, "W=%d C=%d %s (q %zu B, kv %zu B)", W, C, gen_name(kind), sc->q_rb,
+        snprintf(sc->name, sizeof sc->name, "W=%d C=%d %s (q %zu B, kv %zu B)", W, C, wl_attn_kind_name(kind), sc->q_rb,
                  sc->kv_rb);
         run_ranks(W, scenario_rank, sc);
         gen_free(&sc->g);
@@ -453,9 +420,9 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
     const size_t rb = rbs[(k / 4) % 4];
     const uint64_t round = 100 + (uint64_t)k;
     sy_attn_plan_t plan = NULL;
-    CHECK_OK(sy_attn_plan_create(comm, &g->desc, &plan));
+    CHECK_OK(sy_attn_plan_create(comm, &g->d.desc, &plan));
     if (!plan) break;
-    const int64_t N = g->num_tokens[me];
+    const int64_t N = g->d.num_tokens[me];
     char what[128];
     snprintf(what, sizeof what, "back-to-back call %d (op %d, %zu-byte rows): rank %d", k, op, rb, me);
     /* Only this rank writes its outputs (receivers pull), so poisoning them needs no barrier. */
@@ -480,7 +447,7 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
       expect_reverse(g, me, 0, rb, round, image, alloc);
       wrong += compare_bytes(recv, image, alloc, rb, what);
     } else {
-      grad_fill(in, SY_DTYPE_BF16, me, g->kv_total[me], rb, round);
+      wl_grad_fill(in, seed, SY_DTYPE_BF16, me, g->kv_total[me], rb, round);
       memset(grad_out, POISON, grad_bytes);
       CHECK_OK(sy_attn_kv_backward(attn, plan, in, rb, SY_DTYPE_BF16, 0, grad_out, NULL));
       expect_kv_backward(g, me, SY_DTYPE_BF16, 0, rb, round, NULL, image, grad_bytes);
@@ -501,7 +468,7 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
 static void back_to_back(void) {
   b2b_t *b = calloc(1, sizeof *b);
   for (int k = 0; k < B2B_CALLS; k++) {
-    gen_make(&b->g[k], B2B_W, B2B_C, k % 7 == 6 ? GEN_EMPTY_RANK : GEN_RANDOM, 4, 0xb2b000ull + (uint64_t)k);
+    gen_make(&b->g[k], B2B_W, B2B_C, k % 7 == 6 ? WL_ATTN_EMPTY_RANK : WL_ATTN_RANDOM, 4, 0xb2b000ull + (uint64_t)k);
     if (b->g[k].max_tokens > b->max_tokens) b->max_tokens = b->g[k].max_tokens;
     if (b->g[k].max_q > b->max_q) b->max_q = b->g[k].max_q;
     if (b->g[k].max_kv > b->max_kv) b->max_kv = b->g[k].max_kv;

@@ -20,6 +20,7 @@
  */
 #include "check.h"
 #include "ref/fp8.h"
+#include "workload.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -249,12 +250,7 @@ static void scales(void) {
 
 static uint64_t rng_state = 0x5eed0f8ull;
 
-static uint32_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
+static uint32_t rnd(void) { return (uint32_t)(wl_rand(&rng_state) >> 32); } /* splitmix64's upper half */
 
 /* A bf16 of biased exponent in [lo, hi] (1 .. 254), random sign and mantissa. */
 static uint16_t rnd_bf16(int lo, int hi, int negative) {

@@ -7,6 +7,7 @@
  */
 #include "check.h"
 #include "switchyard.h"
+#include "workload.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -23,15 +24,8 @@
 
 static uint64_t seed = 0x5717c4ad5eedull;
 
-static uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 static uint64_t hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  return mix(mix(mix(mix(seed ^ a) ^ b) ^ c) ^ d);
+  return wl_mix(wl_mix(wl_mix(wl_mix(seed ^ a) ^ b) ^ c) ^ d);
 }
 
 /* Bytes source s sends destination p in round `round`: about one pair in five sends nothing. */
@@ -44,7 +38,7 @@ static size_t pair_bytes(int world, int round, int s, int p) {
 
 /* Payload byte i of the s -> p message: never zero. */
 static unsigned char payload(int round, int s, int p, size_t i) {
-  uint64_t h = mix(((uint64_t)round << 48) ^ ((uint64_t)s << 40) ^ ((uint64_t)p << 32) ^ (uint64_t)i ^ seed);
+  uint64_t h = wl_mix(((uint64_t)round << 48) ^ ((uint64_t)s << 40) ^ ((uint64_t)p << 32) ^ (uint64_t)i ^ seed);
   return (unsigned char)(h % 255 + 1);
 }
 

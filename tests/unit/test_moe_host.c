@@ -29,32 +29,32 @@ enum { MODE_ONE_CALL, MODE_HALVES, MODE_ALTERNATE };
 
 /* name, W, E, K, H, T, wire, flags, ids, route, rounds, mode, specials, check_ref */
 static const moe_case_t cases[] = {
-    {"one rank", 1, 8, 2, 128, 16, FP8, 0, I32, ROUTE_RANDOM, 3, MODE_ONE_CALL, 0, 1, 1},
-    {"two ranks top-1 ue8m0 per-expert", 2, 8, 1, 256, 16, UE8, PE, I64, ROUTE_RANDOM, 3, MODE_HALVES, 0, 1, 2},
-    {"same rank bf16", 2, 16, 8, 128, 12, BF16, 0, I64, ROUTE_SAME_RANK, 3, MODE_HALVES, 0, 1, 3},
-    {"hidden 2048", 4, 8, 2, 2048, 6, FP8, 0, I32, ROUTE_RANDOM, 2, MODE_ONE_CALL, 0, 1, 4},
-    {"top-16", 4, 32, 16, 128, 8, UE8, 0, I32, ROUTE_RANDOM, 2, MODE_HALVES, 0, 1, 5},
-    {"hidden 4096 bf16 per-expert", 4, 64, 8, 4096, 4, BF16, PE, I32, ROUTE_RANDOM, 2, MODE_HALVES, 0, 0, 6},
-    {"hidden 7168 eight ranks", 8, 16, 2, 7168, 3, FP8, 0, I64, ROUTE_RANDOM, 1, MODE_ONE_CALL, 0, 0, 7},
-    {"288 experts", 8, 288, 8, 128, 16, FP8, 0, I32, ROUTE_RANDOM, 2, MODE_HALVES, 0, 0, 8},
-    {"288 experts top-16 per-expert", 8, 288, 16, 256, 8, BF16, PE, I64, ROUTE_RANDOM, 1, MODE_HALVES, 0, 0, 9},
-    {"one expert", 2, 8, 2, 128, 16, FP8, 0, I32, ROUTE_ONE_EXPERT, 2, MODE_ONE_CALL, 0, 1, 10},
-    {"one expert per-expert", 4, 16, 2, 128, 16, FP8, PE, I32, ROUTE_ONE_EXPERT, 2, MODE_HALVES, 0, 1, 11},
-    {"empty rank", 4, 32, 4, 128, 8, FP8, 0, I32, ROUTE_EMPTY_RANK, 4, MODE_ALTERNATE, 0, 1, 12},
-    {"no experts", 4, 8, 4, 128, 8, BF16, 0, I32, ROUTE_NONE, 1, MODE_HALVES, 0, 1, 13},
-    {"same rank ue8m0", 2, 8, 8, 128, 8, UE8, 0, I64, ROUTE_SAME_RANK, 2, MODE_ALTERNATE, 0, 1, 14},
-    {"one rank 288 experts 7168", 1, 288, 16, 7168, 2, UE8, PE, I32, ROUTE_RANDOM, 1, MODE_ONE_CALL, 0, 0, 15},
-    {"one expert per rank", 8, 8, 1, 4096, 2, UE8, PE, I64, ROUTE_FULL, 1, MODE_HALVES, 0, 0, 16},
-    {"top-k above experts", 2, 2, 4, 128, 8, FP8, 0, I32, ROUTE_RANDOM, 2, MODE_ALTERNATE, 0, 1, 17},
-    {"bf16 7168 full", 4, 16, 2, 7168, 4, BF16, 0, I32, ROUTE_FULL, 1, MODE_HALVES, 0, 0, 18},
-    {"specials fp8", 2, 8, 4, 256, 16, FP8, 0, I32, ROUTE_FULL, 2, MODE_ONE_CALL, 1, 1, 19},
-    {"specials ue8m0 per-expert", 4, 16, 8, 128, 8, UE8, PE, I64, ROUTE_RANDOM, 2, MODE_HALVES, 1, 1, 20},
-    {"specials bf16 same rank", 2, 16, 8, 128, 8, BF16, 0, I32, ROUTE_SAME_RANK, 2, MODE_ALTERNATE, 1, 1, 21},
+    {"one rank", 1, 8, 2, 128, 16, FP8, 0, I32, WL_ROUTE_RANDOM, 3, MODE_ONE_CALL, 0, 1, 1},
+    {"two ranks top-1 ue8m0 per-expert", 2, 8, 1, 256, 16, UE8, PE, I64, WL_ROUTE_RANDOM, 3, MODE_HALVES, 0, 1, 2},
+    {"same rank bf16", 2, 16, 8, 128, 12, BF16, 0, I64, WL_ROUTE_SAME_RANK, 3, MODE_HALVES, 0, 1, 3},
+    {"hidden 2048", 4, 8, 2, 2048, 6, FP8, 0, I32, WL_ROUTE_RANDOM, 2, MODE_ONE_CALL, 0, 1, 4},
+    {"top-16", 4, 32, 16, 128, 8, UE8, 0, I32, WL_ROUTE_RANDOM, 2, MODE_HALVES, 0, 1, 5},
+    {"hidden 4096 bf16 per-expert", 4, 64, 8, 4096, 4, BF16, PE, I32, WL_ROUTE_RANDOM, 2, MODE_HALVES, 0, 0, 6},
+    {"hidden 7168 eight ranks", 8, 16, 2, 7168, 3, FP8, 0, I64, WL_ROUTE_RANDOM, 1, MODE_ONE_CALL, 0, 0, 7},
+    {"288 experts", 8, 288, 8, 128, 16, FP8, 0, I32, WL_ROUTE_RANDOM, 2, MODE_HALVES, 0, 0, 8},
+    {"288 experts top-16 per-expert", 8, 288, 16, 256, 8, BF16, PE, I64, WL_ROUTE_RANDOM, 1, MODE_HALVES, 0, 0, 9},
+    {"one expert", 2, 8, 2, 128, 16, FP8, 0, I32, WL_ROUTE_ONE_EXPERT, 2, MODE_ONE_CALL, 0, 1, 10},
+    {"one expert per-expert", 4, 16, 2, 128, 16, FP8, PE, I32, WL_ROUTE_ONE_EXPERT, 2, MODE_HALVES, 0, 1, 11},
+    {"empty rank", 4, 32, 4, 128, 8, FP8, 0, I32, WL_ROUTE_EMPTY_RANK, 4, MODE_ALTERNATE, 0, 1, 12},
+    {"no experts", 4, 8, 4, 128, 8, BF16, 0, I32, WL_ROUTE_NONE, 1, MODE_HALVES, 0, 1, 13},
+    {"same rank ue8m0", 2, 8, 8, 128, 8, UE8, 0, I64, WL_ROUTE_SAME_RANK, 2, MODE_ALTERNATE, 0, 1, 14},
+    {"one rank 288 experts 7168", 1, 288, 16, 7168, 2, UE8, PE, I32, WL_ROUTE_RANDOM, 1, MODE_ONE_CALL, 0, 0, 15},
+    {"one expert per rank", 8, 8, 1, 4096, 2, UE8, PE, I64, WL_ROUTE_FULL, 1, MODE_HALVES, 0, 0, 16},
+    {"top-k above experts", 2, 2, 4, 128, 8, FP8, 0, I32, WL_ROUTE_RANDOM, 2, MODE_ALTERNATE, 0, 1, 17},
+    {"bf16 7168 full", 4, 16, 2, 7168, 4, BF16, 0, I32, WL_ROUTE_FULL, 1, MODE_HALVES, 0, 0, 18},
+    {"specials fp8", 2, 8, 4, 256, 16, FP8, 0, I32, WL_ROUTE_FULL, 2, MODE_ONE_CALL, 1, 1, 19},
+    {"specials ue8m0 per-expert", 4, 16, 8, 128, 8, UE8, PE, I64, WL_ROUTE_RANDOM, 2, MODE_HALVES, 1, 1, 20},
+    {"specials bf16 same rank", 2, 16, 8, 128, 8, BF16, 0, I32, WL_ROUTE_SAME_RANK, 2, MODE_ALTERNATE, 1, 1, 21},
 };
 
 static const moe_case_t back_to_back[] = {
-    {"1000 calls", 4, 8, 2, 128, 4, FP8, 0, I32, ROUTE_RANDOM, 1000, MODE_ALTERNATE, 0, 0, 30},
-    {"1000 calls per-expert", 2, 8, 4, 128, 4, UE8, PE, I64, ROUTE_RANDOM, 1000, MODE_ALTERNATE, 0, 0, 31},
+    {"1000 calls", 4, 8, 2, 128, 4, FP8, 0, I32, WL_ROUTE_RANDOM, 1000, MODE_ALTERNATE, 0, 0, 30},
+    {"1000 calls per-expert", 2, 8, 4, 128, 4, UE8, PE, I64, WL_ROUTE_RANDOM, 1000, MODE_ALTERNATE, 0, 0, 31},
 };
 
 /* ---- one rank of a case ------------------------------------------------------------------------------------- */
@@ -280,7 +280,8 @@ static void test_generators(void) {
   for (int r = 0; r < none->W; r++)
     for (size_t i = 0; i < (size_t)wi.n[r] * none->K; i++) CHECK(wi.ids[r][i] == -1);
   inputs_free(none, &wi);
-  CHECK_EQ_INT(gen_num_tokens(empty, 1, 1), 0);
+  const wl_moe_t empty_gen = case_gen(empty);
+  CHECK_EQ_INT(wl_moe_num_tokens(&empty_gen, 1, 1), 0);
   inputs_alloc(one, &wi);
   inputs_gen(one, 0, &wi);
   for (int r = 0; r < one->W; r++)

@@ -16,9 +16,10 @@
 
 /* ---- the case both ranks run: every rank full in round 0, rank 0 empty (NULL buffers) in round 1 ----------- */
 
-static const moe_case_t small = {"args", 2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, 0, SY_INDEX_INT32, ROUTE_FULL, 2, 0, 0, 0, 40};
+static const moe_case_t small = {"args", 2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, 0,
+                                 SY_INDEX_INT32, WL_ROUTE_FULL, 2, 0, 0, 0, 40};
 static const moe_case_t small_pe = {"args per-expert", 2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, SY_MOE_PER_EXPERT,
-                                    SY_INDEX_INT64, ROUTE_FULL, 1, 0, 0, 0, 41};
+                                    SY_INDEX_INT64, WL_ROUTE_FULL, 1, 0, 0, 0, 41};
 
 static void gen_round(const moe_case_t *c, int round, world_inputs_t *wi) {
   inputs_gen(c, round, wi);

@@ -2,7 +2,7 @@
  * attn.c — sy-bench entry `attn`: the attention Q+KV forward (Q rows 4096 B, KV rows 1024 B, C = 2 replicas)
  * on a seeded plan (documents of 256..16K tokens, each rank's sequences to random ranks, KV to two distinct
  * random ranks), tokens per rank from -t to -T (8K..512K), checked against the plan's receive lists and the
- * payload formula, beside:
+ * payload formula (plan and payload from tests/workload), beside:
  *  - NCCL all-to-all-v: grouped ncclSend/ncclRecv moving the same bytes per (source, destination) pair in the
  *    same process. NCCL gets each pair's rows packed (it cannot gather sequences), which favours it.
  *  - the direct-store reference: every rank storing into every peer at once with plain 16-byte stores
@@ -19,93 +19,13 @@
 #include "bench.h"
 #include "core/internal.h"
 #include "plan/attn_plan.h"
+#include "workload.h"
 
 enum { Q_RB = 4096, KV_RB = 1024, REPLICAS = 2 };
 
 size_t bench_attn_heap(const bench_opts_t *opts) {
   const size_t rows = (size_t)opts->max_tokens * 5 / 4 + 65536; /* receive imbalance of a random plan */
   return rows * Q_RB + (size_t)REPLICAS * rows * KV_RB + ((size_t)256 << 20);
-}
-
-typedef struct plan_gen {
-  int W;
-  int *num_seqs;
-  int64_t *num_tokens, **lens;
-  int **q_dst, **kv_dst;
-  sy_attn_plan_desc_t desc;
-} plan_gen_t;
-
-static uint64_t rnd(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static int gen_plan(plan_gen_t *g, int W, int64_t tokens, uint64_t seed, int even) {
-  memset(g, 0, sizeof *g);
-  g->W = W;
-  g->num_seqs = calloc((size_t)W, sizeof(int));
-  g->num_tokens = calloc((size_t)W, sizeof(int64_t));
-  g->lens = calloc((size_t)W, sizeof(int64_t *));
-  g->q_dst = calloc((size_t)W, sizeof(int *));
-  g->kv_dst = calloc((size_t)W, sizeof(int *));
-  if (!g->num_seqs || !g->num_tokens || !g->lens || !g->q_dst || !g->kv_dst) return 1;
-  const int C = W >= REPLICAS ? REPLICAS : W;
-  uint64_t rng = seed;
-  for (int r = 0; r < W; r++) {
-    int cap = (int)(tokens / 256) + 1 + W, n = 0;
-    g->lens[r] = calloc((size_t)cap, sizeof(int64_t));
-    g->q_dst[r] = calloc((size_t)cap, sizeof(int));
-    g->kv_dst[r] = calloc((size_t)cap * C, sizeof(int));
-    if (!g->lens[r] || !g->q_dst[r] || !g->kv_dst[r]) return 1;
-    if (even) { /* W sequences of tokens / W (the last takes the rest): sequence i to rank i, KV to i, i + 1 */
-      for (int i = 0; i < W && i < cap; i++, n++) {
-        g->lens[r][i] = i < W - 1 ? tokens / W : tokens - (int64_t)(W - 1) * (tokens / W);
-        g->q_dst[r][i] = i;
-        g->kv_dst[r][i * C] = i;
-        if (C > 1) g->kv_dst[r][i * C + 1] = (i + 1) % W;
-      }
-    }
-    for (int64_t left = even ? 0 : tokens; left > 0; n++) {
-      int64_t len = 256 + (int64_t)(rnd(&rng) % (16384 - 256 + 1));
-      if (len > left) len = left;
-      left -= len;
-      g->lens[r][n] = len;
-      g->q_dst[r][n] = (int)(rnd(&rng) % (uint64_t)W);
-      int a = (int)(rnd(&rng) % (uint64_t)W), b = (a + 1 + (int)(rnd(&rng) % (uint64_t)(W > 1 ? W - 1 : 1))) % W;
-      g->kv_dst[r][n * C] = a;
-      if (C > 1) g->kv_dst[r][n * C + 1] = b;
-    }
-    g->num_seqs[r] = n;
-    g->num_tokens[r] = tokens;
-  }
-  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
-  d.world_size = W;
-  d.max_replicas = C;
-  d.num_seqs = g->num_seqs;
-  d.num_tokens = g->num_tokens;
-  d.seq_lens = (const int64_t *const *)g->lens;
-  d.q_dst = (const int *const *)g->q_dst;
-  d.kv_dst = (const int *const *)g->kv_dst;
-  g->desc = d;
-  return 0;
-}
-
-static void free_plan_gen(plan_gen_t *g) {
-  for (int r = 0; g->lens && r < g->W; r++) free(g->lens[r]), free(g->q_dst[r]), free(g->kv_dst[r]);
-  free(g->num_seqs), free(g->num_tokens), free(g->lens), free(g->q_dst), free(g->kv_dst);
-}
-
-/* The payload: 8-byte word w of row `row` of rank `src`'s buffer `which` (0 = Q, 1 = KV). */
-static inline uint64_t word_of(int src, int which, int64_t row, size_t w) {
-  return ((uint64_t)src << 56) ^ ((uint64_t)which << 52) ^ ((uint64_t)row * 0x9E3779B97F4A7C15ull) ^ (w * 0x100000001B3ull) ^ 1;
-}
-
-static void fill(uint64_t *h, int src, int which, int64_t rows, size_t rb) {
-  const size_t words = rb / 8;
-  for (int64_t i = 0; i < rows; i++)
-    for (size_t w = 0; w < words; w++) h[(size_t)i * words + w] = word_of(src, which, i, w);
 }
 
 /* Wrong bytes in a received buffer: every receive segment of the plan against the formula, and the rows
@@ -118,7 +38,7 @@ static long long verify(const sy_attn_dir_t *dir, int W, int which, const uint64
       const sy_attn_seg_t *seg = &dir->recv_segs[g];
       for (int64_t i = 0; i < seg->rows; i++)
         for (size_t w = 0; w < words; w++)
-          wrong += got[(size_t)(seg->dst_row + i) * words + w] != word_of(s, which, seg->src_row + i, w);
+          wrong += got[(size_t)(seg->dst_row + i) * words + w] != wl_payload_word(s, which, seg->src_row + i, w);
     }
   }
   const uint64_t poison = 0xEEEEEEEEEEEEEEEEull;
@@ -237,8 +157,8 @@ int bench_attn(bench_ctx_t *ctx) {
   if (o->check && (!h || !got)) return 1;
   for (int64_t tokens = o->min_tokens; tokens <= max_tokens && !rc; tokens *= 2)
   for (int even = 0; even < 2 && !rc; even++) {
-    plan_gen_t g;
-    if (gen_plan(&g, W, tokens, 0xA77E + (uint64_t)tokens, even)) return 1;
+    wl_attn_desc_t g;
+    if (wl_attn_documents(&g, W, REPLICAS, tokens, even, 0xA77E + (uint64_t)tokens)) return 1;
     if (sy_attn_plan_create(ctx->comm, &g.desc, &b.plan) != SY_SUCCESS) return 1;
     b.p = b.plan; /* the internal view: sy_attn_plan_t is struct sy_attn_plan * */
     const sy_attn_dir_t *qd = &b.p->dir[SY_ATTN_Q_FWD], *kd = &b.p->dir[SY_ATTN_KV_FWD];
@@ -253,7 +173,7 @@ int bench_attn(bench_ctx_t *ctx) {
     }
     if (qd->recv_total > cap_rows || kd->recv_total > cap_rows * REPLICAS) {
       bench_print(ctx, "# plan needs more receive rows than reserved; skipped\n");
-      sy_attn_plan_destroy(b.plan), free_plan_gen(&g);
+      sy_attn_plan_destroy(b.plan), wl_attn_desc_free(&g);
       continue;
     }
     bench_timing_t ours, base;
@@ -262,9 +182,9 @@ int bench_attn(bench_ctx_t *ctx) {
     ours.wrong = -1;
     if (o->check) {
       long long wrong = 0;
-      fill(h, ctx->rank, 0, tokens, Q_RB);
+      wl_payload_fill_words(h, ctx->rank, 0, tokens, Q_RB);
       rc |= to_dev(ctx, b.q, h, (size_t)tokens * Q_RB);
-      fill(h, ctx->rank, 1, tokens, KV_RB);
+      wl_payload_fill_words(h, ctx->rank, 1, tokens, KV_RB);
       rc |= to_dev(ctx, b.kv, h, (size_t)tokens * KV_RB);
       rc |= poison(ctx, b.q_recv, (size_t)cap_rows * Q_RB);
       rc |= poison(ctx, b.kv_recv, (size_t)cap_rows * REPLICAS * KV_RB);
@@ -305,7 +225,7 @@ int bench_attn(bench_ctx_t *ctx) {
                bench_json_us(f[2], 16, ours.kernel_us), ours.host_us, ours.busbw_gbs, pct, ours.wrong, base.time_us,
                bench_json_us(f[3], 16, base.kernel_us), base.busbw_gbs, store_gbs, ratio);
     sy_attn_plan_destroy(b.plan);
-    free_plan_gen(&g);
+    wl_attn_desc_free(&g);
   }
   free(h), free(got);
   sy_attn_destroy(b.attn);

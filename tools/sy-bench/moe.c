@@ -9,7 +9,7 @@
  *            rank; per-expert: SY_MOE_PER_EXPERT, one copy per (token, expert) both ways, the k outputs
  *            summed on the owner
  *   routing  seeded and uniform: each token picks 8 distinct experts, weights in (0, 1]; one routing per size,
- *            the same for every wire and mode, and any rank can regenerate any rank's
+ *            the same for every wire and mode, and any rank can regenerate any rank's (tests/workload)
  *
  * One timed iteration is one dispatch + combine pair, because the API only accepts the halves in that order
  * (dispatch_send, dispatch_recv, combine_send, combine_recv); CUDA events around each half give its kernel
@@ -30,6 +30,7 @@
 #include "bench.h"
 #include "boot/boot.h"
 #include "ref/moe_ref.h"
+#include "workload.h"
 
 enum { HIDDEN = 7168, TOP_K = 8, NUM_EXPERTS = 256 };
 static const int64_t default_tokens[] = {1, 32, 128, 256};
@@ -109,51 +110,6 @@ size_t bench_moe_heap(const bench_opts_t *opts) {
           most = layout.total;
       }
   return most + ((size_t)256 << 20);
-}
-
-/* ---- seeded inputs ------------------------------------------------------------------------------------------ */
-
-static uint64_t rnd(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t seed_of(int rank, int64_t tokens, uint64_t what) {
-  return 0x6D6F452D6C6C0000ull ^ (what << 56) ^ ((uint64_t)tokens << 24) ^ ((uint64_t)rank * 0xD1B54A32D192ED03ull);
-}
-
-/* Rank `rank`'s routing at `tokens` tokens per rank: TOP_K distinct experts per token, uniformly; weights
- * (when asked for) in (0, 1]. */
-static void gen_routing(int rank, int tokens, int experts, int32_t *ids, float *weights) {
-  uint64_t s = seed_of(rank, tokens, 1);
-  for (int t = 0; t < tokens; t++) {
-    int32_t *row = ids + (size_t)t * TOP_K;
-    for (int k = 0; k < TOP_K; k++) {
-      int taken;
-      do {
-        row[k] = (int32_t)(rnd(&s) % (uint64_t)experts);
-        taken = 0;
-        for (int j = 0; j < k; j++) taken |= row[j] == row[k];
-      } while (taken);
-      const float w = (float)((rnd(&s) >> 40) + 1) / 16777216.0f;
-      if (weights) weights[(size_t)t * TOP_K + k] = w;
-    }
-  }
-}
-
-/* Finite, non-zero bf16 values in (-4, 4) (the float's upper half). */
-static void gen_tokens(int rank, int tokens, uint16_t *x) {
-  uint64_t s = seed_of(rank, tokens, 2);
-  for (size_t i = 0; i < (size_t)tokens * HIDDEN; i++) {
-    const uint64_t r = rnd(&s);
-    float f = ((float)(r >> 40) / 16777216.0f - 0.5f) * 8.0f;
-    if (f == 0.0f) f = 0.5f;
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    x[i] = (uint16_t)(bits >> 16);
-  }
 }
 
 /* ---- memory: device buffers on the cuda backend, host memory on the host backend --------------------------- */
@@ -585,8 +541,8 @@ int bench_moe(bench_ctx_t *ctx) {
     const int T = (int)sizes[si];
     const size_t S = (size_t)W * T;
     for (int r = 0; r < W; r++)
-      gen_routing(r, T, experts, h.all_ids + (size_t)r * T * TOP_K, r == me ? h.weights : NULL);
-    gen_tokens(me, T, h.x);
+      wl_moe_uniform_routing(r, T, experts, TOP_K, h.all_ids + (size_t)r * T * TOP_K, r == me ? h.weights : NULL);
+    wl_moe_uniform_tokens(me, T, HIDDEN, h.x);
     count_pairs(h.all_ids, W, T, L, h.msgs, h.copies);
     expected_counts(h.all_ids, W, me, T, L, h.want);
     b.tokens = T;

@@ -6,11 +6,11 @@
 # --clock-control none), as in sy-bench. Also OUTDIR/<kernel>.<tokens>.source.csv: the source page per SASS instruction
 # (-lineinfo), warp stall samples included. NCU_KERNELS='moe_dispatch_kernel ...' picks the kernels.
 set -uo pipefail
-out=${1:?usage: tools/ncu-moe.sh OUTDIR [TOKENS ...]}
+out=${1:?usage: tools/dev/ncu-moe.sh OUTDIR [TOKENS ...]}
 shift
 sizes=("$@")
 [ ${#sizes[@]} -eq 0 ] && sizes=(1 128)
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "no ncu here"; exit 1; }

@@ -2,20 +2,20 @@
 # ab.sh — A/B timing of builds side by side on one GPU machine (bench/NOTES.md: "A/B runs build each variant from
 # its own tree and run them in rotating order").
 #
-#   tools/ab.sh tree REV NAME          here: the source of commit REV into ab/NAME (ab/ is git-ignored; carry it)
-#   tools/ab.sh run OUTDIR ROUNDS 'CMD' TREE...
+#   tools/dev/ab.sh tree REV NAME      here: the source of commit REV into ab/NAME (ab/ is git-ignored; carry it)
+#   tools/dev/ab.sh run OUTDIR ROUNDS 'CMD' TREE...
 #                                      there: builds every TREE (a source tree: `.` or ab/NAME) into TREE/build-ab,
 #                                      then runs CMD ROUNDS times per tree, the trees in rotating order (A B C,
 #                                      then C B A, ...) so that no variant always runs first. CMD is run with
 #                                      $BIN set to the tree's bin folder, e.g. '$BIN/syrun -n 1 $BIN/sy-bench
 #                                      --no-nccl -t 128 -T 1024 attn'. Prints every round's rows, tree by tree,
-#                                      and then tools/ab-digest.py's table of kernel times; the logs (build and
+#                                      and then tools/dev/ab-digest.py's table of kernel times; the logs (build and
 #                                      runs) go to OUTDIR/ab-logs.tar.gz (few files: the device tool returns 8).
 # AB_TIMEOUT=S caps each run (default 120 s): a hang must not take the device session.
 set -uo pipefail
-cmd=${1:?usage: tools/ab.sh tree REV NAME | run OUTDIR ROUNDS CMD TREE...}
+cmd=${1:?usage: tools/dev/ab.sh tree REV NAME | run OUTDIR ROUNDS CMD TREE...}
 shift
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 case $cmd in
 tree)
   rev=${1:?REV} name=${2:?NAME}
@@ -58,7 +58,7 @@ run)
   done >"$out/ab.txt"
   cat "$out/ab.txt"
   echo
-  python3 "$root/tools/ab-digest.py" "$out/ab.txt"
+  python3 "$root/tools/dev/ab-digest.py" "$out/ab.txt"
   tar -czf "$out/ab-logs.tar.gz" -C "$out" ab-logs && rm -rf "$logs"
   ;;
 *) echo "ab.sh: unknown command $cmd" >&2; exit 2 ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ab-digest.py AB_OUTPUT — the kernel times of tools/ab.sh's rounds side by side: one line per benchmark row
+"""ab-digest.py AB_OUTPUT — the kernel times of tools/dev/ab.sh's rounds side by side: one line per benchmark row
 (moe-ll: tokens, wire, mode and dispatch or combine; attn: tokens and plan; alltoall: bytes per rank), then per
 tree the kernel-time column (CUPTI) of every round, so that a change shows as two sets of numbers that do or
 do not overlap."""

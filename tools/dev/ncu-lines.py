@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ncu-lines.py SOURCE.csv SASS FUNC SRC [TOP] — where a kernel's warps wait, per CUDA source line: ncu's source
-page per SASS instruction (tools/ncu-moe.sh's <kernel>.<tokens>.source.csv) with its warp stall samples summed per
+page per SASS instruction (tools/dev/ncu-moe.sh's <kernel>.<tokens>.source.csv) with its warp stall samples summed per
 line, each instruction's line taken from SASS = `nvdisasm -g` of a -lineinfo cubin of the same source and flags
 (FUNC: the kernel's mangled name; offsets within the function; "opcode mismatches" > 0 means the cubin is not the
 profiled build). The toolkit here lacks nvdisasm: `pip download nvidia-cuda-nvdisasm` has it."""
