@@ -1,7 +1,7 @@
 /*
  * rendezvous.h — what the rendezvous transports share inside src/boot (not used elsewhere): the boot object
  * and the time helpers that keep every wait bounded. rendezvous.c holds the entry points, the trivial and the
- * directory transports; rendezvous_tcp.c the TCP star.
+ * directory transports; tcp.c, tcp_root.c and tcp_leaf.c the TCP star.
  */
 #ifndef SY_BOOT_RENDEZVOUS_H
 #define SY_BOOT_RENDEZVOUS_H

@@ -181,6 +181,35 @@ static __device__ __noinline__ void attn_reduce(const attn_params &P, const char
   }
 }
 
+/* Bytes [lo, hi) of a pair's rows, whose segments (from `first`, ng in all) map its ascending bytes to source and
+ * destination rows: large copies by the whole block, small ones one warp each, in turn; direct stores where the
+ * peer is load/store reachable (peer_base: its control region), else NVSHMEM puts. dst_base: where the channel's
+ * rows go at the peer, from the control region. Every thread of the block calls it. */
+__device__ __forceinline__ void copy_segments(const dev_ctx &ctx, const attn_chan &ch, const int64_t *segs, int64_t first,
+                                              int64_t ng, uint64_t lo, uint64_t hi, int64_t dst_base, char *peer_base,
+                                              int p) {
+  const unsigned warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const uint64_t rb = ch.row_bytes;
+  unsigned small = 0;
+  for (int64_t g = first; g < ng; g++) {
+    const int64_t src_row = segs[4 * g], dst_row = segs[4 * g + 1], rows = segs[4 * g + 2], cum = segs[4 * g + 3];
+    const uint64_t seg_lo = (uint64_t)cum * rb, seg_hi = seg_lo + (uint64_t)rows * rb;
+    if (seg_lo >= hi) break;
+    const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
+    const char *src = ch.src + (uint64_t)src_row * rb + (a - seg_lo);
+    const int64_t dst_off = dst_base + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
+    if (b - a >= ATTN_SMALL_COPY) {
+      if (peer_base) copy_block(peer_base + dst_off, src, b - a);
+      else put_nbi_block_cold(ctx.ctrl + dst_off, src, b - a, p);
+    } else {
+      if (small++ % nwarps == warp) {
+        if (peer_base) copy_warp(peer_base + dst_off, src, b - a);
+        else put_nbi_warp_cold(ctx.ctrl + dst_off, src, b - a, p);
+      }
+    }
+  }
+}
+
 /* TICKETS: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
  * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "instruction fetch"). TRACE: the
  * trace points (SY_TRACE_FILE), likewise. */
@@ -189,7 +218,6 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   pdl_begin();
   const dev_ctx &ctx = P.ctx;
   const int W = ctx.world_size, me = ctx.rank, nch = P.nch;
-  const unsigned warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
 
   __shared__ uint64_t call_s;
   __shared__ uint32_t prefix_s[2 * MAXW + 1]; /* pieces over (k, channel), k -> peer (me + 1 + k) % W */
@@ -279,26 +307,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     if (!state_s[p]) return;
     char *peer_base = peer_base_s[p];
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
-    if (hi > lo) {
-      unsigned small = 0;
-      for (int64_t g = first; g < ng; g++) {
-        const int64_t src_row = segs[4 * g], dst_row = segs[4 * g + 1], rows = segs[4 * g + 2], cum = segs[4 * g + 3];
-        const uint64_t seg_lo = (uint64_t)cum * rb, seg_hi = seg_lo + (uint64_t)rows * rb;
-        if (seg_lo >= hi) break;
-        const uint64_t a = lo > seg_lo ? lo : seg_lo, b = hi < seg_hi ? hi : seg_hi;
-        const char *src = ch.src + (uint64_t)src_row * rb + (a - seg_lo);
-        const int64_t dst_off = delta_s[p][c] + (int64_t)((uint64_t)dst_row * rb + (a - seg_lo));
-        if (b - a >= ATTN_SMALL_COPY) {
-          if (peer_base) copy_block(peer_base + dst_off, src, b - a);
-          else put_nbi_block_cold(ctx.ctrl + dst_off, src, b - a, p);
-        } else {
-          if (small++ % nwarps == warp) {
-            if (peer_base) copy_warp(peer_base + dst_off, src, b - a);
-            else put_nbi_warp_cold(ctx.ctrl + dst_off, src, b - a, p);
-          }
-        }
-      }
-    }
+    if (hi > lo) copy_segments(ctx, ch, segs, first, ng, lo, hi, delta_s[p][c], peer_base, p);
     /* One counter update per piece, after the whole block's stores (bar.sync, then a cumulative release). */
     __syncthreads();
     if (threadIdx.x == 0) {
