@@ -24,9 +24,9 @@
 #ifndef SWITCHYARD_H
 #define SWITCHYARD_H
 
+#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,24 +41,24 @@ extern "C" {
 #define SY_VERSION_MAJOR 0
 #define SY_VERSION_MINOR 1
 #define SY_VERSION_PATCH 0
-#define SY_VERSION_CODE (SY_VERSION_MAJOR * 10000 + SY_VERSION_MINOR * 100 + SY_VERSION_PATCH)
+#define SY_VERSION_CODE  (SY_VERSION_MAJOR * 10000 + SY_VERSION_MINOR * 100 + SY_VERSION_PATCH)
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* Status codes. One list; the enum, sy_status_name and sy_status_string are all generated from it.       */
 /* ---------------------------------------------------------------------------------------------------- */
-#define SY_STATUS_LIST(X)                                                                                \
-  X(SY_SUCCESS, 0, "success")                                                                            \
-  X(SY_ERR_INVALID_ARG, -1, "invalid argument")                                                          \
-  X(SY_ERR_NO_MEMORY, -2, "out of memory")                                                               \
-  X(SY_ERR_CUDA, -3, "cuda runtime error")                                                               \
-  X(SY_ERR_NVSHMEM, -4, "nvshmem error")                                                                 \
-  X(SY_ERR_TIMEOUT, -5, "timed out waiting for a peer")                                                  \
-  X(SY_ERR_BOOTSTRAP, -6, "bootstrap (rendezvous) failed")                                               \
-  X(SY_ERR_SYSTEM, -7, "system call failed")                                                             \
-  X(SY_ERR_UNSUPPORTED, -8, "not supported by this backend or build")                                    \
-  X(SY_ERR_NO_DEVICE, -9, "no usable GPU")                                                               \
-  X(SY_ERR_ABORTED, -10, "communicator aborted by an earlier error")                                     \
-  X(SY_ERR_MISMATCH, -11, "ranks disagree on a collective's arguments")                                  \
+#define SY_STATUS_LIST(X)                                               \
+  X(SY_SUCCESS, 0, "success")                                           \
+  X(SY_ERR_INVALID_ARG, -1, "invalid argument")                         \
+  X(SY_ERR_NO_MEMORY, -2, "out of memory")                              \
+  X(SY_ERR_CUDA, -3, "cuda runtime error")                              \
+  X(SY_ERR_NVSHMEM, -4, "nvshmem error")                                \
+  X(SY_ERR_TIMEOUT, -5, "timed out waiting for a peer")                 \
+  X(SY_ERR_BOOTSTRAP, -6, "bootstrap (rendezvous) failed")              \
+  X(SY_ERR_SYSTEM, -7, "system call failed")                            \
+  X(SY_ERR_UNSUPPORTED, -8, "not supported by this backend or build")   \
+  X(SY_ERR_NO_DEVICE, -9, "no usable GPU")                              \
+  X(SY_ERR_ABORTED, -10, "communicator aborted by an earlier error")    \
+  X(SY_ERR_MISMATCH, -11, "ranks disagree on a collective's arguments") \
   X(SY_ERR_INTERNAL, -12, "internal error")
 
 typedef enum sy_status {
@@ -102,7 +102,8 @@ typedef struct sy_comm_config {
   int host_group;       /* host backend: threads that pass the same value form one communicator */
 } sy_comm_config_t;
 
-#define SY_COMM_CONFIG_INIT {sizeof(sy_comm_config_t), SY_BACKEND_AUTO, -1, -1, -1, 0, 0, 0}
+#define SY_COMM_CONFIG_INIT \
+  { sizeof(sy_comm_config_t), SY_BACKEND_AUTO, -1, -1, -1, 0, 0, 0 }
 
 /* Collective. Creates this rank's communicator. cuda backend: selects the GPU, exchanges NVSHMEM's unique
  * id through the launcher's rendezvous (syrun's private directory, or TCP to MASTER_ADDR), initialises
@@ -124,8 +125,7 @@ SY_API sy_status_t sy_comm_device(sy_comm_t comm, int *device);
 /* The first asynchronous error the communicator saw (a timed-out wait on the device, a peer's arguments
  * that disagree), or SY_SUCCESS. Does not synchronise. When detail is non-NULL, a one-line description
  * (operation, call number, peer, expected and seen values) is written into it (detail_bytes with the NUL). */
-SY_API sy_status_t sy_comm_async_error(sy_comm_t comm, sy_status_t *async_status, char *detail,
-                                       size_t detail_bytes);
+SY_API sy_status_t sy_comm_async_error(sy_comm_t comm, sy_status_t *async_status, char *detail, size_t detail_bytes);
 
 /* Collective, blocking, host-side: every rank contributes `bytes` from send; recv receives world_size * bytes
  * in rank order. Travels over the bootstrap (syrun's directory or TCP), not the GPU: meant for small things
@@ -185,14 +185,12 @@ SY_API sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t val
  *   even with nothing to send, and waits (bounded) until each peer has entered the same call before writing
  *   into its recv, so recv may be reused by the caller as soon as the call has completed on the stream.
  * Graph-capturable; the call number lives on the device, so replays need no reset. */
-SY_API sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_bytes,
-                                const size_t *send_offsets, void *recv, const size_t *recv_bytes,
-                                const size_t *recv_offsets, cudaStream_t stream);
+SY_API sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                                void *recv, const size_t *recv_bytes, const size_t *recv_offsets, cudaStream_t stream);
 
 /* sy_alltoallv with bytes_per_rank to and from every rank, packed in rank order on both sides. */
 SY_API sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, size_t bytes_per_rank,
                                cudaStream_t stream);
-
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* Context-parallel attention dispatch                                                                    */
@@ -228,7 +226,8 @@ typedef struct sy_attn_plan_desc {
                                      A rank appears at most once in one sequence's list. */
 } sy_attn_plan_desc_t;
 
-#define SY_ATTN_PLAN_DESC_INIT {sizeof(sy_attn_plan_desc_t), 0, 0, NULL, NULL, NULL, NULL, NULL}
+#define SY_ATTN_PLAN_DESC_INIT \
+  { sizeof(sy_attn_plan_desc_t), 0, 0, NULL, NULL, NULL, NULL, NULL }
 
 /* What a plan asks of this rank's buffers, in rows. */
 typedef struct sy_attn_plan_info {
@@ -263,7 +262,8 @@ typedef struct sy_attn_plan_seqs {
   const sy_attn_seq_place_t *q_send, *kv_send, *q_recv, *kv_recv;
 } sy_attn_plan_seqs_t;
 
-#define SY_ATTN_PLAN_SEQS_INIT {sizeof(sy_attn_plan_seqs_t), 0, 0, 0, 0, NULL, NULL, NULL, NULL}
+#define SY_ATTN_PLAN_SEQS_INIT \
+  { sizeof(sy_attn_plan_seqs_t), 0, 0, 0, 0, NULL, NULL, NULL, NULL }
 
 /* Builds this rank's plan (forward and reverse metadata) from the global description; rejects inconsistent
  * input naming the argument (lengths that do not tile num_tokens, a rank outside the world, max_replicas too
@@ -276,13 +276,14 @@ SY_API sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *s
 SY_API sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan);
 
 typedef struct sy_attn_config {
-  size_t size;                 /* sizeof(sy_attn_config_t) */
-  int64_t max_tokens;          /* most MLP rows any rank will own in any plan used with this object */
-  int max_replicas;            /* most KV replicas per sequence (C) */
+  size_t size;                  /* sizeof(sy_attn_config_t) */
+  int64_t max_tokens;           /* most MLP rows any rank will own in any plan used with this object */
+  int max_replicas;             /* most KV replicas per sequence (C) */
   size_t max_kv_grad_row_bytes; /* KV backward: largest gradient row, bytes (0: no KV backward) */
 } sy_attn_config_t;
 
-#define SY_ATTN_CONFIG_INIT {sizeof(sy_attn_config_t), 0, 0, 0}
+#define SY_ATTN_CONFIG_INIT \
+  { sizeof(sy_attn_config_t), 0, 0, 0 }
 
 /* Symmetric memory sy_attn_create reserves for a configuration: the KV backward's replica staging. The cuda
  * backend adds 40 bytes per rank of control words on top; leave that much room in SY_HEAP_SIZE too. */
@@ -317,7 +318,6 @@ SY_API sy_status_t sy_attn_q_reverse(sy_attn_t attn, sy_attn_plan_t plan, const 
 SY_API sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, const void *grad_rows, size_t row_bytes,
                                        sy_dtype_t dtype, unsigned flags, void *grad_out, cudaStream_t stream);
 
-
 /* ---- Placement planner (core-attention load balancing) --------------------------------------------- */
 /* Every rank holds documents (token counts, back to back in its MLP layout) and is also an attention
  * server. The planner splits documents into head/tail shards and places each shard's queries on a server
@@ -329,25 +329,26 @@ SY_API sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, cons
 typedef struct sy_attn_placement *sy_attn_placement_t;
 
 typedef struct sy_attn_place_desc {
-  size_t size;                    /* sizeof(sy_attn_place_desc_t) */
+  size_t size; /* sizeof(sy_attn_place_desc_t) */
   int world_size;
-  const int *num_docs;            /* [world_size] */
-  const int64_t *const *doc_lens; /* [world_size][num_docs[r]] tokens, each > 0 */
-  double tolerance;               /* every server's work within (1 +- tolerance) x the mean; 0: 0.10 */
-  int max_shards_per_doc;         /* 0: 2 x world_size (room to shift a cut between two servers) */
+  const int *num_docs;              /* [world_size] */
+  const int64_t *const *doc_lens;   /* [world_size][num_docs[r]] tokens, each > 0 */
+  double tolerance;                 /* every server's work within (1 +- tolerance) x the mean; 0: 0.10 */
+  int max_shards_per_doc;           /* 0: 2 x world_size (room to shift a cut between two servers) */
   size_t q_row_bytes, kv_row_bytes; /* weights for "bytes sent" (0: 1 each) */
 } sy_attn_place_desc_t;
 
-#define SY_ATTN_PLACE_DESC_INIT {sizeof(sy_attn_place_desc_t), 0, NULL, NULL, 0.0, 0, 0, 0}
+#define SY_ATTN_PLACE_DESC_INIT \
+  { sizeof(sy_attn_place_desc_t), 0, NULL, NULL, 0.0, 0, 0, 0 }
 
 typedef struct sy_attn_place_stats {
-  double max_over_mean;    /* the most loaded server's work over the mean (1.0 = perfect) */
+  double max_over_mean; /* the most loaded server's work over the mean (1.0 = perfect) */
   double work_max, work_mean;
-  int64_t q_rows_moved;    /* query rows placed off their owner */
-  int64_t kv_rows_moved;   /* KV rows sent to servers other than their owner, counting each replica */
-  int shards;              /* sequences in the result */
-  int balanced;            /* 1 if every server is within tolerance of the mean, above and below */
-  double min_over_mean;    /* the least loaded server's work over the mean */
+  int64_t q_rows_moved;  /* query rows placed off their owner */
+  int64_t kv_rows_moved; /* KV rows sent to servers other than their owner, counting each replica */
+  int shards;            /* sequences in the result */
+  int balanced;          /* 1 if every server is within tolerance of the mean, above and below */
+  double min_over_mean;  /* the least loaded server's work over the mean */
   double work_min;
 } sy_attn_place_stats_t;
 
@@ -357,7 +358,6 @@ SY_API sy_status_t sy_attn_place(const sy_attn_place_desc_t *desc, sy_attn_place
 SY_API sy_status_t sy_attn_placement_desc(sy_attn_placement_t placement, sy_attn_plan_desc_t *desc);
 SY_API sy_status_t sy_attn_placement_stats(sy_attn_placement_t placement, sy_attn_place_stats_t *stats);
 SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
-
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* Expert-parallel (MoE) low-latency dispatch and combine                                                 */
@@ -416,29 +416,30 @@ typedef enum sy_moe_wire { SY_MOE_WIRE_FP8 = 0, SY_MOE_WIRE_FP8_UE8M0 = 1, SY_MO
 typedef enum sy_index_type { SY_INDEX_INT32 = 0, SY_INDEX_INT64 = 1 } sy_index_type_t;
 
 #define SY_MOE_PER_EXPERT 1u  /* one copy per (token, expert) both ways instead of per (token, rank) */
-#define SY_MOE_FP8_GROUP 128  /* elements per FP8 scale */
+#define SY_MOE_FP8_GROUP  128 /* elements per FP8 scale */
 
 typedef struct sy_moe_config {
-  size_t size;         /* sizeof(sy_moe_config_t) */
-  int max_tokens;      /* tokens per rank per call, >= 1 */
-  int hidden;          /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16 */
-  int top_k;           /* experts per token, 1..32 */
-  int num_experts;     /* a positive multiple of the world size */
-  sy_moe_wire_t wire;  /* SY_MOE_WIRE_FP8 by default */
-  unsigned flags;      /* SY_MOE_PER_EXPERT */
+  size_t size;        /* sizeof(sy_moe_config_t) */
+  int max_tokens;     /* tokens per rank per call, >= 1 */
+  int hidden;         /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16 */
+  int top_k;          /* experts per token, 1..32 */
+  int num_experts;    /* a positive multiple of the world size */
+  sy_moe_wire_t wire; /* SY_MOE_WIRE_FP8 by default */
+  unsigned flags;     /* SY_MOE_PER_EXPERT */
 } sy_moe_config_t;
 
-#define SY_MOE_CONFIG_INIT {sizeof(sy_moe_config_t), 0, 0, 0, 0, SY_MOE_WIRE_FP8, 0u}
+#define SY_MOE_CONFIG_INIT \
+  { sizeof(sy_moe_config_t), 0, 0, 0, 0, SY_MOE_WIRE_FP8, 0u }
 
 /* What a dispatch writes on an experts' rank, in the caller's device memory (L local experts, S slots each).
  * Slots at or beyond expert_counts[e] are left as they were. */
 typedef struct sy_moe_recv {
-  void *tokens;            /* [L][S][hidden]: E4M3 bytes (FP8 wires) or bf16 */
-  float *scales;           /* FP8 wires: [L][hidden/128][S] fp32, group-major and slot-minor (the MN-major
+  void *tokens;           /* [L][S][hidden]: E4M3 bytes (FP8 wires) or bf16 */
+  float *scales;          /* FP8 wires: [L][hidden/128][S] fp32, group-major and slot-minor (the MN-major
                               scale layout DeepGEMM's m-grouped masked FP8 GEMM reads); BF16: NULL */
-  int32_t *src;            /* [L][S][2]: {source rank, source token index} */
-  int32_t *expert_counts;  /* [L]: slots filled */
-  int32_t *rank_counts;    /* [L][W]: slots filled from each source rank (they start at the prefix sum) */
+  int32_t *src;           /* [L][S][2]: {source rank, source token index} */
+  int32_t *expert_counts; /* [L]: slots filled */
+  int32_t *rank_counts;   /* [L][W]: slots filled from each source rank (they start at the prefix sum) */
 } sy_moe_recv_t;
 
 /* Symmetric memory sy_moe_create reserves: both parities of the dispatch receive region (world_size x
@@ -470,9 +471,8 @@ SY_API sy_status_t sy_moe_dispatch_recv(sy_moe_t moe, const sy_moe_recv_t *recv,
  * num_tokens as given to the dispatch this combine answers (expert_ids in either index type; weights are
  * used by SY_MOE_PER_EXPERT, and ignored by the default mode, which applied the dispatch's on the experts'
  * ranks). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
-SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids,
-                                  sy_index_type_t id_type, const float *weights, int num_tokens, void *out,
-                                  cudaStream_t stream);
+SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids, sy_index_type_t id_type,
+                                  const float *weights, int num_tokens, void *out, cudaStream_t stream);
 SY_API sy_status_t sy_moe_combine_send(sy_moe_t moe, const void *expert_out, cudaStream_t stream);
 SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_index_type_t id_type,
                                        const float *weights, int num_tokens, void *out, cudaStream_t stream);

@@ -27,14 +27,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SYRUN_MAX_RANKS 256     /* one node; two pipes per rank stay well inside the default fd limit */
-#define SYRUN_GRACE_MS 3000     /* SIGTERM, then this long, then SIGKILL */
-#define SYRUN_DRAIN_MS 2000     /* after the last rank exits, how long leftovers may hold its output open */
-#define SYRUN_LINE_MAX 65536    /* a longer line is passed on in pieces, each with its own prefix */
-#define EXIT_USAGE 2
-#define EXIT_TIMEOUT 124
-#define EXIT_NOT_RUN 127
-#define EXIT_SYRUN 1            /* syrun itself failed (pipe, fork, temp dir) */
+#define SYRUN_MAX_RANKS 256   /* one node; two pipes per rank stay well inside the default fd limit */
+#define SYRUN_GRACE_MS  3000  /* SIGTERM, then this long, then SIGKILL */
+#define SYRUN_DRAIN_MS  2000  /* after the last rank exits, how long leftovers may hold its output open */
+#define SYRUN_LINE_MAX  65536 /* a longer line is passed on in pieces, each with its own prefix */
+#define EXIT_USAGE      2
+#define EXIT_TIMEOUT    124
+#define EXIT_NOT_RUN    127
+#define EXIT_SYRUN      1 /* syrun itself failed (pipe, fork, temp dir) */
 
 static const char usage_text[] =
     "usage: syrun -n N [--gpus LIST] [--timeout SECONDS] [--] PROGRAM [ARGS...]\n"
@@ -52,7 +52,7 @@ static const char usage_text[] =
 
 typedef struct options {
   int ranks;
-  int *devices; /* ranks entries */
+  int *devices;     /* ranks entries */
   double timeout_s; /* 0: none */
   char **program;   /* argv of PROGRAM, NULL-terminated */
 } options_t;
@@ -75,10 +75,10 @@ typedef struct job {
   int n;
   rank_proc_t *ranks;
   int running;
-  int exit_code;     /* -1 until a failure, timeout or signal decides it */
-  int stopping;      /* SIGTERM (or the forwarded signal) has gone out */
-  int killed;        /* SIGKILL has gone out */
-  uint64_t kill_at;  /* stopping: when SIGKILL follows */
+  int exit_code;    /* -1 until a failure, timeout or signal decides it */
+  int stopping;     /* SIGTERM (or the forwarded signal) has gone out */
+  int killed;       /* SIGKILL has gone out */
+  uint64_t kill_at; /* stopping: when SIGKILL follows */
   uint64_t timeout_at;
   uint64_t drain_until; /* all exited: stop waiting for leftovers holding the pipes */
   int output_broken[3];

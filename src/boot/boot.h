@@ -17,7 +17,7 @@ typedef struct sy_launch_info {
   int world_size; /* 1 when no launcher: a singleton */
   int local_rank;
   int local_size;
-  int device;        /* SY_DEVICE (syrun --gpus), else -1 */
+  int device;         /* SY_DEVICE (syrun --gpus), else -1 */
   const char *source; /* "syrun", "torchrun", "slurm", "openmpi", "pmi", "none" */
 } sy_launch_info_t;
 

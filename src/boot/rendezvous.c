@@ -188,9 +188,10 @@ static sy_status_t dir_publish(sy_boot_t *boot, uint64_t round, const void *send
   if (rename(tmp, final) != 0) goto fail;
   status = SY_SUCCESS;
   goto done;
-fail: {
+fail : {
   char eb[128];
-  SY_WARN("rendezvous: round %llu: cannot write %s: %s", (unsigned long long)round, final, sy__boot_err_text(errno, eb, sizeof eb));
+  SY_WARN("rendezvous: round %llu: cannot write %s: %s", (unsigned long long)round, final,
+          sy__boot_err_text(errno, eb, sizeof eb));
   unlink(tmp);
 }
 done:
@@ -207,15 +208,15 @@ static int dir_fetch(sy_boot_t *boot, uint64_t round, int r, void *dst, size_t b
   if (fd < 0) {
     if (errno == ENOENT) return 0;
     char eb[128];
-    SY_WARN("rendezvous: round %llu: cannot open %s: %s", (unsigned long long)round, path, sy__boot_err_text(errno, eb, sizeof eb));
+    SY_WARN("rendezvous: round %llu: cannot open %s: %s", (unsigned long long)round, path,
+            sy__boot_err_text(errno, eb, sizeof eb));
     *status = SY_ERR_BOOTSTRAP;
     return -1;
   }
   dir_header_t header;
   struct stat st;
   int ok = fstat(fd, &st) == 0 && read_all_fd(fd, &header, sizeof header) == SY_SUCCESS && header.magic == DIR_MAGIC &&
-           header.rank == r && header.round == round &&
-           (uint64_t)st.st_size == sizeof header + header.bytes;
+           header.rank == r && header.round == round && (uint64_t)st.st_size == sizeof header + header.bytes;
   if (!ok) {
     close(fd);
     SY_WARN("rendezvous: round %llu: %s is not a rendezvous file of rank %d", (unsigned long long)round, path, r);
@@ -312,9 +313,10 @@ sy_status_t sy__boot_open(int rank, int world_size, uint64_t timeout_ms, sy_boot
     if (addr && !*addr) addr = NULL;
   }
   if (!addr) {
-    SY_WARN("rendezvous: rank %d of %d has no way to meet the others: run under syrun on one node, or set "
-            "MASTER_ADDR and MASTER_PORT (torchrun sets them) or SY_BOOT_ADDR and SY_BOOT_PORT",
-            rank, world_size);
+    SY_WARN(
+        "rendezvous: rank %d of %d has no way to meet the others: run under syrun on one node, or set "
+        "MASTER_ADDR and MASTER_PORT (torchrun sets them) or SY_BOOT_ADDR and SY_BOOT_PORT",
+        rank, world_size);
     return SY_ERR_BOOTSTRAP;
   }
   long long port = 0;
@@ -359,9 +361,7 @@ sy_status_t sy__boot_allgather(sy_boot_t *boot, const void *send, void *recv, si
     case SY_BOOT_TRIVIAL:
       if (bytes) memmove(recv, send, bytes);
       break;
-    case SY_BOOT_DIR:
-      status = dir_allgather(boot, send, recv, bytes);
-      break;
+    case SY_BOOT_DIR: status = dir_allgather(boot, send, recv, bytes); break;
     case SY_BOOT_TCP:
       if (boot->world_size == 1) {
         if (bytes) memmove(recv, send, bytes);

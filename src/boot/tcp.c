@@ -110,8 +110,7 @@ void sy__tcp_peer_name(int fd, char *out, size_t bytes) {
   if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
       getnameinfo((struct sockaddr *)&ss, len, host, sizeof host, NULL, 0, NI_NUMERICHOST) == 0)
     snprintf(out, bytes, "%s", host);
-  else
-    snprintf(out, bytes, "?");
+  else snprintf(out, bytes, "?");
 }
 
 uint64_t sy__tcp_verdict_deadline(uint64_t deadline, uint64_t timeout_ms) {
@@ -145,8 +144,8 @@ sy_status_t sy__boot_open_tcp(const char *addr, int port, int rank, int world_si
     sy__boot_close(b);
     return status;
   }
-  SY_INFO("rendezvous: rank %d of %d connected over tcp (rank 0 at %s:%d)", rank, world_size,
-          rank == 0 ? "*" : addr, port);
+  SY_INFO("rendezvous: rank %d of %d connected over tcp (rank 0 at %s:%d)", rank, world_size, rank == 0 ? "*" : addr,
+          port);
   *boot = b;
   return SY_SUCCESS;
 }

@@ -13,9 +13,9 @@
  *   HELLO  (rank -> 0)  a = rank, b = world size
  *   DATA   (rank -> 0)  a = rank, b = round; the blob follows
  *   REPLY  (0 -> rank)  a = status, b = round; the concatenation follows (status 0) or the reason (text). */
-#define TCP_MAGIC 0x53594254u /* "SYBT" */
+#define TCP_MAGIC   0x53594254u /* "SYBT" */
 #define FRAME_BYTES 24
-#define REASON_MAX 1024
+#define REASON_MAX  1024
 enum { MSG_HELLO = 1, MSG_DATA = 2, MSG_REPLY = 3 };
 
 #define HOST_TEXT (INET6_ADDRSTRLEN + 8) /* a numeric address */

@@ -42,7 +42,9 @@ static sy_status_t tcp_leaf_reply(sy_boot_t *boot, uint64_t round, uint64_t dead
   char reason[REASON_MAX + 1] = "";
   size_t len = f->length > REASON_MAX ? REASON_MAX : (size_t)f->length;
   if (sy__tcp_recv_all(boot->fds[0], reason, len, deadline, &err) == TCP_IO_OK) reason[len] = '\0';
-  else snprintf(reason, sizeof reason, "(reason lost: %s)", err ? sy__boot_err_text(err, eb, sizeof eb) : "connection closed");
+  else
+    snprintf(reason, sizeof reason, "(reason lost: %s)",
+             err ? sy__boot_err_text(err, eb, sizeof eb) : "connection closed");
   sy_status_t status = (sy_status_t)f->a;
   if (!strcmp(sy_status_name(status), "SY_UNKNOWN_STATUS")) status = SY_ERR_BOOTSTRAP;
   SY_WARN("rendezvous: round %llu: rank 0 reports: %s", (unsigned long long)round, reason);

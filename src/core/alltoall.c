@@ -52,8 +52,9 @@ sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_by
     qsort(ranges, (size_t)n, 3 * sizeof(size_t), compare_ranges);
     for (int i = 1; i < n; i++) {
       SY_ARG_CHECK(ranges[3 * (i - 1)] + ranges[3 * (i - 1) + 1] <= ranges[3 * i], fn,
-                   "receive ranges of peers %zu and %zu overlap (recv_offsets %zu + %zu > %zu)", ranges[3 * (i - 1) + 2],
-                   ranges[3 * i + 2], ranges[3 * (i - 1)], ranges[3 * (i - 1) + 1], ranges[3 * i]);
+                   "receive ranges of peers %zu and %zu overlap (recv_offsets %zu + %zu > %zu)",
+                   ranges[3 * (i - 1) + 2], ranges[3 * i + 2], ranges[3 * (i - 1)], ranges[3 * (i - 1) + 1],
+                   ranges[3 * i]);
     }
   }
   sy_a2a_args_t args = {send, recv, send_bytes, send_offsets, recv_bytes, recv_offsets};

@@ -95,8 +95,8 @@ static sy_status_t read_config(sy_comm_t comm, const sy_attn_config_t *in, sy_at
   SY_ARG_CHECK(config->max_replicas >= 1 && config->max_replicas <= comm->world_size, fn,
                "config->max_replicas=%d outside [1, world_size=%d]", config->max_replicas, comm->world_size);
   const size_t row = config->max_kv_grad_row_bytes;
-  SY_ARG_CHECK(row % 2 == 0, fn,
-               "config->max_kv_grad_row_bytes=%zu is not a whole number of bf16/fp16/fp32 elements", row);
+  SY_ARG_CHECK(row % 2 == 0, fn, "config->max_kv_grad_row_bytes=%zu is not a whole number of bf16/fp16/fp32 elements",
+               row);
   /* The staging, max_replicas * max_tokens rows, must have a size (and room to round it up to 256). */
   const size_t limit = SIZE_MAX - 255;
   SY_ARG_CHECK(row == 0 || ((uint64_t)config->max_tokens <= limit / (size_t)config->max_replicas &&
@@ -175,8 +175,8 @@ static sy_status_t check_call(sy_attn_t attn, sy_attn_plan_t plan, cudaStream_t 
   SY_COMM_GUARD(comm, fn);
   SY_CHECK(sy__check_stream(comm, stream, fn));
   SY_ARG_CHECK(plan != NULL, fn, "plan is NULL");
-  SY_ARG_CHECK(plan->rank == comm->rank && plan->world_size == comm->world_size && plan->backend == comm->backend,
-               fn, "plan was built for rank %d of %d on the %s backend; this communicator is rank %d of %d on %s",
+  SY_ARG_CHECK(plan->rank == comm->rank && plan->world_size == comm->world_size && plan->backend == comm->backend, fn,
+               "plan was built for rank %d of %d on the %s backend; this communicator is rank %d of %d on %s",
                plan->rank, plan->world_size, sy_backend_name(plan->backend), comm->rank, comm->world_size,
                sy_backend_name(comm->backend));
   SY_ARG_CHECK(plan->num_tokens <= attn->config.max_tokens, fn,
@@ -218,14 +218,14 @@ static sy_status_t check_channel(sy_comm_t comm, sy_attn_plan_t plan, int dir, c
   SY_ARG_CHECK(dst_bytes != SIZE_MAX && src_bytes != SIZE_MAX, fn, "%s=%zu times %lld rows overflows", row_name,
                row_bytes, (long long)(dst_bytes == SIZE_MAX ? dst_rows : src_rows));
   if (dst_bytes) {
-    SY_ARG_CHECK(dst != NULL, fn, "%s is NULL while %lld rows of %zu bytes arrive here", dst_name,
-                 (long long)dst_rows, row_bytes);
+    SY_ARG_CHECK(dst != NULL, fn, "%s is NULL while %lld rows of %zu bytes arrive here", dst_name, (long long)dst_rows,
+                 row_bytes);
     const sy_symm_block_t *b = sy__symm_find(comm, dst, 0);
     SY_ARG_CHECK(b != NULL, fn, "%s=%p is not a symmetric allocation (use sy_mem_alloc)", dst_name, dst);
     const size_t room = b->bytes - (size_t)((const char *)dst - (const char *)b->ptr);
     SY_ARG_CHECK(dst_bytes <= room, fn,
-                 "%s=%p has room for %zu bytes in its symmetric allocation, %lld rows of %zu bytes need %zu",
-                 dst_name, dst, room, (long long)dst_rows, row_bytes, dst_bytes);
+                 "%s=%p has room for %zu bytes in its symmetric allocation, %lld rows of %zu bytes need %zu", dst_name,
+                 dst, room, (long long)dst_rows, row_bytes, dst_bytes);
     SY_ARG_CHECK(!src || !overlap(src, src_bytes, dst, dst_bytes), fn, "%s=%p and %s=%p overlap", src_name, src,
                  dst_name, dst);
   }
@@ -241,8 +241,8 @@ sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q
                               cudaStream_t stream) {
   static const char *fn = "sy_attn_q_forward";
   SY_CHECK(check_call(attn, plan, stream, fn));
-  SY_CHECK(check_channel(attn->comm, plan, SY_ATTN_Q_FWD, q, "q", plan->num_tokens, q_row_bytes, "q_row_bytes",
-                         q_recv, "q_recv", plan->dir[SY_ATTN_Q_FWD].recv_total, fn));
+  SY_CHECK(check_channel(attn->comm, plan, SY_ATTN_Q_FWD, q, "q", plan->num_tokens, q_row_bytes, "q_row_bytes", q_recv,
+                         "q_recv", plan->dir[SY_ATTN_Q_FWD].recv_total, fn));
   sy_attn_call_t call;
   memset(&call, 0, sizeof call);
   call.num_channels = 1;
@@ -262,8 +262,8 @@ sy_status_t sy_attn_qkv_forward(sy_attn_t attn, sy_attn_plan_t plan, const void 
                          kv_recv, "kv_recv", kv_rows, fn));
   /* Both receive regions are written by the same call; the sources are only read. */
   const size_t q_bytes = rows_bytes(q_rows, q_row_bytes), kv_bytes = rows_bytes(kv_rows, kv_row_bytes);
-  SY_ARG_CHECK(!overlap(q_recv, q_bytes, kv_recv, kv_bytes), fn, "q_recv=%p (%zu bytes) and kv_recv=%p (%zu bytes) overlap",
-               q_recv, q_bytes, kv_recv, kv_bytes);
+  SY_ARG_CHECK(!overlap(q_recv, q_bytes, kv_recv, kv_bytes), fn,
+               "q_recv=%p (%zu bytes) and kv_recv=%p (%zu bytes) overlap", q_recv, q_bytes, kv_recv, kv_bytes);
   SY_ARG_CHECK(!q || !overlap(q, rows_bytes(plan->num_tokens, q_row_bytes), kv_recv, kv_bytes), fn,
                "q=%p and kv_recv=%p overlap", q, kv_recv);
   SY_ARG_CHECK(!kv || !overlap(kv, rows_bytes(plan->num_tokens, kv_row_bytes), q_recv, q_bytes), fn,
@@ -308,15 +308,17 @@ sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, const void 
   SY_ARG_CHECK(sent == 0 || grad_rows != NULL, fn, "grad_rows is NULL while this rank sends %lld rows",
                (long long)sent);
   /* The staging holds config.max_replicas * config.max_tokens rows of max_kv_grad_row_bytes: room for these. */
-  const int64_t out_rows = (flags & SY_ATTN_UNSUMMED) ? (int64_t)plan->max_replicas * plan->num_tokens : plan->num_tokens;
+  const int64_t out_rows =
+      (flags & SY_ATTN_UNSUMMED) ? (int64_t)plan->max_replicas * plan->num_tokens : plan->num_tokens;
   const size_t out_bytes = rows_bytes(out_rows, row_bytes);
   SY_ARG_CHECK(out_bytes == 0 || grad_out != NULL, fn, "grad_out is NULL while this rank owns %lld tokens",
                (long long)plan->num_tokens);
   SY_ARG_CHECK(!grad_rows || !overlap(grad_rows, rows_bytes(src_rows, row_bytes), grad_out, out_bytes), fn,
                "grad_rows=%p and grad_out=%p overlap", grad_rows, grad_out);
-  SY_ARG_CHECK(!overlap(attn->staging, attn->staging_bytes, grad_out, out_bytes) &&
-                   !(grad_rows && overlap(attn->staging, attn->staging_bytes, grad_rows, rows_bytes(src_rows, row_bytes))),
-               fn, "grad_rows=%p or grad_out=%p overlaps the object's staging", grad_rows, grad_out);
+  SY_ARG_CHECK(
+      !overlap(attn->staging, attn->staging_bytes, grad_out, out_bytes) &&
+          !(grad_rows && overlap(attn->staging, attn->staging_bytes, grad_rows, rows_bytes(src_rows, row_bytes))),
+      fn, "grad_rows=%p or grad_out=%p overlaps the object's staging", grad_rows, grad_out);
   sy_attn_call_t call;
   memset(&call, 0, sizeof call);
   call.num_channels = 1;

@@ -4,8 +4,8 @@
  * arguments it can trust. An asynchronous error
  * seen by a backend becomes sticky: every later call but destroy returns it.
  */
-#include "internal.h"
 #include "boot/boot.h"
+#include "internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,17 +69,17 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
     memcpy(&config, config_in, n);
     config.size = sizeof config;
   }
-  SY_ARG_CHECK(config.backend == SY_BACKEND_AUTO || config.backend == SY_BACKEND_CUDA ||
-                   config.backend == SY_BACKEND_HOST,
-               fn, "config->backend=%d is not a sy_backend_t", (int)config.backend);
+  SY_ARG_CHECK(
+      config.backend == SY_BACKEND_AUTO || config.backend == SY_BACKEND_CUDA || config.backend == SY_BACKEND_HOST, fn,
+      "config->backend=%d is not a sy_backend_t", (int)config.backend);
   SY_ARG_CHECK((config.rank < 0) == (config.world_size < 0), fn,
                "config->rank=%d and config->world_size=%d: set both or neither", config.rank, config.world_size);
   SY_ARG_CHECK(config.world_size < 0 || config.world_size >= 1, fn, "config->world_size=%d must be >= 1",
                config.world_size);
   SY_ARG_CHECK(config.rank < 0 || config.rank < config.world_size, fn, "config->rank=%d must be < world_size=%d",
                config.rank, config.world_size);
-  SY_ARG_CHECK(config.rank >= -1 && config.world_size >= -1, fn, "config->rank=%d / world_size=%d: use -1 for 'from the launcher'",
-               config.rank, config.world_size);
+  SY_ARG_CHECK(config.rank >= -1 && config.world_size >= -1, fn,
+               "config->rank=%d / world_size=%d: use -1 for 'from the launcher'", config.rank, config.world_size);
   SY_ARG_CHECK(config.device >= -1, fn, "config->device=%d must be -1 or a device index", config.device);
 
   sy_resolved_config_t rc;
@@ -179,8 +179,7 @@ sy_status_t sy_comm_size(sy_comm_t comm, int *world_size) {
 }
 
 sy_status_t sy_comm_backend(sy_comm_t comm, sy_backend_t *backend) {
-  SY_ARG_CHECK(comm && backend, "sy_comm_backend", "comm=%p backend=%p: both required", (void *)comm,
-               (void *)backend);
+  SY_ARG_CHECK(comm && backend, "sy_comm_backend", "comm=%p backend=%p: both required", (void *)comm, (void *)backend);
   *backend = comm->backend;
   return SY_SUCCESS;
 }
@@ -209,7 +208,8 @@ sy_status_t sy_comm_allgather_host(sy_comm_t comm, const void *send, void *recv,
   SY_ARG_CHECK(send != NULL, fn, "send is NULL");
   SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
   sy_status_t st = comm->ops->allgather_host(comm, send, recv, bytes);
-  if (st == SY_ERR_TIMEOUT || st == SY_ERR_BOOTSTRAP) sy__comm_set_error(comm, st, "host allgather of %zu bytes failed", bytes);
+  if (st == SY_ERR_TIMEOUT || st == SY_ERR_BOOTSTRAP)
+    sy__comm_set_error(comm, st, "host allgather of %zu bytes failed", bytes);
   return st;
 }
 
@@ -229,8 +229,8 @@ sy_status_t sy_comm_barrier(sy_comm_t comm, cudaStream_t stream) {
   return comm->ops->barrier(comm, stream);
 }
 
-sy_status_t sy_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
-                          sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream) {
+sy_status_t sy_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal, sy_signal_op_t op,
+                          uint64_t value, int peer, cudaStream_t stream) {
   static const char *fn = "sy_put_signal";
   SY_COMM_GUARD(comm, fn);
   SY_CHECK(sy__check_stream(comm, stream, fn));

@@ -6,8 +6,8 @@
 #ifndef SY_CORE_COMM_H
 #define SY_CORE_COMM_H
 
-#include "switchyard.h"
 #include "core/log.h"
+#include "switchyard.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -27,18 +27,18 @@ typedef struct sy_a2a_args {
 /* One attention-dispatch call as the backends see it (src/core/attn.c builds it after checking). */
 struct sy_attn_plan;
 typedef struct sy_attn_channel {
-  int dir;          /* SY_ATTN_Q_FWD, SY_ATTN_KV_FWD, SY_ATTN_Q_REV, SY_ATTN_KV_BWD (src/plan/attn_plan.h) */
-  const void *src;  /* the sender's rows */
+  int dir;         /* SY_ATTN_Q_FWD, SY_ATTN_KV_FWD, SY_ATTN_Q_REV, SY_ATTN_KV_BWD (src/plan/attn_plan.h) */
+  const void *src; /* the sender's rows */
   size_t row_bytes;
-  void *dst;        /* the receiver's rows (symmetric); KV backward: the object's staging */
+  void *dst; /* the receiver's rows (symmetric); KV backward: the object's staging */
 } sy_attn_channel_t;
 
 typedef struct sy_attn_call {
   int num_channels; /* 1, or 2 for Q+KV forward (one kernel, both channels) */
   sy_attn_channel_t ch[2];
-  int kv_backward;  /* ch[0] lands in attn->staging; then the reduce into grad_out */
+  int kv_backward; /* ch[0] lands in attn->staging; then the reduce into grad_out */
   sy_dtype_t dtype;
-  unsigned flags;   /* SY_ATTN_UNSUMMED */
+  unsigned flags; /* SY_ATTN_UNSUMMED */
   void *grad_out;
 } sy_attn_call_t;
 
@@ -46,7 +46,7 @@ typedef struct sy_attn_call {
 struct sy_attn {
   sy_comm_t comm;
   sy_attn_config_t config;
-  void *staging;        /* symmetric, max_replicas * max_tokens * max_kv_grad_row_bytes (NULL if 0) */
+  void *staging; /* symmetric, max_replicas * max_tokens * max_kv_grad_row_bytes (NULL if 0) */
   size_t staging_bytes;
   void *backend_state;
 };
@@ -126,11 +126,11 @@ struct sy_comm {
   int device;          /* cuda: the CUDA device; host: -1 */
   uint64_t timeout_ms; /* bound on every wait */
   size_t heap_bytes;
-  sy_status_t error;   /* sticky: first error seen (async or fatal); only destroy is accepted after it */
+  sy_status_t error; /* sticky: first error seen (async or fatal); only destroy is accepted after it */
   char error_detail[256];
   sy_symm_block_t *symm; /* this rank's live symmetric allocations */
   int symm_count, symm_capacity;
-  size_t *a2a_scratch;   /* 5 * world_size entries for argument checks (see comm.c) */
+  size_t *a2a_scratch; /* 5 * world_size entries for argument checks (see comm.c) */
   void *backend_state;
 };
 
@@ -150,17 +150,16 @@ sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn);
 sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
 
 /* Opening of a public call on a communicator: comm non-NULL, the log's rank, no sticky error. */
-#define SY_COMM_GUARD(comm, func)                                                 \
-  do {                                                                            \
-    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");                           \
-    sy__log_set_rank((comm)->rank);                                               \
-    sy_status_t sy_health_ = sy__comm_health(comm);                               \
-    if (sy_health_ != SY_SUCCESS) return sy_health_;                              \
+#define SY_COMM_GUARD(comm, func)                       \
+  do {                                                  \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL"); \
+    sy__log_set_rank((comm)->rank);                     \
+    sy_status_t sy_health_ = sy__comm_health(comm);     \
+    if (sy_health_ != SY_SUCCESS) return sy_health_;    \
   } while (0)
 
 /* Records the first asynchronous/fatal error of a communicator (keeps the first). */
-void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Resolved configuration handed to a backend's init. */
 typedef struct sy_resolved_config {

@@ -92,8 +92,14 @@ sy_status_t sy__parse_bool(const char *text, int *value) {
   static const char *yes[] = {"1", "true", "yes", "on"};
   static const char *no[] = {"0", "false", "no", "off"};
   for (int i = 0; i < 4; i++) {
-    if (!strcasecmp(text, yes[i])) { *value = 1; return SY_SUCCESS; }
-    if (!strcasecmp(text, no[i])) { *value = 0; return SY_SUCCESS; }
+    if (!strcasecmp(text, yes[i])) {
+      *value = 1;
+      return SY_SUCCESS;
+    }
+    if (!strcasecmp(text, no[i])) {
+      *value = 0;
+      return SY_SUCCESS;
+    }
   }
   return SY_ERR_INVALID_ARG;
 }
@@ -113,7 +119,9 @@ static sy_status_t env_typed(sy_env_id_t id, sy_env_type_t want, void *out) {
   else if (want == SY_ENV_BOOL) st = sy__parse_bool(text, (int *)out);
   if (st != SY_SUCCESS) {
     SY_WARN("environment variable %s=%s is malformed (%s)", def->name, text,
-            want == SY_ENV_INT ? "want an integer" : want == SY_ENV_SIZE ? "want a size such as 512M" : "want 0 or 1");
+            want == SY_ENV_INT    ? "want an integer"
+            : want == SY_ENV_SIZE ? "want a size such as 512M"
+                                  : "want 0 or 1");
     return SY_ERR_INVALID_ARG;
   }
   return SY_SUCCESS;

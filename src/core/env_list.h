@@ -19,10 +19,20 @@ SY_ENV_ID_(SY_BOOT_DIR, SY_ENV_STRING, "", "private directory for the rendezvous
 SY_ENV_ID_(SY_BOOT_ADDR, SY_ENV_STRING, "", "rendezvous host for multi-node runs; default MASTER_ADDR")
 SY_ENV_ID_(SY_BOOT_PORT, SY_ENV_INT, "0", "rendezvous TCP port; 0: MASTER_PORT + 1 (MASTER_PORT is torch's)")
 SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch; 0 picks from the SM count")
-SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K", "all-to-all, attention: largest piece of one pair's bytes with its own signal (small pairs are cut finer, to 8K); same on every rank")
-SY_ENV_ID_(SY_PIECE_ORDER, SY_ENV_STRING, "auto", "all-to-all, attention, calls with more pieces than blocks: blocks draw tickets (tickets) or keep a static share each (static); auto: tickets, but static for the all-to-all at world size 1 (bench/NOTES.md)")
-SY_ENV_ID_(SY_TRACE_FILE, SY_ENV_STRING, "", "write per-phase device timestamps as Chrome trace JSON here at destroy; %r rank, %p pid")
+SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K",
+           "all-to-all, attention: largest piece of one pair's bytes with its own signal (small pairs are cut finer, "
+           "to 8K); same on every rank")
+SY_ENV_ID_(SY_PIECE_ORDER, SY_ENV_STRING, "auto",
+           "all-to-all, attention, calls with more pieces than blocks: blocks draw tickets (tickets) or keep a static "
+           "share each (static); auto: tickets, but static for the all-to-all at world size 1 (bench/NOTES.md)")
+SY_ENV_ID_(SY_TRACE_FILE, SY_ENV_STRING, "",
+           "write per-phase device timestamps as Chrome trace JSON here at destroy; %r rank, %p pid")
 SY_ENV_ID_(SY_TRACE_EVENTS, SY_ENV_INT, "262144", "trace buffer capacity in events (32 bytes each)")
-SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1", "launch the MoE and attention kernels with programmatic dependent launch (a kernel starts while the one before it ends)")
-SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1", "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
-SY_ENV_ID_(SY_MOE_DIRECT, SY_ENV_STRING, "auto", "one-kernel sy_moe_dispatch: this rank's own tokens go straight into its expert buffers (1), through its dispatch region (0), or auto: straight with SY_MOE_PER_EXPERT from SMs / 2 tokens on")
+SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1",
+           "launch the MoE and attention kernels with programmatic dependent launch (a kernel starts while the one "
+           "before it ends)")
+SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
+           "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
+SY_ENV_ID_(SY_MOE_DIRECT, SY_ENV_STRING, "auto",
+           "one-kernel sy_moe_dispatch: this rank's own tokens go straight into its expert buffers (1), through its "
+           "dispatch region (0), or auto: straight with SY_MOE_PER_EXPERT from SMs / 2 tokens on")

@@ -9,9 +9,9 @@
 #ifndef SY_INTERNAL_H
 #define SY_INTERNAL_H
 
-#include "switchyard.h"
 #include "core/comm.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "switchyard.h"
 
 #endif /* SY_INTERNAL_H */

@@ -29,36 +29,36 @@ int sy__log_get_rank(void);
 /* Re-reads SY_DEBUG / SY_DEBUG_FILE (tests change them). */
 void sy__log_reset(void);
 
-#define SY_WARN(...) sy__log(SY_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
-#define SY_INFO(...) sy__log(SY_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define SY_WARN(...)  sy__log(SY_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define SY_INFO(...)  sy__log(SY_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
 #define SY_TRACE(...) sy__log(SY_LOG_TRACE, __FILE__, __LINE__, __VA_ARGS__)
 
 /* Propagate a failure with a one-line trail (at INFO, so a failing call prints its path when asked). */
-#define SY_CHECK(expr)                                                                             \
-  do {                                                                                             \
-    sy_status_t sy_check_status_ = (expr);                                                         \
-    if (sy_check_status_ != SY_SUCCESS) {                                                          \
-      SY_INFO("%s -> %s", #expr, sy_status_name(sy_check_status_));                                \
-      return sy_check_status_;                                                                     \
-    }                                                                                              \
+#define SY_CHECK(expr)                                              \
+  do {                                                              \
+    sy_status_t sy_check_status_ = (expr);                          \
+    if (sy_check_status_ != SY_SUCCESS) {                           \
+      SY_INFO("%s -> %s", #expr, sy_status_name(sy_check_status_)); \
+      return sy_check_status_;                                      \
+    }                                                               \
   } while (0)
 
-#define SY_CHECK_GOTO(expr, status_var, label)                                                     \
-  do {                                                                                             \
-    (status_var) = (expr);                                                                         \
-    if ((status_var) != SY_SUCCESS) {                                                              \
-      SY_INFO("%s -> %s", #expr, sy_status_name(status_var));                                      \
-      goto label;                                                                                  \
-    }                                                                                              \
+#define SY_CHECK_GOTO(expr, status_var, label)                \
+  do {                                                        \
+    (status_var) = (expr);                                    \
+    if ((status_var) != SY_SUCCESS) {                         \
+      SY_INFO("%s -> %s", #expr, sy_status_name(status_var)); \
+      goto label;                                             \
+    }                                                         \
   } while (0)
 
 /* Reject bad input at the API boundary, naming the function, the argument and its value. */
-#define SY_ARG_CHECK(cond, func, ...)                                                              \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      sy__arg_error(func, __VA_ARGS__);                                                            \
-      return SY_ERR_INVALID_ARG;                                                                   \
-    }                                                                                              \
+#define SY_ARG_CHECK(cond, func, ...)   \
+  do {                                  \
+    if (!(cond)) {                      \
+      sy__arg_error(func, __VA_ARGS__); \
+      return SY_ERR_INVALID_ARG;        \
+    }                                   \
   } while (0)
 void sy__arg_error(const char *func, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -33,9 +33,9 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_config_t *in, sy_moe
   config->size = sizeof *config;
   const int W = comm->world_size;
   SY_ARG_CHECK(config->max_tokens >= 1, fn, "config->max_tokens=%d must be >= 1", config->max_tokens);
-  SY_ARG_CHECK(config->wire == SY_MOE_WIRE_FP8 || config->wire == SY_MOE_WIRE_FP8_UE8M0 ||
-                   config->wire == SY_MOE_WIRE_BF16,
-               fn, "config->wire=%d is not a sy_moe_wire_t (SY_MOE_WIRE_FP8, _FP8_UE8M0, _BF16)", (int)config->wire);
+  SY_ARG_CHECK(
+      config->wire == SY_MOE_WIRE_FP8 || config->wire == SY_MOE_WIRE_FP8_UE8M0 || config->wire == SY_MOE_WIRE_BF16, fn,
+      "config->wire=%d is not a sy_moe_wire_t (SY_MOE_WIRE_FP8, _FP8_UE8M0, _BF16)", (int)config->wire);
   const int multiple = config->wire == SY_MOE_WIRE_BF16 ? 8 : SY_MOE_FP8_GROUP;
   SY_ARG_CHECK(config->hidden >= 1 && config->hidden % multiple == 0, fn,
                "config->hidden=%d is not a positive multiple of %d (%s)", config->hidden, multiple,
@@ -127,7 +127,8 @@ static sy_status_t check_call(sy_moe_t moe, int half, cudaStream_t stream, const
   SY_CHECK(sy__check_stream(moe->comm, stream, fn));
   SY_ARG_CHECK(moe->next_half == half, fn,
                "called out of order: this object's next call is %s (each rank calls dispatch_send, dispatch_recv, "
-               "combine_send, combine_recv, dispatch_send, ...)", half_name(moe->next_half));
+               "combine_send, combine_recv, dispatch_send, ...)",
+               half_name(moe->next_half));
   return SY_SUCCESS;
 }
 
@@ -151,7 +152,8 @@ static sy_status_t check_dispatch_send(sy_moe_t moe, const sy_moe_dispatch_args_
   SY_ARG_CHECK(a->expert_ids != NULL, fn, "expert_ids is NULL while num_tokens=%d", a->num_tokens);
   SY_ARG_CHECK(a->weights != NULL || (moe->config.flags & SY_MOE_PER_EXPERT), fn,
                "weights is NULL while num_tokens=%d (the default rank-reduced combine applies them on the experts' "
-               "ranks; only SY_MOE_PER_EXPERT may leave them out)", a->num_tokens);
+               "ranks; only SY_MOE_PER_EXPERT may leave them out)",
+               a->num_tokens);
   /* The host backend's ids are host memory: checked here, naming this call (the backend checks again before
    * writing anything); the cuda kernel checks them on the device and reports through the async error. */
   if (moe->comm->backend == SY_BACKEND_HOST)
@@ -181,8 +183,9 @@ static sy_status_t check_recv(sy_moe_t moe, const sy_moe_recv_t *recv, const cha
                            L * S * 8, L * 4, L * (size_t)moe->comm->world_size * 4};
   for (int i = 0; i < 5; i++)
     for (int j = i + 1; j < 5; j++)
-      SY_ARG_CHECK(!overlap(ptrs[i], bytes[i], ptrs[j], bytes[j]), fn, "%s=%p (%zu bytes) and %s=%p (%zu bytes) overlap",
-                   names[i], ptrs[i], bytes[i], names[j], ptrs[j], bytes[j]);
+      SY_ARG_CHECK(!overlap(ptrs[i], bytes[i], ptrs[j], bytes[j]), fn,
+                   "%s=%p (%zu bytes) and %s=%p (%zu bytes) overlap", names[i], ptrs[i], bytes[i], names[j], ptrs[j],
+                   bytes[j]);
   return SY_SUCCESS;
 }
 

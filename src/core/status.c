@@ -8,8 +8,7 @@
 const char *sy_status_name(sy_status_t status) {
   switch (status) {
 #define SY_STATUS_NAME_(name, value, text) \
-  case name:                               \
-    return #name;
+  case name: return #name;
     SY_STATUS_LIST(SY_STATUS_NAME_)
 #undef SY_STATUS_NAME_
   }
@@ -19,8 +18,7 @@ const char *sy_status_name(sy_status_t status) {
 const char *sy_status_string(sy_status_t status) {
   switch (status) {
 #define SY_STATUS_TEXT_(name, value, text) \
-  case name:                               \
-    return text;
+  case name: return text;
     SY_STATUS_LIST(SY_STATUS_TEXT_)
 #undef SY_STATUS_TEXT_
   }
@@ -28,8 +26,10 @@ const char *sy_status_string(sy_status_t status) {
 }
 
 #define SY_STR_(x) #x
-#define SY_STR(x) SY_STR_(x)
-const char *sy_version(void) { return SY_STR(SY_VERSION_MAJOR) "." SY_STR(SY_VERSION_MINOR) "." SY_STR(SY_VERSION_PATCH); }
+#define SY_STR(x)  SY_STR_(x)
+const char *sy_version(void) {
+  return SY_STR(SY_VERSION_MAJOR) "." SY_STR(SY_VERSION_MINOR) "." SY_STR(SY_VERSION_PATCH);
+}
 int sy_version_code(void) { return SY_VERSION_CODE; }
 
 const char *sy_backend_name(sy_backend_t backend) {

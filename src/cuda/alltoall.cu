@@ -99,8 +99,10 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       if (threadIdx.x == 0) {
         trace<TRACE>(ctx, OP_A2A_READY, PH_WAIT_READY, true, p, call);
         uint64_t delta = 0, bytes = 0;
-        int s = wait_mail(ctx, (const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail), p, call, OP_A2A_READY, &delta,
-                          &bytes) ? 1 : 0;
+        int s =
+            wait_mail(ctx, (const a2a_mail *)(ctx.ctrl + ctx.layout.a2a_mail), p, call, OP_A2A_READY, &delta, &bytes)
+                ? 1
+                : 0;
         trace<TRACE>(ctx, OP_A2A_READY, PH_WAIT_READY, false, p, call);
         if (s) {
           delta_s[p] = (int64_t)delta;
@@ -153,8 +155,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
       const uint64_t seen = ld_acquire_sys(data + s);
       if (seen >= A2A_MISMATCH_FLAG)
         report_error(ctx, SY_ERR_MISMATCH, OP_A2A_MISMATCH, s, call, P.recv_bytes[s], seen - A2A_MISMATCH_FLAG);
-      else if (seen != expect)
-        report_error(ctx, SY_ERR_MISMATCH, OP_A2A_DATA, s, call, expect, seen);
+      else if (seen != expect) report_error(ctx, SY_ERR_MISMATCH, OP_A2A_DATA, s, call, expect, seen);
       data[s] = 0; /* safe: s writes call n+1 only after our mail for n+1, posted after this kernel ends */
     }
     __syncthreads();
@@ -210,4 +211,4 @@ sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStre
   return SY_ERR_UNSUPPORTED;
 }
 
-}  // namespace sy
+} // namespace sy

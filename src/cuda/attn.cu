@@ -36,8 +36,8 @@ namespace sy {
 constexpr int ATTN_THREADS = 512;
 constexpr uint32_t ATTN_MAX_PIECES = 1024;
 constexpr uint64_t ATTN_SMALL_COPY = 2048; /* copies below this (a segment's part of a piece) are one warp's */
-constexpr int ATTN_PARAM_W = 8;    /* up to this world size the per-peer row counts travel as kernel parameters */
-constexpr int ATTN_SEG_CAP = 256;  /* a pair with up to this many segments has them staged in shared memory */
+constexpr int ATTN_PARAM_W = 8;   /* up to this world size the per-peer row counts travel as kernel parameters */
+constexpr int ATTN_SEG_CAP = 256; /* a pair with up to this many segments has them staged in shared memory */
 
 /* Device copy of one direction's send lists. segs: 4 int64 per segment {src_row, dst_row, rows, cum}, cum =
  * rows of the same peer before this segment. */
@@ -64,7 +64,7 @@ struct attn_local {
 };
 
 struct attn_gpu {
-  char *ctrl;       /* symmetric: mail[W] then data[W] */
+  char *ctrl; /* symmetric: mail[W] then data[W] */
   a2a_mail *mail;
   uint64_t *data;
   attn_local *local;
@@ -185,9 +185,9 @@ static __device__ __noinline__ void attn_reduce(const attn_params &P, const char
  * destination rows: large copies by the whole block, small ones one warp each, in turn; direct stores where the
  * peer is load/store reachable (peer_base: its control region), else NVSHMEM puts. dst_base: where the channel's
  * rows go at the peer, from the control region. Every thread of the block calls it. */
-__device__ __forceinline__ void copy_segments(const dev_ctx &ctx, const attn_chan &ch, const int64_t *segs, int64_t first,
-                                              int64_t ng, uint64_t lo, uint64_t hi, int64_t dst_base, char *peer_base,
-                                              int p) {
+__device__ __forceinline__ void copy_segments(const dev_ctx &ctx, const attn_chan &ch, const int64_t *segs,
+                                              int64_t first, int64_t ng, uint64_t lo, uint64_t hi, int64_t dst_base,
+                                              char *peer_base, int p) {
   const unsigned warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   const uint64_t rb = ch.row_bytes;
   unsigned small = 0;
@@ -230,7 +230,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   for (int i = threadIdx.x; i < W * nch; i += blockDim.x) {
     const int p = (me + 1 + i / nch) % W, c = i % nch;
-    prefix_s[i + 1] = attn_piece_count((uint64_t)send_rows_of<MAXW>(P.ch[c], p) * P.ch[c].row_bytes, W * nch, P.max_piece);
+    prefix_s[i + 1] =
+        attn_piece_count((uint64_t)send_rows_of<MAXW>(P.ch[c], p) * P.ch[c].row_bytes, W * nch, P.max_piece);
   }
   for (int p = threadIdx.x; p < W; p += blockDim.x) state_s[p] = -1;
   if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1;
@@ -313,7 +314,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     if (threadIdx.x == 0) {
       uint64_t *count_at_peer = P.data + me;
       if (peer_base) {
-        red_add_release((uint64_t *)(peer_base + ((char *)count_at_peer - ctx.ctrl)), 1, p != me); /* GPU scope to itself */
+        red_add_release((uint64_t *)(peer_base + ((char *)count_at_peer - ctx.ctrl)), 1,
+                        p != me); /* GPU scope to itself */
       } else {
         signal_add_cold(count_at_peer, 1, p, true);
       }
@@ -356,12 +358,11 @@ static sy_status_t launch(cuda_state *st, attn_params &P, bool dynamic, int bloc
   return launch_pdl(kernels[dynamic][st->ctx.trace != nullptr], blocks, ATTN_THREADS, 0, stream, P);
 }
 
-}  // namespace sy
+} // namespace sy
 
 using namespace sy;
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
-
 
 static void plan_device_free(void *device) {
   attn_plan_dev *d = (attn_plan_dev *)device;

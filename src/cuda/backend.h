@@ -75,7 +75,7 @@ struct dev_state {
   uint64_t a2a_calls;
   unsigned a2a_blocks_done;
   unsigned a2a_tickets; /* the all-to-all's pieces handed out in this call (the ticket order); the last block resets */
-  unsigned trace_next; /* next free trace_event */
+  unsigned trace_next;  /* next free trace_event */
 };
 
 struct a2a_mail {
@@ -93,7 +93,7 @@ constexpr int DEV_PEER_TAB = 8;
 struct dev_ctx {
   error_slot *slot; /* device alias of the host-mapped slot */
   dev_state *state;
-  char *ctrl;       /* symmetric control region (this rank's address; the same offset on every rank) */
+  char *ctrl; /* symmetric control region (this rank's address; the same offset on every rank) */
   uint64_t timeout_ns;
   int rank, world_size;
   int force_put;
@@ -130,7 +130,7 @@ sy_status_t launch_barrier(cuda_state *st, cudaStream_t stream);
 sy_status_t launch_signal_wait(cuda_state *st, uint64_t *signal, uint64_t value, cudaStream_t stream);
 sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStream_t stream);
 
-}  // namespace sy
+} // namespace sy
 
 /* Attention dispatch on the GPU (attn.cu). */
 extern "C" {
@@ -147,8 +147,8 @@ sy_status_t sy__cuda_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
 sy_status_t sy__cuda_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
                                        cudaStream_t stream);
 sy_status_t sy__cuda_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
-sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
-                                      void *out, cudaStream_t stream);
+sy_status_t sy__cuda_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args, void *out,
+                                      cudaStream_t stream);
 sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
                                   const sy_moe_recv_t *recv, cudaStream_t stream);
 sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,

@@ -18,7 +18,8 @@ namespace sy {
 const char *op_name(int op) {
   switch (op) {
 #define SY_CUDA_OP(id, trace_name, detail) \
-  case id: return detail;
+  case id:                                 \
+    return detail;
 #define SY_CUDA_PHASE(id, trace_name)
 #include "cuda/op_list.h"
 #undef SY_CUDA_OP
@@ -40,7 +41,7 @@ ctrl_layout make_ctrl_layout(int world_size) {
   return l;
 }
 
-}  // namespace sy
+} // namespace sy
 
 using namespace sy;
 
@@ -209,8 +210,7 @@ static sy_status_t bring_up_nvshmem(sy_comm_t comm, cuda_state *st, const sy_res
   if (getenv("NVSHMEM_SYMMETRIC_SIZE"))
     SY_INFO("NVSHMEM_SYMMETRIC_SIZE=%s set by the caller; heap_bytes=%zu asked", getenv("NVSHMEM_SYMMETRIC_SIZE"),
             config->heap_bytes);
-  else
-    setenv("NVSHMEM_SYMMETRIC_SIZE", heap, 1);
+  else setenv("NVSHMEM_SYMMETRIC_SIZE", heap, 1);
 
   nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
   if (comm->rank == 0 && nvshmemx_get_uniqueid(&id) != 0) {
@@ -330,9 +330,7 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
     goto fail;
   }
   for (int p = 0; p < comm->world_size && comm->world_size <= DEV_PEER_TAB; p++)
-    st->ctx.peer_ctrl[p] = p == comm->rank ? st->ctx.ctrl
-                           : force_put     ? NULL
-                                           : (char *)nvshmem_ptr(st->ctx.ctrl, p);
+    st->ctx.peer_ctrl[p] = p == comm->rank ? st->ctx.ctrl : force_put ? NULL : (char *)nvshmem_ptr(st->ctx.ctrl, p);
   err = cudaMemset(st->ctx.ctrl, 0, st->ctx.layout.total);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {

@@ -129,9 +129,7 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v
   return old;
 }
 
-__device__ __forceinline__ bool aborted(const dev_ctx &ctx) {
-  return *(volatile int *)&ctx.state->abort != 0;
-}
+__device__ __forceinline__ bool aborted(const dev_ctx &ctx) { return *(volatile int *)&ctx.state->abort != 0; }
 
 /* Waits until *counter >= expected (acquire, system scope). Returns true on success; false on timeout (error
  * reported) or when another wait of this communicator already failed (abort). One thread calls it. */
@@ -300,6 +298,6 @@ __device__ __forceinline__ void copy_warp(char *dst, const char *src, size_t byt
   copy_group(dst, src, bytes, threadIdx.x & 31u, 32u);
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

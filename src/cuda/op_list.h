@@ -27,14 +27,14 @@ SY_CUDA_OP(OP_MOE_COMBINE_ARGS, "moe combine_recv",
            "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)")
 
 /* SY_CUDA_PHASE(id, trace name): thread 0 of a block marks each phase's begin and end (SY_TRACE_FILE). */
-SY_CUDA_PHASE(PH_KERNEL, "kernel")             /* the whole kernel, per block */
-SY_CUDA_PHASE(PH_POST_READY, "post ready")     /* receiver tells senders it entered the call */
-SY_CUDA_PHASE(PH_WAIT_READY, "wait ready")     /* sender waits for a receiver's ready */
-SY_CUDA_PHASE(PH_COPY, "copy")                 /* one piece: stores or put; MoE: a block's tokens */
-SY_CUDA_PHASE(PH_SIGNAL, "signal")             /* fence and counter update after the data */
-SY_CUDA_PHASE(PH_WAIT_DATA, "wait data")       /* receiver waits for the senders' data */
-SY_CUDA_PHASE(PH_WAIT, "wait")                 /* a barrier's or signal wait's wait */
-SY_CUDA_PHASE(PH_ROUTE, "route")               /* MoE dispatch: every unit's destinations and message indices */
-SY_CUDA_PHASE(PH_POST, "post-process")         /* MoE dispatch_recv: messages into the caller's expert buffers */
-SY_CUDA_PHASE(PH_REDUCE, "reduce")             /* MoE combine_recv: the sum per token */
-SY_CUDA_PHASE(PH_LOCAL, "local")               /* MoE one-call dispatch: own entries into the expert buffers */
+SY_CUDA_PHASE(PH_KERNEL, "kernel")         /* the whole kernel, per block */
+SY_CUDA_PHASE(PH_POST_READY, "post ready") /* receiver tells senders it entered the call */
+SY_CUDA_PHASE(PH_WAIT_READY, "wait ready") /* sender waits for a receiver's ready */
+SY_CUDA_PHASE(PH_COPY, "copy")             /* one piece: stores or put; MoE: a block's tokens */
+SY_CUDA_PHASE(PH_SIGNAL, "signal")         /* fence and counter update after the data */
+SY_CUDA_PHASE(PH_WAIT_DATA, "wait data")   /* receiver waits for the senders' data */
+SY_CUDA_PHASE(PH_WAIT, "wait")             /* a barrier's or signal wait's wait */
+SY_CUDA_PHASE(PH_ROUTE, "route")           /* MoE dispatch: every unit's destinations and message indices */
+SY_CUDA_PHASE(PH_POST, "post-process")     /* MoE dispatch_recv: messages into the caller's expert buffers */
+SY_CUDA_PHASE(PH_REDUCE, "reduce")         /* MoE combine_recv: the sum per token */
+SY_CUDA_PHASE(PH_LOCAL, "local")           /* MoE one-call dispatch: own entries into the expert buffers */

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(512) store_probe_kernel(char *buf, size_t byte
   for (size_t i = (size_t)b * blockDim.x + threadIdx.x; i < n; i += (size_t)blocks_per_peer * blockDim.x) dst[i] = v;
 }
 
-}  // namespace sy
+} // namespace sy
 
 /* buf: symmetric, at least world_size * bytes_per_peer bytes; rank r writes slot r of every peer. */
 extern "C" sy_status_t sy__cuda_store_probe(sy_comm_t comm, void *buf, size_t bytes_per_peer, cudaStream_t stream) {
@@ -30,14 +30,15 @@ extern "C" sy_status_t sy__cuda_store_probe(sy_comm_t comm, void *buf, size_t by
   sy::cuda_state *st = (sy::cuda_state *)comm->backend_state;
   const int peers = comm->world_size - 1;
   const int per_peer = st->num_sms / peers > 0 ? st->num_sms / peers : 1;
-  sy::store_probe_kernel<<<per_peer * peers, 512, 0, stream>>>((char *)buf, bytes_per_peer, comm->rank, comm->world_size);
+  sy::store_probe_kernel<<<per_peer * peers, 512, 0, stream>>>((char *)buf, bytes_per_peer, comm->rank,
+                                                               comm->world_size);
   SY_CUDA_CHECK(cudaGetLastError());
   return SY_SUCCESS;
 }
 
 namespace sy {
 __global__ void empty_kernel() {}
-}  // namespace sy
+} // namespace sy
 
 /* The launch floor for benchmarks: one empty kernel on the stream. */
 extern "C" sy_status_t sy__cuda_empty_launch(cudaStream_t stream) {

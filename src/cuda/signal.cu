@@ -56,4 +56,4 @@ sy_status_t launch_signal_wait(cuda_state *st, uint64_t *signal, uint64_t value,
   return SY_SUCCESS;
 }
 
-}  // namespace sy
+} // namespace sy

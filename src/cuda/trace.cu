@@ -17,7 +17,8 @@ const char *phase_name(int phase) {
   switch (phase) {
 #define SY_CUDA_OP(id, trace_name, detail)
 #define SY_CUDA_PHASE(id, trace_name) \
-  case id: return trace_name;
+  case id:                            \
+    return trace_name;
 #include "cuda/op_list.h"
 #undef SY_CUDA_OP
 #undef SY_CUDA_PHASE
@@ -28,7 +29,8 @@ const char *phase_name(int phase) {
 const char *op_trace(int op) {
   switch (op) {
 #define SY_CUDA_OP(id, trace_name, detail) \
-  case id: return trace_name;
+  case id:                                 \
+    return trace_name;
 #define SY_CUDA_PHASE(id, trace_name)
 #include "cuda/op_list.h"
 #undef SY_CUDA_OP
@@ -74,7 +76,8 @@ void trace_finish(cuda_state *st) {
       count = st->ctx.trace_cap;
     }
     events = (trace_event *)malloc((size_t)count * sizeof *events + 1);
-    if (events && cudaMemcpy(events, st->ctx.trace, (size_t)count * sizeof *events, cudaMemcpyDeviceToHost) != cudaSuccess)
+    if (events &&
+        cudaMemcpy(events, st->ctx.trace, (size_t)count * sizeof *events, cudaMemcpyDeviceToHost) != cudaSuccess)
       count = 0;
   }
   FILE *f = events ? fopen(st->trace_path, "w") : NULL;
@@ -88,10 +91,11 @@ void trace_finish(cuda_state *st) {
             st->ctx.rank, st->ctx.rank);
     for (unsigned i = 0; i < count; i++) {
       const trace_event *e = &events[i];
-      fprintf(f, ",\n{\"name\": \"%s %s\", \"ph\": \"%s\", \"ts\": %.3f, \"pid\": %d, \"tid\": %u, "
-                 "\"args\": {\"call\": %u, \"peer\": %d}}",
-              op_trace(e->op), phase_name(e->phase), e->begin ? "B" : "E", (e->t_ns - t0) / 1e3, st->ctx.rank,
-              e->block, e->call, e->peer);
+      fprintf(f,
+              ",\n{\"name\": \"%s %s\", \"ph\": \"%s\", \"ts\": %.3f, \"pid\": %d, \"tid\": %u, "
+              "\"args\": {\"call\": %u, \"peer\": %d}}",
+              op_trace(e->op), phase_name(e->phase), e->begin ? "B" : "E", (e->t_ns - t0) / 1e3, st->ctx.rank, e->block,
+              e->call, e->peer);
     }
     fprintf(f, "\n]}\n");
     fclose(f);
@@ -102,4 +106,4 @@ void trace_finish(cuda_state *st) {
   st->ctx.trace = NULL;
 }
 
-}  // namespace sy
+} // namespace sy

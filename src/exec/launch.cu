@@ -25,4 +25,4 @@ sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int 
   return SY_ERR_CUDA;
 }
 
-}  // namespace sy
+} // namespace sy

@@ -15,9 +15,9 @@ namespace sy {
 
 /* Maps a CUDA error to SY_ERR_CUDA with a log line naming the call; clears a non-sticky error. */
 sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int line);
-#define SY_CUDA_CHECK(call)                                                  \
-  do {                                                                       \
-    cudaError_t sy_cuda_err_ = (call);                                       \
+#define SY_CUDA_CHECK(call)                                                                          \
+  do {                                                                                               \
+    cudaError_t sy_cuda_err_ = (call);                                                               \
     if (sy_cuda_err_ != cudaSuccess) return sy::cuda_error(sy_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
@@ -51,6 +51,6 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

@@ -90,6 +90,6 @@ __device__ __forceinline__ void piece_queue_reset(const piece_queue<TICKETS> &q)
   if (TICKETS) *q.counter = 0;
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

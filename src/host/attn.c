@@ -6,9 +6,9 @@
  * sender returns and reuses a source while a peer still reads it. The KV backward pulls into this rank's own
  * staging and then reduces it into grad_out, which no peer touches.
  */
+#include "host/host.h"
 #include "plan/attn_plan.h"
 #include "ref/attn_ref.h"
-#include "host/host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,10 +55,11 @@ sy_status_t sy__host_attn_create(sy_comm_t comm, struct sy_attn *attn) {
                  o->config.max_replicas != attn->config.max_replicas ||
                  o->config.max_kv_grad_row_bytes != attn->config.max_kv_grad_row_bytes) {
         if (verdict == SY_SUCCESS)
-          SY_WARN("attn_create: rank %d configures max_tokens=%lld max_replicas=%d max_kv_grad_row_bytes=%zu, this "
-                  "rank %lld / %d / %zu; nothing created",
-                  r, (long long)o->config.max_tokens, o->config.max_replicas, o->config.max_kv_grad_row_bytes,
-                  (long long)attn->config.max_tokens, attn->config.max_replicas, attn->config.max_kv_grad_row_bytes);
+          SY_WARN(
+              "attn_create: rank %d configures max_tokens=%lld max_replicas=%d max_kv_grad_row_bytes=%zu, this "
+              "rank %lld / %d / %zu; nothing created",
+              r, (long long)o->config.max_tokens, o->config.max_replicas, o->config.max_kv_grad_row_bytes,
+              (long long)attn->config.max_tokens, attn->config.max_replicas, attn->config.max_kv_grad_row_bytes);
         verdict = SY_ERR_MISMATCH;
       }
     }
@@ -108,17 +109,20 @@ static sy_status_t check_offers(sy_comm_t comm, const attn_offer_t *mine, uint64
       same = c->ch[i].dir == me->ch[i].dir && c->ch[i].row_bytes == me->ch[i].row_bytes;
     if (same && me->kv_backward) same = c->dtype == me->dtype && c->flags == me->flags;
     if (!same) {
-      SY_WARN("attn: call %llu: rank %d calls %s%s with %zu-byte rows (dtype %d, flags %u), this rank %s%s with %zu "
-              "(dtype %d, flags %u); nothing copied",
-              (unsigned long long)call_number, r, dir_name(c->ch[0].dir), c->num_channels > 1 ? " + kv" : "",
-              c->ch[0].row_bytes, (int)c->dtype, c->flags, dir_name(me->ch[0].dir), me->num_channels > 1 ? " + kv" : "",
-              me->ch[0].row_bytes, (int)me->dtype, me->flags);
+      SY_WARN(
+          "attn: call %llu: rank %d calls %s%s with %zu-byte rows (dtype %d, flags %u), this rank %s%s with %zu "
+          "(dtype %d, flags %u); nothing copied",
+          (unsigned long long)call_number, r, dir_name(c->ch[0].dir), c->num_channels > 1 ? " + kv" : "",
+          c->ch[0].row_bytes, (int)c->dtype, c->flags, dir_name(me->ch[0].dir), me->num_channels > 1 ? " + kv" : "",
+          me->ch[0].row_bytes, (int)me->dtype, me->flags);
       return SY_ERR_MISMATCH;
     }
     if (o->plan->world_size != world || o->plan->max_replicas != mine->plan->max_replicas) {
-      SY_WARN("attn: call %llu: rank %d's plan has world_size %d and max_replicas %d, this rank's %d and %d; "
-              "nothing copied", (unsigned long long)call_number, r, o->plan->world_size, o->plan->max_replicas,
-              mine->plan->world_size, mine->plan->max_replicas);
+      SY_WARN(
+          "attn: call %llu: rank %d's plan has world_size %d and max_replicas %d, this rank's %d and %d; "
+          "nothing copied",
+          (unsigned long long)call_number, r, o->plan->world_size, o->plan->max_replicas, mine->plan->world_size,
+          mine->plan->max_replicas);
       return SY_ERR_MISMATCH;
     }
   }
@@ -129,10 +133,11 @@ static sy_status_t check_offers(sy_comm_t comm, const attn_offer_t *mine, uint64
       for (int r = 0; r < world; r++) {
         const struct sy_attn_plan *receiver = ((const attn_offer_t *)sy__host_exchange_slot(comm, r))->plan;
         if (sender->dir[dir].send_rows[r] == receiver->dir[dir].recv_rows[s]) continue;
-        SY_WARN("attn: call %llu: %s: rank %d's plan sends %lld rows to rank %d, whose plan expects %lld (were the "
-                "plans built from one description?); nothing copied",
-                (unsigned long long)call_number, dir_name(dir), s, (long long)sender->dir[dir].send_rows[r], r,
-                (long long)receiver->dir[dir].recv_rows[s]);
+        SY_WARN(
+            "attn: call %llu: %s: rank %d's plan sends %lld rows to rank %d, whose plan expects %lld (were the "
+            "plans built from one description?); nothing copied",
+            (unsigned long long)call_number, dir_name(dir), s, (long long)sender->dir[dir].send_rows[r], r,
+            (long long)receiver->dir[dir].recv_rows[s]);
         return SY_ERR_MISMATCH;
       }
     }

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#define HOST_ALIGN 256
+#define HOST_ALIGN  256
 #define HOST_POISON 0xA5 /* fresh allocations: contents are undefined, and must not look like zeros */
 
 /* ---- symmetric blocks ------------------------------------------------------------------------------------- */
@@ -101,8 +101,10 @@ static sy_status_t host_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
       SY_WARN("mem_alloc: ranks disagree on the size (rank:bytes %s%s); nothing allocated", sizes,
               n >= sizeof sizes - 24 && world > 1 ? " ..." : "");
     } else if (verdict != SY_SUCCESS) {
-      SY_WARN("mem_alloc: rank %d could not allocate %zu bytes (%s: symmetric heap of %zu bytes, %zu in use); "
-              "nothing allocated", failed_rank, bytes, sy_status_name(verdict), hs->heap_bytes, hs->heap_used);
+      SY_WARN(
+          "mem_alloc: rank %d could not allocate %zu bytes (%s: symmetric heap of %zu bytes, %zu in use); "
+          "nothing allocated",
+          failed_rank, bytes, sy_status_name(verdict), hs->heap_bytes, hs->heap_used);
     }
     st = sy__host_barrier(comm, "mem_alloc");
     if (st == SY_SUCCESS) st = verdict;
@@ -168,9 +170,7 @@ static sy_status_t host_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void
   return SY_SUCCESS;
 }
 
-static sy_status_t host_barrier(sy_comm_t comm, cudaStream_t stream) {
-  return sy__host_barrier(comm, "barrier");
-}
+static sy_status_t host_barrier(sy_comm_t comm, cudaStream_t stream) { return sy__host_barrier(comm, "barrier"); }
 
 static sy_status_t host_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
                                    sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream) {
@@ -214,8 +214,9 @@ static sy_status_t host_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t v
       size_t offset = 0;
       host_block_t *b = block_containing(hs, signal, &offset);
       sy_status_t st = sy__host_fail_timeout(
-          comm, "signal_wait: rank %d waited %llu ms (call %llu) for signal %p (allocation %llu, offset %zu): "
-                "expected >= %llu, saw %llu",
+          comm,
+          "signal_wait: rank %d waited %llu ms (call %llu) for signal %p (allocation %llu, offset %zu): "
+          "expected >= %llu, saw %llu",
           hs->rank, (unsigned long long)comm->timeout_ms, (unsigned long long)call, (void *)signal,
           b ? (unsigned long long)b->seq : 0ull, offset, (unsigned long long)value, (unsigned long long)seen);
       return st;

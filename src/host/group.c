@@ -39,7 +39,6 @@ typedef struct host_group {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static host_group_t *registry;
 
-
 /* ---- clocks ------------------------------------------------------------------------------------------ */
 
 uint64_t sy__host_now_ns(void) {
@@ -207,11 +206,12 @@ static sy_status_t group_barrier(sy_comm_t comm, const char *op, uint64_t timeou
       char names[128];
       format_ranks(names, sizeof names, missing, n_missing);
       free(missing);
-      st = fail_timeout_locked(comm, g,
-                               "%s: rank %d waited %llu ms for barrier %llu of host group %d: expected %d ranks, saw %d "
-                               "(missing: %s)",
-                               op, hs->rank, (unsigned long long)timeout_ms, (unsigned long long)(gen + 1), g->key,
-                               g->world, g->barrier_count, names);
+      st =
+          fail_timeout_locked(comm, g,
+                              "%s: rank %d waited %llu ms for barrier %llu of host group %d: expected %d ranks, saw %d "
+                              "(missing: %s)",
+                              op, hs->rank, (unsigned long long)timeout_ms, (unsigned long long)(gen + 1), g->key,
+                              g->world, g->barrier_count, names);
       break;
     }
   }

@@ -81,10 +81,9 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
                                        cudaStream_t stream);
 sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_recv_t *recv,
                                        cudaStream_t stream);
-sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
+sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream);
+sy_status_t sy__host_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args, void *out,
                                       cudaStream_t stream);
-sy_status_t sy__host_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
-                                      void *out, cudaStream_t stream);
 /* Whether combine_recv's num_tokens and expert_ids (args) are this rank's dispatch of the current call;
  * SY_ERR_INVALID_ARG with a log line from fn naming the argument otherwise. Changes nothing: sy_moe_combine
  * asks before its send half so a rejected call leaves every buffer as it was. */

@@ -33,18 +33,18 @@ _Static_assert(sizeof(sy_moe_msg_entry_t) == 8, "8 bytes per k");
 
 typedef struct host_moe {
   sy_moe_layout_t layout;
-  unsigned char *ws;     /* this rank's workspace (symmetric) */
-  unsigned char **peer;  /* [W] every rank's workspace as this rank addresses it */
-  uint64_t calls;        /* dispatch_send calls made: the current call's number, parity calls % 2 */
-  int num_tokens;        /* this rank's dispatch of the current call */
-  int32_t *ids;          /* [max_tokens][top_k] its ids */
-  int32_t *slot_of;      /* [W][messages per source][top_k] slot of (source, message, k) here, -1 for foreign entries */
-  int32_t *fill;         /* [L] slots handed out per local expert */
-  int32_t *first;        /* [L] fill before the current source's messages */
-  int32_t *named;        /* [num_experts] this dispatch's messages naming each expert so far */
-  int32_t *sent;         /* [W] messages to each destination */
-  unsigned char *wire;   /* one token as the wire carries it (payload, then scales) */
-  float *acc;            /* [hidden] */
+  unsigned char *ws;    /* this rank's workspace (symmetric) */
+  unsigned char **peer; /* [W] every rank's workspace as this rank addresses it */
+  uint64_t calls;       /* dispatch_send calls made: the current call's number, parity calls % 2 */
+  int num_tokens;       /* this rank's dispatch of the current call */
+  int32_t *ids;         /* [max_tokens][top_k] its ids */
+  int32_t *slot_of;     /* [W][messages per source][top_k] slot of (source, message, k) here, -1 for foreign entries */
+  int32_t *fill;        /* [L] slots handed out per local expert */
+  int32_t *first;       /* [L] fill before the current source's messages */
+  int32_t *named;       /* [num_experts] this dispatch's messages naming each expert so far */
+  int32_t *sent;        /* [W] messages to each destination */
+  unsigned char *wire;  /* one token as the wire carries it (payload, then scales) */
+  float *acc;           /* [hidden] */
 } host_moe_t;
 
 typedef struct moe_offer {
@@ -148,10 +148,11 @@ sy_status_t sy__host_moe_create(sy_comm_t comm, struct sy_moe *moe) {
         SY_WARN("moe_create: rank %d could not create its state; nothing created", r);
         verdict = SY_ERR_NO_MEMORY;
       } else if (!same_config(c, m)) {
-        SY_WARN("moe_create: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
-                "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
-                r, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire, c->flags, m->max_tokens,
-                m->hidden, m->top_k, m->num_experts, (int)m->wire, m->flags);
+        SY_WARN(
+            "moe_create: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
+            "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
+            r, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire, c->flags, m->max_tokens, m->hidden,
+            m->top_k, m->num_experts, (int)m->wire, m->flags);
         verdict = SY_ERR_MISMATCH;
       }
     }
@@ -167,7 +168,8 @@ sy_status_t sy__host_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   /* Counters start at 0 (a fresh allocation is poisoned); no peer may raise one before that, hence the barrier. */
   memset(hm->ws + hm->layout.counters_offset, 0, hm->layout.counters_bytes);
   sy_status_t peers = SY_SUCCESS;
-  for (int r = 0; r < world && peers == SY_SUCCESS; r++) peers = sy_comm_peer_ptr(comm, hm->ws, r, (void **)&hm->peer[r]);
+  for (int r = 0; r < world && peers == SY_SUCCESS; r++)
+    peers = sy_comm_peer_ptr(comm, hm->ws, r, (void **)&hm->peer[r]);
   st = sy__host_barrier(comm, "moe_create");
   if (st == SY_SUCCESS && peers != SY_SUCCESS) st = SY_ERR_INTERNAL; /* every host rank is addressable */
   if (st != SY_SUCCESS) {
@@ -206,7 +208,8 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
   const size_t wire_bytes = hm->layout.msg_bytes - hm->layout.payload_offset;
   const size_t payload_bytes = (size_t)H * sy__moe_wire_elem(c->wire);
   hm->num_tokens = args->num_tokens;
-  for (size_t i = 0; i < (size_t)args->num_tokens * K; i++) hm->ids[i] = (int32_t)sy__moe_id(args->expert_ids, args->id_type, i);
+  for (size_t i = 0; i < (size_t)args->num_tokens * K; i++)
+    hm->ids[i] = (int32_t)sy__moe_id(args->expert_ids, args->id_type, i);
   memset(hm->sent, 0, (size_t)world * sizeof *hm->sent);
   memset(hm->named, 0, (size_t)c->num_experts * sizeof *hm->named);
   const int per_expert = (c->flags & SY_MOE_PER_EXPERT) != 0;
@@ -232,7 +235,7 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
       for (int k = 0; k < K; k++) {
         const int carried = (kmask >> k) & 1u;
         const sy_moe_msg_entry_t entry = {carried ? ids[k] - d * L : -1,
-                                       args->weights ? args->weights[(size_t)t * K + k] : 0.0f};
+                                          args->weights ? args->weights[(size_t)t * K + k] : 0.0f};
         const int32_t position = carried ? hm->named[ids[k]]++ : -1;
         memcpy(msg + sy__moe_entry_offset(k), &entry, sizeof entry);
         memcpy(msg + sy__moe_position_offset(K, k), &position, sizeof position);
@@ -255,8 +258,7 @@ sy_status_t sy__host_moe_dispatch_send(sy_comm_t comm, struct sy_moe *moe, const
 static sy_status_t wait_sources(sy_comm_t comm, host_moe_t *hm, int word, const char *half) {
   const int parity = (int)(hm->calls & 1);
   for (int s = 0; s < comm->world_size; s++) {
-    sy_status_t st = comm->ops->signal_wait(comm, counter_at(hm, hm->ws, parity, s, word), hm->calls,
-                                            NULL);
+    sy_status_t st = comm->ops->signal_wait(comm, counter_at(hm, hm->ws, parity, s, word), hm->calls, NULL);
     if (st != SY_SUCCESS) {
       SY_WARN("moe %s: call %llu: rank %d's %s did not arrive: %s", half, (unsigned long long)hm->calls, s,
               word == SY_MOE_COUNTER_DISPATCH ? "dispatch_send" : "combine_send", sy_status_name(st));
@@ -328,8 +330,7 @@ sy_status_t sy__host_moe_dispatch_recv(sy_comm_t comm, struct sy_moe *moe, const
 
 /* ---- combine ---------------------------------------------------------------------------------------------------- */
 
-sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
-                                      cudaStream_t stream) {
+sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const void *expert_out, cudaStream_t stream) {
   host_moe_t *hm = moe->backend_state;
   const sy_moe_config_t *c = &moe->config;
   const int world = comm->world_size, me = comm->rank, K = c->top_k, T = c->max_tokens, H = c->hidden;
@@ -352,17 +353,14 @@ sy_status_t sy__host_moe_combine_send(sy_comm_t comm, struct sy_moe *moe, const 
         if (per_expert)
           memcpy(combine_at(hm, hm->peer[s], parity, (size_t)header.src_token * K + (size_t)k), y_k,
                  (size_t)H * sizeof *y_k);
-        else
-          sy__moe_fma_row(hm->acc, entry.weight, y_k, H);
+        else sy__moe_fma_row(hm->acc, entry.weight, y_k, H);
       }
       if (!per_expert)
-        sy__moe_round_row(hm->acc, combine_at(hm, hm->peer[s], parity, (size_t)me * T + (size_t)header.src_token),
-                          H);
+        sy__moe_round_row(hm->acc, combine_at(hm, hm->peer[s], parity, (size_t)me * T + (size_t)header.src_token), H);
     }
   }
   for (int s = 0; s < world; s++)
-    __atomic_store_n(counter_at(hm, hm->peer[s], parity, me, SY_MOE_COUNTER_COMBINE), hm->calls,
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(counter_at(hm, hm->peer[s], parity, me, SY_MOE_COUNTER_COMBINE), hm->calls, __ATOMIC_RELEASE);
   return SY_SUCCESS;
 }
 
@@ -372,20 +370,20 @@ sy_status_t sy__host_moe_check_combine(sy_comm_t comm, struct sy_moe *moe, const
   const int K = moe->config.top_k;
   SY_ARG_CHECK(args->num_tokens == hm->num_tokens, fn,
                "num_tokens=%d but this rank's dispatch of call %llu had %d tokens (pass the num_tokens and "
-               "expert_ids of the dispatch this combine answers)", args->num_tokens, (unsigned long long)hm->calls,
-               hm->num_tokens);
+               "expert_ids of the dispatch this combine answers)",
+               args->num_tokens, (unsigned long long)hm->calls, hm->num_tokens);
   for (size_t i = 0; i < (size_t)args->num_tokens * K; i++) {
     const int64_t id = sy__moe_id(args->expert_ids, args->id_type, i);
     SY_ARG_CHECK(id == hm->ids[i], fn,
                  "expert_ids[%zu][%zu]=%lld but this rank's dispatch of call %llu had %d there (pass the expert_ids "
-                 "of the dispatch this combine answers)", i / (size_t)K, i % (size_t)K, (long long)id,
-                 (unsigned long long)hm->calls, hm->ids[i]);
+                 "of the dispatch this combine answers)",
+                 i / (size_t)K, i % (size_t)K, (long long)id, (unsigned long long)hm->calls, hm->ids[i]);
   }
   return SY_SUCCESS;
 }
 
-sy_status_t sy__host_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
-                                      void *out, cudaStream_t stream) {
+sy_status_t sy__host_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args, void *out,
+                                      cudaStream_t stream) {
   host_moe_t *hm = moe->backend_state;
   const sy_moe_config_t *c = &moe->config;
   const int world = comm->world_size, L = moe->local_experts, K = c->top_k, T = c->max_tokens, H = c->hidden;

@@ -50,8 +50,10 @@ sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
   SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
   *ptr = NULL;
   SY_ARG_CHECK(bytes > 0, fn, "bytes=0");
-  SY_ARG_CHECK(bytes <= comm->heap_bytes, fn, "bytes=%zu exceeds the symmetric heap (%zu bytes; raise SY_HEAP_SIZE "
-               "or config.heap_bytes)", bytes, comm->heap_bytes);
+  SY_ARG_CHECK(bytes <= comm->heap_bytes, fn,
+               "bytes=%zu exceeds the symmetric heap (%zu bytes; raise SY_HEAP_SIZE "
+               "or config.heap_bytes)",
+               bytes, comm->heap_bytes);
   void *p = NULL;
   SY_CHECK(comm->ops->mem_alloc(comm, bytes, &p));
   sy_status_t st = sy__symm_add(comm, p, bytes);

@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUNC "sy_attn_place"
+#define FUNC        "sy_attn_place"
 #define MAX_DOC_LEN 3037000499ll /* P(L) = L(L+1)/2 stays below INT64_MAX */
 
 typedef struct shard {
@@ -79,10 +79,10 @@ typedef struct placer {
   int num_docs;
   int64_t *load;
   int64_t *stamp, gen; /* distinct-server counting: stamp[server] == gen once seen */
-  shard_t *tmp;     /* a document's shards with one move applied */
+  shard_t *tmp;        /* a document's shards with one move applied */
   int tmp_cap;
   fill_cand_t *cands;
-  int *doc_used;    /* iteration that used the document in the current fill */
+  int *doc_used; /* iteration that used the document in the current fill */
   move_t *fill;
   int cands_cap;
 } placer_t;
@@ -390,11 +390,10 @@ static sy_status_t validate(const sy_attn_place_desc_t *desc, sy_attn_placement_
     for (int j = 0; j < n; j++) {
       const int64_t len = desc->doc_lens[r][j];
       SY_ARG_CHECK(len > 0, FUNC, "doc_lens[%d][%d]=%lld must be > 0", r, j, (long long)len);
-      SY_ARG_CHECK(len <= MAX_DOC_LEN, FUNC, "doc_lens[%d][%d]=%lld is too long: its work L(L+1)/2 overflows int64",
-                   r, j, (long long)len);
+      SY_ARG_CHECK(len <= MAX_DOC_LEN, FUNC, "doc_lens[%d][%d]=%lld is too long: its work L(L+1)/2 overflows int64", r,
+                   j, (long long)len);
       const int64_t w = prefix_work(len);
-      SY_ARG_CHECK(w <= INT64_MAX - total_work, FUNC, "doc_lens: total work overflows int64 at doc_lens[%d][%d]",
-                   r, j);
+      SY_ARG_CHECK(w <= INT64_MAX - total_work, FUNC, "doc_lens: total work overflows int64 at doc_lens[%d][%d]", r, j);
       total_work += w;
     }
   }
@@ -502,7 +501,7 @@ static sy_status_t emit_result(placer_t *pl, const sy_attn_place_desc_t *desc, d
   st->kv_rows_moved = kv_moved;
   st->shards = (int)shards;
   st->balanced = total == 0 || (st->work_max <= (1 + tolerance) * st->work_mean * (1 + 1e-12) &&
-                                 st->work_min >= (1 - tolerance) * st->work_mean * (1 - 1e-12));
+                                st->work_min >= (1 - tolerance) * st->work_mean * (1 - 1e-12));
   (void)desc;
   *out = p;
   return SY_SUCCESS;

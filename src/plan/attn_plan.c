@@ -34,27 +34,26 @@ typedef struct raw_seg {
 } raw_seg_t;
 
 typedef enum emit_mode {
-  EMIT_FORWARD,       /* as collected */
-  EMIT_REVERSE,       /* source and destination swapped */
-  EMIT_KV_BWD_SEND,   /* swapped; destination = staging row at the peer (the owner) */
-  EMIT_KV_BWD_RECV    /* swapped; destination = staging row here (we are the owner) */
+  EMIT_FORWARD,     /* as collected */
+  EMIT_REVERSE,     /* source and destination swapped */
+  EMIT_KV_BWD_SEND, /* swapped; destination = staging row at the peer (the owner) */
+  EMIT_KV_BWD_RECV  /* swapped; destination = staging row here (we are the owner) */
 } emit_mode_t;
 
 /* ---- validation --------------------------------------------------------------------------------------- */
 
-#define REJECT_IF(cond, ...)                                                                       \
-  do {                                                                                             \
-    if (cond) {                                                                                    \
-      sy__arg_error(FUNC, __VA_ARGS__);                                                            \
-      status = SY_ERR_INVALID_ARG;                                                                 \
-      goto done;                                                                                   \
-    }                                                                                              \
+#define REJECT_IF(cond, ...)            \
+  do {                                  \
+    if (cond) {                         \
+      sy__arg_error(FUNC, __VA_ARGS__); \
+      status = SY_ERR_INVALID_ARG;      \
+      goto done;                        \
+    }                                   \
   } while (0)
 
 /* Checks the whole description (every rank's plan depends on every rank's sequences) and counts the
  * forward segments `rank` will receive. Allocates only a scratch array, freed before it returns. */
-static sy_status_t validate(const sy_attn_plan_desc_t *desc, int rank, int64_t *q_recv_count,
-                            int64_t *kv_recv_count) {
+static sy_status_t validate(const sy_attn_plan_desc_t *desc, int rank, int64_t *q_recv_count, int64_t *kv_recv_count) {
   SY_ARG_CHECK(desc, FUNC, "desc is NULL");
   SY_ARG_CHECK(desc->size >= sizeof(sy_attn_plan_desc_t), FUNC,
                "desc->size=%zu is smaller than sizeof(sy_attn_plan_desc_t)=%zu", desc->size,
@@ -62,8 +61,8 @@ static sy_status_t validate(const sy_attn_plan_desc_t *desc, int rank, int64_t *
   const int world = desc->world_size, replicas = desc->max_replicas;
   SY_ARG_CHECK(world >= 1, FUNC, "desc->world_size=%d must be >= 1", world);
   SY_ARG_CHECK(rank >= 0 && rank < world, FUNC, "rank=%d outside [0, world_size=%d)", rank, world);
-  SY_ARG_CHECK(replicas >= 0 && replicas <= world, FUNC, "desc->max_replicas=%d outside [0, world_size=%d]",
-               replicas, world);
+  SY_ARG_CHECK(replicas >= 0 && replicas <= world, FUNC, "desc->max_replicas=%d outside [0, world_size=%d]", replicas,
+               world);
   SY_ARG_CHECK(desc->num_seqs, FUNC, "desc->num_seqs is NULL");
   SY_ARG_CHECK(desc->num_tokens, FUNC, "desc->num_tokens is NULL");
 
@@ -81,12 +80,11 @@ static sy_status_t validate(const sy_attn_plan_desc_t *desc, int rank, int64_t *
     if (n > 0) {
       REJECT_IF(!desc->seq_lens, "seq_lens is NULL (num_seqs[%d]=%d)", r, n);
       REJECT_IF(!desc->q_dst, "q_dst is NULL (num_seqs[%d]=%d)", r, n);
-      REJECT_IF(replicas > 0 && !desc->kv_dst, "kv_dst is NULL with max_replicas=%d (num_seqs[%d]=%d)",
-                replicas, r, n);
+      REJECT_IF(replicas > 0 && !desc->kv_dst, "kv_dst is NULL with max_replicas=%d (num_seqs[%d]=%d)", replicas, r, n);
       REJECT_IF(!desc->seq_lens[r], "seq_lens[%d] is NULL (num_seqs[%d]=%d)", r, r, n);
       REJECT_IF(!desc->q_dst[r], "q_dst[%d] is NULL (num_seqs[%d]=%d)", r, r, n);
-      REJECT_IF(replicas > 0 && !desc->kv_dst[r], "kv_dst[%d] is NULL (num_seqs[%d]=%d, max_replicas=%d)", r,
-                r, n, replicas);
+      REJECT_IF(replicas > 0 && !desc->kv_dst[r], "kv_dst[%d] is NULL (num_seqs[%d]=%d, max_replicas=%d)", r, r, n,
+                replicas);
     }
     int64_t sum = 0;
     for (int i = 0; i < n; i++, global_seq++) {
@@ -103,8 +101,7 @@ static sy_status_t validate(const sy_attn_plan_desc_t *desc, int rank, int64_t *
         REJECT_IF(d < -1 || d >= world, "kv_dst[%d][%zu]=%d outside [-1, world_size=%d)", r, at, d, world);
         if (d < 0) continue;
         if (mark) {
-          REJECT_IF(mark[d] == global_seq, "kv_dst[%d][%zu]=%d: rank %d listed twice for sequence %d", r, at, d,
-                    d, i);
+          REJECT_IF(mark[d] == global_seq, "kv_dst[%d][%zu]=%d: rank %d listed twice for sequence %d", r, at, d, d, i);
           mark[d] = global_seq;
         }
         if (d == rank) kv_in++;
@@ -127,9 +124,7 @@ done:
 /* ---- emission ----------------------------------------------------------------------------------------- */
 
 /* malloc that never returns NULL for a zero count (so a NULL always means failure). */
-static void *alloc_n(size_t count, size_t each) {
-  return malloc((count ? count : 1) * each);
-}
+static void *alloc_n(size_t count, size_t each) { return malloc((count ? count : 1) * each); }
 
 /* Emits one side of one direction: a stable counting sort of the raw segments by peer (and replica for
  * KV backward), the row transformation of `mode`, and merging of contiguous neighbours of one peer. */
@@ -159,14 +154,14 @@ static sy_status_t emit(const raw_seg_t *raw, int64_t count, int world, int repl
     const raw_seg_t *r = &raw[order[k]];
     sy_attn_seg_t seg = {r->src_row, r->dst_row, r->rows};
     switch (mode) {
-    case EMIT_FORWARD: break;
-    case EMIT_REVERSE: seg.src_row = r->dst_row, seg.dst_row = r->src_row; break;
-    case EMIT_KV_BWD_SEND:
-      seg.src_row = r->dst_row, seg.dst_row = (int64_t)r->replica * num_tokens[r->peer] + r->src_row;
-      break;
-    case EMIT_KV_BWD_RECV:
-      seg.src_row = r->dst_row, seg.dst_row = (int64_t)r->replica * num_tokens[rank] + r->src_row;
-      break;
+      case EMIT_FORWARD: break;
+      case EMIT_REVERSE: seg.src_row = r->dst_row, seg.dst_row = r->src_row; break;
+      case EMIT_KV_BWD_SEND:
+        seg.src_row = r->dst_row, seg.dst_row = (int64_t)r->replica * num_tokens[r->peer] + r->src_row;
+        break;
+      case EMIT_KV_BWD_RECV:
+        seg.src_row = r->dst_row, seg.dst_row = (int64_t)r->replica * num_tokens[rank] + r->src_row;
+        break;
     }
     sy_attn_seg_t *prev = out > 0 ? &segs[out - 1] : NULL;
     if (prev && last_peer == r->peer && prev->src_row + prev->rows == seg.src_row &&
@@ -194,14 +189,12 @@ static sy_status_t emit(const raw_seg_t *raw, int64_t count, int world, int repl
 
 static sy_status_t emit_send(sy_attn_dir_t *dir, const raw_seg_t *raw, int64_t count, int world, int replicas,
                              emit_mode_t mode, const int64_t *num_tokens, int rank) {
-  return emit(raw, count, world, replicas, mode, num_tokens, rank, &dir->send_start, &dir->send_segs,
-              &dir->send_rows);
+  return emit(raw, count, world, replicas, mode, num_tokens, rank, &dir->send_start, &dir->send_segs, &dir->send_rows);
 }
 
 static sy_status_t emit_recv(sy_attn_dir_t *dir, const raw_seg_t *raw, int64_t count, int world, int replicas,
                              emit_mode_t mode, const int64_t *num_tokens, int rank) {
-  return emit(raw, count, world, replicas, mode, num_tokens, rank, &dir->recv_start, &dir->recv_segs,
-              &dir->recv_rows);
+  return emit(raw, count, world, replicas, mode, num_tokens, rank, &dir->recv_start, &dir->recv_segs, &dir->recv_rows);
 }
 
 /* ---- build -------------------------------------------------------------------------------------------- */
@@ -233,7 +226,7 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
   plan->kv_recv = alloc_n((size_t)kv_recv_count, sizeof *plan->kv_recv);
   plan->q_counts = calloc((size_t)world * (size_t)world, sizeof *plan->q_counts);
   plan->kv_counts = calloc((size_t)world * (size_t)world, sizeof *plan->kv_counts);
-  int64_t *q_next = calloc((size_t)world, sizeof *q_next);  /* next free row of each destination's q_recv */
+  int64_t *q_next = calloc((size_t)world, sizeof *q_next); /* next free row of each destination's q_recv */
   int64_t *kv_next = calloc((size_t)world, sizeof *kv_next);
   raw_seg_t *q_send = alloc_n((size_t)n, sizeof *q_send);
   raw_seg_t *kv_send = alloc_n(nkv, sizeof *kv_send);
@@ -299,23 +292,21 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
 
   const int64_t *tokens = desc->num_tokens;
   sy_attn_dir_t *dir = plan->dir;
-  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_Q_FWD], q_send, nq_send, world, replicas, EMIT_FORWARD, tokens, rank),
+  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_Q_FWD], q_send, nq_send, world, replicas, EMIT_FORWARD, tokens, rank), status,
+                done);
+  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_Q_FWD], q_recv, nq_recv, world, replicas, EMIT_FORWARD, tokens, rank), status,
+                done);
+  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_KV_FWD], kv_send, nkv_send, world, replicas, EMIT_FORWARD, tokens, rank), status,
+                done);
+  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_KV_FWD], kv_recv, nkv_recv, world, replicas, EMIT_FORWARD, tokens, rank), status,
+                done);
+  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_Q_REV], q_recv, nq_recv, world, replicas, EMIT_REVERSE, tokens, rank), status,
+                done);
+  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_Q_REV], q_send, nq_send, world, replicas, EMIT_REVERSE, tokens, rank), status,
+                done);
+  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_KV_BWD], kv_recv, nkv_recv, world, replicas, EMIT_KV_BWD_SEND, tokens, rank),
                 status, done);
-  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_Q_FWD], q_recv, nq_recv, world, replicas, EMIT_FORWARD, tokens, rank),
-                status, done);
-  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_KV_FWD], kv_send, nkv_send, world, replicas, EMIT_FORWARD, tokens, rank),
-                status, done);
-  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_KV_FWD], kv_recv, nkv_recv, world, replicas, EMIT_FORWARD, tokens, rank),
-                status, done);
-  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_Q_REV], q_recv, nq_recv, world, replicas, EMIT_REVERSE, tokens, rank),
-                status, done);
-  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_Q_REV], q_send, nq_send, world, replicas, EMIT_REVERSE, tokens, rank),
-                status, done);
-  SY_CHECK_GOTO(emit_send(&dir[SY_ATTN_KV_BWD], kv_recv, nkv_recv, world, replicas, EMIT_KV_BWD_SEND, tokens,
-                          rank),
-                status, done);
-  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_KV_BWD], kv_send, nkv_send, world, replicas, EMIT_KV_BWD_RECV, tokens,
-                          rank),
+  SY_CHECK_GOTO(emit_recv(&dir[SY_ATTN_KV_BWD], kv_send, nkv_send, world, replicas, EMIT_KV_BWD_RECV, tokens, rank),
                 status, done);
   dir[SY_ATTN_Q_FWD].recv_total = q_next[rank];
   dir[SY_ATTN_KV_FWD].recv_total = kv_next[rank];

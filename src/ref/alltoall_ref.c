@@ -9,6 +9,7 @@ void sy__ref_alltoallv_recv(int world, int rank, const void *const *send, const 
                             const size_t *send_offsets, void *recv, const size_t *recv_offsets) {
   for (int s = 0; s < world; s++) {
     size_t bytes = send_bytes[(size_t)s * world + rank];
-    if (bytes) memcpy((char *)recv + recv_offsets[s], (const char *)send[s] + send_offsets[(size_t)s * world + rank], bytes);
+    if (bytes)
+      memcpy((char *)recv + recv_offsets[s], (const char *)send[s] + send_offsets[(size_t)s * world + rank], bytes);
   }
 }

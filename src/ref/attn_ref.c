@@ -11,17 +11,14 @@
 
 size_t sy__dtype_size(sy_dtype_t dtype) {
   switch (dtype) {
-  case SY_DTYPE_BF16:
-  case SY_DTYPE_FP16:
-    return 2;
-  case SY_DTYPE_FP32:
-    return 4;
+    case SY_DTYPE_BF16:
+    case SY_DTYPE_FP16: return 2;
+    case SY_DTYPE_FP32: return 4;
   }
   return 0;
 }
 
-void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes,
-                       void *dst) {
+void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst) {
   const sy_attn_dir_t *d = &plan->dir[dir];
   for (int s = 0; s < plan->world_size; s++) {
     for (int64_t i = d->recv_start[s]; i < d->recv_start[s + 1]; i++) {
@@ -52,8 +49,8 @@ static void store_element(unsigned char *p, sy_dtype_t dtype, float value) {
   memcpy(p, &h, sizeof h);
 }
 
-void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging, size_t row_bytes,
-                            sy_dtype_t dtype, unsigned flags, void *out) {
+void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging, size_t row_bytes, sy_dtype_t dtype,
+                            unsigned flags, void *out) {
   const int C = plan->max_replicas;
   const size_t N = (size_t)plan->num_tokens;
   const size_t elem = sy__dtype_size(dtype);

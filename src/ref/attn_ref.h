@@ -29,8 +29,7 @@ struct sy_attn_plan;
 /* One receiver's copies for direction dir (SY_ATTN_Q_FWD ...) of its plan: every receive segment from every
  * source s, rows of row_bytes, from src[s] (source s's buffer; may be NULL when s sends nothing) into dst.
  * Buffers must not overlap. */
-void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes,
-                       void *dst);
+void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst);
 
 /* The KV backward's post-process at the owner, from staging (replica c of token t at row c * num_tokens + t,
  * row_bytes each, rows of absent replicas never read) into out.
@@ -40,8 +39,8 @@ void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *con
  * is); a token whose sequence has no replica gets all-zero bits.
  * SY_ATTN_UNSUMMED: out row c * num_tokens + t = staging's row for a present replica, all-zero bits for an
  * absent one (max_replicas * num_tokens rows). row_bytes is a multiple of dtype's size. */
-void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging, size_t row_bytes,
-                            sy_dtype_t dtype, unsigned flags, void *out);
+void sy__ref_attn_kv_reduce(const struct sy_attn_plan *plan, const void *staging, size_t row_bytes, sy_dtype_t dtype,
+                            unsigned flags, void *out);
 
 /* Bytes of one element of dtype; 0 for a value outside sy_dtype_t. */
 size_t sy__dtype_size(sy_dtype_t dtype);

@@ -77,7 +77,7 @@ SY_HD float sy__fp8_scale(float amax, int ue8m0) {
   if (!ue8m0) return s;
   const uint32_t u = sy__float_to_bits(s);
   const uint32_t exponent = (u >> 23) & 0xFFu, mantissa = u & 0x7FFFFFu, sign = u & 0x80000000u;
-  if (exponent == 0xFFu) return s;                                              /* NaN, inf */
+  if (exponent == 0xFFu) return s; /* NaN, inf */
   if (exponent != 0) return mantissa ? sy__bits_to_float(sign | ((exponent + 1u) << 23)) : s;
   /* Zero or subnormal: the bits are the multiple of 2^-149; round that integer up to a power of two (2^23
    * is the bit pattern of 2^-126, the smallest normal). */

@@ -57,13 +57,13 @@ typedef struct sy_moe_msg_entry {
   float weight;         /* w_k as the source gave it (0 when it gave none) */
 } sy_moe_msg_entry_t;
 
-#define SY_MOE_MSG_HEADER 16
-#define SY_MOE_COUNTER_BYTES 32 /* per (parity, source): the uint64 words below */
+#define SY_MOE_MSG_HEADER       16
+#define SY_MOE_COUNTER_BYTES    32 /* per (parity, source): the uint64 words below */
 #define SY_MOE_COUNTER_DISPATCH 0
 #define SY_MOE_COUNTER_MESSAGES 1
-#define SY_MOE_COUNTER_COMBINE 2
-#define SY_MOE_COUNTER_COUNTS 3
-#define SY_MOE_SIGNAL_STEP (1ull << 20) /* cuda backend: a signal word's growth per call (more than any grid) */
+#define SY_MOE_COUNTER_COMBINE  2
+#define SY_MOE_COUNTER_COUNTS   3
+#define SY_MOE_SIGNAL_STEP      (1ull << 20) /* cuda backend: a signal word's growth per call (more than any grid) */
 
 typedef struct sy_moe_layout {
   int world_size, local_experts, top_k;
@@ -88,7 +88,8 @@ sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world_size, sy_moe
 
 /* Message `index` from `source` in the dispatch region of `parity`. */
 SY_HD uint64_t sy__moe_msg_offset(const sy_moe_layout_t *l, int parity, int source, int index) {
-  return (uint64_t)parity * l->parity_bytes + ((uint64_t)source * l->messages_per_source + (uint64_t)index) * l->msg_bytes;
+  return (uint64_t)parity * l->parity_bytes +
+         ((uint64_t)source * l->messages_per_source + (uint64_t)index) * l->msg_bytes;
 }
 
 /* Within a message: entry k (sy_moe_msg_entry_t) and position k (int32). */
@@ -106,7 +107,8 @@ SY_HD uint64_t sy__moe_combine_offset(const sy_moe_layout_t *l, int parity, uint
 /* The int32 count of `source`'s messages naming local expert e, for `parity`. */
 SY_HD uint64_t sy__moe_counts_offset(const sy_moe_layout_t *l, int parity, int source, int e) {
   return l->counts_offset +
-         (((uint64_t)parity * (uint64_t)l->world_size + (uint64_t)source) * (uint64_t)l->local_experts + (uint64_t)e) * 4u;
+         (((uint64_t)parity * (uint64_t)l->world_size + (uint64_t)source) * (uint64_t)l->local_experts + (uint64_t)e) *
+             4u;
 }
 
 /* Counter word `word` (SY_MOE_COUNTER_*) of `source`, for `parity`. */

@@ -27,7 +27,8 @@ sy_status_t sy__moe_check_ids(const char *fn, int rank, const void *ids, sy_inde
       for (int j = 0; id >= 0 && j < k; j++)
         SY_ARG_CHECK(sy__moe_id(ids, type, row + (size_t)j) != id, fn,
                      "expert_ids[%d][%d]=%lld repeats expert_ids[%d][%d] (rank %d, token %d, k %d): an expert may "
-                     "appear once per token", t, k, (long long)id, t, j, rank, t, k);
+                     "appear once per token",
+                     t, k, (long long)id, t, j, rank, t, k);
     }
   }
   return SY_SUCCESS;

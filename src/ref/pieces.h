@@ -15,7 +15,7 @@
 
 #include "ref/hd.h"
 
-#define SY_PIECE_MIN 8192u
+#define SY_PIECE_MIN    8192u
 #define SY_PIECE_TARGET 64u
 
 SY_HD uint32_t sy__piece_count(uint64_t bytes, uint32_t pairs, uint64_t max_piece, uint32_t max_count) {

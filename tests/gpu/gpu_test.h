@@ -23,36 +23,36 @@
 static int gt_rank = -1;
 static int gt_failures;
 
-#define GT_FAIL(...)                                                       \
-  do {                                                                     \
+#define GT_FAIL(...)                                                        \
+  do {                                                                      \
     fprintf(stderr, "[test rank %d] %s:%d: ", gt_rank, __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__);                                          \
-    fprintf(stderr, "\n");                                                 \
-    __atomic_fetch_add(&gt_failures, 1, __ATOMIC_RELAXED);                 \
+    fprintf(stderr, __VA_ARGS__);                                           \
+    fprintf(stderr, "\n");                                                  \
+    __atomic_fetch_add(&gt_failures, 1, __ATOMIC_RELAXED);                  \
   } while (0)
 
-#define GT_CHECK(cond)                             \
-  do {                                             \
+#define GT_CHECK(cond)                               \
+  do {                                               \
     if (!(cond)) GT_FAIL("check failed: %s", #cond); \
   } while (0)
 
 /* A call that must succeed; a failure ends the test (later steps would only cascade). */
-#define GT_OK(call)                                                                                   \
-  do {                                                                                                \
-    sy_status_t gt_st_ = (call);                                                                      \
-    if (gt_st_ != SY_SUCCESS) {                                                                       \
-      GT_FAIL("%s returned %s (%s)", #call, sy_status_name(gt_st_), sy_status_string(gt_st_));        \
-      exit(1);                                                                                        \
-    }                                                                                                 \
+#define GT_OK(call)                                                                            \
+  do {                                                                                         \
+    sy_status_t gt_st_ = (call);                                                               \
+    if (gt_st_ != SY_SUCCESS) {                                                                \
+      GT_FAIL("%s returned %s (%s)", #call, sy_status_name(gt_st_), sy_status_string(gt_st_)); \
+      exit(1);                                                                                 \
+    }                                                                                          \
   } while (0)
 
-#define GT_CUDA(call)                                                                                 \
-  do {                                                                                                \
-    cudaError_t gt_err_ = (call);                                                                     \
-    if (gt_err_ != cudaSuccess) {                                                                     \
-      GT_FAIL("%s: %s", #call, cudaGetErrorString(gt_err_));                                          \
-      exit(1);                                                                                        \
-    }                                                                                                 \
+#define GT_CUDA(call)                                        \
+  do {                                                       \
+    cudaError_t gt_err_ = (call);                            \
+    if (gt_err_ != cudaSuccess) {                            \
+      GT_FAIL("%s: %s", #call, cudaGetErrorString(gt_err_)); \
+      exit(1);                                               \
+    }                                                        \
   } while (0)
 
 /* Exit 77 (CTest: skipped) with the reason when no GPU can be used here. */

@@ -43,8 +43,10 @@ static void plan_random(plan_t *pl, uint64_t seed, size_t max_pair) {
     size_t off = wl_rand(&rng) % 40;
     for (int p = 0; p < W; p++) {
       uint64_t kind = wl_rand(&rng) % 6;
-      size_t b = kind == 0 ? 0 : kind == 1 ? 1 + wl_rand(&rng) % 100 : kind == 2 ? 16 * (1 + wl_rand(&rng) % 4096)
-                                                                             : wl_rand(&rng) % (max_pair + 1);
+      size_t b = kind == 0   ? 0
+                 : kind == 1 ? 1 + wl_rand(&rng) % 100
+                 : kind == 2 ? 16 * (1 + wl_rand(&rng) % 4096)
+                             : wl_rand(&rng) % (max_pair + 1);
       if (b > max_pair) b = max_pair;
       pl->send_bytes[s * W + p] = b;
       pl->send_offsets[s * W + p] = off;
@@ -242,7 +244,8 @@ int main(void) {
     GT_CUDA(cudaStreamSynchronize(stream));
     GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
     if (rank <= 1) {
-      if (async != SY_ERR_MISMATCH) GT_FAIL("mismatched pair: async error %s, want SY_ERR_MISMATCH", sy_status_name(async));
+      if (async != SY_ERR_MISMATCH)
+        GT_FAIL("mismatched pair: async error %s, want SY_ERR_MISMATCH", sy_status_name(async));
       else printf("[test rank %d] mismatch reported: %s\n", rank, detail);
     } else if (async != SY_SUCCESS) {
       GT_FAIL("rank %d is not part of the mismatch but reports %s", rank, sy_status_name(async));

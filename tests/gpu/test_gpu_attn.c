@@ -64,7 +64,8 @@ static int run_scenario(sy_comm_t comm, int rank, scen_t *sc, uint8_t *out0, uin
   const int64_t N = info.num_tokens;
   const size_t in_bytes = (size_t)(N ? N : 1) * (sc->q_rb > sc->kv_rb ? sc->q_rb : sc->kv_rb) + 64;
   const size_t attn_in = sc->cap_q > sc->cap_kv ? sc->cap_q : sc->cap_kv;
-  uint8_t *h_q = (uint8_t *)malloc(in_bytes), *h_kv = (uint8_t *)malloc(in_bytes), *h_a = (uint8_t *)malloc(attn_in + 64);
+  uint8_t *h_q = (uint8_t *)malloc(in_bytes), *h_kv = (uint8_t *)malloc(in_bytes),
+          *h_a = (uint8_t *)malloc(attn_in + 64);
   uint8_t *q = NULL, *kv = NULL, *a = NULL, *o0 = NULL, *o1 = NULL;
   sy_mem_alloc(comm, sc->cap_q, (void **)&o0);
   sy_mem_alloc(comm, sc->cap_kv, (void **)&o1);
@@ -191,8 +192,8 @@ static void check_scenario(sy_comm_t comm, int rank, int W, scen_t *sc, cudaStre
 enum { MIX_PLANS = 2, MIX_SEQ = MIX_PLANS * 4, MIX_ROUNDS = 25, MIX_REPLAYS = 50 };
 
 typedef struct {
-  scen_t sc[MIX_SEQ];  /* plan k, op o at k * 4 + o; their oracle outputs in sc[i].want */
-  uint8_t *in[MIX_SEQ][3]; /* device inputs of each call (run_scenario's: Q rows, KV rows, attention rows) */
+  scen_t sc[MIX_SEQ];             /* plan k, op o at k * 4 + o; their oracle outputs in sc[i].want */
+  uint8_t *in[MIX_SEQ][3];        /* device inputs of each call (run_scenario's: Q rows, KV rows, attention rows) */
   size_t cap_q, cap_kv, cap_grad; /* output room for every call */
   sy_attn_plan_t plan[MIX_PLANS];
   uint8_t *o0, *o1, *grad; /* outputs, poisoned before each call */
@@ -429,10 +430,10 @@ int main(void) {
     size_t wrong = 0;
     for (int s = 0; s < g.num_seqs[rank]; s++) {
       for (int64_t i = 0; i < g.lens[rank][s]; i++, row++)
-        for (size_t b = 0; b < rb; b++)
-          wrong += h2[row * rb + b] != (g.q_dst[rank][s] >= 0 ? h[row * rb + b] : POISON);
+        for (size_t b = 0; b < rb; b++) wrong += h2[row * rb + b] != (g.q_dst[rank][s] >= 0 ? h[row * rb + b] : POISON);
     }
-    if (wrong) GT_FAIL("Q forward then Q reverse: %zu bytes differ from the input (or from the poison where unsent)", wrong);
+    if (wrong)
+      GT_FAIL("Q forward then Q reverse: %zu bytes differ from the input (or from the poison where unsent)", wrong);
     GT_CUDA(cudaFree(q));
     GT_OK(sy_mem_free(comm, mid));
     GT_OK(sy_mem_free(comm, back));
@@ -507,7 +508,9 @@ int main(void) {
       }
       free(sc.want[0]), free(sc.want[1]);
     }
-    if (rank == 0) printf("[test rank 0] %d back-to-back calls (with a poison memset and a copy-out each) in %.1f ms\n", calls, dt * 1e3);
+    if (rank == 0)
+      printf("[test rank 0] %d back-to-back calls (with a poison memset and a copy-out each) in %.1f ms\n", calls,
+             dt * 1e3);
     GT_CUDA(cudaFree(q));
     GT_CUDA(cudaFreeHost(results));
     GT_OK(sy_mem_free(comm, recv));

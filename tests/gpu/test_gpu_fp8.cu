@@ -20,11 +20,15 @@ __global__ void enc_all(uint64_t base, unsigned long long *bad, uint32_t *first,
   uint32_t u = (uint32_t)i;
   float f = __uint_as_float(u);
   uint8_t hw = __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
-  uint16_t raw; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(raw) : "f"(f), "f"(0.0f));
+  uint16_t raw;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(raw) : "f"(f), "f"(0.0f));
   uint8_t sw = sy__fp8_e4m3_encode(f);
   if (hw != sw || (uint8_t)raw != hw || (raw >> 8) != 0) {
     unsigned long long n = atomicAdd(bad, 1ull);
-    if (n < 32) { first[2 * n] = u; first[2 * n + 1] = hw | (sw << 8) | ((uint32_t)raw << 16); }
+    if (n < 32) {
+      first[2 * n] = u;
+      first[2 * n + 1] = hw | (sw << 8) | ((uint32_t)raw << 16);
+    }
   }
   if ((u & 0x7FFFFFFFu) > 0x7F800000u && hw != 0x7F) atomicAdd(nan_neg_hw, 1ull);
 }
@@ -38,7 +42,10 @@ __global__ void decode_all(float *mine, float *hw) {
 
 __global__ void scales_k(const float *amax, int n, float *out) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) { out[2 * i] = sy__fp8_scale(amax[i], 0); out[2 * i + 1] = sy__fp8_scale(amax[i], 1); }
+  if (i < n) {
+    out[2 * i] = sy__fp8_scale(amax[i], 0);
+    out[2 * i + 1] = sy__fp8_scale(amax[i], 1);
+  }
 }
 
 __global__ void quant_hash(const float *scales, unsigned *hash) {
@@ -51,31 +58,61 @@ __global__ void quant_hash(const float *scales, unsigned *hash) {
   atomicAdd(&hash[blockIdx.x], acc);
 }
 
-__global__ void fmax_nan(float *out) { out[0] = fmaxf(0.0f, __uint_as_float(0x7FC00000u)); out[1] = fmaxf(__uint_as_float(0xFFC00001u), 3.0f); }
+__global__ void fmax_nan(float *out) {
+  out[0] = fmaxf(0.0f, __uint_as_float(0x7FC00000u));
+  out[1] = fmaxf(__uint_as_float(0xFFC00001u), 3.0f);
+}
 
-static float bf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static uint32_t fb(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bf(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint32_t fb(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
 static bool same(float a, float b) { return fb(a) == fb(b) || (a != a && b != b); }
 
 int main() {
   gt_require_gpu("test_gpu_fp8");
-  unsigned long long *d_bad, *d_nan; uint32_t *d_first;
-  CK(cudaMalloc(&d_bad, 8)); CK(cudaMalloc(&d_nan, 8)); CK(cudaMalloc(&d_first, 64 * 4));
-  CK(cudaMemset(d_bad, 0, 8)); CK(cudaMemset(d_nan, 0, 8));
+  unsigned long long *d_bad, *d_nan;
+  uint32_t *d_first;
+  CK(cudaMalloc(&d_bad, 8));
+  CK(cudaMalloc(&d_nan, 8));
+  CK(cudaMalloc(&d_first, 64 * 4));
+  CK(cudaMemset(d_bad, 0, 8));
+  CK(cudaMemset(d_nan, 0, 8));
   const uint64_t chunk = 1ull << 30;
-  for (uint64_t base = 0; base < (1ull << 32); base += chunk) enc_all<<<chunk / 256, 256>>>(base, d_bad, d_first, d_nan);
+  for (uint64_t base = 0; base < (1ull << 32); base += chunk)
+    enc_all<<<chunk / 256, 256>>>(base, d_bad, d_first, d_nan);
   CK(cudaDeviceSynchronize());
-  unsigned long long bad, nanbad; uint32_t first[64];
-  CK(cudaMemcpy(&bad, d_bad, 8, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(&nanbad, d_nan, 8, cudaMemcpyDeviceToHost));
+  unsigned long long bad, nanbad;
+  uint32_t first[64];
+  CK(cudaMemcpy(&bad, d_bad, 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(&nanbad, d_nan, 8, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(first, d_first, 256, cudaMemcpyDeviceToHost));
   printf("encode: all 2^32 floats, mismatches hw vs fp8.h (device) = %llu; NaNs not 0x7F in hw = %llu\n", bad, nanbad);
-  for (unsigned long long i = 0; i < bad && i < 32; i++) printf("  0x%08x: hw 0x%02x sw 0x%02x raw 0x%04x\n", first[2*i], first[2*i+1] & 0xFF, (first[2*i+1] >> 8) & 0xFF, first[2*i+1] >> 16);
+  for (unsigned long long i = 0; i < bad && i < 32; i++)
+    printf("  0x%08x: hw 0x%02x sw 0x%02x raw 0x%04x\n", first[2 * i], first[2 * i + 1] & 0xFF,
+           (first[2 * i + 1] >> 8) & 0xFF, first[2 * i + 1] >> 16);
 
-  float *d_m, *d_h; CK(cudaMalloc(&d_m, 1024)); CK(cudaMalloc(&d_h, 1024));
-  decode_all<<<1, 256>>>(d_m, d_h); CK(cudaDeviceSynchronize());
-  float m[256], h[256]; CK(cudaMemcpy(m, d_m, 1024, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(h, d_h, 1024, cudaMemcpyDeviceToHost));
+  float *d_m, *d_h;
+  CK(cudaMalloc(&d_m, 1024));
+  CK(cudaMalloc(&d_h, 1024));
+  decode_all<<<1, 256>>>(d_m, d_h);
+  CK(cudaDeviceSynchronize());
+  float m[256], h[256];
+  CK(cudaMemcpy(m, d_m, 1024, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(h, d_h, 1024, cudaMemcpyDeviceToHost));
   int dbad = 0;
-  for (int q = 0; q < 256; q++) if (fb(m[q]) != fb(h[q]) || fb(m[q]) != fb(sy__fp8_e4m3_decode((uint8_t)q))) { if (dbad++ < 5) printf("  decode 0x%02x: dev %08x hw %08x host %08x\n", q, fb(m[q]), fb(h[q]), fb(sy__fp8_e4m3_decode((uint8_t)q))); }
+  for (int q = 0; q < 256; q++)
+    if (fb(m[q]) != fb(h[q]) || fb(m[q]) != fb(sy__fp8_e4m3_decode((uint8_t)q))) {
+      if (dbad++ < 5)
+        printf("  decode 0x%02x: dev %08x hw %08x host %08x\n", q, fb(m[q]), fb(h[q]),
+               fb(sy__fp8_e4m3_decode((uint8_t)q)));
+    }
   printf("decode: 256 codes, mismatches (device fp8.h / hw e4m3->half->float / host) = %d\n", dbad);
 
   std::vector<float> amax;
@@ -83,22 +120,40 @@ int main() {
   for (uint32_t u = 1; u < 0x7F800000u; u += 4099) amax.push_back(bf(u)); // floats, subnormals included
   amax.push_back(bf(0x7FC00000u));
   int n = (int)amax.size();
-  float *d_a, *d_s; CK(cudaMalloc(&d_a, n * 4)); CK(cudaMalloc(&d_s, n * 8));
+  float *d_a, *d_s;
+  CK(cudaMalloc(&d_a, n * 4));
+  CK(cudaMalloc(&d_s, n * 8));
   CK(cudaMemcpy(d_a, amax.data(), n * 4, cudaMemcpyHostToDevice));
-  scales_k<<<(n + 255) / 256, 256>>>(d_a, n, d_s); CK(cudaDeviceSynchronize());
-  std::vector<float> s(2 * n); CK(cudaMemcpy(s.data(), d_s, n * 8, cudaMemcpyDeviceToHost));
+  scales_k<<<(n + 255) / 256, 256>>>(d_a, n, d_s);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> s(2 * n);
+  CK(cudaMemcpy(s.data(), d_s, n * 8, cudaMemcpyDeviceToHost));
   int sbad = 0;
-  for (int i = 0; i < n; i++) for (int k = 0; k < 2; k++) if (!same(s[2*i+k], sy__fp8_scale(amax[i], k))) { if (sbad++ < 5) printf("  scale amax %a ue8m0 %d: dev %a host %a\n", amax[i], k, s[2*i+k], sy__fp8_scale(amax[i], k)); }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 2; k++)
+      if (!same(s[2 * i + k], sy__fp8_scale(amax[i], k))) {
+        if (sbad++ < 5)
+          printf("  scale amax %a ue8m0 %d: dev %a host %a\n", amax[i], k, s[2 * i + k], sy__fp8_scale(amax[i], k));
+      }
   printf("scales: %d amax x 2 modes, device vs host mismatches = %d\n", n, sbad);
 
   // quantisation x / scale on the device for every bf16 x, against the host, for every 4th bf16 amax's scales
   std::vector<float> qs;
-  for (uint32_t b = 1; b < 0x7F80u; b += 16) { qs.push_back(s[2*b]); qs.push_back(s[2*b+1]); }
+  for (uint32_t b = 1; b < 0x7F80u; b += 16) {
+    qs.push_back(s[2 * b]);
+    qs.push_back(s[2 * b + 1]);
+  }
   int ns = (int)qs.size();
-  float *d_qs; unsigned *d_hash; CK(cudaMalloc(&d_qs, ns * 4)); CK(cudaMalloc(&d_hash, ns * 4));
-  CK(cudaMemcpy(d_qs, qs.data(), ns * 4, cudaMemcpyHostToDevice)); CK(cudaMemset(d_hash, 0, ns * 4));
-  quant_hash<<<ns, 256>>>(d_qs, d_hash); CK(cudaDeviceSynchronize());
-  std::vector<unsigned> hash(ns); CK(cudaMemcpy(hash.data(), d_hash, ns * 4, cudaMemcpyDeviceToHost));
+  float *d_qs;
+  unsigned *d_hash;
+  CK(cudaMalloc(&d_qs, ns * 4));
+  CK(cudaMalloc(&d_hash, ns * 4));
+  CK(cudaMemcpy(d_qs, qs.data(), ns * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemset(d_hash, 0, ns * 4));
+  quant_hash<<<ns, 256>>>(d_qs, d_hash);
+  CK(cudaDeviceSynchronize());
+  std::vector<unsigned> hash(ns);
+  CK(cudaMemcpy(hash.data(), d_hash, ns * 4, cudaMemcpyDeviceToHost));
   int qbad = 0;
   for (int i = 0; i < ns; i++) {
     unsigned acc = 0;
@@ -106,12 +161,17 @@ int main() {
     if (acc != hash[i]) qbad++;
   }
   printf("quantize: 65536 bf16 x %d scales, device vs host hash mismatches = %d\n", ns, qbad);
-  float fm[2]; float *d_fm; CK(cudaMalloc(&d_fm, 8)); fmax_nan<<<1,1>>>(d_fm); CK(cudaMemcpy(fm, d_fm, 8, cudaMemcpyDeviceToHost));
+  float fm[2];
+  float *d_fm;
+  CK(cudaMalloc(&d_fm, 8));
+  fmax_nan<<<1, 1>>>(d_fm);
+  CK(cudaMemcpy(fm, d_fm, 8, cudaMemcpyDeviceToHost));
   printf("device fmaxf(0, NaN) = %a, fmaxf(-NaN, 3) = %a\n", fm[0], fm[1]);
   if (bad || nanbad) GT_FAIL("encoder: %llu mismatches against the hardware, %llu NaNs not 0x7F", bad, nanbad);
   if (dbad) GT_FAIL("decoder: %d mismatches", dbad);
   if (sbad) GT_FAIL("scales: %d device/host mismatches", sbad);
   if (qbad) GT_FAIL("quantise: %d device/host mismatches", qbad);
-  if (fb(fm[0]) != 0 || fm[1] != 3.0f) GT_FAIL("fmaxf does not ignore NaN on this device (the amax reduction relies on it)");
+  if (fb(fm[0]) != 0 || fm[1] != 3.0f)
+    GT_FAIL("fmaxf does not ignore NaN on this device (the amax reduction relies on it)");
   return gt_finish("test_gpu_fp8");
 }

@@ -71,8 +71,8 @@ int main(void) {
     GT_CUDA(cudaStreamDestroy(stream));
     GT_OK(sy_comm_destroy(comm));
     if (rank == 0)
-      printf("round %d: world %d, init %.1f ms, barrier %.1f us each (host-observed, 100 back to back)\n", round,
-             world, t_init * 1e3, t_bar * 1e6);
+      printf("round %d: world %d, init %.1f ms, barrier %.1f us each (host-observed, 100 back to back)\n", round, world,
+             t_init * 1e3, t_bar * 1e6);
   }
   /* A malformed SY_PIECE_ORDER: every rank's init refuses it before any rendezvous, and returns no communicator
    * (NULL in *comm). */

@@ -25,8 +25,8 @@
  */
 #include "gpu_test.h"
 
-#define POISON 0xEE
-#define GRAPH_SETS 37        /* input sets the replays cycle through; prime, so every 100th replay meets all */
+#define POISON            0xEE
+#define GRAPH_SETS        37 /* input sets the replays cycle through; prime, so every 100th replay meets all */
 #define GRAPH_CHECK_EVERY 100
 
 static uint64_t test_seed = 0x30e5eed5eedull;
@@ -34,8 +34,8 @@ static uint64_t test_seed = 0x30e5eed5eedull;
 /* ---- cases ------------------------------------------------------------------------------------------------ */
 
 enum { MODE_ONE_CALL, MODE_HALVES, MODE_ALTERNATE };
-static const char *const route_names[] = {"random", "one expert", "empty rank", "same rank", "none", "full",
-                                          "mixed"}; /* by wl_route_t */
+static const char *const route_names[] = {"random", "one expert", "empty rank", "same rank",
+                                          "none",   "full",       "mixed"}; /* by wl_route_t */
 static const char *const mode_names[] = {"one-call", "halves", "alternate"};
 
 typedef struct moe_case {
@@ -50,17 +50,20 @@ typedef struct moe_case {
   int combine_other; /* graph cases: the captured combine takes its ids in the other index type */
 } moe_case_t;
 
-#define FP8 SY_MOE_WIRE_FP8
-#define UE8 SY_MOE_WIRE_FP8_UE8M0
+#define FP8  SY_MOE_WIRE_FP8
+#define UE8  SY_MOE_WIRE_FP8_UE8M0
 #define BF16 SY_MOE_WIRE_BF16
-#define PE SY_MOE_PER_EXPERT
-#define I32 SY_INDEX_INT32
-#define I64 SY_INDEX_INT64
-#define CASE(name_, E_, K_, H_, T_, wire_, flags_, ids_, route_, rounds_, mode_, specials_, salt_)                  \
-  {.name = name_, .E = E_, .K = K_, .H = H_, .T = T_, .wire = wire_, .flags = flags_, .id_type = ids_,              \
-   .route = WL_ROUTE_##route_, .rounds = rounds_, .mode = MODE_##mode_, .specials = specials_, .salt = salt_}
+#define PE   SY_MOE_PER_EXPERT
+#define I32  SY_INDEX_INT32
+#define I64  SY_INDEX_INT64
+#define CASE(name_, E_, K_, H_, T_, wire_, flags_, ids_, route_, rounds_, mode_, specials_, salt_)            \
+  {                                                                                                           \
+    .name = name_, .E = E_, .K = K_, .H = H_, .T = T_, .wire = wire_, .flags = flags_, .id_type = ids_,       \
+    .route = WL_ROUTE_##route_, .rounds = rounds_, .mode = MODE_##mode_, .specials = specials_, .salt = salt_ \
+  }
 
 /* E is chosen divisible by 1, 2, 3, 4 and 8 where the case allows, so that most cases run at every W. */
+/* clang-format off */
 static const moe_case_t cases[] = {
     /* name, num_experts, top_k, hidden, max_tokens, wire, flags, id type, routing, rounds, halves or one
      * call (alternate: one call in even rounds, halves in odd), special values, seed salt */
@@ -106,17 +109,54 @@ static const moe_case_t cases[] = {
     CASE("top-3 bf16 per-expert",          24,  3,  128,  16,  BF16, PE, I64, SAME_RANK,  3, HALVES,    1, 38),
     CASE("top-6 1100 tokens",              288, 6,  128,  1100, FP8, 0,  I64, RANDOM,     2, ALTERNATE, 0, 39),
 };
+/* clang-format on */
 
 /* One round captured (the four halves, or with MODE_ONE_CALL sy_moe_dispatch and sy_moe_combine); rounds = the
  * input sets the replays cycle through. */
 static const moe_case_t graph_cases[] = {
-    {.name = "graph fp8", .E = 0, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0, .id_type = I32,
-     .route = WL_ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 0, .salt = 40, .graph_share = 1},
-    {.name = "graph bf16 per-expert", .E = 0, .K = 8, .H = 128, .T = 16, .wire = BF16, .flags = PE, .id_type = I64,
-     .route = WL_ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_HALVES, .specials = 1, .salt = 41, .graph_share = 5,
+    {.name = "graph fp8",
+     .E = 0,
+     .K = 4,
+     .H = 256,
+     .T = 16,
+     .wire = FP8,
+     .flags = 0,
+     .id_type = I32,
+     .route = WL_ROUTE_MIXED,
+     .rounds = GRAPH_SETS,
+     .mode = MODE_HALVES,
+     .specials = 0,
+     .salt = 40,
+     .graph_share = 1},
+    {.name = "graph bf16 per-expert",
+     .E = 0,
+     .K = 8,
+     .H = 128,
+     .T = 16,
+     .wire = BF16,
+     .flags = PE,
+     .id_type = I64,
+     .route = WL_ROUTE_MIXED,
+     .rounds = GRAPH_SETS,
+     .mode = MODE_HALVES,
+     .specials = 1,
+     .salt = 41,
+     .graph_share = 5,
      .combine_other = 1},
-    {.name = "graph fp8 one-call", .E = 0, .K = 8, .H = 512, .T = 16, .wire = FP8, .flags = 0, .id_type = I64,
-     .route = WL_ROUTE_MIXED, .rounds = GRAPH_SETS, .mode = MODE_ONE_CALL, .specials = 1, .salt = 42, .graph_share = 2},
+    {.name = "graph fp8 one-call",
+     .E = 0,
+     .K = 8,
+     .H = 512,
+     .T = 16,
+     .wire = FP8,
+     .flags = 0,
+     .id_type = I64,
+     .route = WL_ROUTE_MIXED,
+     .rounds = GRAPH_SETS,
+     .mode = MODE_ONE_CALL,
+     .specials = 1,
+     .salt = 42,
+     .graph_share = 2},
 };
 
 static const char *wire_name(sy_moe_wire_t w) { return w == FP8 ? "fp8" : w == UE8 ? "fp8-ue8m0" : "bf16"; }
@@ -136,8 +176,15 @@ static sy_moe_config_t case_config(const moe_case_t *c) {
 
 /* The case's generator at W ranks (tests/workload), in the GPU tests' draw. */
 static wl_moe_t case_gen(const moe_case_t *c, int W) {
-  const wl_moe_t m = {.seed = test_seed, .salt = c->salt, .world = W, .num_experts = c->E, .top_k = c->K,
-                      .hidden = c->H, .max_tokens = c->T, .route = (wl_route_t)c->route, .specials = c->specials,
+  const wl_moe_t m = {.seed = test_seed,
+                      .salt = c->salt,
+                      .world = W,
+                      .num_experts = c->E,
+                      .top_k = c->K,
+                      .hidden = c->H,
+                      .max_tokens = c->T,
+                      .route = (wl_route_t)c->route,
+                      .specials = c->specials,
                       .draw = WL_DRAW_GPU};
   return m;
 }
@@ -150,7 +197,7 @@ static uint64_t case_key(const moe_case_t *c, uint64_t what, uint64_t round, uin
 
 typedef struct rank_in {
   int n;
-  int64_t *ids; /* [T][K] */
+  int64_t *ids;  /* [T][K] */
   float *w, *cw; /* [T][K]: the dispatch's and the combine's weights */
   uint16_t *tok; /* [T][H] */
 } rank_in_t;
@@ -167,8 +214,8 @@ typedef struct run {
   int W, L, S, G, me, rounds;
   size_t in_off[IN_N], in_bytes[IN_N], in_total;
   size_t out_off[OUT_N], out_bytes[OUT_N], out_total;
-  rank_in_t *in;  /* [rounds][W] */
-  uint8_t *want;  /* [rounds][out_total]: what the oracle's rank `me` got */
+  rank_in_t *in; /* [rounds][W] */
+  uint8_t *want; /* [rounds][out_total]: what the oracle's rank `me` got */
 } run_t;
 
 static size_t lay_out(size_t *off, const size_t *bytes, int n) {
@@ -193,8 +240,8 @@ static void run_init(run_t *run, const moe_case_t *c, int W, int me) {
   const size_t T = (size_t)c->T, K = (size_t)c->K, H = (size_t)c->H, L = (size_t)run->L, S = (size_t)run->S;
   const int fp8 = c->wire != BF16;
   const size_t in_bytes[IN_N] = {T * H * 2, T * K * 8, T * K * 4, T * K * 8, T * K * 4, L * S * H * 2};
-  const size_t out_bytes[OUT_N] = {L * S * H * (fp8 ? 1 : 2), fp8 ? L * (size_t)run->G * S * 4 : 0, L * S * 8, L * 4,
-                                   L * (size_t)W * 4, T * H * 2};
+  const size_t out_bytes[OUT_N] = {
+      L * S * H * (fp8 ? 1 : 2), fp8 ? L * (size_t)run->G * S * 4 : 0, L * S * 8, L * 4, L * (size_t)W * 4, T * H * 2};
   memcpy(run->in_bytes, in_bytes, sizeof in_bytes);
   memcpy(run->out_bytes, out_bytes, sizeof out_bytes);
   run->in_total = lay_out(run->in_off, run->in_bytes, IN_N);
@@ -379,7 +426,7 @@ static size_t compare_array(const char *what, const char *name, const uint8_t *g
     memcpy(&w, want + i * elem, elem);
     fprintf(stderr, "[test rank %d] %s: %s%s is 0x%0*x, want 0x%0*x%s (seed 0x%llx)\n", gt_rank, what, name, where,
             (int)elem * 2, g, (int)elem * 2, w,
-            all_poison(got + i * elem, elem)   ? " (still poison: not written)"
+            all_poison(got + i * elem, elem)    ? " (still poison: not written)"
             : all_poison(want + i * elem, elem) ? " (want the poison: nothing belongs there)"
                                                 : "",
             (unsigned long long)test_seed);
@@ -402,8 +449,8 @@ static size_t compare_round(const run_t *run, const char *what, const uint8_t *g
   wrong += compare_array(what, "recv.tokens", got + o[OUT_TOKENS], want + o[OUT_TOKENS], b[OUT_TOKENS], fp8 ? 1 : 2, 3,
                          d_tok, fp8 ? lsh : lsh16);
   if (fp8)
-    wrong += compare_array(what, "recv.scales", got + o[OUT_SCALES], want + o[OUT_SCALES], b[OUT_SCALES], 4, 3, d_sc,
-                           lgs);
+    wrong +=
+        compare_array(what, "recv.scales", got + o[OUT_SCALES], want + o[OUT_SCALES], b[OUT_SCALES], 4, 3, d_sc, lgs);
   wrong += compare_array(what, "recv.src", got + o[OUT_SRC], want + o[OUT_SRC], b[OUT_SRC], 4, 3, d_src, ls2);
   wrong += compare_array(what, "recv.expert_counts", got + o[OUT_EXPERT_COUNTS], want + o[OUT_EXPERT_COUNTS],
                          b[OUT_EXPERT_COUNTS], 4, 1, d_l, l);
@@ -470,11 +517,12 @@ static void summary(sy_comm_t comm, const run_t *run, int failures_before, const
     if (all[r] && len < sizeof result)
       len += (size_t)snprintf(result + len, sizeof result - len, "%sFAILED on rank %d", len ? ", " : "", r);
   if (run->me == 0)
-    printf("[test rank 0] %-32s W=%d E=%-3d K=%-2d H=%-4d T=%-3d wire=%-9s flags=%-10s ids=%s rounds=%-2d %-9s "
-           "route=%-10s %s: %s (%.2f s)\n",
-           c->name, run->W, c->E, c->K, c->H, c->T, wire_name(c->wire), c->flags & PE ? "PER_EXPERT" : "0",
-           c->id_type == I32 ? "i32" : "i64", run->rounds, mode_names[c->mode], route_names[c->route], extra, result,
-           seconds);
+    printf(
+        "[test rank 0] %-32s W=%d E=%-3d K=%-2d H=%-4d T=%-3d wire=%-9s flags=%-10s ids=%s rounds=%-2d %-9s "
+        "route=%-10s %s: %s (%.2f s)\n",
+        c->name, run->W, c->E, c->K, c->H, c->T, wire_name(c->wire), c->flags & PE ? "PER_EXPERT" : "0",
+        c->id_type == I32 ? "i32" : "i64", run->rounds, mode_names[c->mode], route_names[c->route], extra, result,
+        seconds);
   fflush(stdout);
   free(all);
 }
@@ -567,8 +615,18 @@ static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaS
 /* A malformed SY_MOE_DIRECT fails sy_moe_create on every rank (after the collective reservation, so no rank
  * is left waiting), creating nothing; the variable's previous value is restored. */
 static void run_bad_env(sy_comm_t comm, int rank) {
-  const moe_case_t c = {.name = "bad env", .E = 8, .K = 2, .H = 256, .T = 4, .wire = FP8, .flags = 0,
-                        .id_type = I32, .route = WL_ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
+  const moe_case_t c = {.name = "bad env",
+                        .E = 8,
+                        .K = 2,
+                        .H = 256,
+                        .T = 4,
+                        .wire = FP8,
+                        .flags = 0,
+                        .id_type = I32,
+                        .route = WL_ROUTE_RANDOM,
+                        .rounds = 1,
+                        .mode = MODE_ONE_CALL,
+                        .specials = 0,
                         .salt = 7};
   const char *was = getenv("SY_MOE_DIRECT");
   char saved[64] = "";
@@ -585,8 +643,18 @@ static void run_bad_env(sy_comm_t comm, int rank) {
 }
 
 static void run_bad_ids(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
-  const moe_case_t c = {.name = "bad ids", .E = 8 * W, .K = 4, .H = 256, .T = 16, .wire = FP8, .flags = 0,
-                        .id_type = I32, .route = WL_ROUTE_RANDOM, .rounds = 1, .mode = MODE_ONE_CALL, .specials = 0,
+  const moe_case_t c = {.name = "bad ids",
+                        .E = 8 * W,
+                        .K = 4,
+                        .H = 256,
+                        .T = 16,
+                        .wire = FP8,
+                        .flags = 0,
+                        .id_type = I32,
+                        .route = WL_ROUTE_RANDOM,
+                        .rounds = 1,
+                        .mode = MODE_ONE_CALL,
+                        .specials = 0,
                         .salt = 42};
   const int K = c.K;
   run_t run;
@@ -618,7 +686,8 @@ static void run_bad_ids(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
     GT_CUDA(cudaMemsetAsync(d_out, POISON, run.out_total, stream));
     GT_OK(sy_moe_dispatch(moe, a.tokens, a.n, a.ids, c.id_type, a.w, &a.recv, stream));
     if (pass == 0) GT_OK(sy_moe_combine(moe, a.y, a.cids, I32, a.cw, a.n, a.out, stream));
-    GT_CUDA(cudaMemcpyAsync(h_got + (size_t)pass * run.out_total, d_out, run.out_total, cudaMemcpyDeviceToHost, stream));
+    GT_CUDA(
+        cudaMemcpyAsync(h_got + (size_t)pass * run.out_total, d_out, run.out_total, cudaMemcpyDeviceToHost, stream));
   }
   GT_CUDA(cudaStreamSynchronize(stream));
   static const char *const names[OUT_OUT] = {"recv.tokens", "recv.scales", "recv.src", "recv.expert_counts",
@@ -777,11 +846,15 @@ static size_t parse_size(const char *text) {
   while (*end == ' ') end++;
   int shift = 0;
   switch (*end) {
-  case 'k': case 'K': shift = 10; break;
-  case 'm': case 'M': shift = 20; break;
-  case 'g': case 'G': shift = 30; break;
-  case 't': case 'T': shift = 40; break;
-  default: break;
+    case 'k':
+    case 'K': shift = 10; break;
+    case 'm':
+    case 'M': shift = 20; break;
+    case 'g':
+    case 'G': shift = 30; break;
+    case 't':
+    case 'T': shift = 40; break;
+    default: break;
   }
   return (size_t)(v << shift);
 }
@@ -847,8 +920,7 @@ int main(void) {
   ran++;
   run_bad_ids(comm, rank, W, stream); /* last: its error is sticky */
   ran++;
-  if (rank == 0)
-    printf("[test rank 0] %d cases run, %d skipped, in %.1f s\n", ran, skipped, gt_now_s() - t0);
+  if (rank == 0) printf("[test rank 0] %d cases run, %d skipped, in %.1f s\n", ran, skipped, gt_now_s() - t0);
   GT_CUDA(cudaStreamDestroy(stream));
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_moe");

@@ -24,8 +24,8 @@
 typedef struct gen {
   wl_attn_desc_t d; /* the description (d.desc) and its arrays, from tests/workload */
   int kind;
-  int64_t *start[MAX_RANKS]; /* start[r][i]: the sequence's first MLP row */
-  int64_t *q_pos[MAX_RANKS], *kv_pos[MAX_RANKS]; /* its first row at the destination, -1 if not sent */
+  int64_t *start[MAX_RANKS];                       /* start[r][i]: the sequence's first MLP row */
+  int64_t *q_pos[MAX_RANKS], *kv_pos[MAX_RANKS];   /* its first row at the destination, -1 if not sent */
   int64_t q_total[MAX_RANKS], kv_total[MAX_RANKS]; /* rows each rank receives */
   int64_t q_pair[MAX_RANKS][MAX_RANKS], kv_pair[MAX_RANKS][MAX_RANKS]; /* [source][destination] rows */
   int64_t max_tokens, max_q, max_kv;
@@ -95,14 +95,13 @@ static inline void payload_fill(unsigned char *out, int which, int rank, int64_t
 
 /* Reports the first byte where got differs from want; returns 1 if any does. */
 static inline int compare_bytes(const unsigned char *got, const unsigned char *want, size_t bytes, size_t row_bytes,
-                         const char *what) {
+                                const char *what) {
   if (!memcmp(got, want, bytes)) return 0;
   for (size_t i = 0; i < bytes; i++) {
     if (got[i] != want[i]) {
       __atomic_fetch_add(&check_failures_, 1, __ATOMIC_RELAXED);
       fprintf(stderr, "%s: byte %zu (row %zu, byte %zu of the row) is 0x%02x, want 0x%02x (seed 0x%llx)\n", what, i,
-              row_bytes ? i / row_bytes : 0, row_bytes ? i % row_bytes : i, got[i], want[i],
-              (unsigned long long)seed);
+              row_bytes ? i / row_bytes : 0, row_bytes ? i % row_bytes : i, got[i], want[i], (unsigned long long)seed);
       break;
     }
   }

@@ -51,8 +51,15 @@ static inline sy_moe_config_t case_config(const moe_case_t *c) {
 /* The case's generator: its inputs are a function of (seed, salt) and their place, drawn as the CPU tests
  * always have (WL_DRAW_UNIT). */
 static inline wl_moe_t case_gen(const moe_case_t *c) {
-  const wl_moe_t m = {.seed = seed, .salt = c->salt, .world = c->W, .num_experts = c->E, .top_k = c->K,
-                      .hidden = c->H, .max_tokens = c->T, .route = (wl_route_t)c->route, .specials = c->specials,
+  const wl_moe_t m = {.seed = seed,
+                      .salt = c->salt,
+                      .world = c->W,
+                      .num_experts = c->E,
+                      .top_k = c->K,
+                      .hidden = c->H,
+                      .max_tokens = c->T,
+                      .route = (wl_route_t)c->route,
+                      .specials = c->specials,
                       .draw = WL_DRAW_UNIT};
   return m;
 }
@@ -118,7 +125,8 @@ static inline void quantise(const uint16_t *tok, int H, int ue8m0, uint8_t *q, f
     float amax = 0.0f;
     for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(sy__bf16_to_float(tok[g * 128 + i])));
     scales[g] = sy__fp8_group_scale(amax, ue8m0);
-    for (int i = 0; i < 128; i++) q[g * 128 + i] = sy__fp8_e4m3_from_float(sy__bf16_to_float(tok[g * 128 + i]) / scales[g]);
+    for (int i = 0; i < 128; i++)
+      q[g * 128 + i] = sy__fp8_e4m3_from_float(sy__bf16_to_float(tok[g * 128 + i]) / scales[g]);
   }
 }
 
@@ -138,13 +146,13 @@ static inline int check_dispatch(const moe_case_t *c, const world_inputs_t *wi, 
   unsigned char *want = malloc(row);
   float *scales = malloc((size_t)(G ? G : 1) * sizeof(float));
   int bad = 0;
-#define FAIL(...)                                                                        \
-  do {                                                                                   \
-    if (bad++ < 4) {                                                                     \
-      fprintf(stderr, "%s: rank %d: ", what, me);                                        \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fprintf(stderr, " (seed 0x%llx)\n", (unsigned long long)seed);                     \
-    }                                                                                    \
+#define FAIL(...)                                                    \
+  do {                                                               \
+    if (bad++ < 4) {                                                 \
+      fprintf(stderr, "%s: rank %d: ", what, me);                    \
+      fprintf(stderr, __VA_ARGS__);                                  \
+      fprintf(stderr, " (seed 0x%llx)\n", (unsigned long long)seed); \
+    }                                                                \
   } while (0)
   for (int e = 0; e < L; e++) {
     const int64_t x = (int64_t)me * L + e;
@@ -169,7 +177,8 @@ static inline int check_dispatch(const moe_case_t *c, const world_inputs_t *wi, 
             FAIL("expert %d slot %d group %d: scale %a, want %a", e, slot, g, (double)got, (double)scales[g]);
         }
         if (recv->src[2 * at] != s || recv->src[2 * at + 1] != t)
-          FAIL("expert %d slot %d: src {%d, %d}, want {%d, %d}", e, slot, recv->src[2 * at], recv->src[2 * at + 1], s, t);
+          FAIL("expert %d slot %d: src {%d, %d}, want {%d, %d}", e, slot, recv->src[2 * at], recv->src[2 * at + 1], s,
+               t);
         slot++;
         from_s++;
       }
@@ -199,7 +208,7 @@ static inline int check_dispatch(const moe_case_t *c, const world_inputs_t *wi, 
  * the slots the dispatch gave (walking sources, then tokens, per expert). */
 static inline void expect_combine(const moe_case_t *c, const world_inputs_t *wi, int round, int o, uint16_t *out) {
   const int L = c->E / c->W, K = c->K;
-  const wl_moe_t m = case_gen(c); /* the experts' outputs, regenerated */
+  const wl_moe_t m = case_gen(c);                 /* the experts' outputs, regenerated */
   int *next = calloc((size_t)c->E, sizeof *next); /* the next slot of each expert for o's tokens */
   for (int s = 0; s < o; s++)
     for (int t = 0; t < wi->n[s]; t++)

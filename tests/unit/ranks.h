@@ -18,7 +18,7 @@
 #ifndef TEST_SEED_DEFAULT
 #define TEST_SEED_DEFAULT 0x5eed5eedull
 #endif
-#define MAX_RANKS 8
+#define MAX_RANKS       8
 #define TEST_TIMEOUT_MS 60000 /* generous: a loaded 2-core CI machine must not trip it */
 
 static uint64_t seed = TEST_SEED_DEFAULT;

@@ -166,7 +166,7 @@ static void expect_kv_backward(const gen_t *g, int me, sy_dtype_t dtype, unsigne
 typedef struct scen {
   gen_t g;
   size_t q_rb, kv_rb;
-  size_t shift; /* receive buffers start this many rows into their allocation */
+  size_t shift;                             /* receive buffers start this many rows into their allocation */
   const unsigned char *grads_of[MAX_RANKS]; /* every rank's gradient rows, for the expectation */
   char name[96];
 } scen_t;
@@ -333,7 +333,9 @@ static void scenario_rank(int me, sy_comm_t comm, void *arg) {
       CHECK_OK(sy_attn_kv_backward(attn, plan, grads, rb, dtype, flags, grad_out, NULL));
       expect_kv_backward(g, me, dtype, flags, rb, round, sc->grads_of, image, grad_out_bytes);
       snprintf(what, sizeof what, "%s: rank %d: kv backward %s %s, grad_out", sc->name, me,
-               dtype == SY_DTYPE_BF16 ? "bf16" : dtype == SY_DTYPE_FP16 ? "fp16" : "fp32",
+               dtype == SY_DTYPE_BF16   ? "bf16"
+               : dtype == SY_DTYPE_FP16 ? "fp16"
+                                        : "fp32",
                flags ? "unsummed" : "summed");
       CHECK(!compare_bytes(grad_out, image, grad_out_bytes, rb, what));
       CHECK(!memcmp(copy, grads, kv_rows_here * rb));
@@ -387,8 +389,8 @@ static void scenarios(void) {
 /* ---- 200 back-to-back calls, a new plan every call ---------------------------------------------------------- */
 
 #define B2B_CALLS 200
-#define B2B_W 4
-#define B2B_C 2
+#define B2B_W     4
+#define B2B_C     2
 
 typedef struct b2b {
   gen_t g[B2B_CALLS];
@@ -412,7 +414,8 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
   CHECK_OK(sy_mem_alloc(comm, kv_alloc, (void **)&kv_recv));
   unsigned char *in = xmalloc(((size_t)b->max_kv > max_rows ? (size_t)b->max_kv : max_rows) * 4096);
   unsigned char *kv = xmalloc(max_rows * 4096), *grad_out = xmalloc(grad_bytes);
-  unsigned char *image = xmalloc(grad_bytes > kv_alloc ? (grad_bytes > alloc ? grad_bytes : alloc) : (kv_alloc > alloc ? kv_alloc : alloc));
+  unsigned char *image = xmalloc(grad_bytes > kv_alloc ? (grad_bytes > alloc ? grad_bytes : alloc)
+                                                       : (kv_alloc > alloc ? kv_alloc : alloc));
   int wrong = 0;
   for (int k = 0; k < B2B_CALLS; k++) { /* on through a failure: a rank that stopped early would hang its peers */
     const gen_t *g = &b->g[k];

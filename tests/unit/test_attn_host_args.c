@@ -41,9 +41,9 @@ static void fixed_make(fixed_t *f, int variant) {
 
 /* ---- bad arguments ------------------------------------------------------------------------------------------- */
 
-#define RB 16    /* Q / KV row bytes */
-#define GRB 8    /* gradient row bytes */
-#define ROWS 64  /* rows of every buffer: more than any rank needs */
+#define RB   16 /* Q / KV row bytes */
+#define GRB  8  /* gradient row bytes */
+#define ROWS 64 /* rows of every buffer: more than any rank needs */
 
 typedef struct args_shared {
   sy_attn_plan_t plans[2];
@@ -211,9 +211,9 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   REJECTED(sy_attn_q_forward(attn, plan, b.q, 0, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, plan, NULL, RB, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, NULL, NULL));
-  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, b.local, NULL)); /* not symmetric */
+  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, b.local, NULL));                         /* not symmetric */
   REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, q_recv + BUF_BYTES - q_need + 1, NULL)); /* one byte short */
-  REJECTED(sy_attn_q_forward(attn, plan, b.q_recv + RB, RB, q_recv, NULL)); /* q overlaps q_recv */
+  REJECTED(sy_attn_q_forward(attn, plan, b.q_recv + RB, RB, q_recv, NULL));                /* q overlaps q_recv */
 
   /* ---- Q+KV forward ---- */
   unsigned char *kv_recv = b.kv_recv;

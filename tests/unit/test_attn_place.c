@@ -22,7 +22,6 @@
 
 #define MAXW 16
 
-
 static uint64_t rng_state;
 static uint32_t rnd(void) {
   rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
@@ -146,8 +145,9 @@ static recount_t check_result(const input_t *in, sy_attn_placement_t pl, int wan
   CHECK_EQ_INT(st.kv_rows_moved, rc.kv_moved);
   CHECK_EQ_INT(st.shards, rc.shards);
   if (doc_work > 0) CHECK(fabs(st.min_over_mean - (double)min / mean) < 1e-9);
-  CHECK_EQ_INT(st.balanced, ((double)max <= (1 + tol) * mean * (1 + 1e-12) &&
-                             (double)min >= (1 - tol) * mean * (1 - 1e-12)) || doc_work == 0);
+  CHECK_EQ_INT(st.balanced,
+               ((double)max <= (1 + tol) * mean * (1 + 1e-12) && (double)min >= (1 - tol) * mean * (1 - 1e-12)) ||
+                   doc_work == 0);
   if (want_balanced) CHECK_EQ_INT(st.balanced, 1);
   if (st.balanced) CHECK(st.max_over_mean <= 1 + tol + 1e-9 && st.min_over_mean >= 1 - tol - 1e-9);
   /* The description builds a plan on every rank; what it receives matches the loads' shards. */
@@ -161,10 +161,11 @@ static recount_t check_result(const input_t *in, sy_attn_placement_t pl, int wan
     CHECK_EQ_INT(plan->dir[SY_ATTN_Q_FWD].recv_total, q_rows);
     sy__attn_plan_free(plan);
   }
-  printf("%-28s W=%d: max/mean %.4f min/mean %.4f (tol %.2f) balanced %d, shards %d, C %d, q rows moved %lld, kv "
-         "rows moved %lld\n",
-         name, W, st.max_over_mean, st.min_over_mean, tol, st.balanced, st.shards, C, (long long)st.q_rows_moved,
-         (long long)st.kv_rows_moved);
+  printf(
+      "%-28s W=%d: max/mean %.4f min/mean %.4f (tol %.2f) balanced %d, shards %d, C %d, q rows moved %lld, kv "
+      "rows moved %lld\n",
+      name, W, st.max_over_mean, st.min_over_mean, tol, st.balanced, st.shards, C, (long long)st.q_rows_moved,
+      (long long)st.kv_rows_moved);
   if (check_failures_ != before) fprintf(stderr, "  (case %s, W=%d)\n", name, W);
   return rc;
 }
@@ -392,10 +393,10 @@ static void test_empty(void) {
 
 /* ---- rejected input ------------------------------------------------------------------------------------ */
 
-#define REJECT(call, needle)                                                                              \
-  do {                                                                                                    \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                               \
-    CHECK(check_log_has(needle, __LINE__));                                                                     \
+#define REJECT(call, needle)                \
+  do {                                      \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
+    CHECK(check_log_has(needle, __LINE__)); \
   } while (0)
 
 static void test_reject(void) {

@@ -22,7 +22,6 @@
 
 /* ---- the log, read back ----------------------------------------------------------------------------- */
 
-
 /* ---- a description the test owns ---------------------------------------------------------------------- */
 
 typedef struct test_desc {
@@ -98,17 +97,17 @@ static int segs_are(const int64_t *start, const sy_attn_seg_t *segs, int p, cons
   }
   return 1;
 }
-#define SEND_IS(plan, d, p, ...)                                                                          \
-  do {                                                                                                  \
-    const sy_attn_seg_t want_[] = {__VA_ARGS__};                                                        \
-    CHECK(segs_are((plan)->dir[d].send_start, (plan)->dir[d].send_segs, p, want_,                       \
-                   (int)(sizeof want_ / sizeof want_[0])));                                             \
+#define SEND_IS(plan, d, p, ...)                                                  \
+  do {                                                                            \
+    const sy_attn_seg_t want_[] = {__VA_ARGS__};                                  \
+    CHECK(segs_are((plan)->dir[d].send_start, (plan)->dir[d].send_segs, p, want_, \
+                   (int)(sizeof want_ / sizeof want_[0])));                       \
   } while (0)
-#define RECV_IS(plan, d, p, ...)                                                                          \
-  do {                                                                                                  \
-    const sy_attn_seg_t want_[] = {__VA_ARGS__};                                                        \
-    CHECK(segs_are((plan)->dir[d].recv_start, (plan)->dir[d].recv_segs, p, want_,                       \
-                   (int)(sizeof want_ / sizeof want_[0])));                                             \
+#define RECV_IS(plan, d, p, ...)                                                  \
+  do {                                                                            \
+    const sy_attn_seg_t want_[] = {__VA_ARGS__};                                  \
+    CHECK(segs_are((plan)->dir[d].recv_start, (plan)->dir[d].recv_segs, p, want_, \
+                   (int)(sizeof want_ / sizeof want_[0])));                       \
   } while (0)
 #define NONE(plan, d, side, p) CHECK_EQ_INT((plan)->dir[d].side##_start[(p) + 1] - (plan)->dir[d].side##_start[p], 0)
 
@@ -237,7 +236,7 @@ static int64_t enc(int peer, int64_t row) { return ((int64_t)peer << 40) | row; 
 
 typedef struct model {
   int world, replicas;
-  int64_t fwd_total[2][MAXW]; /* [Q/KV][destination] */
+  int64_t fwd_total[2][MAXW];          /* [Q/KV][destination] */
   int64_t *expect[SY_ATTN_DIRS][MAXW]; /* expected origin enc(sender, src_row) of each received row */
   int64_t expect_len[SY_ATTN_DIRS][MAXW];
 } model_t;
@@ -308,7 +307,7 @@ static void check_side(const int64_t *start, const sy_attn_seg_t *segs, const in
       sum += segs[k].rows;
       if (k > start[p]) {
         const sy_attn_seg_t *a = &segs[k - 1], *b = &segs[k];
-        CHECK(a->dst_row + a->rows <= b->dst_row); /* ascending, no overlap */
+        CHECK(a->dst_row + a->rows <= b->dst_row);                                          /* ascending, no overlap */
         CHECK(!(a->src_row + a->rows == b->src_row && a->dst_row + a->rows == b->dst_row)); /* merged */
       }
     }
@@ -543,12 +542,12 @@ static void test_random(void) {
 
 /* ---- rejected input ------------------------------------------------------------------------------------ */
 
-#define REJECT(desc, rank, needle)                                                                       \
-  do {                                                                                                   \
-    struct sy_attn_plan *plan_ = (struct sy_attn_plan *)&rng_state;                                      \
-    CHECK_STATUS(sy__attn_plan_build(desc, rank, &plan_), SY_ERR_INVALID_ARG);                           \
-    CHECK(plan_ == NULL);                                                                                \
-    CHECK(check_log_has(needle, __LINE__));                                                                    \
+#define REJECT(desc, rank, needle)                                             \
+  do {                                                                         \
+    struct sy_attn_plan *plan_ = (struct sy_attn_plan *)&rng_state;            \
+    CHECK_STATUS(sy__attn_plan_build(desc, rank, &plan_), SY_ERR_INVALID_ARG); \
+    CHECK(plan_ == NULL);                                                      \
+    CHECK(check_log_has(needle, __LINE__));                                    \
   } while (0)
 
 static void test_reject(void) {
@@ -676,8 +675,8 @@ static void test_timing(void) {
     worst = dt > worst ? dt : worst;
     sy__attn_plan_free(plan);
   }
-  printf("timing: W=%d, %d sequences and %lld tokens per rank, C=%d: slowest rank %.2f ms, all ranks %.2f ms\n",
-         W, N, (long long)t.num_tokens[0], C, worst * 1e3, total * 1e3);
+  printf("timing: W=%d, %d sequences and %lld tokens per rank, C=%d: slowest rank %.2f ms, all ranks %.2f ms\n", W, N,
+         (long long)t.num_tokens[0], C, worst * 1e3, total * 1e3);
   CHECK(worst < 0.5);
   td_free(&t);
 }

@@ -17,12 +17,11 @@
 
 /* ---- the log, read back ----------------------------------------------------------------------------- */
 
-
 /* The call must be rejected as invalid, with a log line containing needle. */
-#define REJECT(call, needle)                          \
-  do {                                                \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG);           \
-    CHECK(check_log_has(needle, __LINE__));                 \
+#define REJECT(call, needle)                \
+  do {                                      \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
+    CHECK(check_log_has(needle, __LINE__)); \
   } while (0)
 
 static sy_comm_config_t make_config(int rank, int world, int group) {
@@ -199,7 +198,8 @@ static void test_single_rank_args(void) {
   REJECT(sy_alltoallv(comm, NULL, one, zero, recv, one, zero, NULL), "send is NULL with send_bytes[0]=16");
   REJECT(sy_alltoallv(comm, send, one, zero, NULL, one, zero, NULL), "recv is NULL");
   REJECT(sy_alltoallv(comm, send, one, zero, plain, one, zero, NULL), "is not a symmetric allocation");
-  REJECT(sy_alltoallv(comm, send, one, zero, recv, one, past, NULL), "recv_offsets[0]=4081 + recv_bytes[0]=16 runs past");
+  REJECT(sy_alltoallv(comm, send, one, zero, recv, one, past, NULL),
+         "recv_offsets[0]=4081 + recv_bytes[0]=16 runs past");
   REJECT(sy_alltoallv(comm, send, one, zero, recv + 4000, one, big, NULL), "overflows");
   REJECT(sy_alltoallv(comm, send, one, zero, recv + RECV_BYTES - 8, one, zero, NULL), "runs past");
   REJECT(sy_alltoallv(comm, send, one, big, recv, one, zero, NULL), "send_offsets[0]");
@@ -248,7 +248,8 @@ static void *two_rank_main(void *arg) {
     void *p = (void *)1;
     REJECT(sy_comm_peer_ptr(comm, recv, 2, &p), "peer=2");
     REJECT(sy_put_signal(comm, recv, send, 8, (uint64_t *)recv, SY_SIGNAL_SET, 1, 2, NULL), "peer=2");
-    REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, bytes, overlap, NULL), "receive ranges of peers 0 and 1 overlap");
+    REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, bytes, overlap, NULL),
+           "receive ranges of peers 0 and 1 overlap");
     REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, bytes, zeros, NULL), "overlap");
     REJECT(sy_alltoall(comm, send, recv, SIZE_MAX / 2 + 1, NULL), "bytes_per_rank");
     REJECT(sy_alltoall(comm, send, recv, RECV_BYTES / 2 + 1, NULL), "runs past");

@@ -56,7 +56,8 @@ static void decode_and_round_trip(void) {
     /* fp16: exact, subnormals normalised; NaN to 0x7FFFFFFF; back to itself, NaN to 0x7FFF. */
     const int fp16_nan = (h & 0x7C00u) == 0x7C00u && (h & 0x3FFu);
     const float f = sy__fp16_to_float((uint16_t)h);
-    if (fp16_nan ? check_float_bits(f) != 0x7FFFFFFFu : ((double)f != fp16_value(h) || (check_float_bits(f) >> 31) != h >> 15)) {
+    if (fp16_nan ? check_float_bits(f) != 0x7FFFFFFFu
+                 : ((double)f != fp16_value(h) || (check_float_bits(f) >> 31) != h >> 15)) {
       if (bad_fp16++ < 5) fprintf(stderr, "fp16 0x%04x decodes to 0x%08x\n", h, check_float_bits(f));
     }
     const uint16_t f_back = sy__float_to_fp16(f);
@@ -75,8 +76,10 @@ static void decode_and_round_trip(void) {
 static double bf16_mid[0x7F80], fp16_mid[0x7C00];
 
 static void midpoints(void) {
-  for (uint32_t h = 0; h < 0x7F80; h++) bf16_mid[h] = (bf16_value(h) + (h + 1 < 0x7F80 ? bf16_value(h + 1) : ldexp(1.0, 128))) / 2;
-  for (uint32_t h = 0; h < 0x7C00; h++) fp16_mid[h] = (fp16_value(h) + (h + 1 < 0x7C00 ? fp16_value(h + 1) : 65536.0)) / 2;
+  for (uint32_t h = 0; h < 0x7F80; h++)
+    bf16_mid[h] = (bf16_value(h) + (h + 1 < 0x7F80 ? bf16_value(h + 1) : ldexp(1.0, 128))) / 2;
+  for (uint32_t h = 0; h < 0x7C00; h++)
+    fp16_mid[h] = (fp16_value(h) + (h + 1 < 0x7C00 ? fp16_value(h + 1) : 65536.0)) / 2;
 }
 
 /* The rounding of magnitude x given the result for a smaller magnitude: advance past every midpoint below x,
@@ -150,12 +153,14 @@ static void *bf16_floats(void *arg) {
       check_range(top << 16, end, 1, BF16, t);
     }
   }
-  static const uint32_t lows[] = {0x0000, 0x0001, 0x0002, 0x3FFF, 0x4000, 0x7FFE, 0x7FFF, 0x8000,
-                                  0x8001, 0x8002, 0xBFFF, 0xC000, 0xFFFE, 0xFFFF};
+  static const uint32_t lows[] = {0x0000, 0x0001, 0x0002, 0x3FFF, 0x4000, 0x7FFE, 0x7FFF,
+                                  0x8000, 0x8001, 0x8002, 0xBFFF, 0xC000, 0xFFFE, 0xFFFF};
   uint64_t rng = 0x6f1e5eedull;
   for (uint32_t top = 0; top <= 0x7F80; top++) {
     for (size_t i = 0; i < sizeof lows / sizeof lows[0] + 8; i++) {
-      uint32_t low = i < sizeof lows / sizeof lows[0] ? lows[i] : (uint32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 48);
+      uint32_t low = i < sizeof lows / sizeof lows[0]
+                         ? lows[i]
+                         : (uint32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 48);
       const uint32_t u = top << 16 | low;
       if (u <= 0x7F800000u) check_range(u, u + 1, 2, BF16, t);
     }
@@ -178,8 +183,10 @@ static void every_float(void) {
   /* Every NaN, both signs. */
   long long bad_nan = 0;
   for (uint32_t u = 0x7F800001u; u != 0x80000000u; u++) {
-    bad_nan += sy__float_to_bf16(check_bits_float(u)) != 0x7FFF || sy__float_to_bf16(check_bits_float(u | 0x80000000u)) != 0x7FFF;
-    bad_nan += sy__float_to_fp16(check_bits_float(u)) != 0x7FFF || sy__float_to_fp16(check_bits_float(u | 0x80000000u)) != 0x7FFF;
+    bad_nan += sy__float_to_bf16(check_bits_float(u)) != 0x7FFF ||
+               sy__float_to_bf16(check_bits_float(u | 0x80000000u)) != 0x7FFF;
+    bad_nan += sy__float_to_fp16(check_bits_float(u)) != 0x7FFF ||
+               sy__float_to_fp16(check_bits_float(u | 0x80000000u)) != 0x7FFF;
   }
   CHECK_EQ_INT(bad_nan, 0);
 }
@@ -201,10 +208,10 @@ static void named_cases(void) {
   CHECK_EQ_INT(sy__float_to_fp16(65520.0f), 0x7C00);
   CHECK_EQ_INT(sy__float_to_fp16(-1e30f), 0xFC00);
   CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1.0f, -24)), 0x0001);
-  CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1.0f, -25)), 0x0000);                  /* tie to even zero */
-  CHECK_EQ_INT(sy__float_to_fp16(ldexpf(3.0f, -25)), 0x0002);                  /* 1.5 ulp: tie to even 2 */
+  CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1.0f, -25)), 0x0000); /* tie to even zero */
+  CHECK_EQ_INT(sy__float_to_fp16(ldexpf(3.0f, -25)), 0x0002); /* 1.5 ulp: tie to even 2 */
   CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1.0f, -25) * 1.0000001f), 0x0001);
-  CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1023.5f, -24)), 0x0400);               /* up into the normals */
+  CHECK_EQ_INT(sy__float_to_fp16(ldexpf(1023.5f, -24)), 0x0400); /* up into the normals */
   CHECK_EQ_INT(sy__float_to_fp16(check_bits_float(0x00000001u)), 0x0000);
   CHECK_EQ_INT(sy__float_to_fp16(-0.0f), 0x8000);
   CHECK_EQ_INT(sy__float_to_fp16(check_bits_float(0xFF800001u)), 0x7FFF);

@@ -14,18 +14,22 @@
 #include <unistd.h>
 
 static void test_parse_int(void) {
+  /* clang-format off */
   static const struct {
     const char *text;
     long long value;
   } good[] = {{"0", 0},    {"42", 42}, {"-7", -7},   {"+3", 3},
               {" 5 ", 5},  {"007", 7}, {"9223372036854775807", LLONG_MAX}, {"-9223372036854775808", LLONG_MIN}};
+  /* clang-format on */
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     long long v = 12345;
     CHECK_OK(sy__parse_int(good[i].text, &v));
     CHECK_EQ_INT(v, good[i].value);
   }
+  /* clang-format off */
   static const char *bad[] = {"", "   ", "abc", "12x", "1 2", "0x10", "9223372036854775808", "-9223372036854775809",
                               "1.5", "--1", "+"};
+  /* clang-format on */
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     long long v = 12345;
     sy_status_t st = sy__parse_int(bad[i], &v);
@@ -39,6 +43,7 @@ static void test_parse_int(void) {
 }
 
 static void test_parse_size(void) {
+  /* clang-format off */
   static const struct {
     const char *text;
     uint64_t value;
@@ -56,6 +61,7 @@ static void test_parse_size(void) {
               {" 8M ", 8ull << 20},
               {"18446744073709551615", UINT64_MAX},
               {"16777215T", 16777215ull << 40}};
+  /* clang-format on */
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     size_t v = 12345;
     sy_status_t st = sy__parse_size(good[i].text, &v);
@@ -63,9 +69,11 @@ static void test_parse_size(void) {
     CHECK_OK(st);
     CHECK(v == good[i].value);
   }
+  /* clang-format off */
   static const char *bad[] = {"",   "-1",       "12Q",  "1G junk", "18446744073709551616", "17179869184G",
                               "K",  "1.5G",     " ",    "+5",      "16777216T",            "1 G",
                               "1GG", "0x10",    "1KiBB", "M1"};
+  /* clang-format on */
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     size_t v = 12345;
     sy_status_t st = sy__parse_size(bad[i], &v);
@@ -79,17 +87,21 @@ static void test_parse_size(void) {
 }
 
 static void test_parse_bool(void) {
+  /* clang-format off */
   static const struct {
     const char *text;
     int value;
   } good[] = {{"1", 1},   {"0", 0},  {"true", 1}, {"TRUE", 1}, {"false", 0}, {"False", 0},
               {"yes", 1}, {"no", 0}, {"on", 1},   {"OFF", 0}};
+  /* clang-format on */
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     int v = 7;
     CHECK_OK(sy__parse_bool(good[i].text, &v));
     CHECK_EQ_INT(v, good[i].value);
   }
+  /* clang-format off */
   static const char *bad[] = {"", "2", "maybe", "truee", "y", "-1", " 1"};
+  /* clang-format on */
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int v = 7;
     sy_status_t st = sy__parse_bool(bad[i], &v);

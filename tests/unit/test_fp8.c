@@ -133,10 +133,12 @@ static void *check_range(void *arg) {
 static void every_float_in_range(void) {
   /* Dense: |x| in [2^-12, 2^10] split in two halves, side by side; every subnormal float. Sampled: the
    * rest up to infinity (included, as the last magnitude, 0x7F800000). */
+  /* clang-format off */
   range_t ranges[] = {
       {0x39800000u, 0x3F000000u, 1, 0, 0}, {0x3F000000u, 0x44800001u, 1, 0, 0}, {0x00000000u, 0x00800000u, 1, 0, 0},
       {0x00800000u, 0x39800000u, 997, 0, 0}, {0x44800001u, 0x7F800000u, 997, 0, 0}, {0x7F800000u, 0x7F800001u, 1, 0, 0},
   };
+  /* clang-format on */
   const int n = (int)(sizeof ranges / sizeof ranges[0]);
   pthread_t thread;
   const int threaded = pthread_create(&thread, NULL, check_range, &ranges[0]) == 0;
@@ -150,7 +152,8 @@ static void every_float_in_range(void) {
 
   long long bad_nan = 0; /* every NaN, both signs */
   for (uint32_t u = 0x7F800001u; u != 0x80000000u; u++)
-    bad_nan += sy__fp8_e4m3_from_float(check_bits_float(u)) != 0x7F || sy__fp8_e4m3_from_float(check_bits_float(u | 0x80000000u)) != 0x7F;
+    bad_nan += sy__fp8_e4m3_from_float(check_bits_float(u)) != 0x7F ||
+               sy__fp8_e4m3_from_float(check_bits_float(u | 0x80000000u)) != 0x7F;
   CHECK_EQ_INT(bad_nan, 0);
 }
 
@@ -167,6 +170,7 @@ static void every_bf16(void) {
 
 /* A few named cases, so a failure reads plainly. */
 static void named_cases(void) {
+  /* clang-format off */
   static const struct {
     float x;
     unsigned want;
@@ -183,6 +187,7 @@ static void named_cases(void) {
       {-0x1p-149f, 0x80}, {0x1.fffffep-7f, 0x08}, {0x1.1p-6f, 0x08} /* tie, even below, smallest binade */,
       {0x1.3p-6f, 0x0A}, {0.3f, 0x2A} /* 0.3 = 1.2 * 2^-2 -> 1.25 */, {-17.0f, 0xD8} /* tie 16/18: 16 */,
   };
+  /* clang-format on */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const uint8_t got = sy__fp8_e4m3_from_float(cases[i].x);
     if (got != cases[i].want) fprintf(stderr, "case %zu: %a gives 0x%02x\n", i, (double)cases[i].x, got);
@@ -207,14 +212,18 @@ static int is_pow2(float s) {
 static int check_scale(float amax, int bf16_domain) {
   const float plain = sy__fp8_group_scale(amax, 0), ue8m0 = sy__fp8_group_scale(amax, 1);
   const float want = ref_scale(amax);
-  int ok = check_float_bits(plain) == check_float_bits(want) && check_float_bits(ue8m0) == check_float_bits(ref_pow2_at_least(want));
+  int ok = check_float_bits(plain) == check_float_bits(want) &&
+           check_float_bits(ue8m0) == check_float_bits(ref_pow2_at_least(want));
   ok = ok && is_pow2(ue8m0) && ue8m0 >= plain && (double)ue8m0 * 448.0 < 2.0 * (double)amax;
   if (bf16_domain) ok = ok && (double)ue8m0 * 448.0 >= (double)amax;
-  if (!ok) fprintf(stderr, "amax %a: scale %a, ue8m0 %a (want %a)\n", (double)amax, (double)plain, (double)ue8m0, (double)want);
+  if (!ok)
+    fprintf(stderr, "amax %a: scale %a, ue8m0 %a (want %a)\n", (double)amax, (double)plain, (double)ue8m0,
+            (double)want);
   return ok;
 }
 
 static void scales(void) {
+  /* clang-format off */
   static const struct {
     float amax, plain, ue8m0;
   } cases[] = {
@@ -228,10 +237,13 @@ static void scales(void) {
       {0x1.fep+127f, 0x1.fep+127f / 448.0f, 0x1p+120f} /* the largest bf16 */,
       {0x1p-149f, 0.0f, 0x1p-149f} /* not a bf16: the quotient rounds to 0 */,
   };
+  /* clang-format on */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const float plain = sy__fp8_group_scale(cases[i].amax, 0), ue8m0 = sy__fp8_group_scale(cases[i].amax, 1);
-    if (check_float_bits(plain) != check_float_bits(cases[i].plain) || check_float_bits(ue8m0) != check_float_bits(cases[i].ue8m0))
-      fprintf(stderr, "scale case %zu: amax %a gives %a, ue8m0 %a\n", i, (double)cases[i].amax, (double)plain, (double)ue8m0);
+    if (check_float_bits(plain) != check_float_bits(cases[i].plain) ||
+        check_float_bits(ue8m0) != check_float_bits(cases[i].ue8m0))
+      fprintf(stderr, "scale case %zu: amax %a gives %a, ue8m0 %a\n", i, (double)cases[i].amax, (double)plain,
+              (double)ue8m0);
     CHECK_EQ_INT(check_float_bits(plain), check_float_bits(cases[i].plain));
     CHECK_EQ_INT(check_float_bits(ue8m0), check_float_bits(cases[i].ue8m0));
   }
@@ -266,12 +278,12 @@ static void fill_group(uint16_t *x, int kind) {
   const int base = 60 + (int)(rnd() % 130); /* the group's magnitude: 2^-67 .. 2^62 */
   for (int i = 0; i < GROUP; i++) {
     switch (kind) {
-    case ZEROS: x[i] = 0; break;
-    case SIGNED_ZEROS: x[i] = (uint16_t)((rnd() & 1u) << 15); break;
-    case NEGATIVE: x[i] = rnd_bf16(base - 10, base, 1); break;
-    case SUBNORMALS: x[i] = (uint16_t)((rnd() & 0x807Fu)); break;
-    case WIDE: x[i] = rnd_bf16(1, 254, -1); break;
-    default: x[i] = rnd_bf16(base - 10, base, -1); break;
+      case ZEROS: x[i] = 0; break;
+      case SIGNED_ZEROS: x[i] = (uint16_t)((rnd() & 1u) << 15); break;
+      case NEGATIVE: x[i] = rnd_bf16(base - 10, base, 1); break;
+      case SUBNORMALS: x[i] = (uint16_t)((rnd() & 0x807Fu)); break;
+      case WIDE: x[i] = rnd_bf16(1, 254, -1); break;
+      default: x[i] = rnd_bf16(base - 10, base, -1); break;
     }
   }
   const int at = (int)(rnd() % GROUP);
@@ -310,9 +322,10 @@ static void check_token(int hidden, int ue8m0, const uint16_t *x, const int *kin
       const float xf = check_bits_float((uint32_t)x[g * GROUP + i] << 16);
       const uint8_t got = q[g * GROUP + i], want = ref_encode((float)((double)xf / (double)scale));
       if (got != want && t->bad_q++ < 5)
-        fprintf(stderr, "hidden %d ue8m0 %d group %d (kind %d) element %d: x %a gives 0x%02x, want 0x%02x\n",
-                hidden, ue8m0, g, kinds[g], i, (double)xf, got, want);
-      if (kinds[g] == ZEROS || kinds[g] == SIGNED_ZEROS) t->bad_zero += got != (signbit(xf) ? 0x80 : 0x00) || scale != 1.0f;
+        fprintf(stderr, "hidden %d ue8m0 %d group %d (kind %d) element %d: x %a gives 0x%02x, want 0x%02x\n", hidden,
+                ue8m0, g, kinds[g], i, (double)xf, got, want);
+      if (kinds[g] == ZEROS || kinds[g] == SIGNED_ZEROS)
+        t->bad_zero += got != (signbit(xf) ? 0x80 : 0x00) || scale != 1.0f;
       if (isfinite(xf) && isfinite(scale)) { /* |q * scale - x| <= half an E4M3 ulp, scaled, and a little */
         const double err = fabs((double)sy__fp8_e4m3_to_float(got) * scale - (double)xf);
         const double bound = (fabs((double)xf) * 0x1p-4 + 0x1p-10 * scale) * (1 + 0x1p-20);
@@ -354,8 +367,8 @@ static void quantize_tokens(void) {
   float sc[2];
   for (int i = 0; i < 2 * GROUP; i++) in[i] = 0x3F80; /* 1.0 */
   for (int i = 0; i < GROUP; i++) in[i] = 0;
-  in[GROUP + 5] = 0x43E0;  /* 448 */
-  in[GROUP + 7] = 0xFFC1;  /* a NaN */
+  in[GROUP + 5] = 0x43E0; /* 448 */
+  in[GROUP + 7] = 0xFFC1; /* a NaN */
   sy__fp8_quantize_token(in, 2 * GROUP, 0, q, sc, 1);
   CHECK(sc[0] == 1.0f && q[0] == 0 && q[GROUP - 1] == 0);
   CHECK(sc[1] == 1.0f && q[GROUP] == 0x38 && q[GROUP + 5] == 0x7E && q[GROUP + 7] == 0x7F);

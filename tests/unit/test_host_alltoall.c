@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RANKS 8
+#define MAX_RANKS      8
 #define MAX_PAIR_BYTES 3000 /* per (source, destination) pair, exclusive */
-#define MAX_GAP 64
-#define MAX_SHIFT 1024 /* recv may start this far inside its allocation */
-#define RECV_ALLOC (MAX_RANKS * (MAX_PAIR_BYTES + MAX_GAP) + MAX_SHIFT + 512)
-#define SEND_BYTES (MAX_RANKS * (MAX_PAIR_BYTES + MAX_GAP) + 512)
-#define ROUNDS 30
+#define MAX_GAP        64
+#define MAX_SHIFT      1024 /* recv may start this far inside its allocation */
+#define RECV_ALLOC     (MAX_RANKS * (MAX_PAIR_BYTES + MAX_GAP) + MAX_SHIFT + 512)
+#define SEND_BYTES     (MAX_RANKS * (MAX_PAIR_BYTES + MAX_GAP) + 512)
+#define ROUNDS         30
 
 static uint64_t seed = 0x5717c4ad5eedull;
 

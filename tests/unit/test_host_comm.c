@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_RANKS 8
+#define MAX_RANKS       8
 #define LONG_TIMEOUT_MS 30000 /* generous: a loaded 2-core CI machine must not trip it */
 
 /* ---- rank threads ----------------------------------------------------------------------------------- */
@@ -29,8 +29,8 @@ typedef struct run_shared {
   uint64_t timeout_ms[MAX_RANKS]; /* 0: LONG_TIMEOUT_MS */
   rank_fn_t fn;
   void *user;
-  int counter;  /* test scratch, atomic */
-  int flag;     /* test scratch, atomic */
+  int counter; /* test scratch, atomic */
+  int flag;    /* test scratch, atomic */
 } run_shared_t;
 
 struct rank_ctx {
@@ -64,8 +64,8 @@ static sy_comm_config_t make_config(int rank, int world, int group, uint64_t tim
 static void *rank_main(void *arg) {
   rank_ctx_t *ctx = arg;
   run_shared_t *run = ctx->run;
-  sy_comm_config_t config =
-      make_config(ctx->rank, run->world, run->group, run->timeout_ms[ctx->rank] ? run->timeout_ms[ctx->rank] : LONG_TIMEOUT_MS);
+  sy_comm_config_t config = make_config(ctx->rank, run->world, run->group,
+                                        run->timeout_ms[ctx->rank] ? run->timeout_ms[ctx->rank] : LONG_TIMEOUT_MS);
   config.heap_bytes = run->heap_bytes;
   CHECK_OK(sy_comm_init(&ctx->comm, &config));
   if (!ctx->comm) return NULL;

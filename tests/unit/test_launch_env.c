@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+/* clang-format off */
 static const char *const all_vars[] = {
     "SY_RANK", "SY_WORLD_SIZE", "SY_LOCAL_RANK", "SY_LOCAL_SIZE", "SY_DEVICE",
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -18,6 +19,7 @@ static const char *const all_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
 };
+/* clang-format on */
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++) unsetenv(all_vars[i]);
@@ -93,7 +95,7 @@ static void expect_reject(const char *const *pairs, const char *needle, int line
 #define REJECT(pairs, needle) expect_reject(pairs, needle, __LINE__)
 
 #define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define NO_ENV ((const char *const[]){NULL})
+#define NO_ENV   ((const char *const[]){NULL})
 
 int main(void) {
   const char *tmp = getenv("TMPDIR");
@@ -139,9 +141,18 @@ int main(void) {
   EXPECT(ENV("SY_RANK=0", "SY_WORLD_SIZE=1", "SY_DEVICE= 7 "), 0, 1, 0, 1, 7, "syrun");
 
   /* Precedence: syrun > torchrun > slurm > openmpi > pmi; no mixing of one launcher's values with another's. */
-  const char *const everything[] = {"SY_RANK=1", "SY_WORLD_SIZE=2", "RANK=2", "WORLD_SIZE=3", "LOCAL_RANK=0",
-                                    "SLURM_PROCID=3", "SLURM_NTASKS=4", "OMPI_COMM_WORLD_RANK=4",
-                                    "OMPI_COMM_WORLD_SIZE=5", "PMI_RANK=5", "PMI_SIZE=6", NULL};
+  const char *const everything[] = {"SY_RANK=1",
+                                    "SY_WORLD_SIZE=2",
+                                    "RANK=2",
+                                    "WORLD_SIZE=3",
+                                    "LOCAL_RANK=0",
+                                    "SLURM_PROCID=3",
+                                    "SLURM_NTASKS=4",
+                                    "OMPI_COMM_WORLD_RANK=4",
+                                    "OMPI_COMM_WORLD_SIZE=5",
+                                    "PMI_RANK=5",
+                                    "PMI_SIZE=6",
+                                    NULL};
   EXPECT(everything, 1, 2, 1, 2, -1, "syrun");
   EXPECT(everything + 2, 2, 3, 0, 3, -1, "torchrun");
   EXPECT(everything + 5, 3, 4, 3, 4, -1, "slurm");

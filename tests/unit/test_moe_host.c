@@ -20,12 +20,12 @@
 
 enum { MODE_ONE_CALL, MODE_HALVES, MODE_ALTERNATE };
 
-#define FP8 SY_MOE_WIRE_FP8
-#define UE8 SY_MOE_WIRE_FP8_UE8M0
+#define FP8  SY_MOE_WIRE_FP8
+#define UE8  SY_MOE_WIRE_FP8_UE8M0
 #define BF16 SY_MOE_WIRE_BF16
-#define PE SY_MOE_PER_EXPERT
-#define I32 SY_INDEX_INT32
-#define I64 SY_INDEX_INT64
+#define PE   SY_MOE_PER_EXPERT
+#define I32  SY_INDEX_INT32
+#define I64  SY_INDEX_INT64
 
 /* name, W, E, K, H, T, wire, flags, ids, route, rounds, mode, specials, check_ref */
 static const moe_case_t cases[] = {
@@ -70,7 +70,8 @@ static size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 /* The workspace formula, written out here. */
 static size_t formula_bytes(const moe_case_t *c) {
   const int fp8 = c->wire != SY_MOE_WIRE_BF16;
-  const size_t H = (size_t)c->H, msg = up(16 + up(12 * (size_t)c->K, 16) + H * (fp8 ? 1 : 2) + (fp8 ? H / 128 * 4 : 0), 16);
+  const size_t H = (size_t)c->H,
+               msg = up(16 + up(12 * (size_t)c->K, 16) + H * (fp8 ? 1 : 2) + (fp8 ? H / 128 * 4 : 0), 16);
   const size_t per_source = (size_t)c->T * ((c->flags & SY_MOE_PER_EXPERT) ? c->K : 1);
   const size_t dispatch = up((size_t)c->W * per_source * msg, 256);
   const size_t combine = up((size_t)((c->flags & SY_MOE_PER_EXPERT) ? c->K : c->W) * c->T * H * 2, 256);
@@ -285,7 +286,8 @@ static void test_generators(void) {
   inputs_alloc(one, &wi);
   inputs_gen(one, 0, &wi);
   for (int r = 0; r < one->W; r++)
-    for (int t = 0; t < wi.n[r]; t++) CHECK(routed_to(one, &wi, r, t, (int64_t)(case_key(one, 2, 0, 0) % (uint64_t)one->E)));
+    for (int t = 0; t < wi.n[r]; t++)
+      CHECK(routed_to(one, &wi, r, t, (int64_t)(case_key(one, 2, 0, 0) % (uint64_t)one->E)));
   inputs_free(one, &wi);
 }
 

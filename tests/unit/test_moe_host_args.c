@@ -8,18 +8,18 @@
  * SY_ERR_MISMATCH with nothing created; a backend without MoE ops gives SY_ERR_UNSUPPORTED; a missing peer
  * is a sticky SY_ERR_TIMEOUT after which destroy is still accepted.
  */
-#include "moe_test.h"
 #include "core/internal.h"
+#include "moe_test.h"
 
 #include <unistd.h>
 
-
 /* ---- the case both ranks run: every rank full in round 0, rank 0 empty (NULL buffers) in round 1 ----------- */
 
-static const moe_case_t small = {"args", 2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, 0,
-                                 SY_INDEX_INT32, WL_ROUTE_FULL, 2, 0, 0, 0, 40};
-static const moe_case_t small_pe = {"args per-expert", 2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, SY_MOE_PER_EXPERT,
-                                    SY_INDEX_INT64, WL_ROUTE_FULL, 1, 0, 0, 0, 41};
+static const moe_case_t small = {"args",        2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, 0, SY_INDEX_INT32,
+                                 WL_ROUTE_FULL, 2, 0, 0, 0,   40};
+static const moe_case_t small_pe = {
+    "args per-expert", 2, 4, 2, 128, 4, SY_MOE_WIRE_FP8, SY_MOE_PER_EXPERT, SY_INDEX_INT64,
+    WL_ROUTE_FULL,     1, 0, 0, 0,   41};
 
 static void gen_round(const moe_case_t *c, int round, world_inputs_t *wi) {
   inputs_gen(c, round, wi);
@@ -98,13 +98,13 @@ static int untouched(bufs_t *b) {
 }
 
 /* Rank 0 only: rejected as invalid, naming needle, nothing written. */
-#define REJECT(call, needle)                                                                         \
-  do {                                                                                               \
-    snapshot(&b);                                                                                    \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                          \
-    CHECK(check_log_has(needle, __LINE__));                                                                \
-    if (!untouched(&b)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call);   \
-    CHECK(untouched(&b));                                                                            \
+#define REJECT(call, needle)                                                                      \
+  do {                                                                                            \
+    snapshot(&b);                                                                                 \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                       \
+    CHECK(check_log_has(needle, __LINE__));                                                       \
+    if (!untouched(&b)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call); \
+    CHECK(untouched(&b));                                                                         \
   } while (0)
 
 /* ---- configurations ------------------------------------------------------------------------------------------- */
@@ -126,20 +126,13 @@ static void config_rejections(sy_comm_t comm) {
     sy_moe_wire_t wire;
     const char *needle;
   } bad[] = {
-      {0, 8, SY_MOE_WIRE_FP8, "config->size=8"},
-      {1, 0, SY_MOE_WIRE_FP8, "config->max_tokens=0"},
-      {1, -3, SY_MOE_WIRE_FP8, "config->max_tokens=-3"},
-      {1, 0x7FFFFFFF, SY_MOE_WIRE_FP8, "slots per expert"},
-      {2, 0, SY_MOE_WIRE_FP8, "config->hidden=0"},
-      {2, 100, SY_MOE_WIRE_FP8, "config->hidden=100"},
-      {2, 64, SY_MOE_WIRE_FP8_UE8M0, "config->hidden=64"},
-      {2, 12, SY_MOE_WIRE_BF16, "config->hidden=12"},
-      {3, 0, SY_MOE_WIRE_FP8, "config->top_k=0"},
-      {3, 33, SY_MOE_WIRE_FP8, "config->top_k=33"},
-      {4, 0, SY_MOE_WIRE_FP8, "config->num_experts=0"},
-      {4, 7, SY_MOE_WIRE_FP8, "config->num_experts=7"},
-      {4, -2, SY_MOE_WIRE_FP8, "config->num_experts=-2"},
-      {5, 3, SY_MOE_WIRE_FP8, "config->wire=3"},
+      {0, 8, SY_MOE_WIRE_FP8, "config->size=8"},           {1, 0, SY_MOE_WIRE_FP8, "config->max_tokens=0"},
+      {1, -3, SY_MOE_WIRE_FP8, "config->max_tokens=-3"},   {1, 0x7FFFFFFF, SY_MOE_WIRE_FP8, "slots per expert"},
+      {2, 0, SY_MOE_WIRE_FP8, "config->hidden=0"},         {2, 100, SY_MOE_WIRE_FP8, "config->hidden=100"},
+      {2, 64, SY_MOE_WIRE_FP8_UE8M0, "config->hidden=64"}, {2, 12, SY_MOE_WIRE_BF16, "config->hidden=12"},
+      {3, 0, SY_MOE_WIRE_FP8, "config->top_k=0"},          {3, 33, SY_MOE_WIRE_FP8, "config->top_k=33"},
+      {4, 0, SY_MOE_WIRE_FP8, "config->num_experts=0"},    {4, 7, SY_MOE_WIRE_FP8, "config->num_experts=7"},
+      {4, -2, SY_MOE_WIRE_FP8, "config->num_experts=-2"},  {5, 3, SY_MOE_WIRE_FP8, "config->wire=3"},
       {6, 2, SY_MOE_WIRE_FP8, "config->flags=0x2"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -235,8 +228,9 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
       bad_ids[3 * K + 1] = 2, bad_ids[3 * K + 0] = 2;
       REJECT(sy_moe_dispatch_send(moe, b.tokens, n, bad_ids, it, b.w, NULL),
              "expert_ids[3][1]=2 repeats expert_ids[3][0] (rank 0, token 3, k 1)");
-      REJECT(sy_moe_dispatch(moe, b.tokens, n, bad_ids, it, b.w, &b.recv, NULL), "sy_moe_dispatch: invalid argument: "
-                                                                                   "expert_ids[3][1]=2 repeats");
+      REJECT(sy_moe_dispatch(moe, b.tokens, n, bad_ids, it, b.w, &b.recv, NULL),
+             "sy_moe_dispatch: invalid argument: "
+             "expert_ids[3][1]=2 repeats");
       for (int i = 0; i < n * K; i++) big_ids[i] = ((int32_t *)b.ids)[i];
       big_ids[2 * K + 1] = ((int64_t)1 << 32) + 1;
       REJECT(sy_moe_dispatch_send(moe, b.tokens, n, big_ids, SY_INDEX_INT64, b.w, NULL), "expert_ids[2][1]=4294967297");
@@ -332,7 +326,8 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   check_dispatch(c, &wi, me, &b.recv, "per-expert args");
   gen_expert_out(c, 0, me, b.y);
   if (me == 0) {
-    REJECT(sy_moe_combine(moe, b.y, b.ids, c->id_type, NULL, wi.n[me], b.out, NULL), "weights is NULL while num_tokens=4");
+    REJECT(sy_moe_combine(moe, b.y, b.ids, c->id_type, NULL, wi.n[me], b.out, NULL),
+           "weights is NULL while num_tokens=4");
     REJECT(sy_moe_combine(moe, b.y, b.ids, c->id_type, (float *)b.out, wi.n[me], b.out, NULL), "and weights=");
   }
   CHECK_OK(sy_moe_combine(moe, b.y, b.ids, c->id_type, b.cw, wi.n[me], b.out, NULL));

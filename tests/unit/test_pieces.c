@@ -84,8 +84,14 @@ int main(void) {
     CHECK_EQ_INT(sy__piece_gcd(st, n), 1);
     uint32_t want = (uint32_t)((double)n * 0.6180339887 + 0.5);
     for (uint32_t d = 0;; d++) {
-      if (want > d && sy__piece_gcd(want - d, n) == 1) { want -= d; break; }
-      if (want + d < n && sy__piece_gcd(want + d, n) == 1) { want += d; break; }
+      if (want > d && sy__piece_gcd(want - d, n) == 1) {
+        want -= d;
+        break;
+      }
+      if (want + d < n && sy__piece_gcd(want + d, n) == 1) {
+        want += d;
+        break;
+      }
     }
     if (st != want) {
       fprintf(stderr, "count %u: stride %u, the double-precision search gives %u\n", n, st, want);

@@ -25,27 +25,27 @@ typedef struct job {
   const char *dir;
   const char *addr;
   int port;
-  int world;          /* what every rank says the world is */
+  int world; /* what every rank says the world is */
   uint64_t timeout_ms;
   int rounds;
-  int epoch;          /* mixed into the data, so a stale file of an earlier boot shows */
-  int skip_rank;      /* this rank stops calling at skip_round (keeping its boot open); -1: none */
+  int epoch;     /* mixed into the data, so a stale file of an earlier boot shows */
+  int skip_rank; /* this rank stops calling at skip_round (keeping its boot open); -1: none */
   int skip_round;
-  int odd_rank;       /* this rank passes one byte more at odd_round; -1: none */
+  int odd_rank; /* this rank passes one byte more at odd_round; -1: none */
   int odd_round;
-  int late_rank;      /* this rank opens late_ms late; -1: none */
+  int late_rank; /* this rank opens late_ms late; -1: none */
   int late_ms;
   int direct_tcp_rank; /* VIA_ENV: this rank opens with sy__boot_open_tcp(addr, port) instead; -1: none */
-  int finished;       /* ranks done (atomic): the skipping rank waits for the others before closing */
+  int finished;        /* ranks done (atomic): the skipping rank waits for the others before closing */
 } job_t;
 
 typedef struct rank_run {
   job_t *job;
-  int rank;            /* the rank this thread claims */
-  int world;           /* the world size it claims */
+  int rank;                        /* the rank this thread claims */
+  int world;                       /* the world size it claims */
   sy_status_t open_status, status; /* status: first failure (open included), SY_SUCCESS if none */
-  int failed_round;    /* -1: none */
-  int wrong_bytes;     /* bytes of recv that differed from the expected */
+  int failed_round;                /* -1: none */
+  int wrong_bytes;                 /* bytes of recv that differed from the expected */
   double seconds;
 } rank_run_t;
 
@@ -103,7 +103,8 @@ static void *rank_main(void *arg) {
       run->failed_round = round;
     } else if (round % 4 != 3) {
       for (int r = 0; r < run->world; r++)
-        for (size_t i = 0; i < bytes; i++) run->wrong_bytes += recv[(size_t)r * bytes + i] != pattern(job->epoch, r, round, i);
+        for (size_t i = 0; i < bytes; i++)
+          run->wrong_bytes += recv[(size_t)r * bytes + i] != pattern(job->epoch, r, round, i);
       run->wrong_bytes += recv[(size_t)run->world * bytes] != 0xEE; /* nothing written past the end */
     }
     free(send);

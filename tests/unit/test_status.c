@@ -11,17 +11,17 @@
 
 static void test_status_table(void) {
   int count = 0;
-#define CHECK_ONE_(name, value, text)                                                        \
-  do {                                                                                       \
-    CHECK_EQ_INT((int)name, value);                                                          \
-    CHECK_EQ_STR(sy_status_name(name), #name);                                               \
-    CHECK_EQ_STR(sy_status_string(name), text);                                              \
-    const char *s_ = sy_status_string(name);                                                 \
-    CHECK(s_ != NULL && s_[0] != '\0');                                                      \
+#define CHECK_ONE_(name, value, text)                                                           \
+  do {                                                                                          \
+    CHECK_EQ_INT((int)name, value);                                                             \
+    CHECK_EQ_STR(sy_status_name(name), #name);                                                  \
+    CHECK_EQ_STR(sy_status_string(name), text);                                                 \
+    const char *s_ = sy_status_string(name);                                                    \
+    CHECK(s_ != NULL && s_[0] != '\0');                                                         \
     CHECK(s_ && !isupper((unsigned char)s_[0])); /* lowercase start; acronyms (GPU) may stay */ \
-    CHECK(s_ && s_[strlen(s_) - 1] != '.');                                                  \
-    CHECK(strncmp(#name, "SY_", 3) == 0);                                                    \
-    count++;                                                                                 \
+    CHECK(s_ &&s_[strlen(s_) - 1] != '.');                                                      \
+    CHECK(strncmp(#name, "SY_", 3) == 0);                                                       \
+    count++;                                                                                    \
   } while (0);
   SY_STATUS_LIST(CHECK_ONE_)
 #undef CHECK_ONE_

@@ -208,9 +208,10 @@ static int child_spew(void) {
   char *text = malloc(1 << 20);
   size_t len = 0;
   for (int i = 0; i < 400; i++)
-    len += (size_t)sprintf(text + len, "spew %d %d %.*s\n", rank, i, 20 + (i * 37) % 150,
-                           "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
-                           "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
+    len += (size_t)sprintf(
+        text + len, "spew %d %d %.*s\n", rank, i, 20 + (i * 37) % 150,
+        "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
+        "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
   for (size_t at = 0, piece = 1; at < len; at += piece, piece = piece % 97 + 13) {
     size_t n = at + piece > len ? len - at : piece;
     if (write(1, text + at, n) < 0 || write(2, text + at, n) < 0) return 1;
@@ -227,8 +228,9 @@ static int child_spew(void) {
 /* Cases                                                                                                  */
 /* ---------------------------------------------------------------------------------------------------- */
 static void test_hello(void) {
-  result_t r = run_syrun(ARGS("-n", "3", "sh", "-c", "echo hello $SY_RANK $SY_WORLD_SIZE $SY_LOCAL_RANK $SY_LOCAL_SIZE "
-                                                     "$SY_DEVICE; echo oops $SY_RANK >&2"),
+  result_t r = run_syrun(ARGS("-n", "3", "sh", "-c",
+                              "echo hello $SY_RANK $SY_WORLD_SIZE $SY_LOCAL_RANK $SY_LOCAL_SIZE "
+                              "$SY_DEVICE; echo oops $SY_RANK >&2"),
                          NULL, 60);
   CHECK_EQ_INT(r.code, 0);
   CHECK_EQ_INT(count_lines(r.out), 3);
@@ -314,8 +316,9 @@ static void test_boot_dir(void) {
   free_result(&r);
 
   /* Removed after a failure too, with the files a rank left in it. */
-  r = run_syrun(ARGS("-n", "2", "sh", "-c", "echo \"dir $SY_BOOT_DIR\"; mkdir \"$SY_BOOT_DIR/sub$SY_RANK\"; "
-                                             "echo x > \"$SY_BOOT_DIR/sub$SY_RANK/f\"; exit 5"),
+  r = run_syrun(ARGS("-n", "2", "sh", "-c",
+                     "echo \"dir $SY_BOOT_DIR\"; mkdir \"$SY_BOOT_DIR/sub$SY_RANK\"; "
+                     "echo x > \"$SY_BOOT_DIR/sub$SY_RANK/f\"; exit 5"),
                 ARGS(tmp), 60);
   CHECK_EQ_INT(r.code, 5);
   const char *at = strstr(r.out, "dir ");
@@ -368,15 +371,16 @@ static int check_pids_gone(const char *out) {
 
 /* Shell: wait (up to 20 s) until `n` ranks have run READY, i.e. said their pid and touched a file. */
 #define READY "echo pid $$; touch \"$SY_BOOT_DIR/ready.$SY_RANK\"; "
-#define AWAIT(n)                                                                                       \
-  "i=0; while [ $(ls \"$SY_BOOT_DIR\" | grep -c '^ready') -lt " #n " ] && [ $i -lt 400 ]; do sleep 0.05; " \
+#define AWAIT(n)                                                   \
+  "i=0; while [ $(ls \"$SY_BOOT_DIR\" | grep -c '^ready') -lt " #n \
+  " ] && [ $i -lt 400 ]; do sleep 0.05; "                          \
   "i=$((i+1)); done; "
 
 static void test_failures(void) {
   /* Rank 1 exits 3 while the others sleep: syrun stops them and returns 3, quickly. */
-  result_t r = run_syrun(ARGS("-n", "3", "sh", "-c",
-                              "if [ $SY_RANK = 1 ]; then " AWAIT(2) "exit 3; fi; " READY "exec sleep 30"),
-                         NULL, 60);
+  result_t r =
+      run_syrun(ARGS("-n", "3", "sh", "-c", "if [ $SY_RANK = 1 ]; then " AWAIT(2) "exit 3; fi; " READY "exec sleep 30"),
+                NULL, 60);
   CHECK_EQ_INT(r.code, 3);
   CHECK(r.seconds < 10);
   CHECK_HAS(r.err, "syrun: rank 1 exited with status 3; stopping the others\n");
@@ -384,9 +388,9 @@ static void test_failures(void) {
   free_result(&r);
 
   /* A rank killed by a signal: 128 + signal. SIGUSR1 ends a process without a core file. */
-  r = run_syrun(ARGS("-n", "2", "sh", "-c",
-                     "if [ $SY_RANK = 0 ]; then " AWAIT(1) "kill -USR1 $$; fi; " READY "exec sleep 30"),
-                NULL, 60);
+  r = run_syrun(
+      ARGS("-n", "2", "sh", "-c", "if [ $SY_RANK = 0 ]; then " AWAIT(1) "kill -USR1 $$; fi; " READY "exec sleep 30"),
+      NULL, 60);
   CHECK_EQ_INT(r.code, 128 + SIGUSR1);
   CHECK(r.seconds < 10);
   CHECK_EQ_INT(check_pids_gone(r.out), 1);
@@ -396,10 +400,10 @@ static void test_failures(void) {
   free_result(&r);
 
   /* A rank that ignores SIGTERM is killed after the grace period. */
-  r = run_syrun(ARGS("-n", "2", "sh", "-c",
-                     "if [ $SY_RANK = 0 ]; then " AWAIT(1) "exit 4; fi; trap '' TERM; " READY
-                     "while :; do sleep 0.1; done"),
-                NULL, 60);
+  r = run_syrun(
+      ARGS("-n", "2", "sh", "-c",
+           "if [ $SY_RANK = 0 ]; then " AWAIT(1) "exit 4; fi; trap '' TERM; " READY "while :; do sleep 0.1; done"),
+      NULL, 60);
   CHECK_EQ_INT(r.code, 4);
   CHECK(r.seconds < 15);
   CHECK_HAS(r.err, "syrun: killing rank 1 (still running");
@@ -458,12 +462,12 @@ static void test_sigterm(void) {
 
 static void test_usage(void) {
   const char *const *const bad[] = {
-      ARGS("sh", "-c", "true"),          /* no -n */
-      ARGS("-n", "0", "true"),           /* too few ranks */
-      ARGS("-n", "x", "true"),           /* not a number */
-      ARGS("-n", "2"),                   /* no program */
-      ARGS("-n"),                        /* no value */
-      ARGS("--bogus", "-n", "2", "true"), /* unknown option */
+      ARGS("sh", "-c", "true"),                 /* no -n */
+      ARGS("-n", "0", "true"),                  /* too few ranks */
+      ARGS("-n", "x", "true"),                  /* not a number */
+      ARGS("-n", "2"),                          /* no program */
+      ARGS("-n"),                               /* no value */
+      ARGS("--bogus", "-n", "2", "true"),       /* unknown option */
       ARGS("-n", "3", "--gpus", "1,2", "true"), /* fewer devices than ranks */
       ARGS("-n", "2", "--gpus", "1,,2", "true"),
       ARGS("-n", "2", "--gpus", "a,b", "true"),

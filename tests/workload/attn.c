@@ -149,8 +149,9 @@ static int short_gpu_draw(wl_attn_desc_t *d, int W, int C, wl_attn_kind_t kind, 
 int wl_attn_short_seqs(wl_attn_desc_t *d, int W, int C, wl_attn_kind_t kind, int max_seqs, wl_draw_t draw,
                        uint64_t seed) {
   int rc = desc_alloc(d, W, C);
-  if (!rc) rc = draw == WL_DRAW_GPU ? short_gpu_draw(d, W, C, kind, max_seqs, seed)
-                                    : short_unit_draw(d, W, C, kind, max_seqs, seed);
+  if (!rc)
+    rc = draw == WL_DRAW_GPU ? short_gpu_draw(d, W, C, kind, max_seqs, seed)
+                             : short_unit_draw(d, W, C, kind, max_seqs, seed);
   if (rc) return wl_attn_desc_free(d), -1;
   desc_point(d);
   return 0;

@@ -39,8 +39,8 @@ static int64_t pick_expert(const wl_moe_t *m, const int64_t *ids, uint64_t *h, i
   const int L = m->num_experts / m->world;
   for (int tries = 0; tries < 64; tries++) {
     *h = wl_mix(*h);
-    const int64_t x = on_rank < 0 ? (int64_t)(*h % (uint64_t)m->num_experts)
-                                  : (int64_t)on_rank * L + (int64_t)(*h % (uint64_t)L);
+    const int64_t x =
+        on_rank < 0 ? (int64_t)(*h % (uint64_t)m->num_experts) : (int64_t)on_rank * L + (int64_t)(*h % (uint64_t)L);
     int taken = 0;
     for (int k = 0; k < m->top_k; k++) taken |= ids[k] == x;
     if (!taken) return x;
@@ -67,7 +67,8 @@ static void ids_unit_draw(const wl_moe_t *m, int round, int rank, int n, int64_t
       want = want > K ? K : want > L ? L : want;
       for (int i = 0; i < want; i++) {
         int k;
-        do k = (int)((h = wl_mix(h)) % (uint64_t)K); while (row[k] != -1);
+        do k = (int)((h = wl_mix(h)) % (uint64_t)K);
+        while (row[k] != -1);
         row[k] = pick_expert(m, row, &h, d);
       }
     }
@@ -99,7 +100,8 @@ static void ids_gpu_draw(const wl_moe_t *m, int round, int rank, int n, int64_t 
       want = want > L ? L : want;
       for (int i = 0; i < want; i++) {
         int k;
-        do k = (int)((h = wl_mix(h)) % (uint64_t)K); while (row[k] != -1);
+        do k = (int)((h = wl_mix(h)) % (uint64_t)K);
+        while (row[k] != -1);
         row[k] = pick_expert(m, row, &h, d);
       }
     }

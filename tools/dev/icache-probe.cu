@@ -20,7 +20,8 @@ constexpr int REGIONS = 64, BLOCKS = 132, THREADS = 512;
 
 __device__ unsigned sink;
 
-template <int I, int N> __device__ __noinline__ void cold_out_of_line() {
+template <int I, int N>
+__device__ __noinline__ void cold_out_of_line() {
   unsigned y = threadIdx.x * 977u + (unsigned)clock();
 #pragma unroll
   for (int j = 0; j < N; j++) {
@@ -31,7 +32,8 @@ template <int I, int N> __device__ __noinline__ void cold_out_of_line() {
 }
 
 /* COLD = 0: no cold code; > 0: a never-taken block of COLD steps inlined; < 0: the same block out of line. */
-template <int I, int COLD> __device__ __forceinline__ unsigned region(unsigned x) {
+template <int I, int COLD>
+__device__ __forceinline__ unsigned region(unsigned x) {
 #pragma unroll
   for (int j = 0; j < 12; j++) {
     x ^= x >> ((I + j) % 13 + 3);
@@ -51,14 +53,17 @@ template <int I, int COLD> __device__ __forceinline__ unsigned region(unsigned x
   return x;
 }
 
-template <int I, int N, int COLD> struct chain {
+template <int I, int N, int COLD>
+struct chain {
   static __device__ __forceinline__ unsigned run(unsigned x) { return chain<I + 1, N, COLD>::run(region<I, COLD>(x)); }
 };
-template <int N, int COLD> struct chain<N, N, COLD> {
+template <int N, int COLD>
+struct chain<N, N, COLD> {
   static __device__ __forceinline__ unsigned run(unsigned x) { return x; }
 };
 
-template <int SALT, int COLD> __global__ void __launch_bounds__(THREADS) probe(unsigned *out, long long *cycles) {
+template <int SALT, int COLD>
+__global__ void __launch_bounds__(THREADS) probe(unsigned *out, long long *cycles) {
   const long long t0 = clock64();
   const unsigned x = chain<SALT, SALT + REGIONS, COLD>::run(threadIdx.x + SALT);
   const long long t1 = clock64();
@@ -72,7 +77,7 @@ double median_us(const long long *cycles, int khz) {
   return v[BLOCKS / 2] / (khz / 1e3);
 }
 
-}  // namespace
+} // namespace
 
 int main() {
   int n = 0;

@@ -141,7 +141,8 @@ int bench_alltoall(bench_ctx_t *ctx) {
     const uint64_t seed = bytes * 31 + 7;
     if (o->check) {
       ours.wrong = bench_allreduce_max(ctx, check_once(ctx, &b, b.recv, op_ours, seed, host_a, host_b));
-      if (ctx->nccl) base.wrong = bench_allreduce_max(ctx, check_once(ctx, &b, b.nccl_recv, op_nccl, seed + 1, host_a, host_b));
+      if (ctx->nccl)
+        base.wrong = bench_allreduce_max(ctx, check_once(ctx, &b, b.nccl_recv, op_nccl, seed + 1, host_a, host_b));
     }
     rc |= bench_time(ctx, op_ours, &b, &ours);
     if (ctx->nccl) rc |= bench_time(ctx, op_nccl, &b, &base);
@@ -154,21 +155,21 @@ int bench_alltoall(bench_ctx_t *ctx) {
     if (ctx->nccl)
       snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %s %8.2f %8.2f %7lld | %7.2f", base.time_us,
                bench_fmt_us(f[0], 16, 9, base.kernel_us), base.algbw_gbs, base.busbw_gbs, base.wrong, ratio);
-    else
-      snprintf(nccl_cols, sizeof nccl_cols, "%10s %9s %8s %8s %7s | %7s", "n/a", "", "", "", "", "");
+    else snprintf(nccl_cols, sizeof nccl_cols, "%10s %9s %8s %8s %7s | %7s", "n/a", "", "", "", "", "");
     bench_print(ctx, "  %12zu %10zu | %10.2f %s %10.2f %8.2f %8.2f %7lld | %s\n", moved, b.per_peer, ours.time_us,
                 bench_fmt_us(f[1], 16, 9, ours.kernel_us), ours.host_us, ours.algbw_gbs, ours.busbw_gbs, ours.wrong,
                 nccl_cols);
-    bench_json(ctx,
-               "{\"entry\": \"alltoall\", \"backend\": \"%s\", \"world\": %d, \"bytes_per_rank\": %zu, \"per_peer\": %zu, "
-               "\"ours\": {\"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, \"algbw_GBs\": %.3f, "
-               "\"busbw_GBs\": %.3f, \"wrong\": %lld}, "
-               "\"nccl\": %s%.3f, \"kernel_us\": %s, \"algbw_GBs\": %.3f, \"busbw_GBs\": %.3f, \"wrong\": %lld}, "
-               "\"speedup\": %.3f}",
-               sy_backend_name(ctx->backend), W, moved, b.per_peer, ours.time_us, bench_json_us(f[2], 16, ours.kernel_us),
-               ours.host_us, ours.algbw_gbs, ours.busbw_gbs, ours.wrong,
-               ctx->nccl ? "{\"time_us\": " : "{\"absent\": true, \"time_us\": ", base.time_us,
-               bench_json_us(f[3], 16, base.kernel_us), base.algbw_gbs, base.busbw_gbs, base.wrong, ratio);
+    bench_json(
+        ctx,
+        "{\"entry\": \"alltoall\", \"backend\": \"%s\", \"world\": %d, \"bytes_per_rank\": %zu, \"per_peer\": %zu, "
+        "\"ours\": {\"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, \"algbw_GBs\": %.3f, "
+        "\"busbw_GBs\": %.3f, \"wrong\": %lld}, "
+        "\"nccl\": %s%.3f, \"kernel_us\": %s, \"algbw_GBs\": %.3f, \"busbw_GBs\": %.3f, \"wrong\": %lld}, "
+        "\"speedup\": %.3f}",
+        sy_backend_name(ctx->backend), W, moved, b.per_peer, ours.time_us, bench_json_us(f[2], 16, ours.kernel_us),
+        ours.host_us, ours.algbw_gbs, ours.busbw_gbs, ours.wrong,
+        ctx->nccl ? "{\"time_us\": " : "{\"absent\": true, \"time_us\": ", base.time_us,
+        bench_json_us(f[3], 16, base.kernel_us), base.algbw_gbs, base.busbw_gbs, base.wrong, ratio);
     sum_busbw += ours.busbw_gbs;
     rows++;
     if (ratio > 0) sum_ratio += ratio, ratio_rows++;

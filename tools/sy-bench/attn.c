@@ -57,7 +57,8 @@ typedef struct attn_bench {
 
 static int op_ours(bench_ctx_t *ctx, void *arg) {
   attn_bench_t *b = arg;
-  return sy_attn_qkv_forward(b->attn, b->plan, b->q, Q_RB, b->q_recv, b->kv, KV_RB, b->kv_recv, ctx->stream) != SY_SUCCESS;
+  return sy_attn_qkv_forward(b->attn, b->plan, b->q, Q_RB, b->q_recv, b->kv, KV_RB, b->kv_recv, ctx->stream) !=
+         SY_SUCCESS;
 }
 
 static int op_nccl(bench_ctx_t *ctx, void *arg) {
@@ -66,10 +67,15 @@ static int op_nccl(bench_ctx_t *ctx, void *arg) {
   const sy_attn_dir_t *q = &b->p->dir[SY_ATTN_Q_FWD], *kv = &b->p->dir[SY_ATTN_KV_FWD];
   ncclGroupStart();
   for (int p = 0; p < ctx->world; p++) {
-    if (q->send_rows[p]) ncclSend(b->q + b->q_soff[p] * Q_RB, (size_t)q->send_rows[p] * Q_RB, ncclUint8, p, nc, ctx->stream);
-    if (q->recv_rows[p]) ncclRecv(b->nccl_q_recv + b->q_roff[p] * Q_RB, (size_t)q->recv_rows[p] * Q_RB, ncclUint8, p, nc, ctx->stream);
-    if (kv->send_rows[p]) ncclSend(b->kv + b->kv_soff[p] * KV_RB, (size_t)kv->send_rows[p] * KV_RB, ncclUint8, p, nc, ctx->stream);
-    if (kv->recv_rows[p]) ncclRecv(b->nccl_kv_recv + b->kv_roff[p] * KV_RB, (size_t)kv->recv_rows[p] * KV_RB, ncclUint8, p, nc, ctx->stream);
+    if (q->send_rows[p])
+      ncclSend(b->q + b->q_soff[p] * Q_RB, (size_t)q->send_rows[p] * Q_RB, ncclUint8, p, nc, ctx->stream);
+    if (q->recv_rows[p])
+      ncclRecv(b->nccl_q_recv + b->q_roff[p] * Q_RB, (size_t)q->recv_rows[p] * Q_RB, ncclUint8, p, nc, ctx->stream);
+    if (kv->send_rows[p])
+      ncclSend(b->kv + b->kv_soff[p] * KV_RB, (size_t)kv->send_rows[p] * KV_RB, ncclUint8, p, nc, ctx->stream);
+    if (kv->recv_rows[p])
+      ncclRecv(b->nccl_kv_recv + b->kv_roff[p] * KV_RB, (size_t)kv->recv_rows[p] * KV_RB, ncclUint8, p, nc,
+               ctx->stream);
   }
   return ncclGroupEnd() != ncclSuccess;
 }
@@ -144,8 +150,9 @@ int bench_attn(bench_ctx_t *ctx) {
   }
   bench_print(ctx, "# direct-store reference: %.1f GB/s per GPU (every rank storing 32 MiB into each peer at once)\n",
               store_gbs);
-  bench_print(ctx, "# Q+KV forward: Q rows %d B, KV rows %d B, %d replicas; MiB = the most any rank sends to or "
-                   "receives from the others; plan: random documents and ranks, or even (every pair the same bytes)\n#\n",
+  bench_print(ctx,
+              "# Q+KV forward: Q rows %d B, KV rows %d B, %d replicas; MiB = the most any rank sends to or "
+              "receives from the others; plan: random documents and ranks, or even (every pair the same bytes)\n#\n",
               Q_RB, KV_RB, cfg.max_replicas);
   bench_print(ctx, "# %9s %9s %6s %8s | %10s %9s %10s %8s %6s %7s | %10s %9s %8s | %7s\n", "tokens", "seqs", "plan",
               "MiB", "time_us", "kern_us", "host_us", "busbw", "%store", "#wrong", "nccl_us", "kern_us", "busbw",
@@ -156,77 +163,78 @@ int bench_attn(bench_ctx_t *ctx) {
   uint64_t *got = o->check ? malloc((size_t)cap_rows * Q_RB) : NULL;
   if (o->check && (!h || !got)) return 1;
   for (int64_t tokens = o->min_tokens; tokens <= max_tokens && !rc; tokens *= 2)
-  for (int even = 0; even < 2 && !rc; even++) {
-    wl_attn_desc_t g;
-    if (wl_attn_documents(&g, W, REPLICAS, tokens, even, 0xA77E + (uint64_t)tokens)) return 1;
-    if (sy_attn_plan_create(ctx->comm, &g.desc, &b.plan) != SY_SUCCESS) return 1;
-    b.p = b.plan; /* the internal view: sy_attn_plan_t is struct sy_attn_plan * */
-    const sy_attn_dir_t *qd = &b.p->dir[SY_ATTN_Q_FWD], *kd = &b.p->dir[SY_ATTN_KV_FWD];
-    int64_t qs = 0, ks = 0, qr = 0, kr = 0;
-    size_t sent = 0, received = 0;
-    for (int p = 0; p < W; p++) {
-      b.q_soff[p] = qs, b.kv_soff[p] = ks, b.q_roff[p] = qr, b.kv_roff[p] = kr;
-      qs += qd->send_rows[p], ks += kd->send_rows[p], qr += qd->recv_rows[p], kr += kd->recv_rows[p];
-      if (p == ctx->rank) continue;
-      sent += (size_t)qd->send_rows[p] * Q_RB + (size_t)kd->send_rows[p] * KV_RB;
-      received += (size_t)qd->recv_rows[p] * Q_RB + (size_t)kd->recv_rows[p] * KV_RB;
+    for (int even = 0; even < 2 && !rc; even++) {
+      wl_attn_desc_t g;
+      if (wl_attn_documents(&g, W, REPLICAS, tokens, even, 0xA77E + (uint64_t)tokens)) return 1;
+      if (sy_attn_plan_create(ctx->comm, &g.desc, &b.plan) != SY_SUCCESS) return 1;
+      b.p = b.plan; /* the internal view: sy_attn_plan_t is struct sy_attn_plan * */
+      const sy_attn_dir_t *qd = &b.p->dir[SY_ATTN_Q_FWD], *kd = &b.p->dir[SY_ATTN_KV_FWD];
+      int64_t qs = 0, ks = 0, qr = 0, kr = 0;
+      size_t sent = 0, received = 0;
+      for (int p = 0; p < W; p++) {
+        b.q_soff[p] = qs, b.kv_soff[p] = ks, b.q_roff[p] = qr, b.kv_roff[p] = kr;
+        qs += qd->send_rows[p], ks += kd->send_rows[p], qr += qd->recv_rows[p], kr += kd->recv_rows[p];
+        if (p == ctx->rank) continue;
+        sent += (size_t)qd->send_rows[p] * Q_RB + (size_t)kd->send_rows[p] * KV_RB;
+        received += (size_t)qd->recv_rows[p] * Q_RB + (size_t)kd->recv_rows[p] * KV_RB;
+      }
+      if (qd->recv_total > cap_rows || kd->recv_total > cap_rows * REPLICAS) {
+        bench_print(ctx, "# plan needs more receive rows than reserved; skipped\n");
+        sy_attn_plan_destroy(b.plan), wl_attn_desc_free(&g);
+        continue;
+      }
+      bench_timing_t ours, base;
+      memset(&ours, 0, sizeof ours);
+      memset(&base, 0, sizeof base);
+      ours.wrong = -1;
+      if (o->check) {
+        long long wrong = 0;
+        wl_payload_fill_words(h, ctx->rank, 0, tokens, Q_RB);
+        rc |= to_dev(ctx, b.q, h, (size_t)tokens * Q_RB);
+        wl_payload_fill_words(h, ctx->rank, 1, tokens, KV_RB);
+        rc |= to_dev(ctx, b.kv, h, (size_t)tokens * KV_RB);
+        rc |= poison(ctx, b.q_recv, (size_t)cap_rows * Q_RB);
+        rc |= poison(ctx, b.kv_recv, (size_t)cap_rows * REPLICAS * KV_RB);
+        rc |= sy_comm_barrier(ctx->comm, ctx->stream) != SY_SUCCESS;
+        rc |= op_ours(ctx, &b);
+        if (gpu(ctx)) rc |= cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+        rc |= from_dev(ctx, got, b.q_recv, (size_t)(qd->recv_total + 16) * Q_RB);
+        wrong += verify(qd, W, 0, got, Q_RB, cap_rows);
+        rc |= from_dev(ctx, got, b.kv_recv, (size_t)(kd->recv_total + 16) * KV_RB);
+        wrong += verify(kd, W, 1, got, KV_RB, cap_rows * REPLICAS);
+        ours.wrong = bench_allreduce_max(ctx, rc ? -1 : wrong);
+      }
+      rc |= bench_time(ctx, op_ours, &b, &ours);
+      if (ctx->nccl) rc |= bench_time(ctx, op_nccl, &b, &base);
+      const double max_sent = bench_allreduce_max_d(ctx, (double)(sent > received ? sent : received));
+      ours.busbw_gbs = ours.time_us > 0 ? max_sent / (ours.time_us * 1e3) : 0;
+      base.busbw_gbs = base.time_us > 0 ? max_sent / (base.time_us * 1e3) : 0;
+      const double pct = store_gbs > 0 ? 100.0 * ours.busbw_gbs / store_gbs : 0;
+      const double ratio = ctx->nccl && ours.time_us > 0 ? base.time_us / ours.time_us : 0;
+      ctx->total_wrong += ours.wrong > 0 ? ours.wrong : 0;
+      if (ours.wrong < 0 && o->check) ctx->total_wrong++;
+      long long seqs = 0;
+      for (int r = 0; r < W; r++) seqs += g.num_seqs[r];
+      char nccl_cols[80], f[4][16];
+      if (ctx->nccl)
+        snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %s %8.2f | %7.2f", base.time_us,
+                 bench_fmt_us(f[0], 16, 9, base.kernel_us), base.busbw_gbs, ratio);
+      else snprintf(nccl_cols, sizeof nccl_cols, "%10s %9s %8s | %7s", "n/a", "", "", "");
+      bench_print(ctx, "  %9lld %9lld %6s %8.2f | %10.2f %s %10.2f %8.2f %6.1f %7lld | %s\n", (long long)tokens, seqs,
+                  even ? "even" : "random", max_sent / (1 << 20), ours.time_us,
+                  bench_fmt_us(f[1], 16, 9, ours.kernel_us), ours.host_us, ours.busbw_gbs, pct, ours.wrong, nccl_cols);
+      bench_json(
+          ctx,
+          "{\"entry\": \"attn\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %lld, \"sequences\": %lld, "
+          "\"plan\": \"%s\", \"bytes_max\": %.0f, \"ours\": {\"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, "
+          "\"busbw_GBs\": %.3f, \"pct_of_store\": %.1f, \"wrong\": %lld}, \"nccl\": {\"time_us\": %.3f, "
+          "\"kernel_us\": %s, \"busbw_GBs\": %.3f}, \"store_reference_GBs\": %.3f, \"speedup\": %.3f}",
+          sy_backend_name(ctx->backend), W, (long long)tokens, seqs, even ? "even" : "random", max_sent, ours.time_us,
+          bench_json_us(f[2], 16, ours.kernel_us), ours.host_us, ours.busbw_gbs, pct, ours.wrong, base.time_us,
+          bench_json_us(f[3], 16, base.kernel_us), base.busbw_gbs, store_gbs, ratio);
+      sy_attn_plan_destroy(b.plan);
+      wl_attn_desc_free(&g);
     }
-    if (qd->recv_total > cap_rows || kd->recv_total > cap_rows * REPLICAS) {
-      bench_print(ctx, "# plan needs more receive rows than reserved; skipped\n");
-      sy_attn_plan_destroy(b.plan), wl_attn_desc_free(&g);
-      continue;
-    }
-    bench_timing_t ours, base;
-    memset(&ours, 0, sizeof ours);
-    memset(&base, 0, sizeof base);
-    ours.wrong = -1;
-    if (o->check) {
-      long long wrong = 0;
-      wl_payload_fill_words(h, ctx->rank, 0, tokens, Q_RB);
-      rc |= to_dev(ctx, b.q, h, (size_t)tokens * Q_RB);
-      wl_payload_fill_words(h, ctx->rank, 1, tokens, KV_RB);
-      rc |= to_dev(ctx, b.kv, h, (size_t)tokens * KV_RB);
-      rc |= poison(ctx, b.q_recv, (size_t)cap_rows * Q_RB);
-      rc |= poison(ctx, b.kv_recv, (size_t)cap_rows * REPLICAS * KV_RB);
-      rc |= sy_comm_barrier(ctx->comm, ctx->stream) != SY_SUCCESS;
-      rc |= op_ours(ctx, &b);
-      if (gpu(ctx)) rc |= cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-      rc |= from_dev(ctx, got, b.q_recv, (size_t)(qd->recv_total + 16) * Q_RB);
-      wrong += verify(qd, W, 0, got, Q_RB, cap_rows);
-      rc |= from_dev(ctx, got, b.kv_recv, (size_t)(kd->recv_total + 16) * KV_RB);
-      wrong += verify(kd, W, 1, got, KV_RB, cap_rows * REPLICAS);
-      ours.wrong = bench_allreduce_max(ctx, rc ? -1 : wrong);
-    }
-    rc |= bench_time(ctx, op_ours, &b, &ours);
-    if (ctx->nccl) rc |= bench_time(ctx, op_nccl, &b, &base);
-    const double max_sent = bench_allreduce_max_d(ctx, (double)(sent > received ? sent : received));
-    ours.busbw_gbs = ours.time_us > 0 ? max_sent / (ours.time_us * 1e3) : 0;
-    base.busbw_gbs = base.time_us > 0 ? max_sent / (base.time_us * 1e3) : 0;
-    const double pct = store_gbs > 0 ? 100.0 * ours.busbw_gbs / store_gbs : 0;
-    const double ratio = ctx->nccl && ours.time_us > 0 ? base.time_us / ours.time_us : 0;
-    ctx->total_wrong += ours.wrong > 0 ? ours.wrong : 0;
-    if (ours.wrong < 0 && o->check) ctx->total_wrong++;
-    long long seqs = 0;
-    for (int r = 0; r < W; r++) seqs += g.num_seqs[r];
-    char nccl_cols[80], f[4][16];
-    if (ctx->nccl)
-      snprintf(nccl_cols, sizeof nccl_cols, "%10.2f %s %8.2f | %7.2f", base.time_us,
-               bench_fmt_us(f[0], 16, 9, base.kernel_us), base.busbw_gbs, ratio);
-    else snprintf(nccl_cols, sizeof nccl_cols, "%10s %9s %8s | %7s", "n/a", "", "", "");
-    bench_print(ctx, "  %9lld %9lld %6s %8.2f | %10.2f %s %10.2f %8.2f %6.1f %7lld | %s\n", (long long)tokens, seqs,
-                even ? "even" : "random", max_sent / (1 << 20), ours.time_us, bench_fmt_us(f[1], 16, 9, ours.kernel_us),
-                ours.host_us, ours.busbw_gbs, pct, ours.wrong, nccl_cols);
-    bench_json(ctx,
-               "{\"entry\": \"attn\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %lld, \"sequences\": %lld, "
-               "\"plan\": \"%s\", \"bytes_max\": %.0f, \"ours\": {\"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, "
-               "\"busbw_GBs\": %.3f, \"pct_of_store\": %.1f, \"wrong\": %lld}, \"nccl\": {\"time_us\": %.3f, "
-               "\"kernel_us\": %s, \"busbw_GBs\": %.3f}, \"store_reference_GBs\": %.3f, \"speedup\": %.3f}",
-               sy_backend_name(ctx->backend), W, (long long)tokens, seqs, even ? "even" : "random", max_sent, ours.time_us,
-               bench_json_us(f[2], 16, ours.kernel_us), ours.host_us, ours.busbw_gbs, pct, ours.wrong, base.time_us,
-               bench_json_us(f[3], 16, base.kernel_us), base.busbw_gbs, store_gbs, ratio);
-    sy_attn_plan_destroy(b.plan);
-    wl_attn_desc_free(&g);
-  }
   free(h), free(got);
   sy_attn_destroy(b.attn);
   sy_mem_free(ctx->comm, b.q_recv);

@@ -13,7 +13,7 @@
 
 #include "switchyard.h"
 
-#define BENCH_MAX_TOKEN_LIST 16
+#define BENCH_MAX_TOKEN_LIST   16
 #define BENCH_MIN_TOKENS_GIVEN 1u
 #define BENCH_MAX_TOKENS_GIVEN 2u
 
@@ -60,7 +60,7 @@ typedef struct bench_ctx {
 typedef struct bench_entry {
   const char *name;
   const char *doc;
-  int (*run)(bench_ctx_t *ctx); /* 0 on success (wrong values are counted in ctx->total_wrong) */
+  int (*run)(bench_ctx_t *ctx);                   /* 0 on success (wrong values are counted in ctx->total_wrong) */
   size_t (*heap_bytes)(const bench_opts_t *opts); /* symmetric memory the entry needs per rank */
 } bench_entry_t;
 

@@ -60,7 +60,7 @@ static struct {
 
 static const CUpti_ActivityKind kt_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
                                               CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
-#define KT_NUM_KINDS (sizeof kt_kinds / sizeof kt_kinds[0])
+#define KT_NUM_KINDS    (sizeof kt_kinds / sizeof kt_kinds[0])
 #define KT_BUFFER_BYTES ((size_t)4 << 20)
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
@@ -100,9 +100,14 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 
 static void *open_cupti(void) {
   const char *env = getenv("SY_BENCH_CUPTI");
-  const char *names[] = {env, "libcupti.so.13", "libcupti.so", SY_CUDA_LIBDIR "/libcupti.so.13",
-                         SY_CUDA_LIBDIR "/../extras/CUPTI/lib64/libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
-                         "/usr/local/cuda/lib/libcupti.so.13", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"};
+  const char *names[] = {env,
+                         "libcupti.so.13",
+                         "libcupti.so",
+                         SY_CUDA_LIBDIR "/libcupti.so.13",
+                         SY_CUDA_LIBDIR "/../extras/CUPTI/lib64/libcupti.so.13",
+                         "/usr/local/cuda/lib64/libcupti.so.13",
+                         "/usr/local/cuda/lib/libcupti.so.13",
+                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     if (!names[i] || !*names[i]) continue;
     void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -116,8 +121,8 @@ int bench_ktime_available(const char **why) {
     kt.state = -1;
     void *h = getenv("SY_BENCH_NO_CUPTI") ? NULL : open_cupti();
     if (!h) {
-      snprintf(kt.why, sizeof kt.why, "%s", getenv("SY_BENCH_NO_CUPTI") ? "SY_BENCH_NO_CUPTI is set"
-                                                                        : "libcupti not found (SY_BENCH_CUPTI=PATH)");
+      snprintf(kt.why, sizeof kt.why, "%s",
+               getenv("SY_BENCH_NO_CUPTI") ? "SY_BENCH_NO_CUPTI is set" : "libcupti not found (SY_BENCH_CUPTI=PATH)");
     } else {
       *(void **)&kt.enable = dlsym(h, "cuptiActivityEnable");
       *(void **)&kt.disable = dlsym(h, "cuptiActivityDisable");
@@ -126,7 +131,8 @@ int bench_ktime_available(const char **why) {
       *(void **)&kt.next_record = dlsym(h, "cuptiActivityGetNextRecord");
       *(void **)&kt.push = dlsym(h, "cuptiActivityPushExternalCorrelationId");
       *(void **)&kt.pop = dlsym(h, "cuptiActivityPopExternalCorrelationId");
-      if (!kt.enable || !kt.disable || !kt.register_callbacks || !kt.flush_all || !kt.next_record || !kt.push || !kt.pop)
+      if (!kt.enable || !kt.disable || !kt.register_callbacks || !kt.flush_all || !kt.next_record || !kt.push ||
+          !kt.pop)
         snprintf(kt.why, sizeof kt.why, "libcupti lacks the activity API");
       else if (kt.register_callbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
         snprintf(kt.why, sizeof kt.why, "cuptiActivityRegisterCallbacks failed (another profiler attached?)");

@@ -18,7 +18,8 @@
 
 static const bench_entry_t entries[] = {
     {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall, bench_alltoall_heap},
-    {"attn", "attention Q+KV forward (Q 4096 B, KV 1024 B rows, C=2), vs NCCL all-to-all-v", bench_attn, bench_attn_heap},
+    {"attn", "attention Q+KV forward (Q 4096 B, KV 1024 B rows, C=2), vs NCCL all-to-all-v", bench_attn,
+     bench_attn_heap},
     {"moe-ll", "MoE low-latency dispatch and combine (hidden 7168, top-8 of 256 experts), vs NCCL send/recv", bench_moe,
      bench_moe_heap},
 };
@@ -253,8 +254,7 @@ static void print_header(bench_ctx_t *ctx) {
   if (ctx->nccl)
     bench_print(ctx, "# baseline: nccl %d.%d.%d in the same process on the same bytes\n", nccl_version / 10000,
                 (nccl_version / 100) % 100, nccl_version % 100);
-  else
-    bench_print(ctx, "# baseline: none (%s)\n", ctx->backend == SY_BACKEND_HOST ? "host backend" : "--no-nccl");
+  else bench_print(ctx, "# baseline: none (%s)\n", ctx->backend == SY_BACKEND_HOST ? "host backend" : "--no-nccl");
   bench_print(ctx, "# %s; %d timed calls per size after %d warm-up, medians; check %s\n", date, ctx->opts->iters,
               ctx->opts->warmup, ctx->opts->check ? "on" : "off");
   if (ctx->backend == SY_BACKEND_CUDA) {
@@ -265,13 +265,11 @@ static void print_header(bench_ctx_t *ctx) {
     const int ktime = bench_ktime_available(&why);
     if (bench_time(ctx, op_empty, NULL, &t) == 0 && t.kernel_us > 0)
       snprintf(floor_kernel, sizeof floor_kernel, ", %.2f us kernel time", t.kernel_us);
-    if (ktime)
-      bench_print(ctx, "# kernel time: CUPTI activity records, the device time a call's kernels held alone\n");
-    else
-      bench_print(ctx, "# kernel time: not measured (%s)\n", why);
+    if (ktime) bench_print(ctx, "# kernel time: CUPTI activity records, the device time a call's kernels held alone\n");
+    else bench_print(ctx, "# kernel time: not measured (%s)\n", why);
     if (t.valid)
-      bench_print(ctx, "# launch floor: an empty kernel takes %.2f us event-timed, %.2f us host-observed%s\n", t.time_us,
-                  t.host_us, floor_kernel);
+      bench_print(ctx, "# launch floor: an empty kernel takes %.2f us event-timed, %.2f us host-observed%s\n",
+                  t.time_us, t.host_us, floor_kernel);
   }
 }
 
@@ -412,8 +410,7 @@ int main(int argc, char **argv) {
       if (strcmp(v, "dedup") && strcmp(v, "per-expert"))
         bad = fprintf(stderr, "sy-bench: --mode %s: expected dedup or per-expert\n", v) > 0;
       opts.mode_only = v;
-    }
-    else {
+    } else {
       fprintf(stderr, "sy-bench: unknown option %s\n", a);
       usage(stderr);
       return 2;
@@ -476,8 +473,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "sy-bench: cannot write %s\n", opts.json_path);
       status = 1;
     } else {
-      fprintf(f, "{\n  \"entry\": \"%s\",\n  \"version\": \"%s\",\n  \"rows\": [\n%s\n  ]\n}\n", opts.entry, sy_version(),
-              json_rows);
+      fprintf(f, "{\n  \"entry\": \"%s\",\n  \"version\": \"%s\",\n  \"rows\": [\n%s\n  ]\n}\n", opts.entry,
+              sy_version(), json_rows);
       fclose(f);
     }
   }

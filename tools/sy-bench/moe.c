@@ -40,10 +40,10 @@ static const unsigned modes[] = {0u, SY_MOE_PER_EXPERT};
 #define NUM_MODES (int)(sizeof modes / sizeof *modes)
 
 /* The targets, at 128 tokens per rank on 4 x H200: kernel time and the factor over NCCL. */
-#define TARGET_TOKENS 128
+#define TARGET_TOKENS      128
 #define TARGET_DISPATCH_US 12.0
-#define TARGET_COMBINE_US 20.0
-#define TARGET_SPEEDUP 5.0
+#define TARGET_COMBINE_US  20.0
+#define TARGET_SPEEDUP     5.0
 
 static const char *wire_name(sy_moe_wire_t wire) {
   return wire == SY_MOE_WIRE_BF16 ? "bf16" : wire == SY_MOE_WIRE_FP8 ? "fp8" : "fp8-ue8m0";
@@ -323,7 +323,9 @@ static int nccl_pairs(bench_ctx_t *ctx, moe_bench_t *b, const long long *pairs, 
   return fill_bytes(ctx, b->nccl_send, 0, need) || fill_bytes(ctx, b->nccl_recv, 0, need);
 }
 
-static int op_pair(bench_ctx_t *ctx, void *arg) { return op_dispatch(ctx, (moe_bench_t *)arg) || op_combine(ctx, (moe_bench_t *)arg); }
+static int op_pair(bench_ctx_t *ctx, void *arg) {
+  return op_dispatch(ctx, (moe_bench_t *)arg) || op_combine(ctx, (moe_bench_t *)arg);
+}
 
 /* warmup + iters dispatch + combine pairs: each half's median kernel time (events between the halves) and
  * host-observed time, the slowest rank's. Every rank reaches the allreduces, whatever happened. */
@@ -384,10 +386,10 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
     if (!rc) rc = cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
     if (!rc) {
       /* External: real event-record nodes (a plain record inside a capture only orders streams). */
-      int crc = cudaEventRecordWithFlags(ev[0], ctx->stream, cudaEventRecordExternal) != cudaSuccess ||
-                op_dispatch(ctx, b) ||
-                cudaEventRecordWithFlags(ev[1], ctx->stream, cudaEventRecordExternal) != cudaSuccess ||
-                op_combine(ctx, b) || cudaEventRecordWithFlags(ev[2], ctx->stream, cudaEventRecordExternal) != cudaSuccess;
+      int crc =
+          cudaEventRecordWithFlags(ev[0], ctx->stream, cudaEventRecordExternal) != cudaSuccess || op_dispatch(ctx, b) ||
+          cudaEventRecordWithFlags(ev[1], ctx->stream, cudaEventRecordExternal) != cudaSuccess || op_combine(ctx, b) ||
+          cudaEventRecordWithFlags(ev[2], ctx->stream, cudaEventRecordExternal) != cudaSuccess;
       rc = cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || crc;
     }
     if (!rc) rc = cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
@@ -435,10 +437,10 @@ static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, be
 /* ---- the entry --------------------------------------------------------------------------------------------------- */
 
 typedef struct moe_host_scratch {
-  int32_t *all_ids;   /* [W][T][K] every rank's routing */
-  float *weights;     /* [T][K] this rank's */
-  uint16_t *x;        /* [T][hidden] this rank's tokens */
-  int32_t *want;      /* [L] slots of each local expert */
+  int32_t *all_ids; /* [W][T][K] every rank's routing */
+  float *weights;   /* [T][K] this rank's */
+  uint16_t *x;      /* [T][hidden] this rank's tokens */
+  int32_t *want;    /* [L] slots of each local expert */
   int32_t *counts, *rank_counts, *src, *fill, *want_rank;
   long long *msgs, *copies; /* [W][W] */
 } moe_host_scratch_t;
@@ -451,26 +453,36 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
     bench_print(ctx, "# note: %d experts is not a multiple of world %d; using the nearest multiple, %d\n", NUM_EXPERTS,
                 W, experts);
   bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly, weights in (0, 1]\n", TOP_K);
-  bench_print(ctx, "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
-                   " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert) both ways\n");
-  bench_print(ctx, "# each timed iteration is one dispatch + combine pair (the order the API takes): _us = CUDA events "
-                   "around each half, kern = kernel time (CUPTI, the header above), host = enqueue to stream sync; medians, "
-                   "slowest rank\n");
-  if (!gpu(ctx)) bench_print(ctx, "# host backend: no kernels; the event columns repeat the host-observed time, the kernel columns are empty\n");
+  bench_print(ctx,
+              "# mode: dedup = default, one message per (token, expert rank), partials summed on the experts'"
+              " rank; per-expert = SY_MOE_PER_EXPERT, one copy per (token, expert) both ways\n");
+  bench_print(ctx,
+              "# each timed iteration is one dispatch + combine pair (the order the API takes): _us = CUDA events "
+              "around each half, kern = kernel time (CUPTI, the header above), host = enqueue to stream sync; medians, "
+              "slowest rank\n");
+  if (!gpu(ctx))
+    bench_print(
+        ctx,
+        "# host backend: no kernels; the event columns repeat the host-observed time, the kernel columns are empty\n");
   else bench_print(ctx, "# the launch floor above bounds every event time from below\n");
-  bench_print(ctx, "# nccl: grouped ncclSend/ncclRecv carrying per (source, destination) the bytes our dispatch moves "
-                   "(messages x (%d + %d) B for fp8, x %d B for bf16) and, for the combine, the reverse pairs' "
-                   "vectors x %d B; x_ = nccl / ours, on kernel time where both have it (else events)\n", HIDDEN, HIDDEN / SY_MOE_FP8_GROUP * 4, 2 * HIDDEN, 2 * HIDDEN);
-  bench_print(ctx, "# #wrong: receive-layout mismatches (expert_counts, rank_counts, src pairs) against the routing "
-                   "(-1: not checked); payload bits are the gpu tests' job\n");
-  bench_print(ctx, "# per-phase device trace: set SY_TRACE_FILE=moe.%%r.json (Chrome trace JSON per rank); largest "
-                   "size %lld tokens per rank\n#\n", (long long)most_tokens);
+  bench_print(ctx,
+              "# nccl: grouped ncclSend/ncclRecv carrying per (source, destination) the bytes our dispatch moves "
+              "(messages x (%d + %d) B for fp8, x %d B for bf16) and, for the combine, the reverse pairs' "
+              "vectors x %d B; x_ = nccl / ours, on kernel time where both have it (else events)\n",
+              HIDDEN, HIDDEN / SY_MOE_FP8_GROUP * 4, 2 * HIDDEN, 2 * HIDDEN);
+  bench_print(ctx,
+              "# #wrong: receive-layout mismatches (expert_counts, rank_counts, src pairs) against the routing "
+              "(-1: not checked); payload bits are the gpu tests' job\n");
+  bench_print(ctx,
+              "# per-phase device trace: set SY_TRACE_FILE=moe.%%r.json (Chrome trace JSON per rank); largest "
+              "size %lld tokens per rank\n#\n",
+              (long long)most_tokens);
   bench_print(ctx, "# graph: the same pair captured in a CUDA graph (events inside), replayed; median device time\n");
   bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s %9s | %9s %9s %9s %9s | %6s | %9s %9s %9s %9s | %6s %6s\n", "tokens",
               "wire", "mode", "disp_us", "disp_kern", "disp_grph", "disp_host", "comb_us", "comb_kern", "comb_grph",
               "comb_host", "#wrong", "nccl_disp", "nccl_dk", "nccl_comb", "nccl_ck", "x_disp", "x_comb");
-  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s %9s | %9s %9s %9s %9s | %6s | %9s %9s %9s %9s | %6s %6s\n", "/rank", "",
-              "", "(events)", "(kernel)", "(graph)", "(host)", "(events)", "(kernel)", "(graph)", "(host)", "",
+  bench_print(ctx, "# %6s %5s %10s | %9s %9s %9s %9s | %9s %9s %9s %9s | %6s | %9s %9s %9s %9s | %6s %6s\n", "/rank",
+              "", "", "(events)", "(kernel)", "(graph)", "(host)", "(events)", "(kernel)", "(graph)", "(host)", "",
               "(events)", "(kernel)", "(events)", "(kernel)", "", "");
 }
 
@@ -590,8 +602,7 @@ int bench_moe(bench_ctx_t *ctx) {
             crc = crc || from_dev(ctx, h.counts, b.recv.expert_counts, (size_t)L * sizeof(int32_t));
             crc = crc || from_dev(ctx, h.rank_counts, b.recv.rank_counts, (size_t)L * W * sizeof(int32_t));
             crc = crc || from_dev(ctx, h.src, b.recv.src, (size_t)L * S * 2 * sizeof(int32_t));
-            if (!crc)
-              bad = check_layout(h.all_ids, W, me, T, L, h.counts, h.rank_counts, h.src, h.fill, h.want_rank);
+            if (!crc) bad = check_layout(h.all_ids, W, me, T, L, h.counts, h.rank_counts, h.src, h.fill, h.want_rank);
             crc = crc || op_combine(ctx, &b);
             if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
             wrong = bench_allreduce_max(ctx, crc ? -1 : bad);
@@ -637,19 +648,23 @@ int bench_moe(bench_ctx_t *ctx) {
           snprintf(our_cols, sizeof our_cols, "%9s %9s %9s %9s | %9s %9s %9s %9s | %6s", "n/a", "", "", "", "n/a", "",
                    "", "", "");
         if (have_nccl)
-          snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %s %9.2f %s", nd.time_us, bench_fmt_us(f[4], 16, 9, nd.kernel_us),
-                   nc.time_us, bench_fmt_us(f[5], 16, 9, nc.kernel_us));
+          snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %s %9.2f %s", nd.time_us,
+                   bench_fmt_us(f[4], 16, 9, nd.kernel_us), nc.time_us, bench_fmt_us(f[5], 16, 9, nc.kernel_us));
         else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s %9s %9s", "n/a", "", "n/a", "");
         if (xd > 0 && xc > 0) snprintf(x_cols, sizeof x_cols, "%6.2f %6.2f", xd, xc);
         else snprintf(x_cols, sizeof x_cols, "%6s %6s", "", "");
         bench_print(ctx, "  %6d %5s %10s | %s | %s | %s\n", T, wire_name(cfg.wire), mode_name(cfg.flags), our_cols,
                     nccl_cols, x_cols);
         if (halves[0] > 0)
-          bench_print(ctx, "#        halves, one kernel each: dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
-                           "combine_recv %.2f us (events)\n", halves[0], halves[1], halves[2], halves[3]);
+          bench_print(ctx,
+                      "#        halves, one kernel each: dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
+                      "combine_recv %.2f us (events)\n",
+                      halves[0], halves[1], halves[2], halves[3]);
         if (halves_k[0] > 0)
-          bench_print(ctx, "#        halves, kernel time:     dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
-                           "combine_recv %.2f us\n", halves_k[0], halves_k[1], halves_k[2], halves_k[3]);
+          bench_print(ctx,
+                      "#        halves, kernel time:     dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
+                      "combine_recv %.2f us\n",
+                      halves_k[0], halves_k[1], halves_k[2], halves_k[3]);
         bench_json(ctx,
                    "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
                    "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
@@ -667,12 +682,12 @@ int bench_moe(bench_ctx_t *ctx) {
                    "\"halves_kernel_us\": {\"dispatch_send\": %s, \"dispatch_recv\": %s, \"combine_send\": %s, "
                    "\"combine_recv\": %s}}",
                    sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
-                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us,
-                   bench_json_us(f[0], 16, disp.kernel_us), disp.graph_us, disp.host_us, disp_bytes, comb.time_us,
-                   bench_json_us(f[1], 16, comb.kernel_us), comb.graph_us, comb.host_us, comb_bytes, wrong,
-                   have_nccl ? "" : "\"absent\": true, ", nd.time_us, nc.time_us, bench_json_us(f[2], 16, nd.kernel_us),
-                   bench_json_us(f[3], 16, nc.kernel_us), xd, xc, by_kernel ? "kernel" : "event", halves[0], halves[1],
-                   halves[2], halves[3], bench_json_us(f[4], 16, halves_k[0]), bench_json_us(f[5], 16, halves_k[1]),
+                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, bench_json_us(f[0], 16, disp.kernel_us),
+                   disp.graph_us, disp.host_us, disp_bytes, comb.time_us, bench_json_us(f[1], 16, comb.kernel_us),
+                   comb.graph_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
+                   nc.time_us, bench_json_us(f[2], 16, nd.kernel_us), bench_json_us(f[3], 16, nc.kernel_us), xd, xc,
+                   by_kernel ? "kernel" : "event", halves[0], halves[1], halves[2], halves[3],
+                   bench_json_us(f[4], 16, halves_k[0]), bench_json_us(f[5], 16, halves_k[1]),
                    bench_json_us(f[6], 16, halves_k[2]), bench_json_us(f[7], 16, halves_k[3]));
         if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
         if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
@@ -689,14 +704,18 @@ int bench_moe(bench_ctx_t *ctx) {
   if (have_target && gpu(ctx)) {
     const int met = target[0] <= TARGET_DISPATCH_US && target[1] <= TARGET_COMBINE_US &&
                     (!ctx->nccl || (target[2] >= TARGET_SPEEDUP && target[3] >= TARGET_SPEEDUP));
-    bench_print(ctx, "# target (4 x H200, %d tokens, fp8 dispatch, dedup; %s time): dispatch %.2f us (<= %.0f), "
-                     "combine %.2f us (<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n", TARGET_TOKENS,
-                target_by_kernel ? "kernel" : "event", target[0], TARGET_DISPATCH_US, target[1], TARGET_COMBINE_US,
-                target[2], target[3], TARGET_SPEEDUP, met ? "met" : "NOT met", ctx->nccl ? "" : " (no nccl baseline)");
+    bench_print(ctx,
+                "# target (4 x H200, %d tokens, fp8 dispatch, dedup; %s time): dispatch %.2f us (<= %.0f), "
+                "combine %.2f us (<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n",
+                TARGET_TOKENS, target_by_kernel ? "kernel" : "event", target[0], TARGET_DISPATCH_US, target[1],
+                TARGET_COMBINE_US, target[2], target[3], TARGET_SPEEDUP, met ? "met" : "NOT met",
+                ctx->nccl ? "" : " (no nccl baseline)");
   }
   if (unsupported) {
-    bench_print(ctx, "# moe-ll: sy_moe_create: %s on the %s backend (its MoE kernels are not built yet); the "
-                     "switchyard columns are n/a\n", sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
+    bench_print(ctx,
+                "# moe-ll: sy_moe_create: %s on the %s backend (its MoE kernels are not built yet); the "
+                "switchyard columns are n/a\n",
+                sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
     rc = 1;
   }
   dev_free(ctx, b.x), dev_free(ctx, b.ids), dev_free(ctx, b.weights), dev_free(ctx, b.recv.tokens);

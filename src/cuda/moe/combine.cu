@@ -34,4 +34,4 @@ moe_kernel_t const combine_send_kernels[16] = SY_MOE_TABLE(moe_combine_send_kern
 moe_kernel_t const combine_recv_kernels[16] = SY_MOE_TABLE(moe_combine_recv_kernel, MODE_PE | MODE_TRACE);
 moe_kernel_t const combine_kernels[16] = SY_MOE_TABLE(moe_combine_kernel, MODE_PE | MODE_TRACE);
 
-}  // namespace sy
+} // namespace sy

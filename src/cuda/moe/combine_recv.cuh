@@ -34,14 +34,16 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
     for (int i = threadIdx.x; i < n * top_k; i += blockDim.x) {
       int64_t id = load_id(P, (uint64_t)i);
       if (id < -1 || id >= P.num_experts) id = -1;
-      if (id != P.ids[i]) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, i, call, (uint64_t)P.ids[i], (uint64_t)id);
+      if (id != P.ids[i])
+        report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_COMBINE_ARGS, i, call, (uint64_t)P.ids[i], (uint64_t)id);
     }
   }
   /* The first token's ids and weights (this rank's own, from its dispatch) while the partials travel. */
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
   int id_next = -1;
   float w_next = 0.0f;
-  if (warp == 0 && lane < (unsigned)top_k && (int)blockIdx.x < (P.num_tokens < dispatched ? P.num_tokens : dispatched)) {
+  if (warp == 0 && lane < (unsigned)top_k &&
+      (int)blockIdx.x < (P.num_tokens < dispatched ? P.num_tokens : dispatched)) {
     id_next = P.ids[(uint64_t)blockIdx.x * top_k + lane];
     if (PE) w_next = P.weights[(uint64_t)blockIdx.x * top_k + lane];
   }
@@ -100,8 +102,9 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
         for (int j = 0; j < 4; j++) {
           const int q = j0 + j;
           if (q >= n || (PE && id_s[q] < 0)) continue;
-          const char *row = P.ws + combine_offset(P, parity, PE ? (uint64_t)t * top_k + (uint64_t)q
-                                                                : (uint64_t)ranks_s[q] * max_tokens + (uint64_t)t);
+          const char *row = P.ws + combine_offset(P, parity,
+                                                  PE ? (uint64_t)t * top_k + (uint64_t)q
+                                                     : (uint64_t)ranks_s[q] * max_tokens + (uint64_t)t);
           x0[j] = ld_plain(row + 16ull * u0);
           if (two) x1[j] = ld_plain(row + 16ull * u1);
         }
@@ -144,6 +147,6 @@ __device__ __forceinline__ void combine_recv_body(const moe_params &P, const uin
   }
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

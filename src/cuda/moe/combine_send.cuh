@@ -24,8 +24,8 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
   extern __shared__ uint64_t moe_dyn[];
   const int world = P.world_size, top_k = P.top_k, max_tokens = P.max_tokens, slots = P.slots, hidden = P.hidden;
   const int me = P.ctx.rank;
-  char **peers = (char **)moe_dyn;      /* [world] */
-  int *start = (int *)(peers + world);  /* [world + 1] */
+  char **peers = (char **)moe_dyn;     /* [world] */
+  int *start = (int *)(peers + world); /* [world + 1] */
   /* A batch of this block's messages (i0 + q x gridDim.x): per k the local expert, slot and weight; the source
    * and source token — staged with independent loads, one round per batch instead of a chain per message. */
   __shared__ int le_s[CS_BATCH * MOE_MAX_K], slot_s[CS_BATCH * MOE_MAX_K], tok_s[CS_BATCH], src_s[CS_BATCH];
@@ -47,7 +47,8 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
       const int s = source_of(start, world, i), m = i - start[s];
       const char *msg = P.ws + msg_offset(P, parity, s, m);
       const int2 ent = *(const int2 *)(msg + sy__moe_entry_offset(k));
-      const int slot = P.slot_of[((uint64_t)s * P.messages_per_source + (uint64_t)m) * top_k + k]; /* where ent.x >= 0 */
+      const int slot =
+          P.slot_of[((uint64_t)s * P.messages_per_source + (uint64_t)m) * top_k + k]; /* where ent.x >= 0 */
       le_s[j] = ent.x;
       w_s[j] = __int_as_float(ent.y);
       slot_s[j] = slot;
@@ -127,6 +128,6 @@ __device__ __forceinline__ void combine_send_body(const moe_params &P, const uin
   }
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

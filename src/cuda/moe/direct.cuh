@@ -41,7 +41,7 @@ __device__ __forceinline__ void place_own(const moe_params &P, send_state &S, se
   const int n = sh.nown < P.own_cap ? sh.nown : P.own_cap;
   const bool keep = S.first_token + (int)gridDim.x >= P.num_tokens && vectors <= MOE_THREADS;
   const uint64_t row_bytes = (uint64_t)P.hidden * (fp8 ? 1 : 2);
-  char **rows = sh.header;               /* the run's rows (the messages are sent: the array is free) */
+  char **rows = sh.header;                   /* the run's rows (the messages are sent: the array is free) */
   float **scale_rows = (float **)sh.payload; /* and their scales' first slot */
   for (int i0 = 0; i0 < n;) { /* a run of entries of one token (the list is in the block's token order) */
     const int t = S.own_list[i0].x;
@@ -90,6 +90,6 @@ __device__ __forceinline__ void place_own(const moe_params &P, send_state &S, se
   if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_LOCAL, false, -1, call);
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

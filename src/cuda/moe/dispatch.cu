@@ -15,11 +15,11 @@ __device__ __forceinline__ uint64_t dispatch_send_body(const moe_params &P) {
   constexpr bool DIRECT = MODE & MODE_DIRECT, TR = MODE & MODE_TRACE;
   __shared__ send_shared sh;
   send_state S;
-  send_begin<MODE>(P, S, sh);     /* ids checked into shared memory, the first token's data on its way (route.cuh) */
-  route_units<MODE>(P, S);        /* every unit's destinations: per rank a 32-unit mask word (route.cuh) */
-  publish_counts<MODE>(P, S);     /* message indices; block 0: message counts and counts per expert (route.cuh) */
-  send_tokens<MODE>(P, S, sh);    /* the block's tokens quantised into every destination's messages (send.cuh) */
-  send_signal<MODE>(P, S);        /* one signal add per destination (send.cuh) */
+  send_begin<MODE>(P, S, sh);  /* ids checked into shared memory, the first token's data on its way (route.cuh) */
+  route_units<MODE>(P, S);     /* every unit's destinations: per rank a 32-unit mask word (route.cuh) */
+  publish_counts<MODE>(P, S);  /* message indices; block 0: message counts and counts per expert (route.cuh) */
+  send_tokens<MODE>(P, S, sh); /* the block's tokens quantised into every destination's messages (send.cuh) */
+  send_signal<MODE>(P, S);     /* one signal add per destination (send.cuh) */
   if (DIRECT && sh.nown > 0) place_own<MODE>(P, S, sh); /* own entries into the expert buffers (direct.cuh) */
   if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_KERNEL, false, -1, S.call);
   return S.call;
@@ -53,4 +53,4 @@ moe_kernel_t const dispatch_send_kernels[16] = SY_MOE_TABLE(moe_dispatch_send_ke
 moe_kernel_t const dispatch_recv_kernels[16] = SY_MOE_TABLE(moe_dispatch_recv_kernel, MODE_FP8 | MODE_TRACE);
 moe_kernel_t const dispatch_kernels[16] = SY_MOE_TABLE(moe_dispatch_kernel, 15);
 
-}  // namespace sy
+} // namespace sy

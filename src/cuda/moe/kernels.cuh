@@ -22,11 +22,13 @@ extern moe_kernel_t const combine_recv_kernels[16];
 extern moe_kernel_t const combine_kernels[16];
 
 /* The instances of kernel template k, indexed by the whole MODE, each instantiated only for the bits in mask. */
+/* clang-format off */
 #define SY_MOE_TABLE(k, mask)                                                                                        \
   {k<0 & (mask)>,  k<1 & (mask)>,  k<2 & (mask)>,  k<3 & (mask)>,  k<4 & (mask)>,  k<5 & (mask)>,                    \
    k<6 & (mask)>,  k<7 & (mask)>,  k<8 & (mask)>,  k<9 & (mask)>,  k<10 & (mask)>, k<11 & (mask)>,                   \
    k<12 & (mask)>, k<13 & (mask)>, k<14 & (mask)>, k<15 & (mask)>}
+/* clang-format on */
 
-}  // namespace sy
+} // namespace sy
 
 #endif

@@ -15,19 +15,19 @@ struct moe_gpu {
   sy_moe_layout_t layout;
   char *ws;
   moe_local *local;
-  uint64_t *calls; /* [blocks], after local */
+  uint64_t *calls;  /* [blocks], after local */
   char *local_blob; /* local and calls, ids, slot_of */
   int32_t *ids, *slot_of;
   char *staging;
   size_t stage_bytes;
   bool staging_registered;
-  int blocks;  /* send kernels' grid (the SM count) */
+  int blocks;              /* send kernels' grid (the SM count) */
   bool expert_token_masks; /* dispatch_send's per-expert token masks fit (moe_params.expert_token_masks) */
-  bool fused_ok; /* a block of each fused kernel fits on an SM (else the one-call forms launch the halves) */
-  bool direct;   /* the fused dispatch may place this rank's own entries itself (its list fits: moe_params.direct) */
+  bool fused_ok;           /* a block of each fused kernel fits on an SM (else the one-call forms launch the halves) */
+  bool direct;      /* the fused dispatch may place this rank's own entries itself (its list fits: moe_params.direct) */
   bool direct_auto; /* ... then only per expert, and from blocks / 2 tokens (SY_MOE_DIRECT unset or auto) */
   char *peer_tab[MOE_PEER_TAB]; /* W <= MOE_PEER_TAB: each rank's workspace as this GPU reaches it (NULL: puts) */
-  int own_cap;   /* its list's entries: ceil(max_tokens / blocks) x top_k */
+  int own_cap;                  /* its list's entries: ceil(max_tokens / blocks) x top_k */
   size_t ds_smem, dr_smem, cs_smem, fd_smem; /* fd: the fused dispatch */
 };
 
@@ -106,10 +106,11 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     const sy_moe_config_t *o = &all[r];
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
         o->num_experts != c->num_experts || o->wire != c->wire || o->flags != c->flags) {
-      SY_WARN("sy_moe_create: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
-              "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
-              r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->flags, c->max_tokens, c->hidden,
-              c->top_k, c->num_experts, (int)c->wire, c->flags);
+      SY_WARN(
+          "sy_moe_create: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
+          "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
+          r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->flags, c->max_tokens, c->hidden,
+          c->top_k, c->num_experts, (int)c->wire, c->flags);
       s = SY_ERR_MISMATCH;
     }
   }
@@ -135,10 +136,11 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   const size_t static_reserve = 2048; /* the kernels' static shared arrays */
   if (g->ds_smem + static_reserve > (size_t)smem_max || g->dr_smem + static_reserve > (size_t)smem_max ||
       (uint64_t)W * (uint64_t)M * (uint64_t)K >= (1ull << 31)) {
-    SY_WARN("sy_moe_create: config->max_tokens=%d, top_k=%d, num_experts=%d on %d ranks needs %zu bytes of shared "
-            "memory per block (max_tokens x (top_k + 3) x 4 for the ids and routing, num_experts x 4 for the counts), "
-            "more than this GPU's %d; lower max_tokens", T, K, c->num_experts, W,
-            (g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem) + static_reserve, smem_max);
+    SY_WARN(
+        "sy_moe_create: config->max_tokens=%d, top_k=%d, num_experts=%d on %d ranks needs %zu bytes of shared "
+        "memory per block (max_tokens x (top_k + 3) x 4 for the ids and routing, num_experts x 4 for the counts), "
+        "more than this GPU's %d; lower max_tokens",
+        T, K, c->num_experts, W, (g->ds_smem > g->dr_smem ? g->ds_smem : g->dr_smem) + static_reserve, smem_max);
     free(g);
     return SY_ERR_UNSUPPORTED;
   }
@@ -182,8 +184,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   }
   for (int p = 0; p < W && W <= MOE_PEER_TAB; p++)
     g->peer_tab[p] = p == comm->rank ? g->ws : st->ctx.force_put ? NULL : (char *)nvshmem_ptr(g->ws, p);
-  const size_t local_bytes = align_up(sizeof(moe_local) + (size_t)g->blocks * 8, 256) + align_up((size_t)T * K * 4, 256) +
-                             (size_t)W * M * K * 4;
+  const size_t local_bytes = align_up(sizeof(moe_local) + (size_t)g->blocks * 8, 256) +
+                             align_up((size_t)T * K * 4, 256) + (size_t)W * M * K * 4;
   cudaError_t err = cudaMalloc((void **)&g->local_blob, local_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->local_blob, 0, local_bytes);
   if (err == cudaSuccess && need_puts) err = cudaMalloc((void **)&g->staging, (size_t)g->blocks * g->stage_bytes);
@@ -193,8 +195,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   const struct {
     moe_kernel_t kernel;
     size_t smem;
-  } used[] = {{dispatch_send_kernels[mode], g->ds_smem},    {dispatch_recv_kernels[mode], g->dr_smem},
-              {combine_send_kernels[mode], g->cs_smem},     {dispatch_kernels[mode], g->fd_smem},
+  } used[] = {{dispatch_send_kernels[mode], g->ds_smem},          {dispatch_recv_kernels[mode], g->dr_smem},
+              {combine_send_kernels[mode], g->cs_smem},           {dispatch_kernels[mode], g->fd_smem},
               {dispatch_kernels[mode | MODE_DIRECT], g->fd_smem}, {combine_kernels[mode], g->cs_smem}};
   for (const auto &u : used)
     if (err == cudaSuccess)
@@ -239,8 +241,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe: workspace %zu bytes, %d blocks per kernel, %s, one-call forms %s",
-          g->layout.total, g->blocks, need_puts ? "puts to some peers" : "stores to every peer",
+  SY_INFO("moe: workspace %zu bytes, %d blocks per kernel, %s, one-call forms %s", g->layout.total, g->blocks,
+          need_puts ? "puts to some peers" : "stores to every peer",
           !g->fused_ok ? "as two kernels (a fused block does not fit on an SM)"
           : g->direct  ? "fused, own tokens placed by the sender"
                        : "fused");
@@ -321,7 +323,8 @@ extern "C" sy_status_t sy__cuda_moe_dispatch(sy_comm_t comm, struct sy_moe *moe,
   P.recv = *recv;
   const bool direct = g->direct && (!g->direct_auto || a->num_tokens * 2 >= g->blocks);
   P.own_cap = g->own_cap;
-  return launch(dispatch_kernels[mode_of(comm, &moe->config) | (direct ? MODE_DIRECT : 0)], g->blocks, g->fd_smem, stream, P);
+  return launch(dispatch_kernels[mode_of(comm, &moe->config) | (direct ? MODE_DIRECT : 0)], g->blocks, g->fd_smem,
+                stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_combine(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,

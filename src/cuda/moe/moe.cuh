@@ -53,9 +53,9 @@ struct moe_params {
   int slots;        /* per local expert in the caller's buffers: world_size x max_tokens */
   int scale_groups; /* FP8 scales per token: hidden / 128 */
   int wire, per_expert;
-  int expert_token_masks; /* dispatch_send keeps a token mask per expert in shared memory for the positions (else
+  int expert_token_masks;       /* dispatch_send keeps a token mask per expert in shared memory for the positions (else
                            * it counts) */
-  int own_cap;            /* with direct: entries the block's own_list holds (tokens per block x top_k) */
+  int own_cap;                  /* with direct: entries the block's own_list holds (tokens per block x top_k) */
   uint64_t local_experts_magic; /* ceil(2^32 / local_experts) where num_experts x local_experts < 2^32 (expert ->
                                  * rank by a multiply), else 0 */
   /* the call's arguments */
@@ -194,8 +194,8 @@ __device__ __forceinline__ uint64_t expected(uint64_t call) { return SY_MOE_SIGN
  * the first flattened message of source s. With `own` >= 0 (direct: this rank's entries are already placed) that
  * source's messages are left out of the flattening, its word is the counts word, and *own_count gets its message
  * count. Returns the messages in all. */
-__device__ __forceinline__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64_t call, int op, int own = -1,
-                             int *own_count = nullptr) {
+__device__ __forceinline__ int wait_dispatch(const moe_params &P, int *start, int parity, uint64_t call, int op,
+                                             int own = -1, int *own_count = nullptr) {
   __shared__ int total_s;
   for (int s = threadIdx.x; s < P.world_size; s += blockDim.x) {
     const bool ok =
@@ -293,6 +293,6 @@ __device__ __forceinline__ uint4 load_quantise16(const uint16_t *tok, int v, boo
   return quantise16(a, b, ue8m0, scale);
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

@@ -20,16 +20,16 @@ namespace sy {
  * thread of a destination, sets them up; the whole block stores the payload and headers). */
 struct send_shared {
   uint64_t call;
-  int ndest;                  /* the token's messages */
-  int dest[MOE_MAX_K];        /* per message: its destination rank */
-  int index[MOE_MAX_K];       /* its index among this source's messages to the destination */
-  uint32_t kmask[MOE_MAX_K];  /* the k it carries */
-  char *header[MOE_MAX_K];    /* where it goes (NULL: staged for a put) */
-  char *payload[MOE_MAX_K];   /* where its payload and scales go (NULL: none, direct to this rank, or a put) */
-  float weight[MOE_MAX_K];    /* per k of the token */
-  int position[MOE_MAX_K];    /* per k: earlier messages naming the same expert */
-  int any_put;                /* some message of the token goes by a put */
-  int nown;                   /* direct: entries in own_list */
+  int ndest;                 /* the token's messages */
+  int dest[MOE_MAX_K];       /* per message: its destination rank */
+  int index[MOE_MAX_K];      /* its index among this source's messages to the destination */
+  uint32_t kmask[MOE_MAX_K]; /* the k it carries */
+  char *header[MOE_MAX_K];   /* where it goes (NULL: staged for a put) */
+  char *payload[MOE_MAX_K];  /* where its payload and scales go (NULL: none, direct to this rank, or a put) */
+  float weight[MOE_MAX_K];   /* per k of the token */
+  int position[MOE_MAX_K];   /* per k: earlier messages naming the same expert */
+  int any_put;               /* some message of the token goes by a put */
+  int nown;                  /* direct: entries in own_list */
 };
 
 /* dispatch_send's state from phase to phase: arrays in dynamic shared memory (send_smem), the call, and the
@@ -50,8 +50,8 @@ struct send_state {
    * round (hidden <= 7680 FP8, 3840 BF16) it carries none in round 0, so its setup runs alone before the
    * bar.sync while the other warps quantise. */
   int vslot;
-  int vectors;     /* per token: FP8 16 elements per lane (8 lanes per group), BF16 8 */
-  int first_token; /* tokens go to blocks from the last one down (token t to block grid - 1 - t, then t + grid,
+  int vectors;            /* per token: FP8 16 elements per lane (8 lanes per group), BF16 8 */
+  int first_token;        /* tokens go to blocks from the last one down (token t to block grid - 1 - t, then t + grid,
                     * ...): block 0, which also publishes the counts and keeps the ids, holds a token only when
                     * every block has one */
   uint4 first_a, first_b; /* the first token's round 0 (vector vslot), loaded at the start */
@@ -145,7 +145,8 @@ __device__ __forceinline__ void send_begin(const moe_params &P, send_state &S, s
       S.first_a = __ldg((const uint4 *)(tok0 + (uint64_t)S.vslot * (fp8 ? 16 : 8)));
       if (fp8) S.first_b = __ldg((const uint4 *)(tok0 + (uint64_t)S.vslot * 16 + 8));
     }
-    if (threadIdx.x < (unsigned)top_k && P.weights) S.first_w = P.weights[(uint64_t)S.first_token * top_k + threadIdx.x];
+    if (threadIdx.x < (unsigned)top_k && P.weights)
+      S.first_w = P.weights[(uint64_t)S.first_token * top_k + threadIdx.x];
   }
   if (threadIdx.x == 0) {
     sh.call = current_call(P) + 1;
@@ -288,6 +289,6 @@ __device__ __forceinline__ void publish_counts(const moe_params &P, send_state &
   }
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif

@@ -113,7 +113,8 @@ __device__ __forceinline__ void token_payload(const moe_params &P, const send_st
       float scale = first_scale;
       if (v0 != (vslot & ~31)) qv = load_quantise16(tok, v, active, ue8m0, &scale);
       if (active) {
-        const uint64_t po = P.layout.payload_offset + (uint64_t)v * 16, so = P.layout.scales_offset + (uint64_t)(v / 8) * 4;
+        const uint64_t po = P.layout.payload_offset + (uint64_t)v * 16,
+                       so = P.layout.scales_offset + (uint64_t)(v / 8) * 4;
         for (int j = 0; j < ndest; j++) {
           char *dst = sh.payload[j];
           if (!dst) continue;
@@ -154,7 +155,8 @@ __device__ __forceinline__ void token_headers(const moe_params &P, const send_st
     } else {
       const int k = r - 1, e = entry_expert[k];
       const bool on = (kmask >> k) & 1u;
-      *(int2 *)(dst + sy__moe_entry_offset(k)) = make_int2(on ? e - p * local_experts : -1, __float_as_int(sh.weight[k]));
+      *(int2 *)(dst + sy__moe_entry_offset(k)) =
+          make_int2(on ? e - p * local_experts : -1, __float_as_int(sh.weight[k]));
       *(int *)(dst + sy__moe_position_offset(top_k, k)) = on ? sh.position[k] : -1;
       if (DIRECT && on && p == me) { /* placed after the sends (direct.cuh) */
         const int n = atomicAdd(&sh.nown, 1);
@@ -222,6 +224,6 @@ __device__ __forceinline__ void send_signal(const moe_params &P, const send_stat
   if (threadIdx.x == 0) trace<TR>(P.ctx, OP_MOE_DISPATCH_SEND, PH_SIGNAL, false, -1, S.call);
 }
 
-}  // namespace sy
+} // namespace sy
 
 #endif
