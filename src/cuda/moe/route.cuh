@@ -44,6 +44,7 @@ struct send_state {
   uint32_t *expert_tokens;         /* [num_experts][token_words] (expert_token_masks) */
   int4 *own_list;                  /* [own_cap] (direct) */
   int mask_words, token_words;
+  bool one_pass; /* top_k a power of two and world <= 64: route_one_pass, else route_two_pass */
   uint64_t call;
   int parity;
   /* The thread's vector slot: warp 0 (which sets up each token's messages) last — with up to 480 vectors per
@@ -161,8 +162,8 @@ __device__ __forceinline__ void send_begin(const moe_params &P, send_state &S, s
                    (uint64_t)id);
     S.ids[i] = bad ? -1 : (int)id;
   }
-  const bool one_pass = (top_k & (top_k - 1)) == 0 && world <= 64;
-  if (!one_pass)
+  S.one_pass = (top_k & (top_k - 1)) == 0 && world <= 64;
+  if (!S.one_pass)
     for (int t = threadIdx.x; t < num_tokens; t += blockDim.x) S.token_ranks[t] = 0;
   else if (!PE)
     for (int i = threadIdx.x; i < world * S.mask_words; i += blockDim.x) S.unit_masks[i] = 0;
@@ -179,23 +180,13 @@ __device__ __forceinline__ void send_begin(const moe_params &P, send_state &S, s
   }
 }
 
-/* A repeat of an earlier k of the same token: reported, -1 (clearing a repeat in place cannot hide another: its
- * value stays at its first k, which is never cleared). Then routing: unit_masks[p][c] bit j = unit 32c + j goes to
- * rank p. With top_k a power of two and world <= 64, one pass: a thread per (token, k), the token's top_k lanes in
- * one warp — repeats found by shuffles, the token's ranks OR-ed by shuffles, and each warp's ballots put into the
- * masks (OR-ed in for tokens: a warp holds 32 / top_k of a word's 32). Otherwise two passes (route_two_pass).
- * Block 0 also counts each expert's messages (named) and, with expert_token_masks, every block marks each
- * expert's tokens (the positions, send.cuh). */
+/* route_units' one pass (top_k a power of two, world <= 64; route_units says what it computes). */
 template <int MODE>
-__device__ __forceinline__ void route_units(const moe_params &P, send_state &S) {
+__device__ __forceinline__ void route_one_pass(const moe_params &P, send_state &S) {
   constexpr bool PE = MODE & MODE_PE;
   const int world = P.world_size, top_k = P.top_k, local_experts = P.local_experts, num_tokens = P.num_tokens;
   const int mask_words = S.mask_words, token_words = S.token_words;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
-  if (!((top_k & (top_k - 1)) == 0 && world <= 64)) {
-    route_two_pass(P, S.call, S.ids, S.token_ranks, S.unit_masks, S.named, S.expert_tokens);
-    return;
-  }
   const int lg_k = __ffs(top_k) - 1;
   for (int base = 0; base < num_tokens * top_k; base += blockDim.x) {
     const int i = base + (int)threadIdx.x, t = i >> lg_k, k = i & (top_k - 1);
@@ -242,6 +233,22 @@ __device__ __forceinline__ void route_units(const moe_params &P, send_state &S) 
         atomicOr(&S.unit_masks[(size_t)((int)lane + 32 * h) * mask_words + t0 / 32], packed << (t0 & 31));
       }
     }
+  }
+}
+
+/* A repeat of an earlier k of the same token: reported, -1 (clearing a repeat in place cannot hide another: its
+ * value stays at its first k, which is never cleared). Then routing: unit_masks[p][c] bit j = unit 32c + j goes to
+ * rank p. With top_k a power of two and world <= 64, one pass: a thread per (token, k), the token's top_k lanes in
+ * one warp — repeats found by shuffles, the token's ranks OR-ed by shuffles, and each warp's ballots put into the
+ * masks (OR-ed in for tokens: a warp holds 32 / top_k of a word's 32). Otherwise two passes (route_two_pass).
+ * Block 0 also counts each expert's messages (named) and, with expert_token_masks, every block marks each
+ * expert's tokens (the positions, send.cuh). */
+template <int MODE>
+__device__ __forceinline__ void route_units(const moe_params &P, send_state &S) {
+  if (S.one_pass) {
+    route_one_pass<MODE>(P, S);
+  } else {
+    route_two_pass(P, S.call, S.ids, S.token_ranks, S.unit_masks, S.named, S.expert_tokens);
   }
 }
 
