@@ -79,6 +79,7 @@ for n in "${counts[@]}"; do
   SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_alltoall.tickets "$n" "$root/build/tests/gpu/test_gpu_alltoall"
   SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_attn.tickets "$n" "$root/build/tests/gpu/test_gpu_attn"
   SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
+  run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
 done
 
 t0=$(date +%s)
