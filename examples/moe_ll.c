@@ -11,9 +11,9 @@
 #include <string.h>
 #include <switchyard.h>
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    int rc_ = (int)(call);                                                                   \
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    int rc_ = (int)(call);                                                                              \
     if (rc_ != 0) return fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, rc_), 1; \
   } while (0)
 
