@@ -94,11 +94,9 @@ static void free_gpu(sy_comm_t comm, moe_gpu *g, bool free_ws) {
   free(g);
 }
 
-extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
-  cuda_state *st = state_of(comm);
-  const sy_moe_config_t *c = &moe->config;
-  const int W = comm->world_size, T = c->max_tokens, K = c->top_k;
-  /* Every rank must configure alike: compare over the bootstrap before reserving anything. */
+/* Every rank must configure alike: compared over the bootstrap before anything is reserved. */
+static sy_status_t check_same_config(sy_comm_t comm, const sy_moe_config_t *c) {
+  const int W = comm->world_size;
   sy_moe_config_t *all = (sy_moe_config_t *)calloc((size_t)W, sizeof *all);
   if (!all) return SY_ERR_NO_MEMORY;
   sy_status_t s = sy_comm_allgather_host(comm, c, all, sizeof *c);
@@ -115,6 +113,28 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
     }
   }
   free(all);
+  return s;
+}
+
+/* Whether every rank's create succeeded (s: this rank's), after a barrier that also orders every rank's zeroed
+ * counters before anyone raises one. */
+static sy_status_t agree_on_success(sy_comm_t comm, sy_status_t s) {
+  const int W = comm->world_size;
+  nvshmem_barrier_all();
+  int ok = s == SY_SUCCESS, oks[1024];
+  int *all_ok = W <= 1024 ? oks : (int *)malloc(sizeof(int) * (size_t)W);
+  sy_status_t ag = all_ok ? sy_comm_allgather_host(comm, &ok, all_ok, sizeof ok) : SY_ERR_NO_MEMORY;
+  for (int r = 0; ag == SY_SUCCESS && r < W; r++)
+    if (!all_ok[r]) ag = SY_ERR_INTERNAL;
+  if (all_ok && all_ok != oks) free(all_ok);
+  return s == SY_SUCCESS ? ag : s;
+}
+
+extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
+  cuda_state *st = state_of(comm);
+  const sy_moe_config_t *c = &moe->config;
+  const int W = comm->world_size, T = c->max_tokens, K = c->top_k;
+  sy_status_t s = check_same_config(comm, c);
   SY_CHECK(s);
 
   moe_gpu *g = (moe_gpu *)calloc(1, sizeof *g);
@@ -228,15 +248,7 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   p += align_up((size_t)T * K * 4, 256);
   g->slot_of = (int32_t *)p;
   if (s == SY_SUCCESS) s = env_status;
-  /* Every rank's counters are zero before anyone raises one; and every rank learns whether all succeeded. */
-  nvshmem_barrier_all();
-  int ok = s == SY_SUCCESS, oks[1024];
-  int *all_ok = W <= 1024 ? oks : (int *)malloc(sizeof(int) * (size_t)W);
-  sy_status_t ag = all_ok ? sy_comm_allgather_host(comm, &ok, all_ok, sizeof ok) : SY_ERR_NO_MEMORY;
-  for (int r = 0; ag == SY_SUCCESS && r < W; r++)
-    if (!all_ok[r]) ag = SY_ERR_INTERNAL;
-  if (all_ok && all_ok != oks) free(all_ok);
-  if (s == SY_SUCCESS && ag != SY_SUCCESS) s = ag;
+  s = agree_on_success(comm, s);
   if (s != SY_SUCCESS) {
     free_gpu(comm, g, true);
     return s;
