@@ -70,6 +70,30 @@ sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_
   return SY_SUCCESS;
 }
 
+/* Collective: every rank must configure alike. Compared over the host allgather before any backend reserves
+ * anything, so that a rank whose configuration differs fails the create everywhere, with nothing created and the
+ * communicator still usable. */
+static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_config_t *c, const char *fn) {
+  const int W = comm->world_size;
+  sy_moe_config_t *all = calloc((size_t)W, sizeof *all);
+  if (!all) return SY_ERR_NO_MEMORY;
+  sy_status_t s = comm->ops->allgather_host(comm, c, all, sizeof *c);
+  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
+    const sy_moe_config_t *o = &all[r];
+    if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
+        o->num_experts != c->num_experts || o->wire != c->wire || o->flags != c->flags) {
+      SY_WARN(
+          "%s: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
+          "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
+          fn, r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->flags, c->max_tokens, c->hidden,
+          c->top_k, c->num_experts, (int)c->wire, c->flags);
+      s = SY_ERR_MISMATCH;
+    }
+  }
+  free(all);
+  return s;
+}
+
 sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_moe_t *moe_out) {
   static const char *fn = "sy_moe_create";
   SY_COMM_GUARD(comm, fn);
@@ -81,6 +105,7 @@ sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_m
     SY_WARN("%s: the %s backend has no MoE dispatch/combine yet (its kernels are not written)", fn, comm->ops->name);
     return SY_ERR_UNSUPPORTED;
   }
+  SY_CHECK(same_config_everywhere(comm, &config, fn));
   struct sy_moe *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
   moe->comm = comm;
@@ -88,8 +113,7 @@ sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_m
   moe->local_experts = config.num_experts / comm->world_size;
   moe->slots = comm->world_size * config.max_tokens;
   moe->next_half = 0;
-  /* The backends decide create together (a rank whose configuration differs fails it everywhere, with
-   * nothing created and the communicator still usable, as sy_attn_create). */
+  /* The backends decide create together: every rank creates, or none does. */
   sy_status_t st = comm->ops->moe_create(comm, moe);
   if (st != SY_SUCCESS) {
     free(moe);

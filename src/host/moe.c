@@ -48,8 +48,7 @@ typedef struct host_moe {
 } host_moe_t;
 
 typedef struct moe_offer {
-  uint64_t tag;
-  sy_moe_config_t config;
+  uint64_t tag; /* MOE_OFFER_TAG: this rank created its state (core/moe.c has compared the configurations) */
 } moe_offer_t;
 
 /* ---- workspace addressing (moe_layout.h's offsets from a rank's base) ----------------------------------------- */
@@ -126,34 +125,20 @@ static host_moe_t *state_new(sy_comm_t comm, const struct sy_moe *moe) {
   return hm;
 }
 
-static int same_config(const sy_moe_config_t *a, const sy_moe_config_t *b) {
-  return a->max_tokens == b->max_tokens && a->hidden == b->hidden && a->top_k == b->top_k &&
-         a->num_experts == b->num_experts && a->wire == b->wire && a->flags == b->flags;
-}
-
 sy_status_t sy__host_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   const int world = comm->world_size;
   host_moe_t *hm = state_new(comm, moe);
   moe_offer_t offer;
   memset(&offer, 0, sizeof offer);
   offer.tag = hm ? MOE_OFFER_TAG : 0; /* a local failure is published too, so every rank reaches one verdict */
-  offer.config = moe->config;
   sy_status_t st = sy__host_exchange_begin(comm, "moe_create", &offer);
   sy_status_t verdict = SY_SUCCESS;
   if (st == SY_SUCCESS) {
     for (int r = 0; r < world && verdict == SY_SUCCESS; r++) {
       const moe_offer_t *o = sy__host_exchange_slot(comm, r);
-      const sy_moe_config_t *c = &o->config, *m = &moe->config;
       if (o->tag != MOE_OFFER_TAG) {
         SY_WARN("moe_create: rank %d could not create its state; nothing created", r);
         verdict = SY_ERR_NO_MEMORY;
-      } else if (!same_config(c, m)) {
-        SY_WARN(
-            "moe_create: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d flags=0x%x, "
-            "this rank %d / %d / %d / %d / %d / 0x%x; nothing created",
-            r, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire, c->flags, m->max_tokens, m->hidden,
-            m->top_k, m->num_experts, (int)m->wire, m->flags);
-        verdict = SY_ERR_MISMATCH;
       }
     }
     st = sy__host_barrier(comm, "moe_create");
