@@ -131,9 +131,6 @@ __device__ __forceinline__ void token_payload(const moe_params &P, const send_st
     for (int v = vslot; v < vectors; v += MOE_THREADS) {
       const uint4 a = v == vslot ? first : __ldg((const uint4 *)(tok + (uint64_t)v * 8));
       const uint64_t po = P.layout.payload_offset + (uint64_t)v * 16;
-      /* Four at a time and no more: left to itself ptxas unrolls this loop sixteen-fold, code a token with one or
-       * two destinations jumps over at an instruction fetch each (bench/NOTES.md, "instruction fetch"). */
-#pragma unroll 4
       for (int j = 0; j < ndest; j++)
         if (sh.payload[j]) *(uint4 *)(sh.payload[j] + po) = a;
       if (any_put) *(uint4 *)(stage + po) = a;
