@@ -9,7 +9,7 @@
 # tools/dev/trace-summary.py; a rank without a trace, or a trace without one of the expected phases, fails) and
 # logs.tar.gz (every log: build, machine, each test, each benchmark, the instruction-fetch probe).
 # GPU_CHECK_ONLY=REGEX runs only the tests and benchmarks whose names match (e.g. 'moe': test_gpu_moe,
-# test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
+# test_gpu_moe_graph, test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
 # GPU_CHECK_TIMEOUT=S caps every test and benchmark at S seconds (default 600): in a short device session a
 # hang must not take the whole budget.
 # GPU_CHECK_SHARED=1 runs the tests at counts above the GPUs present with ranks sharing GPUs round-robin
@@ -74,11 +74,13 @@ for n in "${counts[@]}"; do
   SY_FORCE_PUT=1 run test_gpu_alltoall.put "$n" "$root/build/tests/gpu/test_gpu_alltoall"
   SY_FORCE_PUT=1 run test_gpu_ring.put "$n" "$root/build/tests/gpu/test_gpu_ring"
   SY_FORCE_PUT=1 run test_gpu_attn.put "$n" "$root/build/tests/gpu/test_gpu_attn"
-  SY_FORCE_PUT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.put "$n" "$root/build/tests/gpu/test_gpu_moe"
+  SY_FORCE_PUT=1 run test_gpu_moe.put "$n" "$root/build/tests/gpu/test_gpu_moe"
+  SY_FORCE_PUT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.put "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
   # eight blocks per call: every call with more than eight pieces takes the ticket order (alltoall, attention)
   SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_alltoall.tickets "$n" "$root/build/tests/gpu/test_gpu_alltoall"
   SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_attn.tickets "$n" "$root/build/tests/gpu/test_gpu_attn"
-  SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
+  SY_MOE_DIRECT=1 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
+  SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.direct "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
 done
 

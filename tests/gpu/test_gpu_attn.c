@@ -351,21 +351,8 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
   for (int k = 0; k < MIX_PLANS; k++) sy_attn_plan_destroy(m.plan[k]), wl_attn_desc_free(&g[k]);
 }
 
-int main(void) {
-  gt_require_gpu("test_gpu_attn");
-  setenv("SY_HEAP_SIZE", "4G", 0); /* outputs and the KV staging of the largest cases */
-  sy_comm_t comm = NULL;
-  GT_OK(sy_comm_init(&comm, NULL));
-  int rank, W;
-  GT_OK(sy_comm_rank(comm, &rank));
-  GT_OK(sy_comm_size(comm, &W));
-  gt_rank = rank;
-  sy_backend_t backend;
-  GT_OK(sy_comm_backend(comm, &backend));
-  if (backend != SY_BACKEND_CUDA)
-    GT_FAIL("the communicator runs on the %s backend, not cuda (SY_BACKEND?)", sy_backend_name(backend));
-  cudaStream_t stream;
-  GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+/* Seeded random plans of every kind at C = 1..W, each direction at four row sizes, against the oracle. */
+static void random_scenarios(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   static const size_t row_sizes[] = {2, 48, 130, 4096};
   static const sy_dtype_t dtypes[] = {SY_DTYPE_BF16, SY_DTYPE_FP16, SY_DTYPE_FP32};
   const char *kinds[] = {"random", "all to one", "empty rank", "all -1"};
@@ -398,127 +385,147 @@ int main(void) {
     }
   }
   if (rank == 0) printf("[test rank 0] %d scenarios checked against the host backend\n", cases);
+}
 
-  /* Q forward then Q reverse on the GPU returns the input rows of every sent sequence, untouched elsewhere. */
-  {
-    wl_attn_desc_t g;
-    gen_make(&g, W, 1, WL_ATTN_RANDOM, 4242);
-    sy_attn_plan_t plan;
-    sy_attn_t attn;
-    GT_OK(sy_attn_plan_create(comm, &g.desc, &plan));
+/* Q forward then Q reverse on the GPU returns the input rows of every sent sequence, untouched elsewhere. */
+static void forward_then_reverse(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
+  wl_attn_desc_t g;
+  gen_make(&g, W, 1, WL_ATTN_RANDOM, 4242);
+  sy_attn_plan_t plan;
+  sy_attn_t attn;
+  GT_OK(sy_attn_plan_create(comm, &g.desc, &plan));
+  sy_attn_plan_info_t info;
+  GT_OK(sy_attn_plan_info(plan, &info));
+  sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+  cfg.max_tokens = 1 << 16;
+  cfg.max_replicas = 1;
+  GT_OK(sy_attn_create(comm, &cfg, &attn));
+  const size_t rb = 48, cap = (size_t)1 << 22;
+  uint8_t *q, *mid, *back, *h = (uint8_t *)malloc(cap), *h2 = (uint8_t *)malloc(cap);
+  GT_CUDA(cudaMalloc((void **)&q, cap));
+  GT_OK(sy_mem_alloc(comm, cap, (void **)&mid));
+  GT_OK(sy_mem_alloc(comm, cap, (void **)&back));
+  wl_payload_fill_odd(h, info.num_tokens, rb, 99, rank, 0);
+  GT_CUDA(cudaMemcpy(q, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemset(back, POISON, cap));
+  GT_CUDA(cudaDeviceSynchronize());
+  GT_OK(sy_comm_barrier(comm, stream));
+  GT_OK(sy_attn_q_forward(attn, plan, q, rb, mid, stream));
+  GT_OK(sy_attn_q_reverse(attn, plan, mid, rb, back, stream));
+  GT_CUDA(cudaStreamSynchronize(stream));
+  GT_CUDA(cudaMemcpy(h2, back, (size_t)info.num_tokens * rb, cudaMemcpyDeviceToHost));
+  int64_t row = 0;
+  size_t wrong = 0;
+  for (int s = 0; s < g.num_seqs[rank]; s++) {
+    for (int64_t i = 0; i < g.lens[rank][s]; i++, row++)
+      for (size_t b = 0; b < rb; b++) wrong += h2[row * rb + b] != (g.q_dst[rank][s] >= 0 ? h[row * rb + b] : POISON);
+  }
+  if (wrong)
+    GT_FAIL("Q forward then Q reverse: %zu bytes differ from the input (or from the poison where unsent)", wrong);
+  GT_CUDA(cudaFree(q));
+  GT_OK(sy_mem_free(comm, mid));
+  GT_OK(sy_mem_free(comm, back));
+  GT_OK(sy_attn_destroy(attn));
+  GT_OK(sy_attn_plan_destroy(plan));
+  free(h), free(h2);
+  wl_attn_desc_free(&g);
+}
+
+/* 1,000 back-to-back Q forwards, plans cycling, each result copied out in stream order, checked at the end. */
+static void back_to_back_q_forwards(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
+  const int nplans = 10, calls = 1000;
+  const size_t rb = 16;
+  wl_attn_desc_t g[10];
+  sy_attn_plan_t plans[10];
+  size_t cap = 64;
+  for (int k = 0; k < nplans; k++) {
+    gen_make(&g[k], W, 1, WL_ATTN_RANDOM, 9000 + (uint64_t)k);
+    GT_OK(sy_attn_plan_create(comm, &g[k].desc, &plans[k]));
+    int64_t total = 0;
+    for (int r = 0; r < W; r++) total += g[k].num_tokens[r];
+    cap = (size_t)total * rb + 64 > cap ? (size_t)total * rb + 64 : cap;
+  }
+  sy_attn_t attn;
+  sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+  cfg.max_tokens = 1 << 16;
+  cfg.max_replicas = 1;
+  GT_OK(sy_attn_create(comm, &cfg, &attn));
+  uint8_t *q, *recv, *results, *h = (uint8_t *)malloc(cap);
+  GT_CUDA(cudaMalloc((void **)&q, (size_t)nplans * cap));
+  GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
+  GT_CUDA(cudaMallocHost((void **)&results, (size_t)calls * cap));
+  for (int k = 0; k < nplans; k++) {
     sy_attn_plan_info_t info;
-    GT_OK(sy_attn_plan_info(plan, &info));
-    sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
-    cfg.max_tokens = 1 << 16;
-    cfg.max_replicas = 1;
-    GT_OK(sy_attn_create(comm, &cfg, &attn));
-    const size_t rb = 48, cap = (size_t)1 << 22;
-    uint8_t *q, *mid, *back, *h = (uint8_t *)malloc(cap), *h2 = (uint8_t *)malloc(cap);
-    GT_CUDA(cudaMalloc((void **)&q, cap));
-    GT_OK(sy_mem_alloc(comm, cap, (void **)&mid));
-    GT_OK(sy_mem_alloc(comm, cap, (void **)&back));
-    wl_payload_fill_odd(h, info.num_tokens, rb, 99, rank, 0);
-    GT_CUDA(cudaMemcpy(q, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
-    GT_CUDA(cudaMemset(back, POISON, cap));
-    GT_CUDA(cudaDeviceSynchronize());
-    GT_OK(sy_comm_barrier(comm, stream));
-    GT_OK(sy_attn_q_forward(attn, plan, q, rb, mid, stream));
-    GT_OK(sy_attn_q_reverse(attn, plan, mid, rb, back, stream));
-    GT_CUDA(cudaStreamSynchronize(stream));
-    GT_CUDA(cudaMemcpy(h2, back, (size_t)info.num_tokens * rb, cudaMemcpyDeviceToHost));
-    int64_t row = 0;
-    size_t wrong = 0;
-    for (int s = 0; s < g.num_seqs[rank]; s++) {
-      for (int64_t i = 0; i < g.lens[rank][s]; i++, row++)
-        for (size_t b = 0; b < rb; b++) wrong += h2[row * rb + b] != (g.q_dst[rank][s] >= 0 ? h[row * rb + b] : POISON);
-    }
-    if (wrong)
-      GT_FAIL("Q forward then Q reverse: %zu bytes differ from the input (or from the poison where unsent)", wrong);
-    GT_CUDA(cudaFree(q));
-    GT_OK(sy_mem_free(comm, mid));
-    GT_OK(sy_mem_free(comm, back));
-    GT_OK(sy_attn_destroy(attn));
-    GT_OK(sy_attn_plan_destroy(plan));
-    free(h), free(h2);
-    wl_attn_desc_free(&g);
+    GT_OK(sy_attn_plan_info(plans[k], &info));
+    wl_payload_fill_odd(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
+    GT_CUDA(cudaMemcpy(q + (size_t)k * cap, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
   }
-
-  /* 1,000 back-to-back Q forwards, plans cycling, each result copied out in stream order, checked at the end. */
-  {
-    const int nplans = 10, calls = 1000;
-    const size_t rb = 16;
-    wl_attn_desc_t g[10];
-    sy_attn_plan_t plans[10];
-    size_t cap = 64;
-    for (int k = 0; k < nplans; k++) {
-      gen_make(&g[k], W, 1, WL_ATTN_RANDOM, 9000 + (uint64_t)k);
-      GT_OK(sy_attn_plan_create(comm, &g[k].desc, &plans[k]));
-      int64_t total = 0;
-      for (int r = 0; r < W; r++) total += g[k].num_tokens[r];
-      cap = (size_t)total * rb + 64 > cap ? (size_t)total * rb + 64 : cap;
-    }
-    sy_attn_t attn;
-    sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
-    cfg.max_tokens = 1 << 16;
-    cfg.max_replicas = 1;
-    GT_OK(sy_attn_create(comm, &cfg, &attn));
-    uint8_t *q, *recv, *results, *h = (uint8_t *)malloc(cap);
-    GT_CUDA(cudaMalloc((void **)&q, (size_t)nplans * cap));
-    GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
-    GT_CUDA(cudaMallocHost((void **)&results, (size_t)calls * cap));
-    for (int k = 0; k < nplans; k++) {
-      sy_attn_plan_info_t info;
-      GT_OK(sy_attn_plan_info(plans[k], &info));
-      wl_payload_fill_odd(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
-      GT_CUDA(cudaMemcpy(q + (size_t)k * cap, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
-    }
-    GT_CUDA(cudaDeviceSynchronize());
-    GT_OK(sy_comm_barrier(comm, stream));
-    double t0 = gt_now_s();
-    for (int i = 0; i < calls; i++) {
-      const int k = i % nplans;
-      GT_CUDA(cudaMemsetAsync(recv, POISON, cap, stream));
-      GT_OK(sy_attn_q_forward(attn, plans[k], q + (size_t)k * cap, rb, recv, stream));
-      GT_CUDA(cudaMemcpyAsync(results + (size_t)i * cap, recv, cap, cudaMemcpyDeviceToHost, stream));
-    }
-    GT_CUDA(cudaStreamSynchronize(stream));
-    double dt = gt_now_s() - t0;
-    /* expected per plan: the oracle */
-    size_t wrong = 0;
-    for (int k = 0; k < nplans && !wrong; k++) {
-      scen_t sc;
-      memset(&sc, 0, sizeof sc);
-      sc.g = &g[k];
-      sc.op = OP_QFWD;
-      sc.q_rb = rb;
-      sc.kv_rb = rb;
-      sc.seed = 500 + (uint64_t)k;
-      sc.cap_q = cap;
-      sc.cap_kv = 64;
-      sc.cap_out = 64;
-      sc.max_tokens = 1 << 16;
-      sc.me = rank;
-      sc.want[0] = (uint8_t *)malloc(cap);
-      sc.want[1] = (uint8_t *)malloc(cap);
-      gt_run_host(W, oracle_rank, &sc);
-      for (int i = k; i < calls && !wrong; i += nplans) {
-        char what[64];
-        snprintf(what, sizeof what, "back-to-back call %d (plan %d)", i, k);
-        wrong += gt_compare(what, results + (size_t)i * cap, sc.want[0], cap);
-      }
-      free(sc.want[0]), free(sc.want[1]);
-    }
-    if (rank == 0)
-      printf("[test rank 0] %d back-to-back calls (with a poison memset and a copy-out each) in %.1f ms\n", calls,
-             dt * 1e3);
-    GT_CUDA(cudaFree(q));
-    GT_CUDA(cudaFreeHost(results));
-    GT_OK(sy_mem_free(comm, recv));
-    GT_OK(sy_attn_destroy(attn));
-    for (int k = 0; k < nplans; k++) sy_attn_plan_destroy(plans[k]), wl_attn_desc_free(&g[k]);
-    free(h);
+  GT_CUDA(cudaDeviceSynchronize());
+  GT_OK(sy_comm_barrier(comm, stream));
+  double t0 = gt_now_s();
+  for (int i = 0; i < calls; i++) {
+    const int k = i % nplans;
+    GT_CUDA(cudaMemsetAsync(recv, POISON, cap, stream));
+    GT_OK(sy_attn_q_forward(attn, plans[k], q + (size_t)k * cap, rb, recv, stream));
+    GT_CUDA(cudaMemcpyAsync(results + (size_t)i * cap, recv, cap, cudaMemcpyDeviceToHost, stream));
   }
+  GT_CUDA(cudaStreamSynchronize(stream));
+  double dt = gt_now_s() - t0;
+  /* expected per plan: the oracle */
+  size_t wrong = 0;
+  for (int k = 0; k < nplans && !wrong; k++) {
+    scen_t sc;
+    memset(&sc, 0, sizeof sc);
+    sc.g = &g[k];
+    sc.op = OP_QFWD;
+    sc.q_rb = rb;
+    sc.kv_rb = rb;
+    sc.seed = 500 + (uint64_t)k;
+    sc.cap_q = cap;
+    sc.cap_kv = 64;
+    sc.cap_out = 64;
+    sc.max_tokens = 1 << 16;
+    sc.me = rank;
+    sc.want[0] = (uint8_t *)malloc(cap);
+    sc.want[1] = (uint8_t *)malloc(cap);
+    gt_run_host(W, oracle_rank, &sc);
+    for (int i = k; i < calls && !wrong; i += nplans) {
+      char what[64];
+      snprintf(what, sizeof what, "back-to-back call %d (plan %d)", i, k);
+      wrong += gt_compare(what, results + (size_t)i * cap, sc.want[0], cap);
+    }
+    free(sc.want[0]), free(sc.want[1]);
+  }
+  if (rank == 0)
+    printf("[test rank 0] %d back-to-back calls (with a poison memset and a copy-out each) in %.1f ms\n", calls,
+           dt * 1e3);
+  GT_CUDA(cudaFree(q));
+  GT_CUDA(cudaFreeHost(results));
+  GT_OK(sy_mem_free(comm, recv));
+  GT_OK(sy_attn_destroy(attn));
+  for (int k = 0; k < nplans; k++) sy_attn_plan_destroy(plans[k]), wl_attn_desc_free(&g[k]);
+  free(h);
+}
 
+int main(void) {
+  gt_require_gpu("test_gpu_attn");
+  setenv("SY_HEAP_SIZE", "4G", 0); /* outputs and the KV staging of the largest cases */
+  sy_comm_t comm = NULL;
+  GT_OK(sy_comm_init(&comm, NULL));
+  int rank, W;
+  GT_OK(sy_comm_rank(comm, &rank));
+  GT_OK(sy_comm_size(comm, &W));
+  gt_rank = rank;
+  sy_backend_t backend;
+  GT_OK(sy_comm_backend(comm, &backend));
+  if (backend != SY_BACKEND_CUDA)
+    GT_FAIL("the communicator runs on the %s backend, not cuda (SY_BACKEND?)", sy_backend_name(backend));
+  cudaStream_t stream;
+  GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  random_scenarios(comm, rank, W, stream);
+  forward_then_reverse(comm, rank, W, stream);
+  back_to_back_q_forwards(comm, rank, W, stream);
   mixed_back_to_back(comm, rank, W, stream);
 
   sy_status_t async;

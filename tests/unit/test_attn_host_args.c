@@ -1,6 +1,6 @@
 /*
  * test_attn_host_args.c — the attention dispatch's argument checks (src/core/attn.c) and its collective
- * agreement checks (src/ref/attn_host.c) on the host backend: every bad argument is SY_ERR_INVALID_ARG with
+ * agreement checks (src/host/attn.c) on the host backend: every bad argument is SY_ERR_INVALID_ARG with
  * buffers untouched and the communicator still healthy (a valid call works afterwards); ranks that disagree
  * on a call (row sizes, plans, directions) get SY_ERR_MISMATCH on every rank, nothing copied, and the error
  * is sticky.
@@ -80,42 +80,50 @@ static int untouched(const bufs_t *b, int me) {
   return same;
 }
 
-/* A rejected call: SY_ERR_INVALID_ARG, nothing written, the communicator healthy. */
-#define REJECTED(call)                                                                                \
-  do {                                                                                                \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                           \
-    if (!untouched(&b, me)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call); \
-    CHECK(untouched(&b, me));                                                                         \
+/* A rejected call: SY_ERR_INVALID_ARG, nothing written to b's buffers, the communicator healthy. */
+#define REJECTED(call)                                                                               \
+  do {                                                                                               \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                          \
+    if (!untouched(b, me)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call); \
+    CHECK(untouched(b, me));                                                                         \
   } while (0)
 
-static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
-  args_shared_t *shared = arg;
-  fixed_t f;
-  fixed_make(&f, 0);
-  bufs_t b;
-  memset(&b, 0, sizeof b);
-  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b.q_recv));
-  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b.kv_recv));
-  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b.out));
-  if (!b.q_recv || !b.kv_recv || !b.out) return;
-  b.q = malloc(BUF_BYTES), b.kv = malloc(BUF_BYTES), b.attn_rows = malloc(BUF_BYTES), b.grads = malloc(BUF_BYTES);
-  b.grad_out = malloc(BUF_BYTES), b.local = malloc(BUF_BYTES), b.snapshot = malloc(BUF_BYTES);
-  payload_fill(b.q, BUF_Q, me, ROWS, 0, RB);
-  payload_fill(b.kv, BUF_KV, me, ROWS, 0, RB);
-  payload_fill(b.attn_rows, BUF_ATTN, me, ROWS, 0, RB);
-  memset(b.grads, 0x3C, BUF_BYTES); /* 0x3C3C: a finite bf16 and fp16 */
-  poison_all(&b);
+/* What the calls below take: this rank's plans (other: the peer's), its info, and objects configured short of
+ * the plan in one way each. */
+typedef struct objs {
+  sy_attn_plan_t plan, q_only, other;
+  sy_attn_plan_info_t info;
+  sy_attn_t attn, few_tokens, few_replicas, no_grads;
+} objs_t;
 
-  /* ---- plans ---- */
-  sy_attn_plan_t plan = (sy_attn_plan_t)&b; /* must be cleared on rejection */
-  REJECTED(sy_attn_plan_create(NULL, &f.desc, &plan));
-  REJECTED(sy_attn_plan_create(comm, &f.desc, NULL));
+/* The buffers, inputs filled and outputs poisoned; 0 if the symmetric ones could not be had. */
+static int bufs_alloc(sy_comm_t comm, int me, bufs_t *b) {
+  memset(b, 0, sizeof *b);
+  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b->q_recv));
+  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b->kv_recv));
+  CHECK_OK(sy_mem_alloc(comm, BUF_BYTES, (void **)&b->out));
+  if (!b->q_recv || !b->kv_recv || !b->out) return 0;
+  b->q = malloc(BUF_BYTES), b->kv = malloc(BUF_BYTES), b->attn_rows = malloc(BUF_BYTES), b->grads = malloc(BUF_BYTES);
+  b->grad_out = malloc(BUF_BYTES), b->local = malloc(BUF_BYTES), b->snapshot = malloc(BUF_BYTES);
+  payload_fill(b->q, BUF_Q, me, ROWS, 0, RB);
+  payload_fill(b->kv, BUF_KV, me, ROWS, 0, RB);
+  payload_fill(b->attn_rows, BUF_ATTN, me, ROWS, 0, RB);
+  memset(b->grads, 0x3C, BUF_BYTES); /* 0x3C3C: a finite bf16 and fp16 */
+  poison_all(b);
+  return 1;
+}
+
+/* ---- plans ---- */
+static void plan_args(int me, sy_comm_t comm, const fixed_t *f, bufs_t *b, args_shared_t *shared, objs_t *x) {
+  sy_attn_plan_t plan = (sy_attn_plan_t)b; /* must be cleared on rejection */
+  REJECTED(sy_attn_plan_create(NULL, &f->desc, &plan));
+  REJECTED(sy_attn_plan_create(comm, &f->desc, NULL));
   REJECTED(sy_attn_plan_create(comm, NULL, &plan));
   CHECK(plan == NULL);
-  sy_attn_plan_desc_t d = f.desc;
+  sy_attn_plan_desc_t d = f->desc;
   d.size = 8;
   REJECTED(sy_attn_plan_create(comm, &d, &plan));
-  d = f.desc;
+  d = f->desc;
   d.world_size = 3;
   REJECTED(sy_attn_plan_create(comm, &d, &plan));
   fixed_t broken;
@@ -126,12 +134,12 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   broken.kv1[1] = 1; /* rank 1 listed twice for one sequence */
   REJECTED(sy_attn_plan_create(comm, &broken.desc, &plan));
   CHECK(plan == NULL);
-  CHECK_OK(sy_attn_plan_create(comm, &f.desc, &plan));
+  CHECK_OK(sy_attn_plan_create(comm, &f->desc, &plan));
   shared->plans[me] = plan;
-  sy_attn_plan_info_t info;
-  REJECTED(sy_attn_plan_info(NULL, &info));
+  x->plan = plan;
+  REJECTED(sy_attn_plan_info(NULL, &x->info));
   REJECTED(sy_attn_plan_info(plan, NULL));
-  CHECK_OK(sy_attn_plan_info(plan, &info));
+  CHECK_OK(sy_attn_plan_info(plan, &x->info));
   sy_attn_plan_seqs_t seqs = SY_ATTN_PLAN_SEQS_INIT;
   REJECTED(sy_attn_plan_seqs(NULL, &seqs));
   REJECTED(sy_attn_plan_seqs(plan, NULL));
@@ -139,16 +147,18 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   REJECTED(sy_attn_plan_seqs(plan, &seqs));
   seqs.size = sizeof seqs;
   CHECK_OK(sy_attn_plan_seqs(plan, &seqs));
-  CHECK(seqs.q_send != NULL && seqs.num_seqs == f.desc.num_seqs[me]);
+  CHECK(seqs.q_send != NULL && seqs.num_seqs == f->desc.num_seqs[me]);
   CHECK_OK(sy_attn_plan_destroy(NULL));
   fixed_t q_only_desc;
   fixed_make(&q_only_desc, 0);
   q_only_desc.desc.max_replicas = 0;
   q_only_desc.desc.kv_dst = NULL;
-  sy_attn_plan_t q_only = NULL;
-  CHECK_OK(sy_attn_plan_create(comm, &q_only_desc.desc, &q_only));
+  x->q_only = NULL;
+  CHECK_OK(sy_attn_plan_create(comm, &q_only_desc.desc, &x->q_only));
+}
 
-  /* ---- configuration ---- */
+/* ---- configuration ---- */
+static void config_args(int me, sy_comm_t comm, bufs_t *b, objs_t *x) {
   sy_attn_config_t config = SY_ATTN_CONFIG_INIT;
   config.max_tokens = 8;
   config.max_replicas = 2;
@@ -180,7 +190,7 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   CHECK_OK(sy_attn_workspace_size(comm, &c, &bytes));
   CHECK_EQ_INT(bytes, 2 * 1000 * 4096);
 
-  sy_attn_t attn = (sy_attn_t)&b;
+  sy_attn_t attn = (sy_attn_t)b;
   REJECTED(sy_attn_create(comm, &config, NULL));
   REJECTED(sy_attn_create(NULL, &config, &attn));
   c = config, c.max_replicas = 3;
@@ -188,96 +198,132 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   CHECK(attn == NULL);
   CHECK_OK(sy_attn_destroy(NULL));
   /* Collective creates, in the same order on both ranks. */
-  CHECK_OK(sy_attn_create(comm, &config, &attn));
-  sy_attn_t few_tokens = NULL, few_replicas = NULL, no_grads = NULL;
+  CHECK_OK(sy_attn_create(comm, &config, &x->attn));
+  x->few_tokens = NULL, x->few_replicas = NULL, x->no_grads = NULL;
   c = config, c.max_tokens = 4; /* rank 0 owns 8 */
-  CHECK_OK(sy_attn_create(comm, &c, &few_tokens));
+  CHECK_OK(sy_attn_create(comm, &c, &x->few_tokens));
   c = config, c.max_replicas = 1;
-  CHECK_OK(sy_attn_create(comm, &c, &few_replicas));
+  CHECK_OK(sy_attn_create(comm, &c, &x->few_replicas));
   c = config, c.max_kv_grad_row_bytes = 0;
-  CHECK_OK(sy_attn_create(comm, &c, &no_grads));
-  CHECK_OK(sy_comm_barrier(comm, NULL)); /* both plans are published */
-  sy_attn_plan_t other = shared->plans[1 - me];
+  CHECK_OK(sy_attn_create(comm, &c, &x->no_grads));
+}
 
-  /* ---- Q forward ---- */
-  unsigned char *q_recv = b.q_recv;
-  const size_t q_need = (size_t)info.q_recv_rows * RB; /* > 0 on both ranks */
+/* ---- Q forward ---- */
+static void q_forward_args(int me, bufs_t *b, const objs_t *x) {
+  sy_attn_t attn = x->attn;
+  sy_attn_plan_t plan = x->plan, other = x->other;
+  unsigned char *q_recv = b->q_recv;
+  const size_t q_need = (size_t)x->info.q_recv_rows * RB; /* > 0 on both ranks */
   CHECK(q_need > 0 && q_need < BUF_BYTES);
-  REJECTED(sy_attn_q_forward(NULL, plan, b.q, RB, q_recv, NULL));
-  REJECTED(sy_attn_q_forward(attn, NULL, b.q, RB, q_recv, NULL));
-  REJECTED(sy_attn_q_forward(attn, other, b.q, RB, q_recv, NULL));
-  if (me == 0) REJECTED(sy_attn_q_forward(few_tokens, plan, b.q, RB, q_recv, NULL));
-  REJECTED(sy_attn_q_forward(few_replicas, plan, b.q, RB, q_recv, NULL));
-  REJECTED(sy_attn_q_forward(attn, plan, b.q, 0, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(NULL, plan, b->q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, NULL, b->q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, other, b->q, RB, q_recv, NULL));
+  if (me == 0) REJECTED(sy_attn_q_forward(x->few_tokens, plan, b->q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(x->few_replicas, plan, b->q, RB, q_recv, NULL));
+  REJECTED(sy_attn_q_forward(attn, plan, b->q, 0, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, plan, NULL, RB, q_recv, NULL));
-  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, NULL, NULL));
-  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, b.local, NULL));                         /* not symmetric */
-  REJECTED(sy_attn_q_forward(attn, plan, b.q, RB, q_recv + BUF_BYTES - q_need + 1, NULL)); /* one byte short */
-  REJECTED(sy_attn_q_forward(attn, plan, b.q_recv + RB, RB, q_recv, NULL));                /* q overlaps q_recv */
+  REJECTED(sy_attn_q_forward(attn, plan, b->q, RB, NULL, NULL));
+  REJECTED(sy_attn_q_forward(attn, plan, b->q, RB, b->local, NULL));                        /* not symmetric */
+  REJECTED(sy_attn_q_forward(attn, plan, b->q, RB, q_recv + BUF_BYTES - q_need + 1, NULL)); /* one byte short */
+  REJECTED(sy_attn_q_forward(attn, plan, b->q_recv + RB, RB, q_recv, NULL));                /* q overlaps q_recv */
+}
 
-  /* ---- Q+KV forward ---- */
-  unsigned char *kv_recv = b.kv_recv;
-  const size_t kv_need = (size_t)info.kv_recv_rows * RB;
+/* ---- Q+KV forward ---- */
+static void qkv_forward_args(int me, bufs_t *b, const objs_t *x) {
+  sy_attn_t attn = x->attn;
+  sy_attn_plan_t plan = x->plan;
+  unsigned char *q_recv = b->q_recv, *kv_recv = b->kv_recv;
+  const size_t kv_need = (size_t)x->info.kv_recv_rows * RB;
   CHECK(kv_need > 0 && kv_need < BUF_BYTES);
-  REJECTED(sy_attn_qkv_forward(attn, q_only, b.q, RB, q_recv, b.kv, RB, kv_recv, NULL));
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, NULL, RB, kv_recv, NULL));
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, 0, kv_recv, NULL));
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, RB, b.local, NULL));
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, RB, kv_recv + BUF_BYTES - kv_need + 1, NULL));
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, b.kv, RB, q_recv + RB, NULL)); /* the outputs overlap */
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, q_recv, kv_recv, RB, kv_recv, NULL));  /* kv is kv_recv */
-  REJECTED(sy_attn_qkv_forward(attn, plan, b.q, RB, NULL, b.kv, RB, kv_recv, NULL));
-  REJECTED(sy_attn_qkv_forward(few_replicas, plan, b.q, RB, q_recv, b.kv, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, x->q_only, b->q, RB, q_recv, b->kv, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, q_recv, NULL, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, q_recv, b->kv, 0, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, q_recv, b->kv, RB, b->local, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, q_recv, b->kv, RB, kv_recv + BUF_BYTES - kv_need + 1, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, q_recv, b->kv, RB, q_recv + RB, NULL)); /* the outputs overlap */
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, q_recv, kv_recv, RB, kv_recv, NULL));   /* kv is kv_recv */
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, NULL, b->kv, RB, kv_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(x->few_replicas, plan, b->q, RB, q_recv, b->kv, RB, kv_recv, NULL));
+}
 
-  /* ---- Q reverse ---- */
-  const size_t out_need = (size_t)info.num_tokens * RB;
-  REJECTED(sy_attn_q_reverse(attn, plan, NULL, RB, b.out, NULL));
-  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, 0, b.out, NULL));
-  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, RB, NULL, NULL));
-  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, RB, b.local, NULL));
-  REJECTED(sy_attn_q_reverse(attn, plan, b.attn_rows, RB, b.out + BUF_BYTES - out_need + 1, NULL));
-  REJECTED(sy_attn_q_reverse(attn, plan, b.out, RB, b.out + RB, NULL)); /* attn_rows overlaps out */
-  REJECTED(sy_attn_q_reverse(attn, other, b.attn_rows, RB, b.out, NULL));
+/* ---- Q reverse ---- */
+static void q_reverse_args(int me, bufs_t *b, const objs_t *x) {
+  sy_attn_t attn = x->attn;
+  sy_attn_plan_t plan = x->plan;
+  const size_t out_need = (size_t)x->info.num_tokens * RB;
+  REJECTED(sy_attn_q_reverse(attn, plan, NULL, RB, b->out, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b->attn_rows, 0, b->out, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b->attn_rows, RB, NULL, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b->attn_rows, RB, b->local, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b->attn_rows, RB, b->out + BUF_BYTES - out_need + 1, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, b->out, RB, b->out + RB, NULL)); /* attn_rows overlaps out */
+  REJECTED(sy_attn_q_reverse(attn, x->other, b->attn_rows, RB, b->out, NULL));
+}
 
-  /* ---- KV backward ---- */
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, (sy_dtype_t)3, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, (sy_dtype_t)-1, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 2u, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, 6, SY_DTYPE_FP32, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, 3, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, 0, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB + 2, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 0, NULL, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, SY_ATTN_UNSUMMED, NULL, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, NULL, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 0, b.grads + GRB, NULL)); /* overlap */
-  REJECTED(sy_attn_kv_backward(attn, q_only, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(no_grads, plan, b.grads, 2, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(few_replicas, plan, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  REJECTED(sy_attn_kv_backward(attn, other, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
+/* ---- KV backward ---- */
+static void kv_backward_args(int me, bufs_t *b, const objs_t *x) {
+  sy_attn_t attn = x->attn;
+  sy_attn_plan_t plan = x->plan;
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB, (sy_dtype_t)3, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB, (sy_dtype_t)-1, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB, SY_DTYPE_BF16, 2u, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, 6, SY_DTYPE_FP32, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, 3, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, 0, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB + 2, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB, SY_DTYPE_BF16, 0, NULL, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB, SY_DTYPE_BF16, SY_ATTN_UNSUMMED, NULL, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, NULL, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, b->grads, GRB, SY_DTYPE_BF16, 0, b->grads + GRB, NULL)); /* overlap */
+  REJECTED(sy_attn_kv_backward(attn, x->q_only, b->grads, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(x->no_grads, plan, b->grads, 2, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(x->few_replicas, plan, b->grads, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, x->other, b->grads, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+}
 
-  /* ---- nothing sticky: valid calls work ---- */
+/* ---- nothing sticky: valid calls work ---- */
+static void valid_calls_after(sy_comm_t comm, bufs_t *b, const objs_t *x) {
   sy_status_t async = SY_ERR_INTERNAL;
   CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
   CHECK_EQ_INT(async, SY_SUCCESS);
   CHECK_OK(sy_comm_barrier(comm, NULL));
-  CHECK_OK(sy_attn_q_forward(attn, plan, b.q, RB, q_recv, NULL));
-  CHECK(memcmp(q_recv, b.q_recv + BUF_BYTES - RB, RB) != 0); /* rows arrived (the tail stays poison) */
-  CHECK_OK(sy_attn_q_forward(attn, q_only, b.q, RB, q_recv, NULL));
-  CHECK_OK(sy_attn_kv_backward(attn, plan, b.grads, GRB, SY_DTYPE_BF16, 0, b.grad_out, NULL));
-  CHECK_OK(sy_attn_kv_backward(attn, plan, b.grads, 2, SY_DTYPE_FP16, SY_ATTN_UNSUMMED, b.grad_out, NULL));
+  CHECK_OK(sy_attn_q_forward(x->attn, x->plan, b->q, RB, b->q_recv, NULL));
+  CHECK(memcmp(b->q_recv, b->q_recv + BUF_BYTES - RB, RB) != 0); /* rows arrived (the tail stays poison) */
+  CHECK_OK(sy_attn_q_forward(x->attn, x->q_only, b->q, RB, b->q_recv, NULL));
+  CHECK_OK(sy_attn_kv_backward(x->attn, x->plan, b->grads, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  CHECK_OK(sy_attn_kv_backward(x->attn, x->plan, b->grads, 2, SY_DTYPE_FP16, SY_ATTN_UNSUMMED, b->grad_out, NULL));
+}
+
+static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
+  args_shared_t *shared = arg;
+  fixed_t f;
+  fixed_make(&f, 0);
+  bufs_t bufs, *b = &bufs;
+  if (!bufs_alloc(comm, me, b)) return;
+  objs_t x;
+  memset(&x, 0, sizeof x);
+  plan_args(me, comm, &f, b, shared, &x);
+  config_args(me, comm, b, &x);
+  CHECK_OK(sy_comm_barrier(comm, NULL)); /* both plans are published */
+  x.other = shared->plans[1 - me];
+
+  q_forward_args(me, b, &x);
+  qkv_forward_args(me, b, &x);
+  q_reverse_args(me, b, &x);
+  kv_backward_args(me, b, &x);
+  valid_calls_after(comm, b, &x);
 
   CHECK_OK(sy_comm_barrier(comm, NULL)); /* the peer is done with this rank's plan */
-  CHECK_OK(sy_attn_destroy(no_grads));
-  CHECK_OK(sy_attn_destroy(few_replicas));
-  CHECK_OK(sy_attn_destroy(few_tokens));
-  CHECK_OK(sy_attn_destroy(attn));
-  CHECK_OK(sy_attn_plan_destroy(plan));
-  CHECK_OK(sy_attn_plan_destroy(q_only));
-  CHECK_OK(sy_mem_free(comm, b.q_recv));
-  CHECK_OK(sy_mem_free(comm, b.kv_recv));
-  CHECK_OK(sy_mem_free(comm, b.out));
-  free(b.q), free(b.kv), free(b.attn_rows), free(b.grads), free(b.grad_out), free(b.local), free(b.snapshot);
+  CHECK_OK(sy_attn_destroy(x.no_grads));
+  CHECK_OK(sy_attn_destroy(x.few_replicas));
+  CHECK_OK(sy_attn_destroy(x.few_tokens));
+  CHECK_OK(sy_attn_destroy(x.attn));
+  CHECK_OK(sy_attn_plan_destroy(x.plan));
+  CHECK_OK(sy_attn_plan_destroy(x.q_only));
+  CHECK_OK(sy_mem_free(comm, b->q_recv));
+  CHECK_OK(sy_mem_free(comm, b->kv_recv));
+  CHECK_OK(sy_mem_free(comm, b->out));
+  free(b->q), free(b->kv), free(b->attn_rows), free(b->grads), free(b->grad_out), free(b->local), free(b->snapshot);
 }
 
 /* ---- ranks that disagree ----------------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * test_moe_host_args.c — the MoE dispatch/combine's argument checks (src/core/moe.c) and the host backend's
- * (src/ref/moe_host.c) on two ranks: every bad configuration and bad call is SY_ERR_INVALID_ARG with a log
+ * (src/host/moe.c) on two ranks: every bad configuration and bad call is SY_ERR_INVALID_ARG with a log
  * line naming the argument, buffers untouched and the object's next half unchanged (the valid calls after
  * them give exactly the expected results, on both ranks); out-of-order halves name the expected call;
  * invalid ids (out of range, repeated) and a combine whose num_tokens or ids are not the dispatch's are
@@ -97,14 +97,14 @@ static int untouched(bufs_t *b) {
   return 1;
 }
 
-/* Rank 0 only: rejected as invalid, naming needle, nothing written. */
-#define REJECT(call, needle)                                                                      \
-  do {                                                                                            \
-    snapshot(&b);                                                                                 \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                       \
-    CHECK(check_log_has(needle, __LINE__));                                                       \
-    if (!untouched(&b)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call); \
-    CHECK(untouched(&b));                                                                         \
+/* Rank 0 only: rejected as invalid, naming needle, nothing written to b's buffers. */
+#define REJECT(call, needle)                                                                     \
+  do {                                                                                           \
+    snapshot(b);                                                                                 \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG);                                                      \
+    CHECK(check_log_has(needle, __LINE__));                                                      \
+    if (!untouched(b)) fprintf(stderr, "%s:%d: %s wrote a buffer\n", __FILE__, __LINE__, #call); \
+    CHECK(untouched(b));                                                                         \
   } while (0)
 
 /* ---- configurations ------------------------------------------------------------------------------------------- */
@@ -113,8 +113,8 @@ static void config_rejections(sy_comm_t comm) {
   const sy_moe_config_t good = case_config(&small);
   size_t bytes = 0;
   sy_moe_t moe = (sy_moe_t)&bytes; /* must be cleared on rejection */
-  bufs_t b;
-  bufs_alloc(&small, &b);
+  bufs_t bufs, *b = &bufs;
+  bufs_alloc(&small, b);
   REJECT(sy_moe_workspace_size(NULL, &good, &bytes), "comm is NULL");
   REJECT(sy_moe_workspace_size(comm, &good, NULL), "bytes is NULL");
   REJECT(sy_moe_workspace_size(comm, NULL, &bytes), "config is NULL");
@@ -155,8 +155,8 @@ static void config_rejections(sy_comm_t comm) {
   c.hidden = 136;
   c.top_k = 32;
   CHECK_OK(sy_moe_workspace_size(comm, &c, &bytes));
-  for (int i = 0; i < 6; i++) free(b.snapshot[i]);
-  bufs_free(&b);
+  for (int i = 0; i < 6; i++) free(b->snapshot[i]);
+  bufs_free(b);
 }
 
 /* ---- one object through its halves, rank 0 trying every bad call at every step ------------------------------ */
@@ -175,6 +175,140 @@ static void fill_inputs(const moe_case_t *c, const world_inputs_t *wi, int me, b
   memcpy(b->cw, wi->cw[me], (size_t)wi->n[me] * c->K * 4);
 }
 
+/* Rank 0, round 0, next half dispatch_send (n tokens in b): every other half is out of order; dispatch_send's
+ * own bad arguments and invalid ids; the one-call dispatch's receive half checked before anything is sent. */
+static void reject_before_dispatch_send(sy_moe_t moe, bufs_t *b, int n) {
+  const moe_case_t *c = b->c;
+  const sy_index_type_t it = c->id_type;
+  const int32_t K = c->K;
+  int32_t bad_ids[8 * 2];
+  int64_t big_ids[8 * 2];
+  sy_moe_recv_t r;
+  const char *want = "next call is sy_moe_dispatch_send";
+  REJECT(sy_moe_dispatch_recv(moe, &b->recv, NULL), want);
+  REJECT(sy_moe_combine_send(moe, b->y, NULL), want);
+  REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, n, b->out, NULL), want);
+  REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n, b->out, NULL), want);
+  REJECT(sy_moe_dispatch_send(NULL, b->tokens, n, b->ids, it, b->w, NULL), "moe is NULL");
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, -1, b->ids, it, b->w, NULL), "num_tokens=-1");
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, c->T + 1, b->ids, it, b->w, NULL), "num_tokens=5");
+  REJECT(sy_moe_dispatch_send(moe, NULL, n, b->ids, it, b->w, NULL), "tokens is NULL");
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, NULL, it, b->w, NULL), "expert_ids is NULL");
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, NULL, NULL), "weights is NULL");
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, (sy_index_type_t)5, b->w, NULL), "id_type=5");
+  /* Invalid ids: out of range either way, repeated within a token (an -1 may repeat). */
+  memcpy(bad_ids, b->ids, (size_t)n * K * 4);
+  bad_ids[1 * K + 0] = 4;
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, bad_ids, it, b->w, NULL),
+         "expert_ids[1][0]=4 outside [-1, num_experts=4) (rank 0, token 1, k 0)");
+  memcpy(bad_ids, b->ids, (size_t)n * K * 4);
+  bad_ids[3 * K + 1] = -2;
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, bad_ids, it, b->w, NULL), "expert_ids[3][1]=-2 outside");
+  bad_ids[3 * K + 1] = 2, bad_ids[3 * K + 0] = 2;
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, bad_ids, it, b->w, NULL),
+         "expert_ids[3][1]=2 repeats expert_ids[3][0] (rank 0, token 3, k 1)");
+  REJECT(sy_moe_dispatch(moe, b->tokens, n, bad_ids, it, b->w, &b->recv, NULL),
+         "sy_moe_dispatch: invalid argument: "
+         "expert_ids[3][1]=2 repeats");
+  for (int i = 0; i < n * K; i++) big_ids[i] = ((int32_t *)b->ids)[i];
+  big_ids[2 * K + 1] = ((int64_t)1 << 32) + 1;
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, big_ids, SY_INDEX_INT64, b->w, NULL), "expert_ids[2][1]=4294967297");
+  /* The one-call form checks the receive half's arguments before sending anything. */
+  REJECT(sy_moe_dispatch(moe, b->tokens, n, b->ids, it, b->w, NULL, NULL), "recv is NULL");
+  r = b->recv, r.scales = NULL;
+  REJECT(sy_moe_dispatch(moe, b->tokens, n, b->ids, it, b->w, &r, NULL), "recv->scales is NULL");
+  r = b->recv, r.src = (int32_t *)b->recv.tokens + 8;
+  REJECT(sy_moe_dispatch(moe, b->tokens, n, b->ids, it, b->w, &r, NULL), "recv->tokens=");
+}
+
+/* Rank 0, round 0, next half dispatch_recv: the others out of order, each of recv's buffers missing, overlap. */
+static void reject_before_dispatch_recv(sy_moe_t moe, bufs_t *b, int n) {
+  const sy_index_type_t it = b->c->id_type;
+  sy_moe_recv_t r;
+  const char *want = "next call is sy_moe_dispatch_recv";
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, b->w, NULL), want);
+  REJECT(sy_moe_dispatch(moe, b->tokens, n, b->ids, it, b->w, &b->recv, NULL), want);
+  REJECT(sy_moe_combine_send(moe, b->y, NULL), want);
+  REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, n, b->out, NULL), want);
+  REJECT(sy_moe_dispatch_recv(moe, NULL, NULL), "recv is NULL");
+  const char *names[5] = {"recv->tokens is NULL", "recv->scales is NULL", "recv->src is NULL",
+                          "recv->expert_counts is NULL", "recv->rank_counts is NULL"};
+  for (int i = 0; i < 5; i++) {
+    r = b->recv;
+    if (i == 0) r.tokens = NULL;
+    if (i == 1) r.scales = NULL;
+    if (i == 2) r.src = NULL;
+    if (i == 3) r.expert_counts = NULL;
+    if (i == 4) r.rank_counts = NULL;
+    REJECT(sy_moe_dispatch_recv(moe, &r, NULL), names[i]);
+  }
+  r = b->recv, r.rank_counts = b->recv.expert_counts;
+  REJECT(sy_moe_dispatch_recv(moe, &r, NULL), "overlap");
+}
+
+/* Rank 0, round 0, next half combine_send (bad_ids: b's ids with token 0's last one changed): the others out
+ * of order, a NULL expert_out; the one-call combine checks its receive half against this rank's dispatch. */
+static void reject_before_combine_send(sy_moe_t moe, bufs_t *b, int n, const int32_t *bad_ids) {
+  const sy_index_type_t it = b->c->id_type;
+  const char *want = "next call is sy_moe_combine_send";
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, b->w, NULL), want);
+  REJECT(sy_moe_dispatch_recv(moe, &b->recv, NULL), want);
+  REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, n, b->out, NULL), want);
+  REJECT(sy_moe_combine_send(moe, NULL, NULL), "expert_out is NULL");
+  /* The one-call combine checks its receive half (against this rank's dispatch) before sending. */
+  REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n - 1, b->out, NULL),
+         "num_tokens=3 but this rank's dispatch of call 1 had 4 tokens");
+  REJECT(sy_moe_combine(moe, b->y, bad_ids, it, b->cw, n, b->out, NULL), "expert_ids[0][1]=");
+  REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n, NULL, NULL), "out is NULL");
+}
+
+/* Rank 0, round 0, next half combine_recv: the others out of order; num_tokens or ids not the dispatch's, bad
+ * arguments, overlap. */
+static void reject_before_combine_recv(sy_moe_t moe, bufs_t *b, int n, const int32_t *bad_ids) {
+  const sy_index_type_t it = b->c->id_type;
+  const char *want = "next call is sy_moe_combine_recv";
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, b->w, NULL), want);
+  REJECT(sy_moe_combine_send(moe, b->y, NULL), want);
+  REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n, b->out, NULL), want);
+  REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, n - 1, b->out, NULL), "num_tokens=3 but");
+  REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, -1, b->out, NULL), "num_tokens=-1");
+  REJECT(sy_moe_combine_recv(moe, bad_ids, it, b->cw, n, b->out, NULL), "but this rank's dispatch of call 1 had");
+  REJECT(sy_moe_combine_recv(moe, NULL, it, b->cw, n, b->out, NULL), "expert_ids is NULL");
+  REJECT(sy_moe_combine_recv(moe, b->ids, (sy_index_type_t)-1, b->cw, n, b->out, NULL), "id_type=-1");
+  REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, n, NULL, NULL), "out is NULL");
+  REJECT(sy_moe_combine_recv(moe, b->out, it, b->cw, n, (char *)b->out + 4, NULL), "overlap");
+}
+
+/* Per expert: the dispatch may leave out its weights, the combine may not. */
+static void per_expert_args(int me, sy_comm_t comm) {
+  const moe_case_t *c = &small_pe;
+  const sy_moe_config_t config_pe = case_config(c);
+  sy_moe_t moe = NULL;
+  CHECK_OK(sy_moe_create(comm, &config_pe, &moe));
+  if (!moe) return;
+  bufs_t bufs, *b = &bufs;
+  bufs_alloc(c, b);
+  world_inputs_t wi;
+  inputs_alloc(c, &wi);
+  inputs_gen(c, 0, &wi);
+  fill_inputs(c, &wi, me, b);
+  poison(b);
+  CHECK_OK(sy_moe_dispatch(moe, b->tokens, wi.n[me], b->ids, c->id_type, NULL, &b->recv, NULL));
+  check_dispatch(c, &wi, me, &b->recv, "per-expert args");
+  gen_expert_out(c, 0, me, b->y);
+  if (me == 0) {
+    REJECT(sy_moe_combine(moe, b->y, b->ids, c->id_type, NULL, wi.n[me], b->out, NULL),
+           "weights is NULL while num_tokens=4");
+    REJECT(sy_moe_combine(moe, b->y, b->ids, c->id_type, (float *)b->out, wi.n[me], b->out, NULL), "and weights=");
+  }
+  CHECK_OK(sy_moe_combine(moe, b->y, b->ids, c->id_type, b->cw, wi.n[me], b->out, NULL));
+  check_combine(c, &wi, 0, me, b->out, "per-expert args");
+  CHECK_OK(sy_moe_destroy(moe));
+  for (int i = 0; i < 6; i++) free(b->snapshot[i]);
+  bufs_free(b);
+  inputs_free(c, &wi);
+}
+
 static void args_rank(int me, sy_comm_t comm, void *arg) {
   const moe_case_t *c = &small;
   const sy_moe_config_t config = case_config(c);
@@ -188,154 +322,50 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   if (me == 0) CHECK(check_log_has("configures max_tokens=4 hidden=", __LINE__));
   CHECK_OK(sy_moe_create(comm, &config, &moe));
   if (!moe) return;
-  bufs_t b;
-  bufs_alloc(c, &b);
+  bufs_t bufs, *b = &bufs;
+  bufs_alloc(c, b);
   world_inputs_t wi;
   inputs_alloc(c, &wi);
   const int32_t K = c->K;
   int32_t bad_ids[8 * 2];
-  int64_t big_ids[8 * 2];
 
   for (int round = 0; round < c->rounds; round++) {
     gen_round(c, round, &wi);
     const int n = wi.n[me];
-    fill_inputs(c, &wi, me, &b);
-    poison(&b);
+    fill_inputs(c, &wi, me, b);
+    poison(b);
     const sy_index_type_t it = c->id_type;
     const int check = me == 0 && round == 0;
-    sy_moe_recv_t r;
-    if (check) { /* next half: dispatch_send */
-      const char *want = "next call is sy_moe_dispatch_send";
-      REJECT(sy_moe_dispatch_recv(moe, &b.recv, NULL), want);
-      REJECT(sy_moe_combine_send(moe, b.y, NULL), want);
-      REJECT(sy_moe_combine_recv(moe, b.ids, it, b.cw, n, b.out, NULL), want);
-      REJECT(sy_moe_combine(moe, b.y, b.ids, it, b.cw, n, b.out, NULL), want);
-      REJECT(sy_moe_dispatch_send(NULL, b.tokens, n, b.ids, it, b.w, NULL), "moe is NULL");
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, -1, b.ids, it, b.w, NULL), "num_tokens=-1");
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, c->T + 1, b.ids, it, b.w, NULL), "num_tokens=5");
-      REJECT(sy_moe_dispatch_send(moe, NULL, n, b.ids, it, b.w, NULL), "tokens is NULL");
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, NULL, it, b.w, NULL), "expert_ids is NULL");
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, b.ids, it, NULL, NULL), "weights is NULL");
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, b.ids, (sy_index_type_t)5, b.w, NULL), "id_type=5");
-      /* Invalid ids: out of range either way, repeated within a token (an -1 may repeat). */
-      memcpy(bad_ids, b.ids, (size_t)n * K * 4);
-      bad_ids[1 * K + 0] = 4;
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, bad_ids, it, b.w, NULL),
-             "expert_ids[1][0]=4 outside [-1, num_experts=4) (rank 0, token 1, k 0)");
-      memcpy(bad_ids, b.ids, (size_t)n * K * 4);
-      bad_ids[3 * K + 1] = -2;
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, bad_ids, it, b.w, NULL), "expert_ids[3][1]=-2 outside");
-      bad_ids[3 * K + 1] = 2, bad_ids[3 * K + 0] = 2;
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, bad_ids, it, b.w, NULL),
-             "expert_ids[3][1]=2 repeats expert_ids[3][0] (rank 0, token 3, k 1)");
-      REJECT(sy_moe_dispatch(moe, b.tokens, n, bad_ids, it, b.w, &b.recv, NULL),
-             "sy_moe_dispatch: invalid argument: "
-             "expert_ids[3][1]=2 repeats");
-      for (int i = 0; i < n * K; i++) big_ids[i] = ((int32_t *)b.ids)[i];
-      big_ids[2 * K + 1] = ((int64_t)1 << 32) + 1;
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, big_ids, SY_INDEX_INT64, b.w, NULL), "expert_ids[2][1]=4294967297");
-      /* The one-call form checks the receive half's arguments before sending anything. */
-      REJECT(sy_moe_dispatch(moe, b.tokens, n, b.ids, it, b.w, NULL, NULL), "recv is NULL");
-      r = b.recv, r.scales = NULL;
-      REJECT(sy_moe_dispatch(moe, b.tokens, n, b.ids, it, b.w, &r, NULL), "recv->scales is NULL");
-      r = b.recv, r.src = (int32_t *)b.recv.tokens + 8;
-      REJECT(sy_moe_dispatch(moe, b.tokens, n, b.ids, it, b.w, &r, NULL), "recv->tokens=");
-    }
+    if (check) reject_before_dispatch_send(moe, b, n);
     if (me == 0 && round == 1) { /* no tokens: no buffers needed */
       CHECK_OK(sy_moe_dispatch_send(moe, NULL, 0, NULL, (sy_index_type_t)it, NULL, NULL));
     } else {
-      CHECK_OK(sy_moe_dispatch_send(moe, b.tokens, n, b.ids, it, b.w, NULL));
+      CHECK_OK(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, b->w, NULL));
     }
-    if (check) { /* next half: dispatch_recv */
-      const char *want = "next call is sy_moe_dispatch_recv";
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, b.ids, it, b.w, NULL), want);
-      REJECT(sy_moe_dispatch(moe, b.tokens, n, b.ids, it, b.w, &b.recv, NULL), want);
-      REJECT(sy_moe_combine_send(moe, b.y, NULL), want);
-      REJECT(sy_moe_combine_recv(moe, b.ids, it, b.cw, n, b.out, NULL), want);
-      REJECT(sy_moe_dispatch_recv(moe, NULL, NULL), "recv is NULL");
-      const char *names[5] = {"recv->tokens is NULL", "recv->scales is NULL", "recv->src is NULL",
-                              "recv->expert_counts is NULL", "recv->rank_counts is NULL"};
-      for (int i = 0; i < 5; i++) {
-        r = b.recv;
-        if (i == 0) r.tokens = NULL;
-        if (i == 1) r.scales = NULL;
-        if (i == 2) r.src = NULL;
-        if (i == 3) r.expert_counts = NULL;
-        if (i == 4) r.rank_counts = NULL;
-        REJECT(sy_moe_dispatch_recv(moe, &r, NULL), names[i]);
-      }
-      r = b.recv, r.rank_counts = b.recv.expert_counts;
-      REJECT(sy_moe_dispatch_recv(moe, &r, NULL), "overlap");
-    }
-    CHECK_OK(sy_moe_dispatch_recv(moe, &b.recv, NULL));
-    check_dispatch(c, &wi, me, &b.recv, me == 0 && round == 0 ? "after rejected calls" : "args");
-    gen_expert_out(c, round, me, b.y);
-    memcpy(bad_ids, b.ids, (size_t)n * K * 4);
+    if (check) reject_before_dispatch_recv(moe, b, n);
+    CHECK_OK(sy_moe_dispatch_recv(moe, &b->recv, NULL));
+    check_dispatch(c, &wi, me, &b->recv, me == 0 && round == 0 ? "after rejected calls" : "args");
+    gen_expert_out(c, round, me, b->y);
+    memcpy(bad_ids, b->ids, (size_t)n * K * 4);
     if (n) bad_ids[K - 1] = bad_ids[K - 1] == 3 ? 2 : 3;
-    if (check) { /* next half: combine_send */
-      const char *want = "next call is sy_moe_combine_send";
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, b.ids, it, b.w, NULL), want);
-      REJECT(sy_moe_dispatch_recv(moe, &b.recv, NULL), want);
-      REJECT(sy_moe_combine_recv(moe, b.ids, it, b.cw, n, b.out, NULL), want);
-      REJECT(sy_moe_combine_send(moe, NULL, NULL), "expert_out is NULL");
-      /* The one-call combine checks its receive half (against this rank's dispatch) before sending. */
-      REJECT(sy_moe_combine(moe, b.y, b.ids, it, b.cw, n - 1, b.out, NULL),
-             "num_tokens=3 but this rank's dispatch of call 1 had 4 tokens");
-      REJECT(sy_moe_combine(moe, b.y, bad_ids, it, b.cw, n, b.out, NULL), "expert_ids[0][1]=");
-      REJECT(sy_moe_combine(moe, b.y, b.ids, it, b.cw, n, NULL, NULL), "out is NULL");
-    }
-    CHECK_OK(sy_moe_combine_send(moe, b.y, NULL));
-    if (check) { /* next half: combine_recv */
-      const char *want = "next call is sy_moe_combine_recv";
-      REJECT(sy_moe_dispatch_send(moe, b.tokens, n, b.ids, it, b.w, NULL), want);
-      REJECT(sy_moe_combine_send(moe, b.y, NULL), want);
-      REJECT(sy_moe_combine(moe, b.y, b.ids, it, b.cw, n, b.out, NULL), want);
-      REJECT(sy_moe_combine_recv(moe, b.ids, it, b.cw, n - 1, b.out, NULL), "num_tokens=3 but");
-      REJECT(sy_moe_combine_recv(moe, b.ids, it, b.cw, -1, b.out, NULL), "num_tokens=-1");
-      REJECT(sy_moe_combine_recv(moe, bad_ids, it, b.cw, n, b.out, NULL), "but this rank's dispatch of call 1 had");
-      REJECT(sy_moe_combine_recv(moe, NULL, it, b.cw, n, b.out, NULL), "expert_ids is NULL");
-      REJECT(sy_moe_combine_recv(moe, b.ids, (sy_index_type_t)-1, b.cw, n, b.out, NULL), "id_type=-1");
-      REJECT(sy_moe_combine_recv(moe, b.ids, it, b.cw, n, NULL, NULL), "out is NULL");
-      REJECT(sy_moe_combine_recv(moe, b.out, it, b.cw, n, (char *)b.out + 4, NULL), "overlap");
-    }
+    if (check) reject_before_combine_send(moe, b, n, bad_ids);
+    CHECK_OK(sy_moe_combine_send(moe, b->y, NULL));
+    if (check) reject_before_combine_recv(moe, b, n, bad_ids);
     if (me == 0 && round == 1) {
       CHECK_OK(sy_moe_combine_recv(moe, NULL, it, NULL, 0, NULL, NULL));
     } else {
       /* The default combine takes its weights from the dispatch: these are ignored. */
-      CHECK_OK(sy_moe_combine_recv(moe, b.ids, it, b.cw, n, b.out, NULL));
+      CHECK_OK(sy_moe_combine_recv(moe, b->ids, it, b->cw, n, b->out, NULL));
     }
-    check_combine(c, &wi, round, me, b.out, "args");
+    check_combine(c, &wi, round, me, b->out, "args");
   }
   CHECK_OK(sy_moe_destroy(moe));
   CHECK_OK(sy_moe_destroy(NULL));
-  for (int i = 0; i < 6; i++) free(b.snapshot[i]);
-  bufs_free(&b);
-
-  /* Per expert: the dispatch may leave out its weights, the combine may not. */
-  c = &small_pe;
-  const sy_moe_config_t config_pe = case_config(c);
-  CHECK_OK(sy_moe_create(comm, &config_pe, &moe));
-  if (!moe) return;
-  bufs_alloc(c, &b);
-  inputs_free(&small, &wi);
-  inputs_alloc(c, &wi);
-  inputs_gen(c, 0, &wi);
-  fill_inputs(c, &wi, me, &b);
-  poison(&b);
-  CHECK_OK(sy_moe_dispatch(moe, b.tokens, wi.n[me], b.ids, c->id_type, NULL, &b.recv, NULL));
-  check_dispatch(c, &wi, me, &b.recv, "per-expert args");
-  gen_expert_out(c, 0, me, b.y);
-  if (me == 0) {
-    REJECT(sy_moe_combine(moe, b.y, b.ids, c->id_type, NULL, wi.n[me], b.out, NULL),
-           "weights is NULL while num_tokens=4");
-    REJECT(sy_moe_combine(moe, b.y, b.ids, c->id_type, (float *)b.out, wi.n[me], b.out, NULL), "and weights=");
-  }
-  CHECK_OK(sy_moe_combine(moe, b.y, b.ids, c->id_type, b.cw, wi.n[me], b.out, NULL));
-  check_combine(c, &wi, 0, me, b.out, "per-expert args");
-  CHECK_OK(sy_moe_destroy(moe));
-  for (int i = 0; i < 6; i++) free(b.snapshot[i]);
-  bufs_free(&b);
+  for (int i = 0; i < 6; i++) free(b->snapshot[i]);
+  bufs_free(b);
   inputs_free(c, &wi);
+
+  per_expert_args(me, comm);
   (void)arg;
 }
 

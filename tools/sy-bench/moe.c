@@ -21,18 +21,17 @@
  * The baseline: NCCL's grouped ncclSend/ncclRecv in this process carrying, per (source, destination) pair, the
  * bytes our dispatch moves (messages x wire bytes: hidden + hidden / 128 x 4 scales for FP8, hidden x 2 for
  * BF16) and, for the combine, the reverse pair's vectors in bf16 (hidden x 2 each). Self pairs included.
- * Per-phase device timestamps: run with SY_TRACE_FILE=moe.%r.json (Chrome trace JSON, one file per rank).
+ * Per-phase device timestamps: run with SY_TRACE_FILE=moe.%r.json (Chrome trace JSON, one file per rank). * The timed operations: moe_time.c.
  */
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
 #include "boot/boot.h"
+#include "moe.h"
 #include "ref/moe_ref.h"
 #include "workload.h"
 
-enum { HIDDEN = 7168, TOP_K = 8, NUM_EXPERTS = 256 };
 static const int64_t default_tokens[] = {1, 32, 128, 256};
 static const sy_moe_wire_t wires[] = {SY_MOE_WIRE_FP8, SY_MOE_WIRE_BF16};
 static const unsigned modes[] = {0u, SY_MOE_PER_EXPERT};
@@ -112,40 +111,6 @@ size_t bench_moe_heap(const bench_opts_t *opts) {
   return most + ((size_t)256 << 20);
 }
 
-/* ---- memory: device buffers on the cuda backend, host memory on the host backend --------------------------- */
-
-static int gpu(bench_ctx_t *ctx) { return ctx->backend == SY_BACKEND_CUDA; }
-
-static void *dev_alloc(bench_ctx_t *ctx, size_t n) {
-  void *p = NULL;
-  if (gpu(ctx)) return cudaMalloc(&p, n ? n : 1) == cudaSuccess ? p : NULL;
-  return malloc(n ? n : 1); /* big receive buffers: only the slots a call fills are ever touched */
-}
-
-static void dev_free(bench_ctx_t *ctx, void *p) {
-  if (!p) return;
-  if (gpu(ctx)) cudaFree(p);
-  else free(p);
-}
-
-/* Stream-ordered on the cuda backend (ctx->stream does not wait for the legacy stream), then synchronised. */
-static int to_dev(bench_ctx_t *ctx, void *d, const void *h, size_t n) {
-  if (!gpu(ctx)) return memcpy(d, h, n), 0;
-  return cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, ctx->stream) != cudaSuccess ||
-         cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-}
-
-static int from_dev(bench_ctx_t *ctx, void *h, const void *d, size_t n) {
-  if (!gpu(ctx)) return memcpy(h, d, n), 0;
-  return cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, ctx->stream) != cudaSuccess ||
-         cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-}
-
-static int fill_bytes(bench_ctx_t *ctx, void *d, int byte, size_t n) {
-  if (!gpu(ctx)) return memset(d, byte, n), 0;
-  return cudaMemsetAsync(d, byte, n, ctx->stream) != cudaSuccess;
-}
-
 /* ---- the expectation ----------------------------------------------------------------------------------------- */
 
 /* Messages (dedup: one per token and destination rank holding any of its experts) and copies (per expert: one
@@ -196,242 +161,6 @@ static long long check_layout(const int32_t *all_ids, int world, int me, int tok
     for (int s = 0; s < world; s++) wrong += rank_counts[(size_t)e * world + s] != want_rank[(size_t)e * world + s];
   }
   return wrong;
-}
-
-/* ---- the timed operations -------------------------------------------------------------------------------------- */
-
-typedef struct moe_bench {
-  sy_moe_t moe;
-  int tokens;
-  void *x;            /* bf16 [tokens][hidden]: this rank's tokens */
-  int32_t *ids;       /* [tokens][top_k] */
-  float *weights;     /* [tokens][top_k] */
-  sy_moe_recv_t recv; /* sized for the largest configuration */
-  void *expert_out;   /* bf16 [L][S][hidden] */
-  void *out;          /* bf16 [tokens][hidden] */
-  /* The NCCL baseline: pair bytes of the direction being timed, packed in peer order on both sides. */
-  uint8_t *nccl_send, *nccl_recv;
-  size_t nccl_cap;
-  size_t *send_bytes, *send_off, *recv_bytes, *recv_off; /* [W] each */
-} moe_bench_t;
-
-static int op_dispatch(bench_ctx_t *ctx, moe_bench_t *b) {
-  return sy_moe_dispatch(b->moe, b->x, b->tokens, b->ids, SY_INDEX_INT32, b->weights, &b->recv, ctx->stream) !=
-         SY_SUCCESS;
-}
-
-static int op_combine(bench_ctx_t *ctx, moe_bench_t *b) {
-  return sy_moe_combine(b->moe, b->expert_out, b->ids, SY_INDEX_INT32, b->weights, b->tokens, b->out, ctx->stream) !=
-         SY_SUCCESS;
-}
-
-/* One round of the four halves, each its own call (one kernel each); with `ev` (5 events) recorded around them,
- * with `ids` each half bracketed for CUPTI as call ids[h]. */
-static int halves_round(bench_ctx_t *ctx, moe_bench_t *b, cudaEvent_t *ev, const uint64_t *ids) {
-  int rc = 0;
-  for (int h = 0; h < 4 && !rc; h++) {
-    if (ev) rc = cudaEventRecord(ev[h], ctx->stream) != cudaSuccess;
-    if (ids) bench_ktime_push(ids[h]);
-    if (!rc) {
-      if (h == 0) rc = sy_moe_dispatch_send(b->moe, b->x, b->tokens, b->ids, SY_INDEX_INT32, b->weights, ctx->stream);
-      else if (h == 1) rc = sy_moe_dispatch_recv(b->moe, &b->recv, ctx->stream);
-      else if (h == 2) rc = sy_moe_combine_send(b->moe, b->expert_out, ctx->stream);
-      else rc = sy_moe_combine_recv(b->moe, b->ids, SY_INDEX_INT32, b->weights, b->tokens, b->out, ctx->stream);
-      rc = rc != SY_SUCCESS;
-    }
-    if (ids) bench_ktime_pop();
-  }
-  if (ev && !rc) rc = cudaEventRecord(ev[4], ctx->stream) != cudaSuccess;
-  return rc;
-}
-
-/* The four halves as separate calls (one kernel each): where a pair's time goes. half_us[4]: medians of
- * dispatch_send, dispatch_recv, combine_send, combine_recv between CUDA events; half_kernel_us[4]: the same
- * halves' kernel time (CUPTI; 0 where unavailable). The slowest rank's. */
-static int time_halves(bench_ctx_t *ctx, moe_bench_t *b, double half_us[4], double half_kernel_us[4]) {
-  const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
-  double *t = calloc(5 * (size_t)iters, sizeof *t), *col = t ? t + 4 * (size_t)iters : NULL;
-  cudaEvent_t ev[5] = {NULL, NULL, NULL, NULL, NULL};
-  int rc = !t;
-  for (int i = 0; i < 5 && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
-  for (int i = 0; i < warmup + iters && !rc; i++) {
-    rc = halves_round(ctx, b, ev, NULL) || cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-    for (int h = 0; h < 4 && !rc && i >= warmup; h++) {
-      float ms = 0;
-      rc = cudaEventElapsedTime(&ms, ev[h], ev[h + 1]) != cudaSuccess;
-      t[(size_t)h * iters + (i - warmup)] = ms * 1e3;
-    }
-  }
-  for (int h = 0; h < 4; h++) {
-    for (int i = 0; i < iters && !rc; i++) col[i] = t[(size_t)h * iters + i];
-    half_us[h] = bench_allreduce_max_d(ctx, rc ? 0 : bench_median(col, iters));
-  }
-  /* Kernel time: the rounds again under CUPTI, half h of round i as call 4i + h, enqueued back to back. */
-  double k[4] = {0, 0, 0, 0};
-  if (!rc && bench_ktime_begin() == 0) {
-    double *tk = calloc(4 * (size_t)iters, sizeof *tk);
-    for (int i = 0; i < iters && !rc && tk; i++) {
-      const uint64_t ids[4] = {4 * (uint64_t)i, 4 * (uint64_t)i + 1, 4 * (uint64_t)i + 2, 4 * (uint64_t)i + 3};
-      rc = halves_round(ctx, b, NULL, ids);
-    }
-    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-    if (bench_ktime_end(tk ? 4 * iters : 0, tk) == 0 && !rc && tk) {
-      for (int h = 0; h < 4; h++) {
-        for (int i = 0; i < iters; i++) col[i] = tk[4 * (size_t)i + (size_t)h];
-        k[h] = bench_median(col, iters);
-      }
-    }
-    free(tk);
-  }
-  for (int h = 0; h < 4; h++) half_kernel_us[h] = bench_allreduce_max_d(ctx, rc ? 0 : k[h]);
-  for (int i = 0; i < 5; i++)
-    if (ev[i]) cudaEventDestroy(ev[i]);
-  free(t);
-  return bench_allreduce_max(ctx, rc) != 0;
-}
-
-static int op_nccl(bench_ctx_t *ctx, void *arg) {
-  moe_bench_t *b = arg;
-  ncclComm_t nc = (ncclComm_t)ctx->nccl;
-  ncclGroupStart();
-  for (int p = 0; p < ctx->world; p++) {
-    if (b->send_bytes[p]) ncclSend(b->nccl_send + b->send_off[p], b->send_bytes[p], ncclUint8, p, nc, ctx->stream);
-    if (b->recv_bytes[p]) ncclRecv(b->nccl_recv + b->recv_off[p], b->recv_bytes[p], ncclUint8, p, nc, ctx->stream);
-  }
-  return ncclGroupEnd() != ncclSuccess;
-}
-
-/* NCCL's pairs for one direction: this rank sends count[me -> p] x bytes to p and receives count[p -> me] x
- * bytes from p, where count is pairs[s][d] (dispatch) or pairs[d][s] (combine, the reverse). Grows the buffers
- * (zeroed once; their contents do not matter to NCCL's time). */
-static int nccl_pairs(bench_ctx_t *ctx, moe_bench_t *b, const long long *pairs, int reverse, size_t bytes) {
-  const int W = ctx->world, me = ctx->rank;
-  size_t sent = 0, got = 0;
-  for (int p = 0; p < W; p++) {
-    const long long to = reverse ? pairs[(size_t)p * W + me] : pairs[(size_t)me * W + p];
-    const long long from = reverse ? pairs[(size_t)me * W + p] : pairs[(size_t)p * W + me];
-    b->send_off[p] = sent, b->recv_off[p] = got;
-    b->send_bytes[p] = (size_t)to * bytes, b->recv_bytes[p] = (size_t)from * bytes;
-    sent += b->send_bytes[p], got += b->recv_bytes[p];
-  }
-  const size_t need = sent > got ? sent : got;
-  if (need <= b->nccl_cap) return 0;
-  dev_free(ctx, b->nccl_send), dev_free(ctx, b->nccl_recv);
-  b->nccl_send = dev_alloc(ctx, need), b->nccl_recv = dev_alloc(ctx, need);
-  b->nccl_cap = b->nccl_send && b->nccl_recv ? need : 0;
-  if (!b->nccl_cap) return 1;
-  return fill_bytes(ctx, b->nccl_send, 0, need) || fill_bytes(ctx, b->nccl_recv, 0, need);
-}
-
-static int op_pair(bench_ctx_t *ctx, void *arg) {
-  return op_dispatch(ctx, (moe_bench_t *)arg) || op_combine(ctx, (moe_bench_t *)arg);
-}
-
-/* warmup + iters dispatch + combine pairs: each half's median kernel time (events between the halves) and
- * host-observed time, the slowest rank's. Every rank reaches the allreduces, whatever happened. */
-static int time_pairs(bench_ctx_t *ctx, moe_bench_t *b, bench_timing_t *disp, bench_timing_t *comb) {
-  const int iters = ctx->opts->iters, warmup = ctx->opts->warmup;
-  double *td = calloc((size_t)iters, sizeof *td), *tc = calloc((size_t)iters, sizeof *tc);
-  int rc = !td || !tc;
-  if (!rc) rc = bench_warm(ctx, op_pair, b);
-  if (gpu(ctx) && !rc) {
-    cudaEvent_t *ev = calloc(3 * (size_t)iters, sizeof *ev);
-    rc = !ev;
-    for (int i = 0; i < 3 * iters && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
-    for (int i = 0; i < iters && !rc; i++) {
-      cudaEventRecord(ev[3 * i], ctx->stream);
-      rc = op_dispatch(ctx, b);
-      cudaEventRecord(ev[3 * i + 1], ctx->stream);
-      if (!rc) rc = op_combine(ctx, b);
-      cudaEventRecord(ev[3 * i + 2], ctx->stream);
-    }
-    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-    for (int i = 0; i < iters && !rc; i++) {
-      float ms_d = 0, ms_c = 0;
-      rc = cudaEventElapsedTime(&ms_d, ev[3 * i], ev[3 * i + 1]) != cudaSuccess ||
-           cudaEventElapsedTime(&ms_c, ev[3 * i + 1], ev[3 * i + 2]) != cudaSuccess;
-      td[i] = ms_d * 1e3, tc[i] = ms_c * 1e3;
-    }
-    for (int i = 0; ev && i < 3 * iters; i++)
-      if (ev[i]) cudaEventDestroy(ev[i]);
-    free(ev);
-    if (!rc) disp->time_us = bench_median(td, iters), comb->time_us = bench_median(tc, iters);
-  }
-  /* Kernel time: the pairs again under CUPTI (ids 2i, 2i + 1: dispatch, combine). */
-  disp->kernel_us = comb->kernel_us = 0;
-  if (gpu(ctx) && !rc && bench_ktime_begin() == 0) {
-    double *tk = calloc(2 * (size_t)iters, sizeof *tk);
-    for (int i = 0; i < iters && !rc && tk; i++) {
-      bench_ktime_push(2 * (uint64_t)i);
-      rc = op_dispatch(ctx, b);
-      bench_ktime_pop();
-      bench_ktime_push(2 * (uint64_t)i + 1);
-      if (!rc) rc = op_combine(ctx, b);
-      bench_ktime_pop();
-    }
-    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-    if (bench_ktime_end(tk ? 2 * iters : 0, tk) == 0 && !rc && tk) {
-      for (int i = 0; i < iters; i++) td[i] = tk[2 * i], tc[i] = tk[2 * i + 1];
-      disp->kernel_us = bench_median(td, iters), comb->kernel_us = bench_median(tc, iters);
-    }
-    free(tk);
-  }
-  /* The same pair captured once in a CUDA graph with its three events, replayed: the halves' device time without
-   * the gaps of host enqueueing (how a decoding loop runs it). */
-  if (gpu(ctx) && !rc) {
-    cudaEvent_t ev[3] = {NULL, NULL, NULL};
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    for (int i = 0; i < 3 && !rc; i++) rc = cudaEventCreate(&ev[i]) != cudaSuccess;
-    if (!rc) rc = cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
-    if (!rc) {
-      /* External: real event-record nodes (a plain record inside a capture only orders streams). */
-      int crc =
-          cudaEventRecordWithFlags(ev[0], ctx->stream, cudaEventRecordExternal) != cudaSuccess || op_dispatch(ctx, b) ||
-          cudaEventRecordWithFlags(ev[1], ctx->stream, cudaEventRecordExternal) != cudaSuccess || op_combine(ctx, b) ||
-          cudaEventRecordWithFlags(ev[2], ctx->stream, cudaEventRecordExternal) != cudaSuccess;
-      rc = cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || crc;
-    }
-    if (!rc) rc = cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
-    for (int i = 0; i < warmup + iters && !rc; i++) {
-      rc = cudaGraphLaunch(exec, ctx->stream) != cudaSuccess || cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-      float ms_d = 0, ms_c = 0;
-      if (!rc && i >= warmup) {
-        rc = cudaEventElapsedTime(&ms_d, ev[0], ev[1]) != cudaSuccess ||
-             cudaEventElapsedTime(&ms_c, ev[1], ev[2]) != cudaSuccess;
-        td[i - warmup] = ms_d * 1e3, tc[i - warmup] = ms_c * 1e3;
-      }
-    }
-    if (!rc) disp->graph_us = bench_median(td, iters), comb->graph_us = bench_median(tc, iters);
-    else fprintf(stderr, "moe-ll: graph timing failed: %s\n", cudaGetErrorString(cudaGetLastError()));
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    for (int i = 0; i < 3; i++)
-      if (ev[i]) cudaEventDestroy(ev[i]);
-  }
-  for (int i = 0; i < iters && !rc; i++) {
-    const double t0 = bench_now_s();
-    rc = op_dispatch(ctx, b);
-    if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-    const double t1 = bench_now_s();
-    if (!rc) rc = op_combine(ctx, b);
-    if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-    td[i] = (t1 - t0) * 1e6, tc[i] = (bench_now_s() - t1) * 1e6;
-  }
-  if (!rc) disp->host_us = bench_median(td, iters), comb->host_us = bench_median(tc, iters);
-  if (!gpu(ctx)) disp->time_us = disp->host_us, comb->time_us = comb->host_us;
-  free(td), free(tc);
-  disp->time_us = bench_allreduce_max_d(ctx, disp->time_us);
-  disp->host_us = bench_allreduce_max_d(ctx, disp->host_us);
-  comb->time_us = bench_allreduce_max_d(ctx, comb->time_us);
-  comb->host_us = bench_allreduce_max_d(ctx, comb->host_us);
-  disp->graph_us = bench_allreduce_max_d(ctx, disp->graph_us);
-  comb->graph_us = bench_allreduce_max_d(ctx, comb->graph_us);
-  disp->kernel_us = bench_kernel_max(ctx, disp->kernel_us);
-  comb->kernel_us = bench_kernel_max(ctx, comb->kernel_us);
-  rc = bench_allreduce_max(ctx, rc) != 0;
-  disp->valid = comb->valid = !rc;
-  return rc;
 }
 
 /* ---- the entry --------------------------------------------------------------------------------------------------- */
@@ -486,9 +215,285 @@ static void print_header(bench_ctx_t *ctx, int experts, int64_t most_tokens) {
               "(events)", "(kernel)", "(events)", "(kernel)", "", "");
 }
 
+/* One row of the table: a size, wire and mode; ours and NCCL's figures. */
+typedef struct moe_row {
+  int T;
+  sy_moe_config_t cfg;
+  const long long *pairs, *back_pairs; /* [W][W]: messages (dedup) or copies (per expert), out and back */
+  bench_timing_t disp, comb, nd, nc;   /* ours, NCCL's: dispatch, combine */
+  double halves[4], halves_k[4];       /* the four halves: events, kernel time */
+  long long wrong;                     /* -1: not checked */
+  int ours;                            /* ours ran (sy_moe_create did not say SY_ERR_UNSUPPORTED) */
+} moe_row_t;
+
+/* What the footer reports: the average ratios over NCCL, the row of the target configuration. */
+typedef struct moe_tally {
+  double sum_xd, sum_xc;
+  int ratio_rows, have_target;
+  double target[4]; /* dispatch us, combine us, x dispatch, x combine */
+  int target_by_kernel;
+} moe_tally_t;
+
+/* Buffers for the largest size (T_max tokens per rank), the same on every rank or none: 0, or 1 on every rank
+ * where any rank is short of memory. */
+static int alloc_buffers(bench_ctx_t *ctx, moe_bench_t *b, moe_host_scratch_t *h, int L, size_t T_max) {
+  const int W = ctx->world;
+  const size_t S_max = (size_t)W * T_max, H = HIDDEN, groups = HIDDEN / SY_MOE_FP8_GROUP;
+  int rc = 0;
+  b->x = dev_alloc(ctx, T_max * H * 2);
+  b->ids = dev_alloc(ctx, T_max * TOP_K * sizeof(int32_t));
+  b->weights = dev_alloc(ctx, T_max * TOP_K * sizeof(float));
+  b->recv.tokens = dev_alloc(ctx, (size_t)L * S_max * H * 2); /* room for the BF16 wire */
+  b->recv.scales = dev_alloc(ctx, (size_t)L * groups * S_max * sizeof(float));
+  b->recv.src = dev_alloc(ctx, (size_t)L * S_max * 2 * sizeof(int32_t));
+  b->recv.expert_counts = dev_alloc(ctx, (size_t)L * sizeof(int32_t));
+  b->recv.rank_counts = dev_alloc(ctx, (size_t)L * W * sizeof(int32_t));
+  b->expert_out = dev_alloc(ctx, (size_t)L * S_max * H * 2);
+  b->out = dev_alloc(ctx, T_max * H * 2);
+  b->send_bytes = calloc(4 * (size_t)W, sizeof(size_t));
+  h->all_ids = malloc((size_t)W * T_max * TOP_K * sizeof *h->all_ids);
+  h->weights = malloc(T_max * TOP_K * sizeof *h->weights);
+  h->x = malloc(T_max * H * sizeof *h->x);
+  h->want = malloc((size_t)L * sizeof *h->want);
+  h->counts = malloc((size_t)L * sizeof *h->counts);
+  h->fill = malloc((size_t)L * sizeof *h->fill);
+  h->rank_counts = malloc((size_t)L * W * sizeof *h->rank_counts);
+  h->want_rank = malloc((size_t)L * W * sizeof *h->want_rank);
+  h->src = malloc((size_t)L * S_max * 2 * sizeof *h->src);
+  h->msgs = malloc(2 * (size_t)W * W * sizeof *h->msgs);
+  if (!b->x || !b->ids || !b->weights || !b->recv.tokens || !b->recv.scales || !b->recv.src || !b->recv.expert_counts ||
+      !b->recv.rank_counts || !b->expert_out || !b->out || !b->send_bytes || !h->all_ids || !h->weights || !h->x ||
+      !h->want || !h->counts || !h->fill || !h->rank_counts || !h->want_rank || !h->src || !h->msgs) {
+    fprintf(stderr, "sy-bench: rank %d: moe-ll: out of memory for %lld tokens per rank\n", ctx->rank, (long long)T_max);
+    rc = 1;
+  }
+  rc = bench_allreduce_max(ctx, rc) != 0; /* every rank goes on, or none */
+  if (!rc) {
+    b->send_off = b->send_bytes + W, b->recv_bytes = b->send_bytes + 2 * W, b->recv_off = b->send_bytes + 3 * W;
+    h->copies = h->msgs + (size_t)W * W;
+  }
+  return rc;
+}
+
+static void free_buffers(bench_ctx_t *ctx, moe_bench_t *b, moe_host_scratch_t *h) {
+  dev_free(ctx, b->x), dev_free(ctx, b->ids), dev_free(ctx, b->weights), dev_free(ctx, b->recv.tokens);
+  dev_free(ctx, b->recv.scales), dev_free(ctx, b->recv.src), dev_free(ctx, b->recv.expert_counts);
+  dev_free(ctx, b->recv.rank_counts), dev_free(ctx, b->expert_out), dev_free(ctx, b->out);
+  dev_free(ctx, b->nccl_send), dev_free(ctx, b->nccl_recv);
+  free(b->send_bytes);
+  free(h->all_ids), free(h->weights), free(h->x), free(h->want), free(h->counts), free(h->fill), free(h->rank_counts);
+  free(h->want_rank), free(h->src), free(h->msgs);
+}
+
+/* One size's inputs, the same for every wire and mode: every rank's routing (this rank's tokens, ids and
+ * weights to the device), the pairs both ways, the slots this rank's experts get and their outputs. */
+static int load_size(bench_ctx_t *ctx, moe_bench_t *b, moe_host_scratch_t *h, int T, int experts) {
+  const int W = ctx->world, me = ctx->rank, L = experts / W;
+  const size_t S = (size_t)W * T, H = HIDDEN;
+  int rc = 0;
+  for (int r = 0; r < W; r++)
+    wl_moe_uniform_routing(r, T, experts, TOP_K, h->all_ids + (size_t)r * T * TOP_K, r == me ? h->weights : NULL);
+  wl_moe_uniform_tokens(me, T, HIDDEN, h->x);
+  count_pairs(h->all_ids, W, T, L, h->msgs, h->copies);
+  expected_counts(h->all_ids, W, me, T, L, h->want);
+  b->tokens = T;
+  rc |= to_dev(ctx, b->x, h->x, (size_t)T * H * 2);
+  rc |= to_dev(ctx, b->ids, h->all_ids + (size_t)me * T * TOP_K, (size_t)T * TOP_K * sizeof(int32_t));
+  rc |= to_dev(ctx, b->weights, h->weights, (size_t)T * TOP_K * sizeof(float));
+  /* The experts' outputs: the slots this size fills, [L][S][hidden], bf16 0x3F3F (0.746). */
+  for (int e = 0; e < L && !rc; e++)
+    rc |= fill_bytes(ctx, (uint16_t *)b->expert_out + (size_t)e * S * H, 0x3F, (size_t)h->want[e] * H * 2);
+  if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+  return bench_allreduce_max(ctx, rc) != 0;
+}
+
+/* The check: one pair on poisoned receive metadata; the dispatch's layout is compared. *wrong: the most
+ * mismatches of any rank, -1 where a rank's check could not run. Non-zero where a rank's pair did not complete
+ * (that leaves the object mid-call). */
+static int check_pair(bench_ctx_t *ctx, moe_bench_t *b, moe_host_scratch_t *h, int T, int L, long long *wrong) {
+  const int W = ctx->world, me = ctx->rank;
+  const size_t S = (size_t)W * T;
+  long long bad = 0;
+  int crc = fill_bytes(ctx, b->recv.src, 0xEE, (size_t)L * S * 2 * sizeof(int32_t));
+  crc |= fill_bytes(ctx, b->recv.expert_counts, 0xEE, (size_t)L * sizeof(int32_t));
+  crc |= fill_bytes(ctx, b->recv.rank_counts, 0xEE, (size_t)L * W * sizeof(int32_t));
+  crc = crc || moe_op_dispatch(ctx, b);
+  if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+  crc = crc || from_dev(ctx, h->counts, b->recv.expert_counts, (size_t)L * sizeof(int32_t));
+  crc = crc || from_dev(ctx, h->rank_counts, b->recv.rank_counts, (size_t)L * W * sizeof(int32_t));
+  crc = crc || from_dev(ctx, h->src, b->recv.src, (size_t)L * S * 2 * sizeof(int32_t));
+  if (!crc) bad = check_layout(h->all_ids, W, me, T, L, h->counts, h->rank_counts, h->src, h->fill, h->want_rank);
+  crc = crc || moe_op_combine(ctx, b);
+  if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+  *wrong = bench_allreduce_max(ctx, crc ? -1 : bad);
+  return bench_allreduce_max(ctx, crc) != 0;
+}
+
+/* Ours on the object just created (b->moe): the check (with --check), the pairs, the halves (cuda backend);
+ * the object destroyed after. */
+static int measure_ours(bench_ctx_t *ctx, moe_bench_t *b, moe_host_scratch_t *h, moe_row_t *row, int L) {
+  int rc = 0;
+  if (ctx->opts->check && check_pair(ctx, b, h, row->T, L, &row->wrong)) rc = 1;
+  if (!rc) rc = moe_time_pairs(ctx, b, &row->disp, &row->comb);
+  if (!rc && gpu(ctx)) rc = moe_time_halves(ctx, b, row->halves, row->halves_k);
+  sy_moe_destroy(b->moe);
+  b->moe = NULL;
+  return rc;
+}
+
+/* NCCL moving the same bytes: the dispatch's pairs at the wire's bytes, the combine's reverse pairs in bf16. */
+static int measure_nccl(bench_ctx_t *ctx, moe_bench_t *b, moe_row_t *row) {
+  const size_t H = HIDDEN;
+  int rc = bench_allreduce_max(ctx, moe_nccl_pairs(ctx, b, row->pairs, 0, wire_bytes(row->cfg.wire))) != 0;
+  if (!rc) rc = bench_time(ctx, moe_op_nccl, b, &row->nd);
+  if (!rc) rc = bench_allreduce_max(ctx, moe_nccl_pairs(ctx, b, row->back_pairs, 1, H * 2)) != 0;
+  if (!rc) rc = bench_time(ctx, moe_op_nccl, b, &row->nc);
+  return rc;
+}
+
+/* The row: the table's line (and the halves' lines), its JSON object, and its share of the footer. */
+static void print_row(bench_ctx_t *ctx, const moe_row_t *row, int experts, moe_tally_t *tally) {
+  const int W = ctx->world, T = row->T;
+  const size_t H = HIDDEN;
+  const sy_moe_config_t cfg = row->cfg;
+  const bench_timing_t *disp = &row->disp, *comb = &row->comb, *nd = &row->nd, *nc = &row->nc;
+  const double *halves = row->halves, *halves_k = row->halves_k;
+  const int ours = row->ours;
+  /* Bytes the busiest rank sends (self included), what both columns move. */
+  double disp_bytes = 0, comb_bytes = 0;
+  for (int s = 0; s < W; s++) {
+    long long out_msgs = 0, back = 0;
+    for (int d = 0; d < W; d++) out_msgs += row->pairs[(size_t)s * W + d], back += row->back_pairs[(size_t)d * W + s];
+    const double db = (double)out_msgs * wire_bytes(cfg.wire), cb = (double)back * H * 2;
+    disp_bytes = db > disp_bytes ? db : disp_bytes;
+    comb_bytes = cb > comb_bytes ? cb : comb_bytes;
+  }
+  const int have_nccl = ctx->nccl && nd->valid && nc->valid;
+  /* Ratios on kernel time where both sides have it (the measure), else on event time. */
+  const int by_kernel = disp->kernel_us > 0 && comb->kernel_us > 0 && nd->kernel_us > 0 && nc->kernel_us > 0;
+  const double od = by_kernel ? disp->kernel_us : disp->time_us, oc = by_kernel ? comb->kernel_us : comb->time_us;
+  const double xd = have_nccl && ours && od > 0 ? (by_kernel ? nd->kernel_us : nd->time_us) / od : 0;
+  const double xc = have_nccl && ours && oc > 0 ? (by_kernel ? nc->kernel_us : nc->time_us) / oc : 0;
+  char our_cols[128], nccl_cols[96], x_cols[32], f[8][16];
+  if (ours)
+    snprintf(our_cols, sizeof our_cols, "%9.2f %s %s %9.2f | %9.2f %s %s %9.2f | %6lld", disp->time_us,
+             bench_fmt_us(f[0], 16, 9, disp->kernel_us), bench_fmt_us(f[1], 16, 9, disp->graph_us), disp->host_us,
+             comb->time_us, bench_fmt_us(f[2], 16, 9, comb->kernel_us), bench_fmt_us(f[3], 16, 9, comb->graph_us),
+             comb->host_us, row->wrong);
+  else
+    snprintf(our_cols, sizeof our_cols, "%9s %9s %9s %9s | %9s %9s %9s %9s | %6s", "n/a", "", "", "", "n/a", "", "", "",
+             "");
+  if (have_nccl)
+    snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %s %9.2f %s", nd->time_us, bench_fmt_us(f[4], 16, 9, nd->kernel_us),
+             nc->time_us, bench_fmt_us(f[5], 16, 9, nc->kernel_us));
+  else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s %9s %9s", "n/a", "", "n/a", "");
+  if (xd > 0 && xc > 0) snprintf(x_cols, sizeof x_cols, "%6.2f %6.2f", xd, xc);
+  else snprintf(x_cols, sizeof x_cols, "%6s %6s", "", "");
+  bench_print(ctx, "  %6d %5s %10s | %s | %s | %s\n", T, wire_name(cfg.wire), mode_name(cfg.flags), our_cols, nccl_cols,
+              x_cols);
+  if (halves[0] > 0)
+    bench_print(ctx,
+                "#        halves, one kernel each: dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
+                "combine_recv %.2f us (events)\n",
+                halves[0], halves[1], halves[2], halves[3]);
+  if (halves_k[0] > 0)
+    bench_print(ctx,
+                "#        halves, kernel time:     dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
+                "combine_recv %.2f us\n",
+                halves_k[0], halves_k[1], halves_k[2], halves_k[3]);
+  bench_json(ctx,
+             "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
+             "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
+             "\"supported\": %s, "
+             "\"dispatch\": {\"time_us\": %.3f, \"kernel_us\": %s, \"graph_us\": %.3f, \"host_us\": %.3f, "
+             "\"bytes_max\": %.0f}, "
+             "\"combine\": {\"time_us\": %.3f, \"kernel_us\": %s, \"graph_us\": %.3f, \"host_us\": %.3f, "
+             "\"bytes_max\": %.0f}, "
+             "\"wrong\": %lld, "
+             "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f, \"dispatch_kernel_us\": %s, "
+             "\"combine_kernel_us\": %s}, "
+             "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f, \"speedup_basis\": \"%s\", "
+             "\"halves_us\": {\"dispatch_send\": %.3f, \"dispatch_recv\": %.3f, \"combine_send\": %.3f, "
+             "\"combine_recv\": %.3f}, "
+             "\"halves_kernel_us\": {\"dispatch_send\": %s, \"dispatch_recv\": %s, \"combine_send\": %s, "
+             "\"combine_recv\": %s}}",
+             sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire), mode_name(cfg.flags),
+             ours ? "true" : "false", disp->time_us, bench_json_us(f[0], 16, disp->kernel_us), disp->graph_us,
+             disp->host_us, disp_bytes, comb->time_us, bench_json_us(f[1], 16, comb->kernel_us), comb->graph_us,
+             comb->host_us, comb_bytes, row->wrong, have_nccl ? "" : "\"absent\": true, ", nd->time_us, nc->time_us,
+             bench_json_us(f[2], 16, nd->kernel_us), bench_json_us(f[3], 16, nc->kernel_us), xd, xc,
+             by_kernel ? "kernel" : "event", halves[0], halves[1], halves[2], halves[3],
+             bench_json_us(f[4], 16, halves_k[0]), bench_json_us(f[5], 16, halves_k[1]),
+             bench_json_us(f[6], 16, halves_k[2]), bench_json_us(f[7], 16, halves_k[3]));
+  if (xd > 0 && xc > 0) tally->sum_xd += xd, tally->sum_xc += xc, tally->ratio_rows++;
+  if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
+    tally->have_target = 1;
+    tally->target[0] = od, tally->target[1] = oc, tally->target[2] = xd, tally->target[3] = xc;
+    tally->target_by_kernel = by_kernel;
+  }
+}
+
+/* One configuration (T tokens per rank, a wire, a mode): ours, NCCL's, the row. Non-zero on failure: where
+ * sy_moe_create fails (other than SY_ERR_UNSUPPORTED, which *unsupported remembers) with no row. */
+static int run_config(bench_ctx_t *ctx, moe_bench_t *b, moe_host_scratch_t *h, int T, int experts, sy_moe_wire_t wire,
+                      unsigned mode, int *unsupported, moe_tally_t *tally) {
+  moe_row_t row;
+  memset(&row, 0, sizeof row);
+  row.T = T;
+  row.cfg = make_config(T, experts, wire, mode);
+  /* dedup: a message per (token, rank) both ways; per expert: a copy per (token, expert) both ways. */
+  row.pairs = (mode & SY_MOE_PER_EXPERT) ? h->copies : h->msgs, row.back_pairs = row.pairs;
+  row.wrong = -1;
+  int rc = 0;
+  /* Until the cuda kernels exist create says SY_ERR_UNSUPPORTED (with a warning): asked once. */
+  const sy_status_t st = *unsupported ? SY_ERR_UNSUPPORTED : sy_moe_create(ctx->comm, &row.cfg, &b->moe);
+  if (st == SY_ERR_UNSUPPORTED) {
+    *unsupported = 1;
+  } else if (st != SY_SUCCESS) {
+    bench_print(ctx, "# moe-ll: sy_moe_create (%d tokens, %s, %s): %s (%s)\n", T, wire_name(row.cfg.wire),
+                mode_name(row.cfg.flags), sy_status_name(st), sy_status_string(st));
+    return 1;
+  } else {
+    row.ours = 1;
+    rc = measure_ours(ctx, b, h, &row, experts / ctx->world);
+  }
+  if (ctx->nccl && !rc) rc = measure_nccl(ctx, b, &row);
+  if (ctx->opts->check && row.ours) {
+    ctx->total_wrong += row.wrong > 0 ? row.wrong : 0;
+    if (row.wrong < 0) ctx->total_wrong++; /* a check that could not run counts as wrong */
+  }
+  print_row(ctx, &row, experts, tally);
+  return rc;
+}
+
+/* The footer: the average factor over NCCL, the target, a backend without MoE kernels (non-zero). */
+static int print_footer(bench_ctx_t *ctx, const moe_tally_t *t, int unsupported) {
+  if (t->ratio_rows)
+    bench_print(ctx, "# average over %d rows: dispatch %.2fx, combine %.2fx faster than nccl\n", t->ratio_rows,
+                t->sum_xd / t->ratio_rows, t->sum_xc / t->ratio_rows);
+  if (t->have_target && gpu(ctx)) {
+    const int met = t->target[0] <= TARGET_DISPATCH_US && t->target[1] <= TARGET_COMBINE_US &&
+                    (!ctx->nccl || (t->target[2] >= TARGET_SPEEDUP && t->target[3] >= TARGET_SPEEDUP));
+    bench_print(ctx,
+                "# target (4 x H200, %d tokens, fp8 dispatch, dedup; %s time): dispatch %.2f us (<= %.0f), "
+                "combine %.2f us (<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n",
+                TARGET_TOKENS, t->target_by_kernel ? "kernel" : "event", t->target[0], TARGET_DISPATCH_US, t->target[1],
+                TARGET_COMBINE_US, t->target[2], t->target[3], TARGET_SPEEDUP, met ? "met" : "NOT met",
+                ctx->nccl ? "" : " (no nccl baseline)");
+  }
+  if (unsupported) {
+    bench_print(ctx,
+                "# moe-ll: sy_moe_create: %s on the %s backend (its MoE kernels are not built yet); the "
+                "switchyard columns are n/a\n",
+                sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
+    return 1;
+  }
+  return 0;
+}
+
 int bench_moe(bench_ctx_t *ctx) {
   const bench_opts_t *o = ctx->opts;
-  const int W = ctx->world, me = ctx->rank;
+  const int W = ctx->world;
   int64_t sizes[BENCH_MAX_TOKEN_LIST];
   const int num_sizes = token_sizes(o, sizes);
   if (!num_sizes) {
@@ -504,226 +509,29 @@ int bench_moe(bench_ctx_t *ctx) {
     return 1;
   }
   const int experts = experts_for(W), L = experts / W;
-  const size_t T_max = (size_t)most, S_max = (size_t)W * T_max, H = HIDDEN, groups = HIDDEN / SY_MOE_FP8_GROUP;
 
   moe_bench_t b;
   memset(&b, 0, sizeof b);
   moe_host_scratch_t h;
   memset(&h, 0, sizeof h);
-  int rc = 0, unsupported = 0;
-  b.x = dev_alloc(ctx, T_max * H * 2);
-  b.ids = dev_alloc(ctx, T_max * TOP_K * sizeof(int32_t));
-  b.weights = dev_alloc(ctx, T_max * TOP_K * sizeof(float));
-  b.recv.tokens = dev_alloc(ctx, (size_t)L * S_max * H * 2); /* room for the BF16 wire */
-  b.recv.scales = dev_alloc(ctx, (size_t)L * groups * S_max * sizeof(float));
-  b.recv.src = dev_alloc(ctx, (size_t)L * S_max * 2 * sizeof(int32_t));
-  b.recv.expert_counts = dev_alloc(ctx, (size_t)L * sizeof(int32_t));
-  b.recv.rank_counts = dev_alloc(ctx, (size_t)L * W * sizeof(int32_t));
-  b.expert_out = dev_alloc(ctx, (size_t)L * S_max * H * 2);
-  b.out = dev_alloc(ctx, T_max * H * 2);
-  b.send_bytes = calloc(4 * (size_t)W, sizeof(size_t));
-  h.all_ids = malloc((size_t)W * T_max * TOP_K * sizeof *h.all_ids);
-  h.weights = malloc(T_max * TOP_K * sizeof *h.weights);
-  h.x = malloc(T_max * H * sizeof *h.x);
-  h.want = malloc((size_t)L * sizeof *h.want);
-  h.counts = malloc((size_t)L * sizeof *h.counts);
-  h.fill = malloc((size_t)L * sizeof *h.fill);
-  h.rank_counts = malloc((size_t)L * W * sizeof *h.rank_counts);
-  h.want_rank = malloc((size_t)L * W * sizeof *h.want_rank);
-  h.src = malloc((size_t)L * S_max * 2 * sizeof *h.src);
-  h.msgs = malloc(2 * (size_t)W * W * sizeof *h.msgs);
-  if (!b.x || !b.ids || !b.weights || !b.recv.tokens || !b.recv.scales || !b.recv.src || !b.recv.expert_counts ||
-      !b.recv.rank_counts || !b.expert_out || !b.out || !b.send_bytes || !h.all_ids || !h.weights || !h.x || !h.want ||
-      !h.counts || !h.fill || !h.rank_counts || !h.want_rank || !h.src || !h.msgs) {
-    fprintf(stderr, "sy-bench: rank %d: moe-ll: out of memory for %lld tokens per rank\n", me, (long long)most);
-    rc = 1;
-  }
-  rc = bench_allreduce_max(ctx, rc) != 0; /* every rank goes on, or none */
-  if (!rc) {
-    b.send_off = b.send_bytes + W, b.recv_bytes = b.send_bytes + 2 * W, b.recv_off = b.send_bytes + 3 * W;
-    h.copies = h.msgs + (size_t)W * W;
-    print_header(ctx, experts, most);
-  }
+  int rc = alloc_buffers(ctx, &b, &h, L, (size_t)most), unsupported = 0;
+  if (!rc) print_header(ctx, experts, most);
 
-  double sum_xd = 0, sum_xc = 0;
-  int ratio_rows = 0, have_target = 0;
-  double target[4] = {0, 0, 0, 0}; /* dispatch us, combine us, x dispatch, x combine */
-  int target_by_kernel = 0;
+  moe_tally_t tally;
+  memset(&tally, 0, sizeof tally);
   for (int si = 0; si < num_sizes && !rc; si++) {
     const int T = (int)sizes[si];
-    const size_t S = (size_t)W * T;
-    for (int r = 0; r < W; r++)
-      wl_moe_uniform_routing(r, T, experts, TOP_K, h.all_ids + (size_t)r * T * TOP_K, r == me ? h.weights : NULL);
-    wl_moe_uniform_tokens(me, T, HIDDEN, h.x);
-    count_pairs(h.all_ids, W, T, L, h.msgs, h.copies);
-    expected_counts(h.all_ids, W, me, T, L, h.want);
-    b.tokens = T;
-    rc |= to_dev(ctx, b.x, h.x, (size_t)T * H * 2);
-    rc |= to_dev(ctx, b.ids, h.all_ids + (size_t)me * T * TOP_K, (size_t)T * TOP_K * sizeof(int32_t));
-    rc |= to_dev(ctx, b.weights, h.weights, (size_t)T * TOP_K * sizeof(float));
-    /* The experts' outputs: the slots this size fills, [L][S][hidden], bf16 0x3F3F (0.746). */
-    for (int e = 0; e < L && !rc; e++)
-      rc |= fill_bytes(ctx, (uint16_t *)b.expert_out + (size_t)e * S * H, 0x3F, (size_t)h.want[e] * H * 2);
-    if (gpu(ctx) && !rc) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-    rc = bench_allreduce_max(ctx, rc) != 0;
-
+    rc = load_size(ctx, &b, &h, T, experts);
     for (int wi = 0; wi < NUM_WIRES && !rc; wi++) {
       for (int mi = 0; mi < NUM_MODES && !rc; mi++) {
-        if ((ctx->opts->wire_only && strcmp(ctx->opts->wire_only, wire_name(wires[wi]))) ||
-            (ctx->opts->mode_only && strcmp(ctx->opts->mode_only, mode_name(modes[mi]))))
+        if ((o->wire_only && strcmp(o->wire_only, wire_name(wires[wi]))) ||
+            (o->mode_only && strcmp(o->mode_only, mode_name(modes[mi]))))
           continue;
-        const sy_moe_config_t cfg = make_config(T, experts, wires[wi], modes[mi]);
-        /* dedup: a message per (token, rank) both ways; per expert: a copy per (token, expert) both ways. */
-        const long long *pairs = (modes[mi] & SY_MOE_PER_EXPERT) ? h.copies : h.msgs, *back_pairs = pairs;
-        bench_timing_t disp, comb, nd, nc;
-        double halves[4] = {0, 0, 0, 0}, halves_k[4] = {0, 0, 0, 0};
-        memset(&disp, 0, sizeof disp), memset(&comb, 0, sizeof comb);
-        memset(&nd, 0, sizeof nd), memset(&nc, 0, sizeof nc);
-        long long wrong = -1;
-        int ours = 0;
-        /* Until the cuda kernels exist create says SY_ERR_UNSUPPORTED (with a warning): asked once. */
-        const sy_status_t st = unsupported ? SY_ERR_UNSUPPORTED : sy_moe_create(ctx->comm, &cfg, &b.moe);
-        if (st == SY_ERR_UNSUPPORTED) {
-          unsupported = 1;
-        } else if (st != SY_SUCCESS) {
-          bench_print(ctx, "# moe-ll: sy_moe_create (%d tokens, %s, %s): %s (%s)\n", T, wire_name(cfg.wire),
-                      mode_name(cfg.flags), sy_status_name(st), sy_status_string(st));
-          rc = 1;
-          break;
-        } else {
-          ours = 1;
-          if (o->check) { /* one pair on poisoned receive metadata; the dispatch's layout is compared */
-            long long bad = 0;
-            int crc = fill_bytes(ctx, b.recv.src, 0xEE, (size_t)L * S * 2 * sizeof(int32_t));
-            crc |= fill_bytes(ctx, b.recv.expert_counts, 0xEE, (size_t)L * sizeof(int32_t));
-            crc |= fill_bytes(ctx, b.recv.rank_counts, 0xEE, (size_t)L * W * sizeof(int32_t));
-            crc = crc || op_dispatch(ctx, &b);
-            if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-            crc = crc || from_dev(ctx, h.counts, b.recv.expert_counts, (size_t)L * sizeof(int32_t));
-            crc = crc || from_dev(ctx, h.rank_counts, b.recv.rank_counts, (size_t)L * W * sizeof(int32_t));
-            crc = crc || from_dev(ctx, h.src, b.recv.src, (size_t)L * S * 2 * sizeof(int32_t));
-            if (!crc) bad = check_layout(h.all_ids, W, me, T, L, h.counts, h.rank_counts, h.src, h.fill, h.want_rank);
-            crc = crc || op_combine(ctx, &b);
-            if (gpu(ctx) && !crc) crc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
-            wrong = bench_allreduce_max(ctx, crc ? -1 : bad);
-            if (bench_allreduce_max(ctx, crc)) rc = 1; /* a pair that did not complete leaves the object mid-call */
-          }
-          if (!rc) rc = time_pairs(ctx, &b, &disp, &comb);
-          if (!rc && gpu(ctx)) rc = time_halves(ctx, &b, halves, halves_k);
-          sy_moe_destroy(b.moe);
-          b.moe = NULL;
-        }
-        if (ctx->nccl && !rc) {
-          rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, pairs, 0, wire_bytes(cfg.wire))) != 0;
-          if (!rc) rc = bench_time(ctx, op_nccl, &b, &nd);
-          if (!rc) rc = bench_allreduce_max(ctx, nccl_pairs(ctx, &b, back_pairs, 1, H * 2)) != 0;
-          if (!rc) rc = bench_time(ctx, op_nccl, &b, &nc);
-        }
-        if (o->check && ours) {
-          ctx->total_wrong += wrong > 0 ? wrong : 0;
-          if (wrong < 0) ctx->total_wrong++; /* a check that could not run counts as wrong */
-        }
-        /* Bytes the busiest rank sends (self included), what both columns move. */
-        double disp_bytes = 0, comb_bytes = 0;
-        for (int s = 0; s < W; s++) {
-          long long out_msgs = 0, back = 0;
-          for (int d = 0; d < W; d++) out_msgs += pairs[(size_t)s * W + d], back += back_pairs[(size_t)d * W + s];
-          const double db = (double)out_msgs * wire_bytes(cfg.wire), cb = (double)back * H * 2;
-          disp_bytes = db > disp_bytes ? db : disp_bytes;
-          comb_bytes = cb > comb_bytes ? cb : comb_bytes;
-        }
-        const int have_nccl = ctx->nccl && nd.valid && nc.valid;
-        /* Ratios on kernel time where both sides have it (the measure), else on event time. */
-        const int by_kernel = disp.kernel_us > 0 && comb.kernel_us > 0 && nd.kernel_us > 0 && nc.kernel_us > 0;
-        const double od = by_kernel ? disp.kernel_us : disp.time_us, oc = by_kernel ? comb.kernel_us : comb.time_us;
-        const double xd = have_nccl && ours && od > 0 ? (by_kernel ? nd.kernel_us : nd.time_us) / od : 0;
-        const double xc = have_nccl && ours && oc > 0 ? (by_kernel ? nc.kernel_us : nc.time_us) / oc : 0;
-        char our_cols[128], nccl_cols[96], x_cols[32], f[8][16];
-        if (ours)
-          snprintf(our_cols, sizeof our_cols, "%9.2f %s %s %9.2f | %9.2f %s %s %9.2f | %6lld", disp.time_us,
-                   bench_fmt_us(f[0], 16, 9, disp.kernel_us), bench_fmt_us(f[1], 16, 9, disp.graph_us), disp.host_us,
-                   comb.time_us, bench_fmt_us(f[2], 16, 9, comb.kernel_us), bench_fmt_us(f[3], 16, 9, comb.graph_us),
-                   comb.host_us, wrong);
-        else
-          snprintf(our_cols, sizeof our_cols, "%9s %9s %9s %9s | %9s %9s %9s %9s | %6s", "n/a", "", "", "", "n/a", "",
-                   "", "", "");
-        if (have_nccl)
-          snprintf(nccl_cols, sizeof nccl_cols, "%9.2f %s %9.2f %s", nd.time_us,
-                   bench_fmt_us(f[4], 16, 9, nd.kernel_us), nc.time_us, bench_fmt_us(f[5], 16, 9, nc.kernel_us));
-        else snprintf(nccl_cols, sizeof nccl_cols, "%9s %9s %9s %9s", "n/a", "", "n/a", "");
-        if (xd > 0 && xc > 0) snprintf(x_cols, sizeof x_cols, "%6.2f %6.2f", xd, xc);
-        else snprintf(x_cols, sizeof x_cols, "%6s %6s", "", "");
-        bench_print(ctx, "  %6d %5s %10s | %s | %s | %s\n", T, wire_name(cfg.wire), mode_name(cfg.flags), our_cols,
-                    nccl_cols, x_cols);
-        if (halves[0] > 0)
-          bench_print(ctx,
-                      "#        halves, one kernel each: dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
-                      "combine_recv %.2f us (events)\n",
-                      halves[0], halves[1], halves[2], halves[3]);
-        if (halves_k[0] > 0)
-          bench_print(ctx,
-                      "#        halves, kernel time:     dispatch_send %.2f, dispatch_recv %.2f, combine_send %.2f, "
-                      "combine_recv %.2f us\n",
-                      halves_k[0], halves_k[1], halves_k[2], halves_k[3]);
-        bench_json(ctx,
-                   "{\"entry\": \"moe-ll\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, "
-                   "\"hidden\": %d, \"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"mode\": \"%s\", "
-                   "\"supported\": %s, "
-                   "\"dispatch\": {\"time_us\": %.3f, \"kernel_us\": %s, \"graph_us\": %.3f, \"host_us\": %.3f, "
-                   "\"bytes_max\": %.0f}, "
-                   "\"combine\": {\"time_us\": %.3f, \"kernel_us\": %s, \"graph_us\": %.3f, \"host_us\": %.3f, "
-                   "\"bytes_max\": %.0f}, "
-                   "\"wrong\": %lld, "
-                   "\"nccl\": {%s\"dispatch_us\": %.3f, \"combine_us\": %.3f, \"dispatch_kernel_us\": %s, "
-                   "\"combine_kernel_us\": %s}, "
-                   "\"speedup_dispatch\": %.3f, \"speedup_combine\": %.3f, \"speedup_basis\": \"%s\", "
-                   "\"halves_us\": {\"dispatch_send\": %.3f, \"dispatch_recv\": %.3f, \"combine_send\": %.3f, "
-                   "\"combine_recv\": %.3f}, "
-                   "\"halves_kernel_us\": {\"dispatch_send\": %s, \"dispatch_recv\": %s, \"combine_send\": %s, "
-                   "\"combine_recv\": %s}}",
-                   sy_backend_name(ctx->backend), W, T, HIDDEN, TOP_K, experts, wire_name(cfg.wire),
-                   mode_name(cfg.flags), ours ? "true" : "false", disp.time_us, bench_json_us(f[0], 16, disp.kernel_us),
-                   disp.graph_us, disp.host_us, disp_bytes, comb.time_us, bench_json_us(f[1], 16, comb.kernel_us),
-                   comb.graph_us, comb.host_us, comb_bytes, wrong, have_nccl ? "" : "\"absent\": true, ", nd.time_us,
-                   nc.time_us, bench_json_us(f[2], 16, nd.kernel_us), bench_json_us(f[3], 16, nc.kernel_us), xd, xc,
-                   by_kernel ? "kernel" : "event", halves[0], halves[1], halves[2], halves[3],
-                   bench_json_us(f[4], 16, halves_k[0]), bench_json_us(f[5], 16, halves_k[1]),
-                   bench_json_us(f[6], 16, halves_k[2]), bench_json_us(f[7], 16, halves_k[3]));
-        if (xd > 0 && xc > 0) sum_xd += xd, sum_xc += xc, ratio_rows++;
-        if (ours && T == TARGET_TOKENS && cfg.wire == SY_MOE_WIRE_FP8 && cfg.flags == 0) {
-          have_target = 1;
-          target[0] = od, target[1] = oc, target[2] = xd, target[3] = xc;
-          target_by_kernel = by_kernel;
-        }
+        rc = run_config(ctx, &b, &h, T, experts, wires[wi], modes[mi], &unsupported, &tally);
       }
     }
   }
-  if (ratio_rows)
-    bench_print(ctx, "# average over %d rows: dispatch %.2fx, combine %.2fx faster than nccl\n", ratio_rows,
-                sum_xd / ratio_rows, sum_xc / ratio_rows);
-  if (have_target && gpu(ctx)) {
-    const int met = target[0] <= TARGET_DISPATCH_US && target[1] <= TARGET_COMBINE_US &&
-                    (!ctx->nccl || (target[2] >= TARGET_SPEEDUP && target[3] >= TARGET_SPEEDUP));
-    bench_print(ctx,
-                "# target (4 x H200, %d tokens, fp8 dispatch, dedup; %s time): dispatch %.2f us (<= %.0f), "
-                "combine %.2f us (<= %.0f), %.2fx / %.2fx nccl (>= %.0fx): %s%s\n",
-                TARGET_TOKENS, target_by_kernel ? "kernel" : "event", target[0], TARGET_DISPATCH_US, target[1],
-                TARGET_COMBINE_US, target[2], target[3], TARGET_SPEEDUP, met ? "met" : "NOT met",
-                ctx->nccl ? "" : " (no nccl baseline)");
-  }
-  if (unsupported) {
-    bench_print(ctx,
-                "# moe-ll: sy_moe_create: %s on the %s backend (its MoE kernels are not built yet); the "
-                "switchyard columns are n/a\n",
-                sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
-    rc = 1;
-  }
-  dev_free(ctx, b.x), dev_free(ctx, b.ids), dev_free(ctx, b.weights), dev_free(ctx, b.recv.tokens);
-  dev_free(ctx, b.recv.scales), dev_free(ctx, b.recv.src), dev_free(ctx, b.recv.expert_counts);
-  dev_free(ctx, b.recv.rank_counts), dev_free(ctx, b.expert_out), dev_free(ctx, b.out);
-  dev_free(ctx, b.nccl_send), dev_free(ctx, b.nccl_recv);
-  free(b.send_bytes);
-  free(h.all_ids), free(h.weights), free(h.x), free(h.want), free(h.counts), free(h.fill), free(h.rank_counts);
-  free(h.want_rank), free(h.src), free(h.msgs);
+  if (print_footer(ctx, &tally, unsupported)) rc = 1;
+  free_buffers(ctx, &b, &h);
   return rc;
 }
