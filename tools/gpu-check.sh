@@ -16,6 +16,7 @@
 # (syrun --gpus 0,0,...; time-sliced, so ~2 ms per cross-rank wait): the multi-rank code paths checked bit
 # for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
 # (--no-nccl: NCCL refuses two ranks on one GPU), with no JSON.
+# GPU_CHECK_GPUS=N uses only GPUs 0..N-1 (e.g. 1 on a two-GPU machine: the ranks share one GPU, as on a one-GPU machine).
 # GPU_CHECK_REV=REV names the commit in results.md when the checkout's .git does not (a device machine that gets
 # a copy of the working tree but an older .git).
 # Exit status: non-zero if any test or benchmark check failed.
@@ -37,7 +38,7 @@ start=$(date +%s)
 if SY_WERROR=ON "$root/tools/build.sh" >"$logs/build.log" 2>&1; then note build ok "$(($(date +%s) - start)) s"
 else note build FAIL "see build.log"; tail -30 "$logs/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 bin=$root/build/bin
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+gpus=${GPU_CHECK_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 { nvidia-smi topo -m; "$bin/sy-info" -e; } >"$logs/machine.log" 2>&1
 
 # run NAME N CMD... : one test or benchmark under syrun with N ranks, logged to OUTDIR/NAME.n<N>.log
