@@ -177,10 +177,15 @@ SY_API sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t val
  * rank p (itself included), which places them at recv + recv_offsets[r]; recv_bytes[r] at p must equal
  * send_bytes[p] at r (a disagreeing pair is not copied and is reported as SY_ERR_MISMATCH through the
  * async error on the cuda backend, returned directly on the host backend).
- * - send: device memory of this rank (any, symmetric or not). recv: a symmetric allocation (sy_mem_alloc),
- *   every [recv_offsets[p], +recv_bytes[p]) inside it; the receive ranges must not overlap.
- * - The six arrays are host arrays of world_size entries, read during the call (captured by value in a
- *   graph). Any byte counts and offsets; 16-byte aligned ones take the fast path.
+ * - send: device memory of this rank (any, symmetric or not; see "Sources" in the attention section for peers
+ *   beyond one node); when it lies in a symmetric allocation, every [send_offsets[p], +send_bytes[p]) must lie
+ *   inside that allocation. Send ranges may overlap. recv: a symmetric allocation (sy_mem_alloc), every
+ *   non-empty [recv_offsets[p], +recv_bytes[p]) inside it; the receive ranges must not overlap. The offset of an
+ *   empty range is not looked at, and with nothing to receive recv may be NULL.
+ * - The four arrays are host arrays of world_size entries, read during the call (captured by value in a
+ *   graph). Any byte counts and offsets; 16-byte aligned ones take the fast path. A count, an offset plus its
+ *   count, or the sum of one side's counts that does not fit a size_t is rejected (SY_ERR_INVALID_ARG, naming
+ *   the entry), as is any range that leaves its buffer.
  * - Peers reachable by load/store get direct stores; others get NVSHMEM puts. The call signals every peer
  *   even with nothing to send, and waits (bounded) until each peer has entered the same call before writing
  *   into its recv, so recv may be reused by the caller as soon as the call has completed on the stream.
@@ -188,7 +193,8 @@ SY_API sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t val
 SY_API sy_status_t sy_alltoallv(sy_comm_t comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
                                 void *recv, const size_t *recv_bytes, const size_t *recv_offsets, cudaStream_t stream);
 
-/* sy_alltoallv with bytes_per_rank to and from every rank, packed in rank order on both sides. */
+/* sy_alltoallv with bytes_per_rank to and from every rank, packed in rank order on both sides (send and recv
+ * hold world_size x bytes_per_rank bytes). Its rejections name sy_alltoall and bytes_per_rank. */
 SY_API sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, size_t bytes_per_rank,
                                cudaStream_t stream);
 

@@ -208,7 +208,22 @@ static void test_single_rank_args(void) {
   REJECT(sy_alltoall(comm, send, plain, 16, NULL), "is not a symmetric allocation");
   REJECT(sy_alltoall(comm, send, recv, RECV_BYTES + 1, NULL), "runs past");
   REJECT(sy_alltoall(comm, NULL, recv, 16, NULL), "send is NULL");
+  /* sy_alltoall's rejections name sy_alltoall and its bytes_per_rank, not the sy_alltoallv it builds. */
+  REJECT(sy_alltoall(comm, send, recv, RECV_BYTES + 1, NULL),
+         "sy_alltoall: invalid argument: bytes_per_rank=4097 x world_size=1 = 4097 bytes runs past");
+  REJECT(sy_alltoall(comm, NULL, recv, 16, NULL), "sy_alltoall: invalid argument: send is NULL with bytes_per_rank=16");
+  REJECT(sy_alltoall(comm, send, plain, 16, NULL), "sy_alltoall: invalid argument: recv=");
+  /* The send side: a send buffer in a symmetric allocation (heap_sig, 20 bytes) keeps its ranges inside it;
+   * no range runs past the end of the address space. */
+  size_t eight[1] = {8};
+  REJECT(sy_alltoallv(comm, heap_sig, one, eight, recv, one, zero, NULL),
+         "send_offsets[0]=8 + send_bytes[0]=16 runs past send's symmetric allocation (20 bytes from send)");
+  REJECT(sy_alltoall(comm, heap_sig, recv, 24, NULL),
+         "sy_alltoall: invalid argument: bytes_per_rank=24 x world_size=1 = 24 bytes runs past send's symmetric");
+  REJECT(sy_alltoallv(comm, (const void *)(UINTPTR_MAX - 7), one, zero, recv, one, zero, NULL),
+         "send_bytes[0]=16 runs past the end of the address space");
   CHECK(memcmp(recv, before, RECV_BYTES) == 0);
+  CHECK(memcmp(heap_sig, sig_before, 20) == 0);
 
   /* Still healthy after all of that: rejections are not errors of the communicator. */
   st = SY_ERR_INTERNAL;
@@ -253,6 +268,24 @@ static void *two_rank_main(void *arg) {
     REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, bytes, zeros, NULL), "overlap");
     REJECT(sy_alltoall(comm, send, recv, SIZE_MAX / 2 + 1, NULL), "bytes_per_rank");
     REJECT(sy_alltoall(comm, send, recv, RECV_BYTES / 2 + 1, NULL), "runs past");
+    /* Counts whose sum wraps are named, whichever side: no check is skipped because a sum came out small. */
+    size_t half[2] = {(size_t)1 << 63, (size_t)1 << 63}, apart[2] = {0, 100};
+    REJECT(sy_alltoallv(comm, send, bytes, zeros, NULL, half, zeros, NULL),
+           "recv_bytes[1]=9223372036854775808: the sum of recv_bytes overflows (9223372036854775808 before it)");
+    REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, half, zeros, NULL), "the sum of recv_bytes overflows");
+    REJECT(sy_alltoallv(comm, send, half, zeros, recv, bytes, apart, NULL),
+           "send_bytes[1]=9223372036854775808: the sum of send_bytes overflows");
+    CHECK(memcmp(recv, before, RECV_BYTES) == 0);
+  }
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+
+  /* Issue 18's reproduction on both ranks: the pairs agree, the receive counts sum to 2^64 = 0 and recv is
+   * NULL. Rejected on each rank before anything is exchanged; the communicator stays healthy. */
+  {
+    static char small_send[16];
+    size_t huge[2] = {(size_t)1 << 63, (size_t)1 << 63}, offs[2] = {0, 0};
+    CHECK_STATUS(sy_alltoallv(comm, small_send, huge, offs, NULL, huge, offs, NULL), SY_ERR_INVALID_ARG);
+    CHECK_STATUS(sy_alltoallv(comm, small_send, huge, offs, recv, huge, offs, NULL), SY_ERR_INVALID_ARG);
     CHECK(memcmp(recv, before, RECV_BYTES) == 0);
   }
   CHECK_OK(sy_comm_barrier(comm, NULL));
