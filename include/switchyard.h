@@ -82,6 +82,10 @@ SY_API int sy_version_code(void);
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_comm *sy_comm_t;
 
+/* Most ranks one communicator may have; a larger world size (from the config or the launcher's environment) is
+ * rejected at init, naming where it came from. */
+#define SY_MAX_WORLD_SIZE 65536
+
 typedef enum sy_backend {
   SY_BACKEND_AUTO = 0, /* SY_BACKEND env variable; else cuda when a GPU is visible, host otherwise */
   SY_BACKEND_CUDA = 1, /* NVSHMEM symmetric heap and kernels, one process per GPU */
@@ -95,9 +99,9 @@ typedef struct sy_comm_config {
   size_t size;          /* sizeof(sy_comm_config_t): lets later versions add fields */
   sy_backend_t backend; /* SY_BACKEND_AUTO by default */
   int rank;             /* -1: from the launcher's environment (syrun, torchrun, srun, mpirun) */
-  int world_size;       /* -1: from the launcher's environment; 1 when there is none */
+  int world_size;       /* -1: from the launcher's environment; 1 when there is none; at most SY_MAX_WORLD_SIZE */
   int device;           /* cuda backend: -1 picks SY_DEVICE, else local rank modulo the visible GPUs */
-  size_t heap_bytes;    /* symmetric memory to reserve per rank; 0: SY_HEAP_SIZE */
+  size_t heap_bytes;    /* symmetric memory to reserve per rank; 0: SY_HEAP_SIZE (which must not be 0) */
   uint64_t timeout_ms;  /* bound on every wait; 0: SY_TIMEOUT_MS */
   int host_group;       /* host backend: threads that pass the same value form one communicator */
 } sy_comm_config_t;

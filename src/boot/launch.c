@@ -106,6 +106,11 @@ static sy_status_t read_launcher(const launcher_t *l, sy_launch_info_t *info) {
             got_rank ? l->world : l->rank);
     return SY_ERR_INVALID_ARG;
   }
+  if (world > SY_MAX_WORLD_SIZE) {
+    SY_WARN("launcher environment (%s): %s=%d exceeds SY_MAX_WORLD_SIZE=%d", l->source, l->world, world,
+            SY_MAX_WORLD_SIZE);
+    return SY_ERR_INVALID_ARG;
+  }
   if (rank >= world) {
     SY_WARN("launcher environment (%s): %s=%d must be < %s=%d", l->source, l->rank, rank, l->world, world);
     return SY_ERR_INVALID_ARG;

@@ -76,6 +76,8 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
                "config->rank=%d and config->world_size=%d: set both or neither", config.rank, config.world_size);
   SY_ARG_CHECK(config.world_size < 0 || config.world_size >= 1, fn, "config->world_size=%d must be >= 1",
                config.world_size);
+  SY_ARG_CHECK(config.world_size <= SY_MAX_WORLD_SIZE, fn, "config->world_size=%d exceeds SY_MAX_WORLD_SIZE=%d",
+               config.world_size, SY_MAX_WORLD_SIZE);
   SY_ARG_CHECK(config.rank < 0 || config.rank < config.world_size, fn, "config->rank=%d must be < world_size=%d",
                config.rank, config.world_size);
   SY_ARG_CHECK(config.rank >= -1 && config.world_size >= -1, fn,
@@ -94,8 +96,15 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   }
   rc.timeout_ms = config.timeout_ms ? config.timeout_ms : (uint64_t)timeout_ms;
   rc.boot_timeout_ms = (uint64_t)boot_timeout_ms;
-  if (config.heap_bytes) rc.heap_bytes = config.heap_bytes;
-  else SY_CHECK(sy__env_size(SY_ENVID_SY_HEAP_SIZE, &rc.heap_bytes));
+  if (config.heap_bytes) {
+    rc.heap_bytes = config.heap_bytes;
+  } else {
+    SY_CHECK(sy__env_size(SY_ENVID_SY_HEAP_SIZE, &rc.heap_bytes));
+    SY_ARG_CHECK(rc.heap_bytes > 0, fn,
+                 "environment variable SY_HEAP_SIZE=%s: the symmetric heap would be empty and every sy_mem_alloc "
+                 "fail (unset it for the default %s, or give a size such as 512M)",
+                 sy__env_raw(SY_ENVID_SY_HEAP_SIZE), sy__env_def(SY_ENVID_SY_HEAP_SIZE)->default_value);
+  }
   rc.host_group = config.host_group;
   rc.device = config.device;
 
@@ -126,7 +135,10 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   }
 
   sy_comm_t comm = calloc(1, sizeof *comm);
-  if (!comm) return SY_ERR_NO_MEMORY;
+  if (!comm) {
+    SY_WARN("%s: out of memory for the communicator (%zu bytes)", fn, sizeof *comm);
+    return SY_ERR_NO_MEMORY;
+  }
   comm->backend = rc.backend;
   comm->rank = rc.rank;
   comm->world_size = rc.world_size;
@@ -136,6 +148,8 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   comm->device = -1;
   comm->a2a_scratch = calloc(5 * (size_t)rc.world_size, sizeof(size_t));
   if (!comm->a2a_scratch) {
+    SY_WARN("%s: out of memory for the argument-check scratch of world size %d (%zu bytes)", fn, rc.world_size,
+            5 * (size_t)rc.world_size * sizeof(size_t));
     free(comm);
     return SY_ERR_NO_MEMORY;
   }

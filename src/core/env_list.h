@@ -8,7 +8,7 @@ SY_ENV_ID_(SY_DEBUG_FILE, SY_ENV_STRING, "", "write the log here instead of stde
 SY_ENV_ID_(SY_BACKEND, SY_ENV_STRING, "auto", "backend when the config says auto: auto, cuda or host")
 SY_ENV_ID_(SY_TIMEOUT_MS, SY_ENV_INT, "5000", "bound on every wait for a peer, in milliseconds")
 SY_ENV_ID_(SY_BOOT_TIMEOUT_MS, SY_ENV_INT, "60000", "bound on the rendezvous at init, in milliseconds")
-SY_ENV_ID_(SY_HEAP_SIZE, SY_ENV_SIZE, "1G", "symmetric memory reserved per rank (K/M/G suffixes)")
+SY_ENV_ID_(SY_HEAP_SIZE, SY_ENV_SIZE, "1G", "symmetric memory reserved per rank (K/M/G suffixes); 0 is rejected")
 SY_ENV_ID_(SY_FORCE_PUT, SY_ENV_BOOL, "0", "use NVSHMEM puts even to peers reachable by load/store")
 SY_ENV_ID_(SY_RANK, SY_ENV_INT, "-1", "this process's rank (set by syrun)")
 SY_ENV_ID_(SY_WORLD_SIZE, SY_ENV_INT, "-1", "number of ranks (set by syrun)")

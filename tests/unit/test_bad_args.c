@@ -1,13 +1,17 @@
 /*
  * test_bad_args.c — every public entry point rejects bad input with SY_ERR_INVALID_ARG, a log line naming
- * the argument, and nothing changed (receive buffers and signals compared before and after); and ranks that
- * disagree on an all-to-all get SY_ERR_MISMATCH everywhere with nothing copied. The log goes to a file in a
- * scratch directory so the test can read which argument each rejection named.
+ * the argument, and nothing changed (receive buffers and signals compared before and after): among them world
+ * sizes above SY_MAX_WORLD_SIZE and an empty SY_HEAP_SIZE at init, all-to-all byte counts whose sums wrap
+ * (issue 18's reproduction, on both ranks) and send ranges that leave their buffer. Ranks that disagree on an
+ * all-to-all get SY_ERR_MISMATCH everywhere with nothing copied; after that sticky error the queries of what
+ * init fixed still answer and everything else returns the error. The log goes to a file in a scratch directory
+ * so the test can read which argument each rejection named.
  */
 #include "check.h"
 #include "core/internal.h"
 #include "switchyard.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +83,34 @@ static void test_init_args(void) {
     CHECK_OK(sy_comm_destroy(comm));
   }
   CHECK_OK(sy_comm_destroy(NULL));
+  /* A world size no machine holds is named, whether the config or the launcher's environment gives it. */
+  config = make_config(0, INT_MAX, 3000);
+  REJECT(sy_comm_init(&comm, &config), "config->world_size=2147483647 exceeds SY_MAX_WORLD_SIZE=65536");
+  config = make_config(0, SY_MAX_WORLD_SIZE + 1, 3000);
+  REJECT(sy_comm_init(&comm, &config), "config->world_size=65537 exceeds SY_MAX_WORLD_SIZE");
+  CHECK(comm == NULL);
+  setenv("SY_RANK", "0", 1);
+  setenv("SY_WORLD_SIZE", "2147483647", 1);
+  config = make_config(-1, -1, 3000);
+  config.backend = SY_BACKEND_CUDA; /* reads the launcher; rejected before any device is touched */
+  REJECT(sy_comm_init(&comm, &config), "SY_WORLD_SIZE=2147483647 exceeds SY_MAX_WORLD_SIZE=65536");
+  CHECK(comm == NULL);
+  unsetenv("SY_RANK");
+  unsetenv("SY_WORLD_SIZE");
+
+  /* An empty symmetric heap from the environment: every allocation would fail, so init refuses it. */
+  config = make_config(0, 1, 3000);
+  setenv("SY_HEAP_SIZE", "0", 1);
+  REJECT(sy_comm_init(&comm, &config), "environment variable SY_HEAP_SIZE=0: the symmetric heap would be empty");
+  setenv("SY_HEAP_SIZE", "0M", 1);
+  REJECT(sy_comm_init(&comm, &config), "SY_HEAP_SIZE=0M");
+  CHECK(comm == NULL);
+  config.heap_bytes = 1 << 20; /* the config's own size wins over the variable */
+  CHECK_OK(sy_comm_init(&comm, &config));
+  CHECK_OK(sy_comm_destroy(comm));
+  comm = NULL;
+  unsetenv("SY_HEAP_SIZE");
+
   /* NULL config: all defaults; the host backend then needs an explicit rank, so it is rejected. */
   const char *backend = getenv("SY_BACKEND");
   if (backend && !strcmp(backend, "host")) REJECT(sy_comm_init(&comm, NULL), "config->rank=-1");

@@ -1,7 +1,7 @@
 /*
  * test_launch_env.c — sy__launch_info_from_env: each launcher's variables (syrun, torchrun, slurm, openmpi,
  * pmi), their precedence, the local-rank fallbacks, and the rejection (SY_ERR_INVALID_ARG, a log line naming
- * the variable, *info untouched) of malformed or inconsistent values.
+ * the variable, *info untouched) of malformed or inconsistent values and of world sizes above SY_MAX_WORLD_SIZE.
  */
 #include "boot/boot.h"
 #include "check.h"
@@ -184,6 +184,11 @@ int main(void) {
   REJECT(ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2"), "LOCAL_RANK=2");
   REJECT(ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=8"), "LOCAL_WORLD_SIZE=8");
   REJECT(ENV("SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=3", "SLURM_NTASKS_PER_NODE=2"), "SLURM_LOCALID=3");
+  /* An absurd world size is named, not left to fail as an allocation of world-sized tables. */
+  REJECT(ENV("RANK=0", "WORLD_SIZE=2147483647"), "WORLD_SIZE=2147483647 exceeds SY_MAX_WORLD_SIZE=65536");
+  REJECT(ENV("SY_RANK=0", "SY_WORLD_SIZE=65537"), "SY_WORLD_SIZE=65537 exceeds SY_MAX_WORLD_SIZE");
+  EXPECT(ENV("SY_RANK=65535", "SY_WORLD_SIZE=65536", "SY_LOCAL_RANK=7", "SY_LOCAL_SIZE=8"), 65535, 65536, 7, 8, -1,
+         "syrun");
   /* Half a launcher: its rank without its world (or the reverse) is an error, not a silent singleton. */
   REJECT(ENV("RANK=1"), "RANK is set but WORLD_SIZE is not");
   REJECT(ENV("SY_WORLD_SIZE=4"), "SY_WORLD_SIZE is set but SY_RANK is not");
