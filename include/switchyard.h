@@ -432,7 +432,7 @@ typedef struct sy_moe_config {
   size_t size;        /* sizeof(sy_moe_config_t) */
   int max_tokens;     /* tokens per rank per call, >= 1 */
   int hidden;         /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16 */
-  int top_k;          /* experts per token, 1..32 */
+  int top_k;          /* experts per token, 1..32 and at most num_experts (a token's experts are distinct) */
   int num_experts;    /* a positive multiple of the world size */
   sy_moe_wire_t wire; /* SY_MOE_WIRE_FP8 by default */
   unsigned flags;     /* SY_MOE_PER_EXPERT */

@@ -43,6 +43,10 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_config_t *in, sy_moe
   SY_ARG_CHECK(config->top_k >= 1 && config->top_k <= 32, fn, "config->top_k=%d outside [1, 32]", config->top_k);
   SY_ARG_CHECK(config->num_experts >= 1 && config->num_experts % W == 0, fn,
                "config->num_experts=%d is not a positive multiple of the world size %d", config->num_experts, W);
+  SY_ARG_CHECK(config->top_k <= config->num_experts, fn,
+               "config->top_k=%d exceeds config->num_experts=%d: a token names top_k distinct experts, and only "
+               "num_experts exist",
+               config->top_k, config->num_experts);
   SY_ARG_CHECK((config->flags & ~SY_MOE_PER_EXPERT) == 0, fn,
                "config->flags=0x%x: only SY_MOE_PER_EXPERT (0x%x) is defined", config->flags, SY_MOE_PER_EXPERT);
   /* Slots are int32 (src pairs, counts); the caller's [L][S][hidden] buffers and the workspace need a size. */

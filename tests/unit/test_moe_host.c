@@ -1,7 +1,7 @@
 /*
  * test_moe_host.c — the MoE low-latency dispatch and combine on the host backend (ranks are threads), bit for
  * bit against the expectation moe_test.h computes from the header's words, every output poisoned first:
- *  - W = 1, 2, 4, 8; 8 to 288 experts; top-k 1, 2, 4, 8, 16 (and top_k > num_experts); hidden 128 to 7168;
+ *  - W = 1, 2, 4, 8; 8 to 288 experts; top-k 1, 2, 4, 8, 16 (and top_k = num_experts); hidden 128 to 7168;
  *    the FP8, FP8_UE8M0 and BF16 wires; the default (rank-reduced) and SY_MOE_PER_EXPERT combines; int32 and
  *    int64 ids (and the combine given the other index type than the dispatch);
  *  - routing: random, every token to one expert, a rank with no tokens, several of a token's experts on one
@@ -45,7 +45,7 @@ static const moe_case_t cases[] = {
     {"same rank ue8m0", 2, 8, 8, 128, 8, UE8, 0, I64, WL_ROUTE_SAME_RANK, 2, MODE_ALTERNATE, 0, 1, 14},
     {"one rank 288 experts 7168", 1, 288, 16, 7168, 2, UE8, PE, I32, WL_ROUTE_RANDOM, 1, MODE_ONE_CALL, 0, 0, 15},
     {"one expert per rank", 8, 8, 1, 4096, 2, UE8, PE, I64, WL_ROUTE_FULL, 1, MODE_HALVES, 0, 0, 16},
-    {"top-k above experts", 2, 2, 4, 128, 8, FP8, 0, I32, WL_ROUTE_RANDOM, 2, MODE_ALTERNATE, 0, 1, 17},
+    {"top-k = experts", 2, 4, 4, 128, 8, FP8, 0, I32, WL_ROUTE_RANDOM, 2, MODE_ALTERNATE, 0, 1, 17},
     {"bf16 7168 full", 4, 16, 2, 7168, 4, BF16, 0, I32, WL_ROUTE_FULL, 1, MODE_HALVES, 0, 0, 18},
     {"specials fp8", 2, 8, 4, 256, 16, FP8, 0, I32, WL_ROUTE_FULL, 2, MODE_ONE_CALL, 1, 1, 19},
     {"specials ue8m0 per-expert", 4, 16, 8, 128, 8, UE8, PE, I64, WL_ROUTE_RANDOM, 2, MODE_HALVES, 1, 1, 20},

@@ -150,10 +150,18 @@ static void config_rejections(sy_comm_t comm) {
     REJECT(sy_moe_create(comm, &c, &moe), bad[i].needle);
     CHECK(moe == NULL);
   }
-  sy_moe_config_t c = good; /* the edges that are fine */
+  /* A token names top_k distinct experts: more than num_experts is named with both fields. */
+  sy_moe_config_t c = good;
+  c.top_k = 8, c.num_experts = 4;
+  REJECT(sy_moe_workspace_size(comm, &c, &bytes), "config->top_k=8 exceeds config->num_experts=4");
+  moe = (sy_moe_t)&bytes;
+  REJECT(sy_moe_create(comm, &c, &moe), "config->top_k=8 exceeds config->num_experts=4: a token names top_k distinct");
+  CHECK(moe == NULL);
+  c = good; /* the edges that are fine */
   c.wire = SY_MOE_WIRE_BF16;
   c.hidden = 136;
   c.top_k = 32;
+  c.num_experts = 32;
   CHECK_OK(sy_moe_workspace_size(comm, &c, &bytes));
   for (int i = 0; i < 6; i++) free(b->snapshot[i]);
   bufs_free(b);
