@@ -37,7 +37,8 @@ int main(void) {
   sy_moe_t moe;
   CHECK(sy_moe_create(comm, &config, &moe));
   const int T = config.max_tokens, H = config.hidden, K = config.top_k;
-  const int local_experts = config.num_experts / world, slots = world * T;
+  sy_moe_recv_sizes_t sizes = SY_MOE_RECV_SIZES_INIT; /* what the dispatch writes here, buffer by buffer */
+  CHECK(sy_moe_recv_sizes(moe, &sizes));
 
   /* This rank's tokens (bf16), their top-k distinct experts and weights 1/k. */
   uint16_t *tokens_h = malloc((size_t)T * H * 2);
@@ -57,10 +58,10 @@ int main(void) {
   CHECK(cudaMalloc(&ids, (size_t)T * K * 4));
   CHECK(cudaMalloc((void **)&weights, (size_t)T * K * 4));
   CHECK(cudaMalloc(&out, (size_t)T * H * 2));
-  CHECK(cudaMalloc(&recv.tokens, (size_t)local_experts * slots * H * 2)); /* [L][S][hidden] bf16 */
-  CHECK(cudaMalloc((void **)&recv.src, (size_t)local_experts * slots * 2 * 4));
-  CHECK(cudaMalloc((void **)&recv.expert_counts, (size_t)local_experts * 4));
-  CHECK(cudaMalloc((void **)&recv.rank_counts, (size_t)local_experts * world * 4));
+  CHECK(cudaMalloc(&recv.tokens, sizes.tokens_bytes)); /* [L][S][hidden] bf16; the BF16 wire has no scales */
+  CHECK(cudaMalloc((void **)&recv.src, sizes.src_bytes));
+  CHECK(cudaMalloc((void **)&recv.expert_counts, sizes.expert_counts_bytes));
+  CHECK(cudaMalloc((void **)&recv.rank_counts, sizes.rank_counts_bytes));
   CHECK(cudaMemcpy(tokens, tokens_h, (size_t)T * H * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(ids, ids_h, (size_t)T * K * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(weights, weights_h, (size_t)T * K * 4, cudaMemcpyHostToDevice));

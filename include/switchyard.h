@@ -401,6 +401,15 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /* must hold whole rounds (the four halves in order), as the object's host-side order check advances at    */
 /* capture and the device's call number at replay.                                                        */
 /*                                                                                                        */
+/* Routing weights (fp32 [num_tokens][top_k], w_k for the token's k-th expert). Pass the same weights to a   */
+/* dispatch and to the combine that answers it; the mode decides which of the two reads them:              */
+/*   default (rank-reduced): the dispatch (sy_moe_dispatch, sy_moe_dispatch_send) — they travel with each   */
+/*     token, because the experts' ranks weight their outputs before adding a token's partials;            */
+/*   SY_MOE_PER_EXPERT: the combine (sy_moe_combine, sy_moe_combine_recv) — the outputs come back unweighted */
+/*     and this rank weights each one as it sums them.                                                     */
+/* The call that reads them rejects NULL (with num_tokens > 0), naming itself and the mode; the other      */
+/* accepts any pointer, NULL included, and never reads it.                                                */
+/*                                                                                                        */
 /* Buffers. tokens, expert_ids and weights may be reused once dispatch_send has completed on the stream;    */
 /* expert_out once combine_send has; combine_recv's expert_ids and weights until it completes (on the host  */
 /* backend every call completes before it returns). recv and out are plain device memory of the caller.   */
@@ -452,6 +461,24 @@ typedef struct sy_moe_recv {
   int32_t *rank_counts;   /* [L][W]: slots filled from each source rank (they start at the prefix sum) */
 } sy_moe_recv_t;
 
+/* The bytes of each buffer of sy_moe_recv_t for an object (what sy_moe_dispatch writes and its caller
+ * allocates), and of the combine's expert_out. Initialise with SY_MOE_RECV_SIZES_INIT (its size field is
+ * checked; a later version may add fields at the end). */
+typedef struct sy_moe_recv_sizes {
+  size_t size;                /* sizeof(sy_moe_recv_sizes_t) */
+  int local_experts;          /* L = num_experts / world_size */
+  int slots;                  /* S = world_size * max_tokens */
+  size_t tokens_bytes;        /* recv.tokens: L x S x hidden x (1 on the FP8 wires, 2 on BF16) */
+  size_t scales_bytes;        /* recv.scales: L x hidden/128 x S x 4 on the FP8 wires; 0 on BF16 (pass NULL) */
+  size_t src_bytes;           /* recv.src: L x S x 2 x 4 */
+  size_t expert_counts_bytes; /* recv.expert_counts: L x 4 */
+  size_t rank_counts_bytes;   /* recv.rank_counts: L x world_size x 4 */
+  size_t expert_out_bytes;    /* the combine's expert_out: L x S x hidden x 2 */
+} sy_moe_recv_sizes_t;
+
+#define SY_MOE_RECV_SIZES_INIT \
+  { sizeof(sy_moe_recv_sizes_t), 0, 0, 0, 0, 0, 0, 0, 0 }
+
 /* Symmetric memory sy_moe_create reserves: both parities of the dispatch receive region (world_size x
  * max_tokens messages, x top_k with SY_MOE_PER_EXPERT: a header with the token's local experts, k, weights
  * and places among each expert's slots, the payload, the scales) and of the combine receive region (world_size
@@ -463,10 +490,12 @@ SY_API sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *
 SY_API sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config, sy_moe_t *moe);
 /* Collective. Accepted after an error. */
 SY_API sy_status_t sy_moe_destroy(sy_moe_t moe);
+/* Fills sizes (see sy_moe_recv_sizes_t) for this object. Local; answers after an error too. */
+SY_API sy_status_t sy_moe_recv_sizes(sy_moe_t moe, sy_moe_recv_sizes_t *sizes);
 
-/* tokens: bf16 [num_tokens][hidden]; expert_ids: [num_tokens][top_k] of id_type; weights: fp32
- * [num_tokens][top_k], the routing weights (needed by the default rank-reduced combine, which applies them
- * on the experts' ranks; may be NULL with SY_MOE_PER_EXPERT). 0 <= num_tokens <= max_tokens. An id outside
+/* tokens: bf16 [num_tokens][hidden]; expert_ids: [num_tokens][top_k] of id_type; weights: the routing weights
+ * (see "Routing weights" above: read here in the default mode, not read with SY_MOE_PER_EXPERT); recv: buffers
+ * of the sizes sy_moe_recv_sizes gives. 0 <= num_tokens <= max_tokens. An id outside
  * [-1, num_experts) or repeated within a token is reported as SY_ERR_INVALID_ARG (asynchronously on the cuda
  * backend, through sy_comm_async_error; on the host backend the call is rejected before anything is sent).
  * Collective; every rank calls it, with any num_tokens (0 allowed, with NULL buffers). */
@@ -478,9 +507,9 @@ SY_API sy_status_t sy_moe_dispatch_send(sy_moe_t moe, const void *tokens, int nu
 SY_API sy_status_t sy_moe_dispatch_recv(sy_moe_t moe, const sy_moe_recv_t *recv, cudaStream_t stream);
 
 /* expert_out: bf16 [L][S][hidden], the experts' outputs in the dispatch's slots; expert_ids, weights and
- * num_tokens as given to the dispatch this combine answers (expert_ids in either index type; weights are
- * used by SY_MOE_PER_EXPERT, and ignored by the default mode, which applied the dispatch's on the experts'
- * ranks). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
+ * num_tokens as given to the dispatch this combine answers (expert_ids in either index type; weights: see
+ * "Routing weights" above: read here with SY_MOE_PER_EXPERT, not read in the default mode, which applied the
+ * dispatch's on the experts' ranks). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
 SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids, sy_index_type_t id_type,
                                   const float *weights, int num_tokens, void *out, cudaStream_t stream);
 SY_API sy_status_t sy_moe_combine_send(sy_moe_t moe, const void *expert_out, cudaStream_t stream);

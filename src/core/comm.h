@@ -158,6 +158,15 @@ sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn
     if (sy_health_ != SY_SUCCESS) return sy_health_;    \
   } while (0)
 
+/* Opening of a query that only reads facts fixed when the communicator or an object was made (rank, size,
+ * backend, device, sizes a configuration implies): comm non-NULL and the log's rank, but no health gate, so that
+ * it still answers after an error (the header's conventions list these calls). */
+#define SY_COMM_QUERY_GUARD(comm, func)                 \
+  do {                                                  \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL"); \
+    sy__log_set_rank((comm)->rank);                     \
+  } while (0)
+
 /* Records the first asynchronous/fatal error of a communicator (keeps the first). */
 void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

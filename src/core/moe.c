@@ -64,7 +64,7 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_config_t *in, sy_moe
 
 sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_in, size_t *bytes) {
   static const char *fn = "sy_moe_workspace_size";
-  SY_COMM_GUARD(comm, fn);
+  SY_COMM_QUERY_GUARD(comm, fn); /* a function of the configuration: answers after an error too */
   SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
   sy_moe_config_t config;
   SY_CHECK(read_config(comm, config_in, &config, fn));
@@ -138,7 +138,44 @@ sy_status_t sy_moe_destroy(sy_moe_t moe) {
   return SY_SUCCESS;
 }
 
+/* The bytes of the caller's buffers this object's calls write or read: sy_moe_recv_t's five and the combine's
+ * expert_out. read_config made sure L x S x hidden x 2 fits a size_t, and every other size is smaller. */
+static void recv_sizes(const struct sy_moe *moe, sy_moe_recv_sizes_t *s) {
+  const size_t L = (size_t)moe->local_experts, S = (size_t)moe->slots, H = (size_t)moe->config.hidden;
+  const int fp8 = moe->config.wire != SY_MOE_WIRE_BF16;
+  memset(s, 0, sizeof *s);
+  s->size = sizeof *s;
+  s->local_experts = moe->local_experts;
+  s->slots = moe->slots;
+  s->tokens_bytes = L * S * H * sy__moe_wire_elem(moe->config.wire);
+  s->scales_bytes = fp8 ? L * (H / SY_MOE_FP8_GROUP) * S * sizeof(float) : 0;
+  s->src_bytes = L * S * 2 * sizeof(int32_t);
+  s->expert_counts_bytes = L * sizeof(int32_t);
+  s->rank_counts_bytes = L * (size_t)moe->comm->world_size * sizeof(int32_t);
+  s->expert_out_bytes = L * S * H * 2;
+}
+
+/* Reads what the object was created with: answers after an error too. */
+sy_status_t sy_moe_recv_sizes(sy_moe_t moe, sy_moe_recv_sizes_t *sizes) {
+  static const char *fn = "sy_moe_recv_sizes";
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  SY_COMM_QUERY_GUARD(moe->comm, fn);
+  SY_ARG_CHECK(sizes != NULL, fn, "sizes is NULL");
+  SY_ARG_CHECK(sizes->size >= sizeof(sy_moe_recv_sizes_t), fn,
+               "sizes->size=%zu is too small (initialise it with SY_MOE_RECV_SIZES_INIT)", sizes->size);
+  const size_t size = sizes->size; /* a newer caller's larger struct: its known prefix is filled */
+  recv_sizes(moe, sizes);
+  sizes->size = size;
+  return SY_SUCCESS;
+}
+
 /* ---- the halves ------------------------------------------------------------------------------------------- */
+
+/* The routing weights are read by one call per round, by mode: the default (rank-reduced) mode's dispatch sends
+ * them with each token, because the experts' ranks weight their outputs before adding a token's partials there;
+ * SY_MOE_PER_EXPERT's combine applies them at the owner, because the experts' outputs come back unweighted. The
+ * other call accepts any weights (NULL included) and the backend gets NULL there, so it never reads them. */
+static int weights_at_dispatch(const struct sy_moe *moe) { return !(moe->config.flags & SY_MOE_PER_EXPERT); }
 
 enum { HALF_DISPATCH_SEND = 0, HALF_DISPATCH_RECV = 1, HALF_COMBINE_SEND = 2, HALF_COMBINE_RECV = 3 };
 
@@ -178,9 +215,10 @@ static sy_status_t check_dispatch_send(sy_moe_t moe, const sy_moe_dispatch_args_
   if (a->num_tokens == 0) return SY_SUCCESS;
   SY_ARG_CHECK(a->tokens != NULL, fn, "tokens is NULL while num_tokens=%d", a->num_tokens);
   SY_ARG_CHECK(a->expert_ids != NULL, fn, "expert_ids is NULL while num_tokens=%d", a->num_tokens);
-  SY_ARG_CHECK(a->weights != NULL || (moe->config.flags & SY_MOE_PER_EXPERT), fn,
-               "weights is NULL while num_tokens=%d (the default rank-reduced combine applies them on the experts' "
-               "ranks; only SY_MOE_PER_EXPERT may leave them out)",
+  SY_ARG_CHECK(a->weights != NULL || !weights_at_dispatch(moe), fn,
+               "weights is NULL while num_tokens=%d: the default (rank-reduced) mode reads the routing weights at "
+               "dispatch, which sends them with each token for the experts' ranks to weight their outputs before "
+               "summing them; its combine does not read them (SY_MOE_PER_EXPERT reads them at combine instead)",
                a->num_tokens);
   /* The host backend's ids are host memory: checked here, naming this call (the backend checks again before
    * writing anything); the cuda kernel checks them on the device and reports through the async error. */
@@ -204,11 +242,11 @@ static sy_status_t check_recv(sy_moe_t moe, const sy_moe_recv_t *recv, const cha
   SY_ARG_CHECK(recv->expert_counts != NULL, fn, "recv->expert_counts is NULL");
   SY_ARG_CHECK(recv->rank_counts != NULL, fn, "recv->rank_counts is NULL");
   /* The five outputs are written by one call: none may overlap another. */
-  const size_t L = (size_t)moe->local_experts, S = (size_t)moe->slots, H = (size_t)moe->config.hidden;
+  sy_moe_recv_sizes_t z;
+  recv_sizes(moe, &z);
   const char *names[5] = {"recv->tokens", "recv->scales", "recv->src", "recv->expert_counts", "recv->rank_counts"};
   const void *ptrs[5] = {recv->tokens, fp8 ? recv->scales : NULL, recv->src, recv->expert_counts, recv->rank_counts};
-  const size_t bytes[5] = {L * S * H * sy__moe_wire_elem(moe->config.wire), L * (H / SY_MOE_FP8_GROUP) * S * 4,
-                           L * S * 8, L * 4, L * (size_t)moe->comm->world_size * 4};
+  const size_t bytes[5] = {z.tokens_bytes, z.scales_bytes, z.src_bytes, z.expert_counts_bytes, z.rank_counts_bytes};
   for (int i = 0; i < 5; i++)
     for (int j = i + 1; j < 5; j++)
       SY_ARG_CHECK(!overlap(ptrs[i], bytes[i], ptrs[j], bytes[j]), fn,
@@ -222,15 +260,18 @@ static sy_status_t check_combine_recv(sy_moe_t moe, const sy_moe_dispatch_args_t
   SY_CHECK(check_index_type(a->id_type, fn));
   if (a->num_tokens == 0) return SY_SUCCESS;
   SY_ARG_CHECK(a->expert_ids != NULL, fn, "expert_ids is NULL while num_tokens=%d", a->num_tokens);
-  SY_ARG_CHECK(a->weights != NULL || !(moe->config.flags & SY_MOE_PER_EXPERT), fn,
-               "weights is NULL while num_tokens=%d (SY_MOE_PER_EXPERT applies them at the owner)", a->num_tokens);
+  SY_ARG_CHECK(a->weights != NULL || weights_at_dispatch(moe), fn,
+               "weights is NULL while num_tokens=%d: SY_MOE_PER_EXPERT reads the routing weights at combine, where "
+               "this rank weights each expert's output as it sums them; its dispatch does not read them (the default "
+               "mode reads them at dispatch instead)",
+               a->num_tokens);
   SY_ARG_CHECK(out != NULL, fn, "out is NULL while num_tokens=%d", a->num_tokens);
   const size_t entries = (size_t)a->num_tokens * (size_t)moe->config.top_k;
   const size_t out_bytes = (size_t)a->num_tokens * (size_t)moe->config.hidden * 2;
   SY_ARG_CHECK(!overlap(out, out_bytes, a->expert_ids, entries * (a->id_type == SY_INDEX_INT64 ? 8 : 4)), fn,
                "out=%p and expert_ids=%p overlap", out, a->expert_ids);
-  SY_ARG_CHECK(!(moe->config.flags & SY_MOE_PER_EXPERT) || !overlap(out, out_bytes, a->weights, entries * 4), fn,
-               "out=%p and weights=%p overlap", out, (const void *)a->weights);
+  SY_ARG_CHECK(!overlap(out, out_bytes, a->weights, entries * 4), fn, "out=%p and weights=%p overlap", out,
+               (const void *)a->weights); /* NULL here unless this call reads them */
   /* The host backend knows this rank's dispatch here; the cuda backend's kernel checks on the device. */
   if (moe->comm->ops->moe_check_combine) SY_CHECK(moe->comm->ops->moe_check_combine(moe->comm, moe, a, fn));
   return SY_SUCCESS;
@@ -247,7 +288,8 @@ sy_status_t sy_moe_dispatch_send(sy_moe_t moe, const void *tokens, int num_token
                                  sy_index_type_t id_type, const float *weights, cudaStream_t stream) {
   static const char *fn = "sy_moe_dispatch_send";
   SY_CHECK(check_call(moe, HALF_DISPATCH_SEND, stream, fn));
-  const sy_moe_dispatch_args_t args = {tokens, num_tokens, expert_ids, id_type, weights};
+  const sy_moe_dispatch_args_t args = {tokens, num_tokens, expert_ids, id_type,
+                                       weights_at_dispatch(moe) ? weights : NULL};
   SY_CHECK(check_dispatch_send(moe, &args, fn));
   sy_comm_t comm = moe->comm;
   return run_half(moe, HALF_DISPATCH_SEND, comm->ops->moe_dispatch_send(comm, moe, &args, stream), fn);
@@ -266,7 +308,8 @@ sy_status_t sy_moe_dispatch(sy_moe_t moe, const void *tokens, int num_tokens, co
                             cudaStream_t stream) {
   static const char *fn = "sy_moe_dispatch";
   SY_CHECK(check_call(moe, HALF_DISPATCH_SEND, stream, fn));
-  const sy_moe_dispatch_args_t args = {tokens, num_tokens, expert_ids, id_type, weights};
+  const sy_moe_dispatch_args_t args = {tokens, num_tokens, expert_ids, id_type,
+                                       weights_at_dispatch(moe) ? weights : NULL};
   SY_CHECK(check_dispatch_send(moe, &args, fn));
   SY_CHECK(check_recv(moe, recv, fn));
   sy_comm_t comm = moe->comm;
@@ -290,7 +333,8 @@ sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_index_t
                                 int num_tokens, void *out, cudaStream_t stream) {
   static const char *fn = "sy_moe_combine_recv";
   SY_CHECK(check_call(moe, HALF_COMBINE_RECV, stream, fn));
-  const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type, weights};
+  const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type,
+                                       weights_at_dispatch(moe) ? NULL : weights};
   SY_CHECK(check_combine_recv(moe, &args, out, fn));
   sy_comm_t comm = moe->comm;
   return run_half(moe, HALF_COMBINE_RECV, comm->ops->moe_combine_recv(comm, moe, &args, out, stream), fn);
@@ -301,7 +345,8 @@ sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *exp
   static const char *fn = "sy_moe_combine";
   SY_CHECK(check_call(moe, HALF_COMBINE_SEND, stream, fn));
   SY_ARG_CHECK(expert_out != NULL, fn, "expert_out is NULL");
-  const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type, weights};
+  const sy_moe_dispatch_args_t args = {NULL, num_tokens, expert_ids, id_type,
+                                       weights_at_dispatch(moe) ? NULL : weights};
   SY_CHECK(check_combine_recv(moe, &args, out, fn));
   sy_comm_t comm = moe->comm;
   if (comm->ops->moe_combine) {

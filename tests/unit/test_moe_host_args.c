@@ -202,7 +202,8 @@ static void reject_before_dispatch_send(sy_moe_t moe, bufs_t *b, int n) {
   REJECT(sy_moe_dispatch_send(moe, b->tokens, c->T + 1, b->ids, it, b->w, NULL), "num_tokens=5");
   REJECT(sy_moe_dispatch_send(moe, NULL, n, b->ids, it, b->w, NULL), "tokens is NULL");
   REJECT(sy_moe_dispatch_send(moe, b->tokens, n, NULL, it, b->w, NULL), "expert_ids is NULL");
-  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, NULL, NULL), "weights is NULL");
+  REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, it, NULL, NULL),
+         "weights is NULL while num_tokens=4: the default (rank-reduced) mode reads the routing weights at dispatch");
   REJECT(sy_moe_dispatch_send(moe, b->tokens, n, b->ids, (sy_index_type_t)5, b->w, NULL), "id_type=5");
   /* Invalid ids: out of range either way, repeated within a token (an -1 may repeat). */
   memcpy(bad_ids, b->ids, (size_t)n * K * 4);
@@ -306,7 +307,7 @@ static void per_expert_args(int me, sy_comm_t comm) {
   gen_expert_out(c, 0, me, b->y);
   if (me == 0) {
     REJECT(sy_moe_combine(moe, b->y, b->ids, c->id_type, NULL, wi.n[me], b->out, NULL),
-           "weights is NULL while num_tokens=4");
+           "weights is NULL while num_tokens=4: SY_MOE_PER_EXPERT reads the routing weights at combine");
     REJECT(sy_moe_combine(moe, b->y, b->ids, c->id_type, (float *)b->out, wi.n[me], b->out, NULL), "and weights=");
   }
   CHECK_OK(sy_moe_combine(moe, b->y, b->ids, c->id_type, b->cw, wi.n[me], b->out, NULL));
