@@ -17,8 +17,15 @@
  *   order. Operations of one communicator must not run concurrently with each other (one stream at a time,
  *   or ordered by events), as with NCCL.
  * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
- *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), every later
- *   call returns it, and only sy_comm_destroy is accepted afterwards.
+ *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), and so do
+ *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.
+ * - After a recorded error the communicator does no more work: every call that would move data, wait, allocate,
+ *   build or enqueue anything returns the recorded error. What still answers: the destroy calls
+ *   (sy_comm_destroy, sy_attn_destroy, sy_attn_plan_destroy, sy_moe_destroy), sy_comm_async_error, and the
+ *   queries that only read facts fixed when the communicator or the object was made, so that a caller can still
+ *   say who failed: sy_comm_rank, sy_comm_size, sy_comm_backend, sy_comm_device, sy_attn_workspace_size,
+ *   sy_moe_workspace_size, sy_moe_recv_sizes, sy_attn_plan_info and sy_attn_plan_seqs (and the calls that take
+ *   no communicator). sy_comm_peer_ptr returns the error (a peer's address is a way to touch that peer).
  * - Sizes are in bytes unless a name says otherwise.
  */
 #ifndef SWITCHYARD_H
@@ -120,6 +127,7 @@ SY_API sy_status_t sy_comm_init(sy_comm_t *comm, const sy_comm_config_t *config)
  * error; comm may be NULL (no-op). */
 SY_API sy_status_t sy_comm_destroy(sy_comm_t comm);
 
+/* Queries of what init fixed; they answer after an error too (see the conventions at the top). */
 SY_API sy_status_t sy_comm_rank(sy_comm_t comm, int *rank);
 SY_API sy_status_t sy_comm_size(sy_comm_t comm, int *world_size);
 SY_API sy_status_t sy_comm_backend(sy_comm_t comm, sy_backend_t *backend);

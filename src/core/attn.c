@@ -115,7 +115,7 @@ static size_t staging_bytes(const sy_attn_config_t *config) {
  * of this, in its attn_create; the cuda backend's are (sizeof mail + 8) * world_size bytes, 256-aligned. */
 sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config_in, size_t *bytes) {
   static const char *fn = "sy_attn_workspace_size";
-  SY_COMM_GUARD(comm, fn);
+  SY_COMM_QUERY_GUARD(comm, fn); /* a function of the configuration: answers after an error too */
   SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
   sy_attn_config_t config;
   SY_CHECK(read_config(comm, config_in, &config, fn));

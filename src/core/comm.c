@@ -179,6 +179,7 @@ sy_status_t sy_comm_destroy(sy_comm_t comm) {
   return st;
 }
 
+/* The four queries read what init fixed: they answer after an error too (the header's conventions). */
 sy_status_t sy_comm_rank(sy_comm_t comm, int *rank) {
   SY_ARG_CHECK(comm && rank, "sy_comm_rank", "comm=%p rank=%p: both required", (void *)comm, (void *)rank);
   *rank = comm->rank;

@@ -77,7 +77,7 @@ sy_status_t sy_mem_free(sy_comm_t comm, void *ptr) {
 
 sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr) {
   static const char *fn = "sy_comm_peer_ptr";
-  SY_ARG_CHECK(comm != NULL, fn, "comm is NULL");
+  SY_COMM_GUARD(comm, fn); /* after an error no peer is to be touched, so none is handed out */
   SY_ARG_CHECK(peer_ptr != NULL, fn, "peer_ptr is NULL");
   *peer_ptr = NULL;
   SY_ARG_CHECK(peer >= 0 && peer < comm->world_size, fn, "peer=%d outside [0, %d)", peer, comm->world_size);

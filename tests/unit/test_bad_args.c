@@ -270,6 +270,37 @@ static void test_single_rank_args(void) {
 
 /* ---- two ranks: what needs a peer, and the mismatched pair ---------------------------------------------- */
 
+/* After a sticky error (SY_ERR_MISMATCH here): what init or a configuration fixed still answers, so the caller
+ * can say who failed; whatever would touch a peer, the heap or a stream returns the error. */
+static void sticky_rank_checks(int me, sy_comm_t comm, unsigned char *recv) {
+  int value = -1;
+  sy_backend_t backend = SY_BACKEND_AUTO;
+  CHECK_OK(sy_comm_rank(comm, &value));
+  CHECK_EQ_INT(value, me);
+  CHECK_OK(sy_comm_size(comm, &value));
+  CHECK_EQ_INT(value, 2);
+  CHECK_OK(sy_comm_backend(comm, &backend));
+  CHECK_EQ_INT(backend, SY_BACKEND_HOST);
+  CHECK_OK(sy_comm_device(comm, &value));
+  CHECK_EQ_INT(value, -1);
+  size_t bytes = 0;
+  sy_moe_config_t moe = SY_MOE_CONFIG_INIT;
+  moe.max_tokens = 4, moe.hidden = 128, moe.top_k = 2, moe.num_experts = 4;
+  CHECK_OK(sy_moe_workspace_size(comm, &moe, &bytes));
+  CHECK(bytes > 0);
+  sy_attn_config_t attn = SY_ATTN_CONFIG_INIT;
+  attn.max_tokens = 8, attn.max_replicas = 2, attn.max_kv_grad_row_bytes = 16;
+  CHECK_OK(sy_attn_workspace_size(comm, &attn, &bytes));
+  CHECK_EQ_INT(bytes, 256);
+  void *p = (void *)&value;
+  CHECK_STATUS(sy_comm_peer_ptr(comm, recv, 1 - me, &p), SY_ERR_MISMATCH);
+  CHECK(p == (void *)&value); /* untouched */
+  CHECK_STATUS(sy_mem_alloc(comm, 64, &p), SY_ERR_MISMATCH);
+  CHECK_STATUS(sy_comm_barrier(comm, NULL), SY_ERR_MISMATCH);
+  CHECK_STATUS(sy_comm_allgather_host(comm, &value, recv, sizeof value), SY_ERR_MISMATCH);
+  CHECK_STATUS(sy_alltoall(comm, recv, recv + 64, 16, NULL), SY_ERR_MISMATCH);
+}
+
 typedef struct rank_ctx {
   int rank;
   pthread_t thread;
@@ -346,6 +377,7 @@ static void *two_rank_main(void *arg) {
   CHECK_STATUS(sy_alltoallv(comm, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, NULL),
                SY_ERR_MISMATCH);
   CHECK(memcmp(recv, before, RECV_BYTES) == 0);
+  sticky_rank_checks(me, comm, recv);
   CHECK_OK(sy_comm_destroy(comm));
   return NULL;
 }
