@@ -225,6 +225,15 @@ SY_API sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, siz
 /*                  (deterministic), one gradient per owned token; or, with SY_ATTN_UNSUMMED, each replica */
 /*                  separately as [max_replicas][num_tokens] rows, absent replicas zero                   */
 /* Rows are opaque bytes of any size; the KV backward knows its element type.                             */
+/*                                                                                                        */
+/* Buffers. Destinations (q_recv, kv_recv, out) are symmetric allocations (sy_mem_alloc): peers write them. */
+/* Sources (q, kv, attn_rows, grad_rows) are read only by this rank's own call (on the cuda backend by its   */
+/* kernel on this rank's GPU; on the host backend, within the call, by the threads of the ranks it sends to) */
+/* and never addressed by a peer: any device memory of this rank will do (cudaMalloc, a pool, a framework's  */
+/* tensor, or a symmetric allocation such as q_recv itself), symmetric or not. A source that lies in a       */
+/* symmetric allocation must have all its rows inside that allocation (checked). Beyond one node, where a    */
+/* peer is reachable only by NVSHMEM puts, the puts read the source in place, so there it must be memory     */
+/* NVSHMEM can send from: a symmetric allocation, or memory registered with nvshmemx_buffer_register.       */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_attn_plan *sy_attn_plan_t;
 typedef struct sy_attn *sy_attn_t;
@@ -323,13 +332,16 @@ SY_API sy_status_t sy_attn_qkv_forward(sy_attn_t attn, sy_attn_plan_t plan, cons
                                        void *q_recv, const void *kv, size_t kv_row_bytes, void *kv_recv,
                                        cudaStream_t stream);
 /* Attention-layout rows (q_recv_rows of them, row_bytes each) back to their owners' original rows in out
- * (a symmetric allocation of num_tokens rows). Rows of sequences that were not sent are left untouched. */
+ * (a symmetric allocation of num_tokens rows). Rows of sequences that were not sent are left untouched.
+ * attn_rows: a source (see "Buffers" above): any device memory of this rank holding q_recv_rows rows, e.g. the
+ * attention output, or q_recv itself; it must not overlap out. */
 SY_API sy_status_t sy_attn_q_reverse(sy_attn_t attn, sy_attn_plan_t plan, const void *attn_rows, size_t row_bytes,
                                      void *out, cudaStream_t stream);
 
 #define SY_ATTN_UNSUMMED 1u
 /* KV gradients (kv_recv_rows rows in the KV attention layout, row_bytes each, elements of dtype) back to
- * their owners. Default: grad_out holds num_tokens rows, each the fp32 sum over the sequence's replicas in
+ * their owners. grad_rows: a source (see "Buffers" above): any device memory of this rank holding kv_recv_rows
+ * rows; it must not overlap grad_out or the object's staging. Default: grad_out holds num_tokens rows, each the fp32 sum over the sequence's replicas in
  * replica order, rounded once to dtype; tokens of sequences with no replica are zero. SY_ATTN_UNSUMMED:
  * grad_out holds max_replicas * num_tokens rows, replica c of token t at row c * num_tokens + t, zero where
  * the sequence has no replica c. grad_out: any device memory of this rank. */

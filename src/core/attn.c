@@ -205,6 +205,24 @@ static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
   return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
 }
 
+/* A source of rows (q, kv, attn_rows, grad_rows): read only by this rank's own call, so any memory of this rank
+ * the backend can read (header: "Sources"). What can be checked here: its rows, src_bytes from src, do not run past
+ * the end of the address space, and, where src lies in a symmetric allocation, not past that allocation. */
+static sy_status_t check_source(sy_comm_t comm, const void *src, const char *src_name, int64_t src_rows,
+                                size_t src_bytes, const char *fn) {
+  if (!src || src_bytes == 0) return SY_SUCCESS;
+  SY_ARG_CHECK((uintptr_t)src <= UINTPTR_MAX - src_bytes, fn,
+               "%s=%p: its %lld rows (%zu bytes) run past the end of the address space", src_name, src,
+               (long long)src_rows, src_bytes);
+  const sy_symm_block_t *b = sy__symm_find(comm, src, 0);
+  if (!b) return SY_SUCCESS;
+  const size_t room = b->bytes - (size_t)((const char *)src - (const char *)b->ptr);
+  SY_ARG_CHECK(src_bytes <= room, fn,
+               "%s=%p lies in a symmetric allocation with room for %zu bytes from it; its %lld rows need %zu", src_name,
+               src, room, (long long)src_rows, src_bytes);
+  return SY_SUCCESS;
+}
+
 /* A channel's buffers: row_bytes > 0; the source non-NULL when rows are sent (src_rows of it are read when
  * src_rows >= 0 is known); the destination symmetric with room for dst_rows rows when any arrive, apart
  * from the source. */
@@ -217,6 +235,7 @@ static sy_status_t check_channel(sy_comm_t comm, sy_attn_plan_t plan, int dir, c
   const size_t dst_bytes = rows_bytes(dst_rows, row_bytes), src_bytes = rows_bytes(src_rows, row_bytes);
   SY_ARG_CHECK(dst_bytes != SIZE_MAX && src_bytes != SIZE_MAX, fn, "%s=%zu times %lld rows overflows", row_name,
                row_bytes, (long long)(dst_bytes == SIZE_MAX ? dst_rows : src_rows));
+  SY_CHECK(check_source(comm, src, src_name, src_rows, src_bytes, fn));
   if (dst_bytes) {
     SY_ARG_CHECK(dst != NULL, fn, "%s is NULL while %lld rows of %zu bytes arrive here", dst_name, (long long)dst_rows,
                  row_bytes);
@@ -307,18 +326,20 @@ sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, const void 
   const int64_t sent = rows_sent(plan, SY_ATTN_KV_BWD);
   SY_ARG_CHECK(sent == 0 || grad_rows != NULL, fn, "grad_rows is NULL while this rank sends %lld rows",
                (long long)sent);
+  const size_t src_bytes = rows_bytes(src_rows, row_bytes);
+  SY_ARG_CHECK(src_bytes != SIZE_MAX, fn, "row_bytes=%zu times %lld rows overflows", row_bytes, (long long)src_rows);
+  SY_CHECK(check_source(attn->comm, grad_rows, "grad_rows", src_rows, src_bytes, fn));
   /* The staging holds config.max_replicas * config.max_tokens rows of max_kv_grad_row_bytes: room for these. */
   const int64_t out_rows =
       (flags & SY_ATTN_UNSUMMED) ? (int64_t)plan->max_replicas * plan->num_tokens : plan->num_tokens;
   const size_t out_bytes = rows_bytes(out_rows, row_bytes);
   SY_ARG_CHECK(out_bytes == 0 || grad_out != NULL, fn, "grad_out is NULL while this rank owns %lld tokens",
                (long long)plan->num_tokens);
-  SY_ARG_CHECK(!grad_rows || !overlap(grad_rows, rows_bytes(src_rows, row_bytes), grad_out, out_bytes), fn,
+  SY_ARG_CHECK(!grad_rows || !overlap(grad_rows, src_bytes, grad_out, out_bytes), fn,
                "grad_rows=%p and grad_out=%p overlap", grad_rows, grad_out);
-  SY_ARG_CHECK(
-      !overlap(attn->staging, attn->staging_bytes, grad_out, out_bytes) &&
-          !(grad_rows && overlap(attn->staging, attn->staging_bytes, grad_rows, rows_bytes(src_rows, row_bytes))),
-      fn, "grad_rows=%p or grad_out=%p overlaps the object's staging", grad_rows, grad_out);
+  SY_ARG_CHECK(!overlap(attn->staging, attn->staging_bytes, grad_out, out_bytes) &&
+                   !(grad_rows && overlap(attn->staging, attn->staging_bytes, grad_rows, src_bytes)),
+               fn, "grad_rows=%p or grad_out=%p overlaps the object's staging", grad_rows, grad_out);
   sy_attn_call_t call;
   memset(&call, 0, sizeof call);
   call.num_channels = 1;

@@ -3,9 +3,13 @@
  * agreement checks (src/host/attn.c) on the host backend: every bad argument is SY_ERR_INVALID_ARG with
  * buffers untouched and the communicator still healthy (a valid call works afterwards); ranks that disagree
  * on a call (row sizes, plans, directions) get SY_ERR_MISMATCH on every rank, nothing copied, and the error
- * is sticky.
+ * is sticky. Sources (q, kv, attn_rows, grad_rows) may be any memory; one that lies in a symmetric allocation
+ * must hold its rows inside it (rejected naming the argument otherwise, accepted with room, e.g. q_recv itself).
  */
 #include "attn_test.h"
+#include "core/log.h"
+
+#include <unistd.h>
 
 /* ---- a fixed two-rank description in which every rank sends and receives Q and KV ------------------------- */
 
@@ -281,6 +285,52 @@ static void kv_backward_args(int me, bufs_t *b, const objs_t *x) {
   REJECTED(sy_attn_kv_backward(attn, x->other, b->grads, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
 }
 
+/* The whole log so far, NUL-terminated (the caller frees it); NULL if unreadable. */
+static char *log_text(void) {
+  FILE *f = fopen(check_log_path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  const long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = n >= 0 ? calloc(1, (size_t)n + 1) : NULL;
+  if (text && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = '\0';
+  fclose(f);
+  return text;
+}
+
+/* ---- sources inside a symmetric allocation: kv_recv (only read here) ends one row too early for each ---- */
+static void source_args(int me, bufs_t *b, const objs_t *x) {
+  sy_attn_t attn = x->attn;
+  sy_attn_plan_t plan = x->plan;
+  const size_t mlp = (size_t)x->info.num_tokens * RB, q_rows = (size_t)x->info.q_recv_rows * RB,
+               kv_rows = (size_t)x->info.kv_recv_rows * GRB;
+  const struct {
+    const char *name;
+    unsigned char *src;
+    size_t need;
+  } short_of[4] = {{"q", b->kv_recv + BUF_BYTES - mlp + RB, mlp},
+                   {"kv", b->kv_recv + BUF_BYTES - mlp + RB, mlp},
+                   {"attn_rows", b->kv_recv + BUF_BYTES - q_rows + RB, q_rows},
+                   {"grad_rows", b->kv_recv + BUF_BYTES - kv_rows + GRB, kv_rows}};
+  REJECTED(sy_attn_q_forward(attn, plan, short_of[0].src, RB, b->q_recv, NULL));
+  REJECTED(sy_attn_qkv_forward(attn, plan, b->q, RB, b->q_recv, short_of[1].src, RB, b->out, NULL));
+  REJECTED(sy_attn_q_reverse(attn, plan, short_of[2].src, RB, b->out, NULL));
+  REJECTED(sy_attn_kv_backward(attn, plan, short_of[3].src, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
+  if (me != 0) return; /* the log lines of rank 0's rejections, which name the argument and the room */
+  static const char *const fns[4] = {"sy_attn_q_forward", "sy_attn_qkv_forward", "sy_attn_q_reverse",
+                                     "sy_attn_kv_backward"};
+  for (int i = 0; i < 4; i++) {
+    char want[256];
+    const size_t room = (size_t)(b->kv_recv + BUF_BYTES - short_of[i].src);
+    snprintf(want, sizeof want, "%s: invalid argument: %s=%p lies in a symmetric allocation with room for %zu bytes",
+             fns[i], short_of[i].name, (void *)short_of[i].src, room);
+    char *log = log_text();
+    if (!log || !strstr(log, want)) fprintf(stderr, "line %d: log lacks \"%s\"\n", __LINE__, want);
+    CHECK(log && strstr(log, want));
+    free(log);
+  }
+}
+
 /* ---- nothing sticky: valid calls work ---- */
 static void valid_calls_after(sy_comm_t comm, bufs_t *b, const objs_t *x) {
   sy_status_t async = SY_ERR_INTERNAL;
@@ -292,6 +342,10 @@ static void valid_calls_after(sy_comm_t comm, bufs_t *b, const objs_t *x) {
   CHECK_OK(sy_attn_q_forward(x->attn, x->q_only, b->q, RB, b->q_recv, NULL));
   CHECK_OK(sy_attn_kv_backward(x->attn, x->plan, b->grads, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
   CHECK_OK(sy_attn_kv_backward(x->attn, x->plan, b->grads, 2, SY_DTYPE_FP16, SY_ATTN_UNSUMMED, b->grad_out, NULL));
+  /* Sources in symmetric allocations with room for their rows: q_recv as the reverse's rows, kv_recv as the
+   * gradients. */
+  CHECK_OK(sy_attn_q_reverse(x->attn, x->plan, b->q_recv, RB, b->out, NULL));
+  CHECK_OK(sy_attn_kv_backward(x->attn, x->plan, b->kv_recv, GRB, SY_DTYPE_BF16, 0, b->grad_out, NULL));
 }
 
 static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
@@ -311,6 +365,7 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
   qkv_forward_args(me, b, &x);
   q_reverse_args(me, b, &x);
   kv_backward_args(me, b, &x);
+  source_args(me, b, &x);
   valid_calls_after(comm, b, &x);
 
   CHECK_OK(sy_comm_barrier(comm, NULL)); /* the peer is done with this rank's plan */
@@ -366,6 +421,12 @@ static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
 
 int main(void) {
   seed_from_env();
+  char dir[] = "/tmp/sy_test_attn_args_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(check_log_path, sizeof check_log_path, "%s/log.txt", dir);
+  setenv("SY_DEBUG_FILE", check_log_path, 1);
+  setenv("SY_DEBUG", "WARN", 1);
+  sy__log_reset();
   args_shared_t shared;
   memset(&shared, 0, sizeof shared);
   run_ranks(2, bad_args_rank, &shared);
@@ -373,5 +434,9 @@ int main(void) {
     disagreement_t what = (disagreement_t)k;
     run_ranks(2, mismatch_rank, &what);
   }
+  unsetenv("SY_DEBUG_FILE");
+  sy__log_reset();
+  unlink(check_log_path);
+  CHECK_EQ_INT(rmdir(dir), 0);
   return check_report();
 }
