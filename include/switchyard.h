@@ -189,7 +189,7 @@ SY_API sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t val
  * rank p (itself included), which places them at recv + recv_offsets[r]; recv_bytes[r] at p must equal
  * send_bytes[p] at r (a disagreeing pair is not copied and is reported as SY_ERR_MISMATCH through the
  * async error on the cuda backend, returned directly on the host backend).
- * - send: device memory of this rank (any, symmetric or not; see "Sources" in the attention section for peers
+ * - send: device memory of this rank (any, symmetric or not; see "Buffers" in the attention section for peers
  *   beyond one node); when it lies in a symmetric allocation, every [send_offsets[p], +send_bytes[p]) must lie
  *   inside that allocation. Send ranges may overlap. recv: a symmetric allocation (sy_mem_alloc), every
  *   non-empty [recv_offsets[p], +recv_bytes[p]) inside it; the receive ranges must not overlap. The offset of an
@@ -226,14 +226,15 @@ SY_API sy_status_t sy_alltoall(sy_comm_t comm, const void *send, void *recv, siz
 /*                  separately as [max_replicas][num_tokens] rows, absent replicas zero                   */
 /* Rows are opaque bytes of any size; the KV backward knows its element type.                             */
 /*                                                                                                        */
-/* Buffers. Destinations (q_recv, kv_recv, out) are symmetric allocations (sy_mem_alloc): peers write them. */
-/* Sources (q, kv, attn_rows, grad_rows) are read only by this rank's own call (on the cuda backend by its   */
-/* kernel on this rank's GPU; on the host backend, within the call, by the threads of the ranks it sends to) */
-/* and never addressed by a peer: any device memory of this rank will do (cudaMalloc, a pool, a framework's  */
-/* tensor, or a symmetric allocation such as q_recv itself), symmetric or not. A source that lies in a       */
-/* symmetric allocation must have all its rows inside that allocation (checked). Beyond one node, where a    */
-/* peer is reachable only by NVSHMEM puts, the puts read the source in place, so there it must be memory     */
-/* NVSHMEM can send from: a symmetric allocation, or memory registered with nvshmemx_buffer_register.       */
+/* Buffers. Destinations (q_recv, kv_recv, out) are symmetric allocations (sy_mem_alloc): peers write     */
+/* them. Sources (q, kv, attn_rows, grad_rows) are read only by this rank's own call (on the cuda backend */
+/* by its kernel on this rank's GPU; on the host backend, within the call, by the threads of the ranks it */
+/* sends to) and never addressed by a peer: any device memory of this rank will do (cudaMalloc, a pool, a */
+/* framework's tensor, or a symmetric allocation such as q_recv itself), symmetric or not. A source that  */
+/* lies in a symmetric allocation must have all its rows inside that allocation (checked). Beyond one     */
+/* node, where a peer is reachable only by NVSHMEM puts, the puts read the source in place, so there it   */
+/* must be memory NVSHMEM can send from: a symmetric allocation, or memory registered with                */
+/* nvshmemx_buffer_register.                                                                              */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_attn_plan *sy_attn_plan_t;
 typedef struct sy_attn *sy_attn_t;
@@ -341,10 +342,10 @@ SY_API sy_status_t sy_attn_q_reverse(sy_attn_t attn, sy_attn_plan_t plan, const 
 #define SY_ATTN_UNSUMMED 1u
 /* KV gradients (kv_recv_rows rows in the KV attention layout, row_bytes each, elements of dtype) back to
  * their owners. grad_rows: a source (see "Buffers" above): any device memory of this rank holding kv_recv_rows
- * rows; it must not overlap grad_out or the object's staging. Default: grad_out holds num_tokens rows, each the fp32 sum over the sequence's replicas in
- * replica order, rounded once to dtype; tokens of sequences with no replica are zero. SY_ATTN_UNSUMMED:
- * grad_out holds max_replicas * num_tokens rows, replica c of token t at row c * num_tokens + t, zero where
- * the sequence has no replica c. grad_out: any device memory of this rank. */
+ * rows; it must not overlap grad_out or the object's staging. Default: grad_out holds num_tokens rows, each the
+ * fp32 sum over the sequence's replicas in replica order, rounded once to dtype; tokens of sequences with no
+ * replica are zero. SY_ATTN_UNSUMMED: grad_out holds max_replicas * num_tokens rows, replica c of token t at
+ * row c * num_tokens + t, zero where the sequence has no replica c. grad_out: any device memory of this rank. */
 SY_API sy_status_t sy_attn_kv_backward(sy_attn_t attn, sy_attn_plan_t plan, const void *grad_rows, size_t row_bytes,
                                        sy_dtype_t dtype, unsigned flags, void *grad_out, cudaStream_t stream);
 
@@ -421,13 +422,14 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /* must hold whole rounds (the four halves in order), as the object's host-side order check advances at    */
 /* capture and the device's call number at replay.                                                        */
 /*                                                                                                        */
-/* Routing weights (fp32 [num_tokens][top_k], w_k for the token's k-th expert). Pass the same weights to a   */
-/* dispatch and to the combine that answers it; the mode decides which of the two reads them:              */
-/*   default (rank-reduced): the dispatch (sy_moe_dispatch, sy_moe_dispatch_send) — they travel with each   */
-/*     token, because the experts' ranks weight their outputs before adding a token's partials;            */
-/*   SY_MOE_PER_EXPERT: the combine (sy_moe_combine, sy_moe_combine_recv) — the outputs come back unweighted */
-/*     and this rank weights each one as it sums them.                                                     */
-/* The call that reads them rejects NULL (with num_tokens > 0), naming itself and the mode; the other      */
+/* Routing weights (fp32 [num_tokens][top_k], w_k for the token's k-th expert). Pass the same weights to  */
+/* a dispatch and to the combine that answers it; the mode decides which of the two reads them:           */
+/*   default (rank-reduced): the dispatch (sy_moe_dispatch, sy_moe_dispatch_send), because the weights    */
+/*     travel with each token and the experts' ranks weight their outputs before adding a token's         */
+/*     partials;                                                                                          */
+/*   SY_MOE_PER_EXPERT: the combine (sy_moe_combine, sy_moe_combine_recv), because the outputs come back  */
+/*     unweighted and this rank weights each one as it sums them.                                         */
+/* The call that reads them rejects NULL (with num_tokens > 0), naming itself and the mode; the other     */
 /* accepts any pointer, NULL included, and never reads it.                                                */
 /*                                                                                                        */
 /* Buffers. tokens, expert_ids and weights may be reused once dispatch_send has completed on the stream;    */
