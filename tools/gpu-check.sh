@@ -70,6 +70,7 @@ run() {
 
 for n in "${counts[@]}"; do
   for t in "$root"/build/tests/gpu/test_*; do
+    [ "$(basename "$t")" = test_gpu_faults ] && continue # its own step below: it starts its own ranks
     run "$(basename "$t")" "$n" "$t"
   done
   SY_FORCE_PUT=1 run test_gpu_alltoall.put "$n" "$root/build/tests/gpu/test_gpu_alltoall"
@@ -84,6 +85,12 @@ for n in "${counts[@]}"; do
   SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.direct "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
 done
+
+# A rank SIGKILLed in the middle of an all-to-all, an attention call and a MoE round, ranks sharing one GPU: the
+# test starts its own jobs (syrun --keep-going) and checks what the survivors and syrun report.
+if [ "$gpus" -ge 1 ]; then
+  run test_gpu_faults 1 "$root/build/tests/gpu/test_gpu_faults"
+fi
 
 t0=$(date +%s)
 if [ -n "${GPU_CHECK_ONLY:-}" ]; then note "cpu tests (ctest unit/)" "not run" "GPU_CHECK_ONLY=$GPU_CHECK_ONLY"
