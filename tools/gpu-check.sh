@@ -92,6 +92,55 @@ if [ "$gpus" -ge 1 ]; then
   run test_gpu_faults 1 "$root/build/tests/gpu/test_gpu_faults"
 fi
 
+# compute-sanitizer on every GPU test at world 1: steps sanitize_<tool>_<test>, each capped by GPU_CHECK_TIMEOUT
+# (one that runs out is reported as "timeout", with what it found until then). sanitizer-summary.py sorts the
+# reports: ours (0 expected, else FAIL), third-party (NCCL, NVSHMEM), and NCCL's cudaFuncGetAttributes probes
+# inside NVSHMEM's team init, filtered; one line per tool sums them.
+sanitizer=""
+for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
+  "$(command -v compute-sanitizer 2>/dev/null)"; do
+  if [ -n "$c" ] && [ -x "$c" ]; then sanitizer=$c; break; fi
+done
+read -ra sanitize_tools <<<"${GPU_CHECK_SANITIZE-memcheck racecheck synccheck initcheck}"
+sanitize() {
+  local tool=$1 test=$2 name t0
+  name="sanitize_${tool}_$(basename "$test")"
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ $name =~ $GPU_CHECK_ONLY ]]; then return; fi
+  local log="$logs/$name.log" cap=${GPU_CHECK_TIMEOUT:-600} rc=0
+  t0=$(date +%s)
+  env SY_TEST_SHARED_GPU=0 SY_MOE_GRAPH_REPLAYS=20 timeout "$cap" "$bin/syrun" -n 1 --timeout $((cap > 20 ? cap - 10 : cap)) \
+    "$sanitizer" --tool "$tool" --print-limit 0 "$test" >"$log" 2>&1 || rc=$?
+  local found ours took="$(($(date +%s) - t0)) s"
+  found=$(python3 "$root/tools/dev/sanitizer-summary.py" --total "$log" | sed 's/^[^:]*: //')
+  ours=$(grep -o '^[0-9]*' <<<"$found")
+  if [ "${ours:-0}" -gt 0 ]; then
+    note "$name" FAIL "$found, $took, see $(basename "$log")"
+    python3 "$root/tools/dev/sanitizer-summary.py" "$log" | grep '^  ours:'
+  elif [ $rc -eq 124 ]; then note "$name" timeout "$found, after $took"
+  elif [ $rc -ne 0 ]; then
+    note "$name" FAIL "exit $rc after $took: $found"
+    tail -15 "$log"
+  else note "$name" ok "$found, $took"; fi
+}
+if [ "$gpus" -ge 1 ] && [ ${#sanitize_tools[@]} -gt 0 ]; then
+  if [ -z "$sanitizer" ]; then
+    note "compute-sanitizer" "not run" "not found (CUDA_HOME/bin, /usr/local/cuda/bin, PATH)"
+  else
+    "$sanitizer" --version >>"$logs/machine.log" 2>&1
+    for tool in "${sanitize_tools[@]}"; do
+      for t in "$root"/build/tests/gpu/test_*; do
+        [ "$(basename "$t")" = test_gpu_faults ] || sanitize "$tool" "$t"
+      done
+      tool_logs=()
+      for f in "$logs/sanitize_${tool}_"*.log; do [ -e "$f" ] && tool_logs+=("$f"); done
+      [ ${#tool_logs[@]} -eq 0 ] && continue
+      found=$(python3 "$root/tools/dev/sanitizer-summary.py" --total "${tool_logs[@]}" | sed 's/^[^:]*: //')
+      if [ "$(grep -o '^[0-9]*' <<<"$found")" = 0 ]; then note "sanitize_$tool (${#tool_logs[@]} tests)" ok "$found"
+      else note "sanitize_$tool (${#tool_logs[@]} tests)" FAIL "$found"; fi
+    done
+  fi
+fi
+
 t0=$(date +%s)
 if [ -n "${GPU_CHECK_ONLY:-}" ]; then note "cpu tests (ctest unit/)" "not run" "GPU_CHECK_ONLY=$GPU_CHECK_ONLY"
 elif (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
