@@ -88,11 +88,11 @@ typedef struct op_state {
   sy_comm_t comm;
   cudaStream_t stream;
   int rank, world;
-  void *send, *recv;           /* alltoall */
-  size_t per_peer;             /* alltoall */
-  wl_attn_desc_t desc;         /* attention */
-  sy_attn_t attn;              /* attention */
-  sy_attn_plan_t plan;         /* attention */
+  void *send, *recv;   /* alltoall */
+  size_t per_peer;     /* alltoall */
+  wl_attn_desc_t desc; /* attention */
+  sy_attn_t attn;      /* attention */
+  sy_attn_plan_t plan; /* attention */
   void *q, *kv, *q_recv, *kv_recv, *grad, *grad_out;
   sy_moe_t moe; /* MoE */
   sy_moe_recv_t mrecv;
@@ -180,8 +180,8 @@ static sy_status_t op_call(op_state_t *s, int op, int dispatch_only) {
       return sy_attn_kv_backward(s->attn, s->plan, s->grad, 256, SY_DTYPE_BF16, 0, s->grad_out, s->stream);
     default: break;
   }
-  sy_status_t st = sy_moe_dispatch(s->moe, s->x, s->tokens, s->ids, SY_INDEX_INT32, (const float *)s->weights,
-                                   &s->mrecv, s->stream);
+  sy_status_t st =
+      sy_moe_dispatch(s->moe, s->x, s->tokens, s->ids, SY_INDEX_INT32, (const float *)s->weights, &s->mrecv, s->stream);
   if (st != SY_SUCCESS || dispatch_only) return st;
   return sy_moe_combine(s->moe, s->expert_out, s->ids, SY_INDEX_INT32, (const float *)s->weights, s->tokens, s->out,
                         s->stream);
@@ -221,8 +221,8 @@ static int survive(op_state_t *s, const scenario_t *sc) {
     if (st == SY_SUCCESS && async == SY_SUCCESS && err == cudaSuccess) continue;
     const char *at = strstr(detail, "peer ");
     const int peer = at ? atoi(at + 5) : -1;
-    say("failed call %d status %s async %s peer %d waited %.3f", call, sy_status_name(st), sy_status_name(async),
-        peer, waited);
+    say("failed call %d status %s async %s peer %d waited %.3f", call, sy_status_name(st), sy_status_name(async), peer,
+        waited);
     say("detail %s", detail);
     printf("[test rank %d] call %d: %s after %.3f s: %s\n", s->rank, call, sy_status_name(async), waited, detail);
     /* Sticky: a later call returns the same error. */
@@ -354,14 +354,16 @@ static int run_scenario(const scenario_t *sc, const char *self, const char *syru
     len += (size_t)snprintf(why + len, sizeof why - len, " syrun exit %d, want %d (the victim's SIGKILL)%s;", code,
                             128 + SIGKILL, code == 124 ? ": the job outlived syrun --timeout" : "");
   snprintf(needle, sizeof needle, "syrun: rank %d was killed by signal %d", sc->victim, SIGKILL);
-  if (!strstr(out, needle) && len < sizeof why) len += (size_t)snprintf(why + len, sizeof why - len, " no '%s';", needle);
+  if (!strstr(out, needle) && len < sizeof why)
+    len += (size_t)snprintf(why + len, sizeof why - len, " no '%s';", needle);
   char summary[768] = "";
   for (int r = 0; r < WORLD; r++) {
     char path[320];
     snprintf(path, sizeof path, "%s/rank.%d", dir, r);
     char *text = slurp(path);
     if (r == sc->victim) {
-      if (!strstr(text, "dying call")) strncat(why, " the victim never reached its kill point;", sizeof why - strlen(why) - 1);
+      if (!strstr(text, "dying call"))
+        strncat(why, " the victim never reached its kill point;", sizeof why - strlen(why) - 1);
     } else {
       snprintf(needle, sizeof needle, "syrun: rank %d ", r);
       if (strstr(out, needle) && strlen(why) < sizeof why)
