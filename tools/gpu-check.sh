@@ -2,8 +2,10 @@
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
 # all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path) and the all-to-all
-# and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the CPU tests, runs
-# the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
+# and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the fault test
+# (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it), runs every GPU test at world 1
+# under compute-sanitizer (steps sanitize_<tool>_<test>), runs the CPU tests, runs the benchmarks with the NCCL
+# baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
 # tools/dev/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes, via
 # tools/dev/trace-summary.py; a rank without a trace, or a trace without one of the expected phases, fails) and
@@ -17,6 +19,9 @@
 # for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
 # (--no-nccl: NCCL refuses two ranks on one GPU), with no JSON.
 # GPU_CHECK_GPUS=N uses only GPUs 0..N-1 (e.g. 1 on a two-GPU machine: the ranks share one GPU, as on a one-GPU machine).
+# GPU_CHECK_SANITIZE="TOOL ..." picks compute-sanitizer's tools (default "memcheck racecheck synccheck initcheck";
+# "" skips them); errors in the library's own code fail the step, NCCL's probes inside NVSHMEM's init are filtered.
+# GPU_CHECK_SOAK=SECONDS adds sy-bench's soak mode for that long (soak.n<N>.json; capped at SECONDS + 300).
 # GPU_CHECK_REV=REV names the commit in results.md when the checkout's .git does not (a device machine that gets
 # a copy of the working tree but an older .git).
 # Exit status: non-zero if any test or benchmark check failed.
@@ -161,6 +166,20 @@ for n in "${counts[@]}"; do
   done
 done
 
+# GPU_CHECK_SOAK=SECONDS: sy-bench's soak mode (every operation with random shapes, every result checked,
+# memory watched) at the largest count that runs here, capped at SECONDS + 300; its JSON: soak.n<N>.json.
+if [ "${GPU_CHECK_SOAK:-0}" != 0 ]; then
+  soak_n=""
+  for n in "${counts[@]}"; do
+    if [ "$n" -le "$gpus" ] || { [ "${GPU_CHECK_SHARED:-0}" != 0 ] && [ "$gpus" -ge 1 ]; }; then soak_n=$n; fi
+  done
+  if [ -z "$soak_n" ]; then note soak "not run" "no count of ${counts[*]} runs on $gpus GPUs"
+  else
+    GPU_CHECK_TIMEOUT=$((GPU_CHECK_SOAK + 300)) run soak "$soak_n" "$bin/sy-bench" --soak "$GPU_CHECK_SOAK" \
+      --json "$out/soak.n$soak_n.json"
+  fi
+fi
+
 # Per-phase device traces at the issues' small sizes (attention 128 tokens per rank; MoE 128 tokens, FP8,
 # dedup), digested on the spot by trace-summary.py (the raw traces are tens of MB): where the time goes, on
 # real GPUs only. The trace's own atomics inflate phases under ~1 us and skew block starts (NOTES.md).
@@ -218,6 +237,9 @@ for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
     [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch|# kernel time)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
+done
+for f in "$logs"/soak.n*.log; do
+  [ -e "$f" ] && grep -E '^\[rank 0\] # soak:' "$f" | sed "s/^\[rank 0\]/[$(basename "$f" .log)]/"
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
