@@ -356,7 +356,9 @@ static int run_scenario(const scenario_t *sc, const char *self, const char *syru
   snprintf(needle, sizeof needle, "syrun: rank %d was killed by signal %d", sc->victim, SIGKILL);
   if (!strstr(out, needle) && len < sizeof why)
     len += (size_t)snprintf(why + len, sizeof why - len, " no '%s';", needle);
-  char summary[768] = "";
+  char summary[768] = "", *verdict_text = NULL;
+  size_t verdict_len = 0;
+  FILE *verdicts = open_memstream(&verdict_text, &verdict_len);
   for (int r = 0; r < WORLD; r++) {
     char path[320];
     snprintf(path, sizeof path, "%s/rank.%d", dir, r);
@@ -370,19 +372,23 @@ static int run_scenario(const scenario_t *sc, const char *self, const char *syru
         snprintf(why + strlen(why), sizeof why - strlen(why), " syrun reports rank %d failing;", r);
       check_survivor(sc, r, text, why, sizeof why, summary, sizeof summary);
     }
+    fprintf(verdicts, "rank %d:\n%s", r, text);
     free(text);
     unlink(path);
   }
+  fclose(verdicts);
   const int ok = why[0] == '\0';
   printf("[faults] %-18s rank %d killed %s: %s%s (%.1f s)%s\n", sc->name, sc->victim,
          sc->kill_point == KILL_MID_ROUND ? "between dispatch and combine" : "with its kernel in flight",
          ok ? "ok" : "FAILED:", ok ? "" : why, gt_now_s() - t0, summary);
   if (!ok) {
-    fprintf(stderr, "---- %s: syrun's output ----\n%s---- end ----\n", sc->name, out);
+    fprintf(stderr, "---- %s: syrun's output ----\n%s---- the verdict files ----\n%s---- end ----\n", sc->name, out,
+            verdict_text);
     GT_FAIL("scenario %s:%s", sc->name, why);
   }
   fflush(stdout);
   free(out);
+  free(verdict_text);
   unlink(log);
   rmdir(dir);
   return !ok;
