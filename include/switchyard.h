@@ -124,7 +124,9 @@ typedef struct sy_comm_config {
 SY_API sy_status_t sy_comm_init(sy_comm_t *comm, const sy_comm_config_t *config);
 
 /* Collective. Frees everything the communicator holds, symmetric allocations included. Accepted after an
- * error; comm may be NULL (no-op). */
+ * error; comm may be NULL (no-op). After SY_ERR_TIMEOUT a peer may be gone, so the cuda backend then does not
+ * wait for the peers: it frees this rank's own resources and leaves the symmetric heap and NVSHMEM to the
+ * process's exit (a later sy_comm_init on the cuda backend in the same process returns SY_ERR_UNSUPPORTED). */
 SY_API sy_status_t sy_comm_destroy(sy_comm_t comm);
 
 /* Queries of what init fixed; they answer after an error too (see the conventions at the top). */

@@ -2,8 +2,10 @@
 # gpu-check.sh OUTDIR [COUNT ...] — the one script for the GPU machine: builds, runs every GPU test under
 # syrun at each GPU count (default 2 4; counts above the GPUs present are reported as not run), runs the
 # all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path) and the all-to-all
-# and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the CPU tests, runs
-# the benchmarks with the NCCL baseline, and prints a short table last. OUTDIR gets summary.txt,
+# and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), runs the fault test
+# (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it), runs every GPU test at world 1
+# under compute-sanitizer (steps sanitize_<tool>_<test>), runs the CPU tests, runs the benchmarks with the NCCL
+# baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
 # tools/dev/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes, via
 # tools/dev/trace-summary.py; a rank without a trace, or a trace without one of the expected phases, fails) and
@@ -17,6 +19,9 @@
 # for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
 # (--no-nccl: NCCL refuses two ranks on one GPU), with no JSON.
 # GPU_CHECK_GPUS=N uses only GPUs 0..N-1 (e.g. 1 on a two-GPU machine: the ranks share one GPU, as on a one-GPU machine).
+# GPU_CHECK_SANITIZE="TOOL ..." picks compute-sanitizer's tools (default "memcheck racecheck synccheck initcheck";
+# "" skips them); errors in the library's own code fail the step, NCCL's probes inside NVSHMEM's init are filtered.
+# GPU_CHECK_SOAK=SECONDS adds sy-bench's soak mode for that long (soak.n<N>.json; capped at SECONDS + 300).
 # GPU_CHECK_REV=REV names the commit in results.md when the checkout's .git does not (a device machine that gets
 # a copy of the working tree but an older .git).
 # Exit status: non-zero if any test or benchmark check failed.
@@ -70,6 +75,7 @@ run() {
 
 for n in "${counts[@]}"; do
   for t in "$root"/build/tests/gpu/test_*; do
+    [ "$(basename "$t")" = test_gpu_faults ] && continue # its own step below: it starts its own ranks
     run "$(basename "$t")" "$n" "$t"
   done
   SY_FORCE_PUT=1 run test_gpu_alltoall.put "$n" "$root/build/tests/gpu/test_gpu_alltoall"
@@ -84,6 +90,61 @@ for n in "${counts[@]}"; do
   SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.direct "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
 done
+
+# A rank SIGKILLed in the middle of an all-to-all, an attention call and a MoE round, ranks sharing one GPU: the
+# test starts its own jobs (syrun --keep-going) and checks what the survivors and syrun report.
+if [ "$gpus" -ge 1 ]; then
+  run test_gpu_faults 1 "$root/build/tests/gpu/test_gpu_faults"
+fi
+
+# compute-sanitizer on every GPU test at world 1: steps sanitize_<tool>_<test>, each capped by GPU_CHECK_TIMEOUT
+# (one that runs out is reported as "timeout", with what it found until then). sanitizer-summary.py sorts the
+# reports: ours (0 expected, else FAIL), third-party (NCCL, NVSHMEM), and NCCL's cudaFuncGetAttributes probes
+# inside NVSHMEM's team init, filtered; one line per tool sums them.
+sanitizer=""
+for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
+  "$(command -v compute-sanitizer 2>/dev/null)"; do
+  if [ -n "$c" ] && [ -x "$c" ]; then sanitizer=$c; break; fi
+done
+read -ra sanitize_tools <<<"${GPU_CHECK_SANITIZE-memcheck racecheck synccheck initcheck}"
+sanitize() {
+  local tool=$1 test=$2 name t0
+  name="sanitize_${tool}_$(basename "$test")"
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ $name =~ $GPU_CHECK_ONLY ]]; then return; fi
+  local log="$logs/$name.log" cap=${GPU_CHECK_TIMEOUT:-600} rc=0
+  t0=$(date +%s)
+  env SY_TEST_SHARED_GPU=0 SY_MOE_GRAPH_REPLAYS=20 timeout "$cap" "$bin/syrun" -n 1 --timeout $((cap > 20 ? cap - 10 : cap)) \
+    "$sanitizer" --tool "$tool" --print-limit 0 "$test" >"$log" 2>&1 || rc=$?
+  local found ours took="$(($(date +%s) - t0)) s"
+  found=$(python3 "$root/tools/dev/sanitizer-summary.py" --total "$log" | sed 's/^[^:]*: //')
+  ours=$(grep -o '^[0-9]*' <<<"$found")
+  if [ "${ours:-0}" -gt 0 ]; then
+    note "$name" FAIL "$found, $took, see $(basename "$log")"
+    python3 "$root/tools/dev/sanitizer-summary.py" "$log" | grep '^  ours:'
+  elif [ $rc -eq 124 ]; then note "$name" timeout "$found, after $took"
+  elif [ $rc -ne 0 ]; then
+    note "$name" FAIL "exit $rc after $took: $found"
+    tail -15 "$log"
+  else note "$name" ok "$found, $took"; fi
+}
+if [ "$gpus" -ge 1 ] && [ ${#sanitize_tools[@]} -gt 0 ]; then
+  if [ -z "$sanitizer" ]; then
+    note "compute-sanitizer" "not run" "not found (CUDA_HOME/bin, /usr/local/cuda/bin, PATH)"
+  else
+    "$sanitizer" --version >>"$logs/machine.log" 2>&1
+    for tool in "${sanitize_tools[@]}"; do
+      for t in "$root"/build/tests/gpu/test_*; do
+        [ "$(basename "$t")" = test_gpu_faults ] || sanitize "$tool" "$t"
+      done
+      tool_logs=()
+      for f in "$logs/sanitize_${tool}_"*.log; do [ -e "$f" ] && tool_logs+=("$f"); done
+      [ ${#tool_logs[@]} -eq 0 ] && continue
+      found=$(python3 "$root/tools/dev/sanitizer-summary.py" --total "${tool_logs[@]}" | sed 's/^[^:]*: //')
+      if [ "$(grep -o '^[0-9]*' <<<"$found")" = 0 ]; then note "sanitize_$tool (${#tool_logs[@]} tests)" ok "$found"
+      else note "sanitize_$tool (${#tool_logs[@]} tests)" FAIL "$found"; fi
+    done
+  fi
+fi
 
 t0=$(date +%s)
 if [ -n "${GPU_CHECK_ONLY:-}" ]; then note "cpu tests (ctest unit/)" "not run" "GPU_CHECK_ONLY=$GPU_CHECK_ONLY"
@@ -104,6 +165,20 @@ for n in "${counts[@]}"; do
     fi
   done
 done
+
+# GPU_CHECK_SOAK=SECONDS: sy-bench's soak mode (every operation with random shapes, every result checked,
+# memory watched) at the largest count that runs here, capped at SECONDS + 300; its JSON: soak.n<N>.json.
+if [ "${GPU_CHECK_SOAK:-0}" != 0 ]; then
+  soak_n=""
+  for n in "${counts[@]}"; do
+    if [ "$n" -le "$gpus" ] || { [ "${GPU_CHECK_SHARED:-0}" != 0 ] && [ "$gpus" -ge 1 ]; }; then soak_n=$n; fi
+  done
+  if [ -z "$soak_n" ]; then note soak "not run" "no count of ${counts[*]} runs on $gpus GPUs"
+  else
+    GPU_CHECK_TIMEOUT=$((GPU_CHECK_SOAK + 300)) run soak "$soak_n" "$bin/sy-bench" --soak "$GPU_CHECK_SOAK" \
+      --json "$out/soak.n$soak_n.json"
+  fi
+fi
 
 # Per-phase device traces at the issues' small sizes (attention 128 tokens per rank; MoE 128 tokens, FP8,
 # dedup), digested on the spot by trace-summary.py (the raw traces are tens of MB): where the time goes, on
@@ -162,6 +237,9 @@ for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
     [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch|# kernel time)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
+done
+for f in "$logs"/soak.n*.log; do
+  [ -e "$f" ] && grep -E '^\[rank 0\] # soak:' "$f" | sed "s/^\[rank 0\]/[$(basename "$f" .log)]/"
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"

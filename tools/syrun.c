@@ -3,8 +3,9 @@
  * starts N ranks of PROGRAM, each told who it is through SY_RANK / SY_WORLD_SIZE / SY_LOCAL_RANK /
  * SY_LOCAL_SIZE / SY_DEVICE and given a private directory (SY_BOOT_DIR) where the rendezvous
  * (src/boot/rendezvous.c) exchanges NVSHMEM's unique id. Output comes back line by line prefixed
- * "[rank N] ". The first rank to fail stops the others and its status becomes syrun's; the directory is
- * removed on every path out (normal end, failure, timeout, SIGINT/SIGTERM/SIGHUP).
+ * "[rank N] ". The first rank to fail stops the others (with --keep-going the others run to their own end) and
+ * its status becomes syrun's; the directory is removed on every path out (normal end, failure, timeout,
+ * SIGINT/SIGTERM/SIGHUP).
  *
  * Shape: one thread, one poll() loop over every child's stdout and stderr pipe plus a self-pipe the signal
  * handlers write to (SIGCHLD included), so output, exits, signals and deadlines are handled in one place.
@@ -37,23 +38,25 @@
 #define EXIT_SYRUN      1 /* syrun itself failed (pipe, fork, temp dir) */
 
 static const char usage_text[] =
-    "usage: syrun -n N [--gpus LIST] [--timeout SECONDS] [--] PROGRAM [ARGS...]\n"
+    "usage: syrun -n N [--gpus LIST] [--timeout SECONDS] [--keep-going] [--] PROGRAM [ARGS...]\n"
     "Starts N ranks of PROGRAM on this node for switchyard.\n"
     "  -n, --np N          number of ranks (1..256)\n"
     "  --gpus LIST         comma-separated CUDA devices, the i-th for rank i (default: rank i -> device i)\n"
     "  --timeout SECONDS   stop every rank and exit 124 when the job runs longer\n"
+    "  --keep-going        when a rank fails, let the others run to their own end (--timeout still applies)\n"
     "  -h, --help          this text\n"
     "Each rank gets SY_RANK, SY_WORLD_SIZE, SY_LOCAL_RANK, SY_LOCAL_SIZE, SY_DEVICE and SY_BOOT_DIR (a private\n"
     "directory under $TMPDIR or /tmp, removed at the end), and NVSHMEM_DISABLE_NVLS=1, NCCL_NVLS_ENABLE=0\n"
     "unless already set. Its stdout and stderr come back line by line prefixed \"[rank N] \"; stdin is\n"
-    "/dev/null. When a rank fails the others are stopped (SIGTERM, then SIGKILL) and syrun exits with the\n"
-    "first failure's status (128 + signal for a signal). Exit 2: bad usage; 124: --timeout; 127: PROGRAM\n"
-    "could not be run.\n";
+    "/dev/null. When a rank fails the others are stopped (SIGTERM, then SIGKILL; not with --keep-going) and\n"
+    "syrun exits with the first failure's status (128 + signal for a signal); every failure is reported.\n"
+    "Exit 2: bad usage; 124: --timeout; 127: PROGRAM could not be run.\n";
 
 typedef struct options {
   int ranks;
   int *devices;     /* ranks entries */
   double timeout_s; /* 0: none */
+  int keep_going;   /* a failing rank does not stop the others */
   char **program;   /* argv of PROGRAM, NULL-terminated */
 } options_t;
 
@@ -76,6 +79,7 @@ typedef struct job {
   rank_proc_t *ranks;
   int running;
   int exit_code;    /* -1 until a failure, timeout or signal decides it */
+  int keep_going;   /* --keep-going: a failure is reported, the others run on */
   int stopping;     /* SIGTERM (or the forwarded signal) has gone out */
   int killed;       /* SIGKILL has gone out */
   uint64_t kill_at; /* stopping: when SIGKILL follows */
@@ -136,6 +140,10 @@ static int parse_args(int argc, char **argv, options_t *opts) {
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
       fputs(usage_text, stdout);
       return 0;
+    }
+    if (!strcmp(arg, "--keep-going")) {
+      opts->keep_going = 1;
+      continue;
     }
     /* Options with a value: "-n 4", "-n4", "--np 4", "--np=4", and likewise --gpus, --timeout. */
     const char *name = NULL;
@@ -365,15 +373,15 @@ static void reap(job_t *job) {
     stream_read(job, rank, &rank->out, 1);
     stream_read(job, rank, &rank->err, 1);
     char what[64];
-    if (WIFEXITED(status)) {
-      snprintf(what, sizeof what, "exited with status %d", WEXITSTATUS(status));
-      job->exit_code = WEXITSTATUS(status);
-    } else {
-      snprintf(what, sizeof what, "was killed by signal %d", WTERMSIG(status));
-      job->exit_code = 128 + WTERMSIG(status);
-    }
-    fprintf(stderr, "syrun: rank %d %s%s\n", r, what, job->n > 1 ? "; stopping the others" : "");
-    stop_all(job, SIGTERM);
+    const int first = job->exit_code < 0, code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (WIFEXITED(status)) snprintf(what, sizeof what, "exited with status %d", WEXITSTATUS(status));
+    else snprintf(what, sizeof what, "was killed by signal %d", WTERMSIG(status));
+    if (first) job->exit_code = code;
+    const char *then = job->n == 1 || !first ? ""
+                       : job->keep_going     ? "; the others run on (--keep-going)"
+                                             : "; stopping the others";
+    fprintf(stderr, "syrun: rank %d %s%s\n", r, what, then);
+    if (!job->keep_going) stop_all(job, SIGTERM);
   }
 }
 
@@ -528,6 +536,7 @@ int main(int argc, char **argv) {
   memset(&job, 0, sizeof job);
   job.n = opts.ranks;
   job.exit_code = -1;
+  job.keep_going = opts.keep_going;
   job.ranks = calloc((size_t)opts.ranks, sizeof *job.ranks);
   if (!job.ranks) {
     remove_dir(dir);

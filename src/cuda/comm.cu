@@ -77,13 +77,21 @@ static sy_status_t cuda_poll_error(sy_comm_t comm, char *detail, size_t detail_b
   return (sy_status_t)status;
 }
 
-static void release_state(sy_comm_t comm, cuda_state *st) {
-  if (st->nvshmem_up) {
+/* Set when a destroy leaves NVSHMEM up (cuda_destroy): NVSHMEM cannot be brought up again in this process. */
+static bool nvshmem_left_up = false;
+
+/* collective: NVSHMEM's teardown, which waits for every rank; otherwise NVSHMEM stays until the process exits. */
+static void release_state(sy_comm_t comm, cuda_state *st, bool collective) {
+  if (st->nvshmem_up && collective) {
     for (int i = comm->symm_count - 1; i >= 0; i--) nvshmem_free(comm->symm[i].ptr);
     comm->symm_count = 0;
     if (st->ctx.ctrl) nvshmem_free(st->ctx.ctrl);
     nvshmem_finalize();
     st->nvshmem_up = false;
+  } else if (st->nvshmem_up) {
+    comm->symm_count = 0;
+    st->nvshmem_up = false;
+    nvshmem_left_up = true;
   }
   trace_finish(st);
   if (st->ctx.state) cudaFree(st->ctx.state);
@@ -96,7 +104,15 @@ static sy_status_t cuda_destroy(sy_comm_t comm) {
   cuda_state *st = state_of(comm);
   cudaError_t err = cudaDeviceSynchronize(); /* teardown may wait: nothing of ours may still run */
   if (err != cudaSuccess) SY_WARN("destroy: cudaDeviceSynchronize: %s", cudaGetErrorString(err));
-  release_state(comm, st);
+  /* After a timeout a peer may be gone (killed, crashed, stuck). NVSHMEM's teardown (nvshmem_free, then
+   * nvshmem_finalize) opens with a barrier of every rank that nothing bounds, so this rank releases only what is
+   * its own and leaves the symmetric heap and NVSHMEM to the process's exit. */
+  const bool peer_may_be_gone = sy__comm_health(comm) == SY_ERR_TIMEOUT;
+  if (peer_may_be_gone)
+    SY_WARN(
+        "destroy after a timeout: not waiting for the peers (one may be gone); the symmetric heap and NVSHMEM "
+        "stay until this process exits");
+  release_state(comm, st, !peer_may_be_gone);
   comm->backend_state = NULL;
   return err == cudaSuccess ? SY_SUCCESS : SY_ERR_CUDA;
 }
@@ -283,6 +299,12 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
     return SY_ERR_INVALID_ARG;
   }
 
+  if (nvshmem_left_up) {
+    SY_WARN(
+        "cuda backend: a communicator of this process was destroyed after a timeout, leaving NVSHMEM up; it "
+        "cannot start again in this process");
+    return SY_ERR_UNSUPPORTED;
+  }
   cuda_state *st = (cuda_state *)calloc(1, sizeof *st);
   if (!st) return SY_ERR_NO_MEMORY;
   comm->backend_state = st;
@@ -345,7 +367,7 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   return SY_SUCCESS;
 
 fail:
-  release_state(comm, st);
+  release_state(comm, st, true);
   comm->backend_state = NULL;
   return s;
 }

@@ -3,7 +3,7 @@
  * in child modes: rank variables and "[rank N] " prefixes on stdout and stderr, whole lines only (chunked
  * writes, partial last lines, long lines), the private SY_BOOT_DIR (exists while running, gone afterwards,
  * on every path), --gpus, the NVLS variables, failure propagation (exit status, signals, stopping the
- * others quickly), --timeout, SIGTERM to syrun, usage errors, a missing program, and the rendezvous under
+ * others quickly, or letting them finish with --keep-going), --timeout, SIGTERM to syrun, usage errors, a missing program, and the rendezvous under
  * syrun: healthy, and with a rank that never joins (rank 0 times out naming rank 1).
  */
 #include "boot/boot.h"
@@ -422,6 +422,20 @@ static void test_failures(void) {
   CHECK(r.seconds < 10);
   CHECK_HAS(r.err, "syrun: the job ran longer than --timeout 1 s; stopping all ranks");
   CHECK_EQ_INT(check_pids_gone(r.out), 2);
+  free_result(&r);
+
+  /* --keep-going: rank 1 fails at once, the others finish their own work and every failure is reported; the
+   * status is the first failure's. */
+  r = run_syrun(ARGS("-n", "3", "--keep-going", "sh", "-c",
+                     "if [ $SY_RANK = 1 ]; then exit 3; fi; sleep 0.5; echo done $SY_RANK; "
+                     "if [ $SY_RANK = 2 ]; then exit 5; fi"),
+                NULL, 60);
+  CHECK_EQ_INT(r.code, 3);
+  CHECK_HAS(r.out, "[rank 0] done 0\n");
+  CHECK_HAS(r.out, "[rank 2] done 2\n");
+  CHECK_HAS(r.err, "syrun: rank 1 exited with status 3; the others run on (--keep-going)\n");
+  CHECK_HAS(r.err, "syrun: rank 2 exited with status 5\n");
+  CHECK(strstr(r.err, "stopping") == NULL);
   free_result(&r);
 
   /* All ranks exit 0 at different times: 0. */

@@ -33,6 +33,9 @@ typedef struct bench_opts {
   int num_token_list;             /* --tokens: entries with a list of sizes (moe-ll); 0: the entry's default */
   int64_t token_list[BENCH_MAX_TOKEN_LIST];
   const char *wire_only, *mode_only; /* moe-ll --wire / --mode: run only that wire ("fp8", "bf16") or mode */
+  double soak_s;                     /* soak: seconds to run (--soak) */
+  uint64_t seed;                     /* soak: the first round's seed (--seed) */
+  size_t soak_growth;                /* soak: memory growth allowed, bytes (--soak-growth) */
 } bench_opts_t;
 
 /* One measured variant at one size. */
@@ -71,6 +74,8 @@ int bench_attn(bench_ctx_t *ctx);
 size_t bench_attn_heap(const bench_opts_t *opts);
 int bench_moe(bench_ctx_t *ctx);
 size_t bench_moe_heap(const bench_opts_t *opts);
+int bench_soak(bench_ctx_t *ctx); /* soak.c: not a benchmark; every operation checked, memory watched */
+size_t bench_soak_heap(const bench_opts_t *opts);
 
 /* Timing: runs op(arg) warmup + iters times on ctx->stream; fills time_us/host_us (medians). */
 typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);

@@ -4,6 +4,7 @@
  *
  *   syrun -n 4 sy-bench alltoall            # GPUs, NCCL beside us
  *   sy-bench --backend host --world 4 alltoall
+ *   sy-bench --backend host --world 3 --soak 30   # the soak mode (soak.c): every operation checked, memory watched
  */
 #include <nccl.h>
 #include <pthread.h>
@@ -22,6 +23,8 @@ static const bench_entry_t entries[] = {
      bench_attn_heap},
     {"moe-ll", "MoE low-latency dispatch and combine (hidden 7168, top-8 of 256 experts), vs NCCL send/recv", bench_moe,
      bench_moe_heap},
+    {"soak", "every operation again and again, random shapes, each result checked, memory watched (--soak SECONDS)",
+     bench_soak, bench_soak_heap},
 };
 static const int num_entries = (int)(sizeof entries / sizeof entries[0]);
 
@@ -196,6 +199,9 @@ static void usage(FILE *f) {
           "      --tokens N[,N...]     moe-ll: tokens per rank to run (default 1,32,128,256)\n"
           "      --wire fp8|bf16       moe-ll: only that dispatch wire (default both)\n"
           "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
+          "      --soak SECONDS        the entry soak for this long (default 60): exit non-zero on any wrong element,\n"
+          "                            failed call or memory growth past --soak-growth SIZE (default 32M)\n"
+          "      --seed N              soak: the first round's seed (default 0x50a4)\n"
           "environment: SY_BENCH_CUPTI=PATH (libcupti for the kernel-time columns), SY_BENCH_NO_CUPTI=1 (none)\n"
           "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
@@ -312,7 +318,10 @@ static void *rank_main(void *p) {
     fprintf(stderr, "sy-bench: rank %d: %s: %s\n", ctx.rank, sy_status_name(async), detail);
     rc = 1;
   }
-  bench_print(&ctx, "# %s: %s\n", opts->entry, rc ? "FAILED to run" : wrong ? "WRONG RESULTS" : "all results correct");
+  bench_print(&ctx, "# %s: %s\n", opts->entry,
+              rc      ? (strcmp(opts->entry, "soak") ? "FAILED to run" : "FAILED")
+              : wrong ? "WRONG RESULTS"
+                      : "all results correct");
   if (ctx.nccl) ncclCommDestroy((ncclComm_t)ctx.nccl);
   if (ctx.stream) cudaStreamDestroy(ctx.stream);
   sy_comm_destroy(ctx.comm);
@@ -359,7 +368,8 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 }
 
 int main(int argc, char **argv) {
-  bench_opts_t opts = {NULL, SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL};
+  bench_opts_t opts = {NULL,   SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0,
+                       0x50a4, (size_t)32 << 20};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -402,7 +412,17 @@ int main(int argc, char **argv) {
       opts.max_tokens = (int64_t)tokens_arg;
       opts.tokens_given |= BENCH_MAX_TOKENS_GIVEN;
     } else if (!strcmp(a, "--tokens")) bad = parse_token_list(a, v, &opts);
-    else if (!strcmp(a, "--wire")) {
+    else if (!strcmp(a, "--soak")) {
+      char *end;
+      opts.soak_s = strtod(v, &end);
+      if (*end || !(opts.soak_s > 0 && opts.soak_s <= 1e7))
+        bad = fprintf(stderr, "sy-bench: --soak %s: want a positive number of seconds\n", v) > 0;
+    } else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
+    else if (!strcmp(a, "--seed")) {
+      char *end;
+      opts.seed = strtoull(v, &end, 0);
+      if (*end || !*v) bad = fprintf(stderr, "sy-bench: --seed %s: want an unsigned integer\n", v) > 0;
+    } else if (!strcmp(a, "--wire")) {
       if (strcmp(v, "fp8") && strcmp(v, "bf16"))
         bad = fprintf(stderr, "sy-bench: --wire %s: expected fp8 or bf16\n", v) > 0;
       opts.wire_only = v;
@@ -417,6 +437,11 @@ int main(int argc, char **argv) {
     }
     if (bad) return 2;
     i++;
+  }
+  if (opts.soak_s > 0 && !opts.entry) opts.entry = "soak";
+  if (opts.soak_s > 0 && strcmp(opts.entry, "soak")) {
+    fprintf(stderr, "sy-bench: --soak runs the entry soak, not %s\n", opts.entry);
+    return 2;
   }
   if (!opts.entry || !find_entry(opts.entry)) {
     if (opts.entry) fprintf(stderr, "sy-bench: no entry named %s\n", opts.entry);
@@ -444,7 +469,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sy-bench: --minbytes %zu is larger than --maxbytes %zu\n", opts.min_bytes, opts.max_bytes);
     return 2;
   }
-  if (opts.backend == SY_BACKEND_HOST) opts.nccl = 0;
+  if (opts.backend == SY_BACKEND_HOST || !strcmp(opts.entry, "soak")) opts.nccl = 0; /* the soak has no baseline */
   setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast stays off on our machines */
 
   int status = 0;
