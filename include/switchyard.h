@@ -117,9 +117,10 @@ typedef struct sy_comm_config {
   { sizeof(sy_comm_config_t), SY_BACKEND_AUTO, -1, -1, -1, 0, 0, 0 }
 
 /* Collective. Creates this rank's communicator. cuda backend: selects the GPU, exchanges NVSHMEM's unique
- * id through the launcher's rendezvous (syrun's private directory, or TCP to MASTER_ADDR), initialises
- * NVSHMEM and reserves the library's control memory. host backend: each of world_size threads calls it
- * with its own rank; it returns once all have arrived (or fails naming the ranks that never did).
+ * id through the launcher's rendezvous (syrun's private directory, or TCP to MASTER_ADDR: rank 0 listens only
+ * at that address and answers only ranks that complete the handshake, with SY_BOOT_SECRET when it is set),
+ * initialises NVSHMEM and reserves the library's control memory. host backend: each of world_size threads calls
+ * it with its own rank; it returns once all have arrived (or fails naming the ranks that never did).
  * config may be NULL (all defaults). Not graph-capturable. */
 SY_API sy_status_t sy_comm_init(sy_comm_t *comm, const sy_comm_config_t *config);
 

@@ -16,6 +16,7 @@ static void print_env(void) {
   for (int i = 0; i < sy__env_count(); i++) {
     const sy_env_def_t *d = sy__env_def((sy_env_id_t)i);
     const char *set = getenv(d->name);
+    if (set && !strcmp(d->name, "SY_BOOT_SECRET")) set = "(set, hidden)"; /* a secret is never printed */
     printf("  %-20s %-12s default %-8s %s\n", d->name, set ? set : "(unset)",
            *d->default_value ? d->default_value : "\"\"", d->doc);
   }

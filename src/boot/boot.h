@@ -30,13 +30,17 @@ sy_status_t sy__launch_info_from_env(sy_launch_info_t *info);
 typedef struct sy_boot sy_boot_t;
 
 /* Opens the rendezvous for this launch: SY_BOOT_DIR (syrun) -> directory; world_size 1 -> trivial;
- * otherwise TCP to SY_BOOT_ADDR or MASTER_ADDR at SY_BOOT_PORT or MASTER_PORT + 1. */
+ * otherwise TCP to SY_BOOT_ADDR or MASTER_ADDR at SY_BOOT_PORT or MASTER_PORT + 1, with SY_BOOT_SECRET. */
 sy_status_t sy__boot_open(int rank, int world_size, uint64_t timeout_ms, sy_boot_t **boot);
 /* A directory shared by the ranks of one node (round k of rank r lives in DIR/ag.<k>.<r>). */
 sy_status_t sy__boot_open_dir(const char *dir, int rank, int world_size, uint64_t timeout_ms, sy_boot_t **boot);
-/* TCP star: rank 0 listens on port (any address), the others connect to addr:port. */
+/* TCP star: rank 0 listens on addr:port (only the addresses of this host that addr names: an addr that names
+ * none is SY_ERR_BOOTSTRAP saying so), the others connect to addr:port. secret (NULL or "": none) is a shared
+ * secret every rank must hold: rank 0 refuses a rank that cannot prove it holds the same one (or that holds
+ * one when rank 0 does not), and a rank holding one refuses a rank 0 that cannot prove it. Refused and idle
+ * connections never hold up the ranks (tcp.c describes the handshake). */
 sy_status_t sy__boot_open_tcp(const char *addr, int port, int rank, int world_size, uint64_t timeout_ms,
-                              sy_boot_t **boot);
+                              const char *secret, sy_boot_t **boot);
 /* In-process (host backend and world 1). */
 sy_status_t sy__boot_open_trivial(sy_boot_t **boot);
 

@@ -1,10 +1,10 @@
 /*
  * rendezvous.c — the out-of-band allgather ranks use before NVSHMEM exists (its unique id, NCCL's, the
  * device map travel over it): the entry points, the trivial transport (world 1: a copy) and the directory
- * transport; the TCP star is in rendezvous_tcp.c.
+ * transport; the TCP star is in tcp.c (with tcp_accept.c, tcp_root.c, tcp_leaf.c and tcp_auth.c).
  *   dir  one node, under syrun: round k of rank r is the file DIR/ag.<k>.<r>, written under a temporary name
  *        and renamed so a reader never sees half a blob; readers poll with backoff up to 10 ms.
- *   tcp  beyond one node: rank 0 listens, the others connect; see rendezvous_tcp.c.
+ *   tcp  beyond one node: rank 0 listens on its own address, the others connect; see tcp.c.
  * Every wait is bounded by the timeout given at open (per round); a rank that never arrives is named.
  */
 #include "boot/rendezvous.h"
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------------- */
-/* Shared with rendezvous_tcp.c (rendezvous.h)                                                          */
+/* Shared with tcp*.c (rendezvous.h)                                                                    */
 /* ---------------------------------------------------------------------------------------------------- */
 uint64_t sy__boot_now_ms(void) {
   struct timespec ts;
@@ -340,8 +340,11 @@ sy_status_t sy__boot_open(int rank, int world_size, uint64_t timeout_ms, sy_boot
     SY_WARN("rendezvous: port %lld (%s) is outside 1..65535", port, port_name);
     return SY_ERR_INVALID_ARG;
   }
-  SY_INFO("rendezvous: tcp to %s=%s port %lld (%s)", addr_name, addr, port, port_name);
-  return sy__boot_open_tcp(addr, (int)port, rank, world_size, timeout_ms, boot);
+  /* The secret stays out of every log line, this one included. */
+  const char *secret = sy__env_raw(SY_ENVID_SY_BOOT_SECRET);
+  SY_INFO("rendezvous: tcp to %s=%s port %lld (%s)%s", addr_name, addr, port, port_name,
+          secret ? ", with SY_BOOT_SECRET" : "");
+  return sy__boot_open_tcp(addr, (int)port, rank, world_size, timeout_ms, secret, boot);
 }
 
 sy_status_t sy__boot_allgather(sy_boot_t *boot, const void *send, void *recv, size_t bytes) {
@@ -395,5 +398,6 @@ void sy__boot_close(sy_boot_t *boot) {
   }
   free(boot->dir);
   free(boot->addr);
+  sy__boot_forget_secret(boot);
   free(boot);
 }

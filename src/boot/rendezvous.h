@@ -19,7 +19,8 @@ struct sy_boot {
   uint64_t round;      /* the next round (dir: its file number, continuing after an earlier boot's files) */
   sy_status_t failed;  /* sticky: after a failed round the ranks are out of step */
   char *dir;
-  char *addr; /* tcp: rank 0's address as given, for messages */
+  char *addr;   /* tcp: rank 0's address as given (rank 0 listens there; the others connect there) */
+  char *secret; /* tcp: the shared secret while the rendezvous opens, else NULL (wiped and freed after open) */
   int port;
   int *fds; /* tcp rank 0: world_size sockets (fds[0] unused); others: fds[0] is the socket to rank 0 */
 };
@@ -27,6 +28,8 @@ struct sy_boot {
 sy_status_t sy__boot_alloc(sy_boot_kind_t kind, int rank, int world_size, uint64_t timeout_ms, sy_boot_t **out);
 /* One round of the TCP star (world_size > 1); the caller checked the arguments. */
 sy_status_t sy__boot_tcp_round(sy_boot_t *boot, const void *send, void *recv, size_t bytes);
+/* Wipes and frees boot->secret (NULL: nothing to do). */
+void sy__boot_forget_secret(sy_boot_t *boot);
 
 /* Monotonic milliseconds; a deadline timeout_ms from now (saturating); what is left of it for poll(). */
 uint64_t sy__boot_now_ms(void);

@@ -1,7 +1,9 @@
 /*
- * tcp_leaf.c — the side of the TCP rendezvous of every rank but 0 (tcp.c describes the star): connect to rank 0
- * (retrying until it listens), say hello, wait for its answer; each round send the blob and read rank 0's reply,
- * waiting past its own bound for rank 0's verdict (sy__tcp_verdict_deadline).
+ * tcp_leaf.c — the side of the TCP rendezvous of every rank but 0 (tcp.c describes the star and the handshake):
+ * connect to rank 0 (retrying until it listens, and again when it hangs up without a word), take its challenge,
+ * say hello (with a proof when this rank holds a secret), wait for its answer (checking rank 0's proof); each
+ * round send the blob and read rank 0's reply, waiting past its own bound for rank 0's verdict
+ * (sy__tcp_verdict_deadline).
  */
 #include "boot/tcp.h"
 
@@ -51,7 +53,91 @@ static sy_status_t tcp_leaf_reply(sy_boot_t *boot, uint64_t round, uint64_t dead
   return status;
 }
 
-/* A rank other than 0: connects (retrying: rank 0 may not listen yet), says hello, waits for the answer. */
+/* Rank 0's answer to the hello was ok: with a secret it must carry rank 0's proof, else nothing. */
+static sy_status_t leaf_check_root(sy_boot_t *boot, const frame_t *f, const unsigned char *root_nonce,
+                                   const unsigned char *leaf_nonce, uint64_t deadline) {
+  const uint64_t want = boot->secret ? TCP_PROOF_BYTES : 0;
+  if (f->length != want) {
+    SY_WARN("rendezvous: rank 0 at %s:%d %s; this rank refuses it", boot->addr, boot->port,
+            boot->secret ? "did not prove it holds SY_BOOT_SECRET (is it set there?)"
+                         : "answered with a proof of a secret this rank does not hold");
+    return SY_ERR_BOOTSTRAP;
+  }
+  if (!want) return SY_SUCCESS;
+  unsigned char proof[TCP_PROOF_BYTES], expect[TCP_PROOF_BYTES];
+  int err = 0;
+  if (sy__tcp_recv_all(boot->fds[0], proof, sizeof proof, deadline, &err) != TCP_IO_OK) {
+    SY_WARN("rendezvous: rank 0 at %s:%d did not finish its answer to this rank's hello", boot->addr, boot->port);
+    return SY_ERR_BOOTSTRAP;
+  }
+  sy__tcp_proof(boot->secret, TCP_PROOF_ROOT, root_nonce, leaf_nonce, boot->rank, boot->world_size, expect);
+  if (!sy__tcp_equal_ct(proof, expect, sizeof proof)) {
+    SY_WARN(
+        "rendezvous: rank 0 at %s:%d does not hold this rank's SY_BOOT_SECRET (its proof is wrong); this rank "
+        "refuses it",
+        boot->addr, boot->port);
+    return SY_ERR_BOOTSTRAP;
+  }
+  return SY_SUCCESS;
+}
+
+/* Connected: takes rank 0's challenge, says hello and reads the answer. *closed: rank 0 hung up without a
+ * reason (a listener on its way out, or one that dropped a slow hello): worth connecting again. */
+static sy_status_t leaf_handshake(sy_boot_t *boot, uint64_t deadline, int *closed) {
+  const int fd = boot->fds[0];
+  unsigned char in[FRAME_BYTES + TCP_NONCE_BYTES], out[FRAME_BYTES + TCP_HELLO_AUTH], leaf_nonce[TCP_NONCE_BYTES] = {0};
+  int err = 0;
+  *closed = 0;
+  tcp_io_t io = sy__tcp_recv_all(fd, in, sizeof in, deadline, &err);
+  if (io == TCP_IO_TIMEOUT) {
+    SY_WARN("rendezvous: rank 0 at %s:%d took the connection but sent no challenge within %llu ms", boot->addr,
+            boot->port, (unsigned long long)boot->timeout_ms);
+    return SY_ERR_TIMEOUT;
+  }
+  if (io != TCP_IO_OK) {
+    *closed = 1;
+    return SY_ERR_BOOTSTRAP;
+  }
+  frame_t f;
+  sy__tcp_frame_decode(in, &f);
+  if (f.magic != TCP_MAGIC || f.type != MSG_CHALLENGE || f.a != TCP_VERSION || f.length != TCP_NONCE_BYTES) {
+    SY_WARN(
+        "rendezvous: what listens at %s:%d is not this version's rank 0 (another switchyard version, or another "
+        "service on the port)",
+        boot->addr, boot->port);
+    return SY_ERR_BOOTSTRAP;
+  }
+  const unsigned char *root_nonce = in + FRAME_BYTES;
+  size_t body = 0;
+  if (boot->secret) {
+    if (sy__tcp_random(leaf_nonce, sizeof leaf_nonce) != 0) {
+      SY_WARN("rendezvous: no random bytes for this rank's nonce (getrandom and /dev/urandom failed)");
+      return SY_ERR_SYSTEM;
+    }
+    memcpy(out + FRAME_BYTES, leaf_nonce, sizeof leaf_nonce);
+    sy__tcp_proof(boot->secret, TCP_PROOF_LEAF, root_nonce, leaf_nonce, boot->rank, boot->world_size,
+                  out + FRAME_BYTES + TCP_NONCE_BYTES);
+    body = TCP_HELLO_AUTH;
+  }
+  f = (frame_t){TCP_MAGIC, MSG_HELLO, boot->rank, boot->world_size, body};
+  sy__tcp_frame_encode(&f, out);
+  io = sy__tcp_send_all(fd, out, FRAME_BYTES + body, deadline, 0, &err);
+  if (io == TCP_IO_TIMEOUT) {
+    SY_WARN("rendezvous: rank 0 at %s:%d did not take this rank's hello within %llu ms", boot->addr, boot->port,
+            (unsigned long long)boot->timeout_ms);
+    return SY_ERR_TIMEOUT;
+  }
+  if (io != TCP_IO_OK) {
+    *closed = 1;
+    return SY_ERR_BOOTSTRAP;
+  }
+  const uint64_t verdict = sy__tcp_verdict_deadline(deadline, boot->timeout_ms);
+  sy_status_t status = tcp_leaf_reply(boot, 0, verdict, &f, closed);
+  if (status != SY_SUCCESS) return status;
+  return leaf_check_root(boot, &f, root_nonce, leaf_nonce, verdict);
+}
+
+/* A rank other than 0: connects (retrying: rank 0 may not listen yet), then the handshake. */
 sy_status_t sy__tcp_leaf_open(sy_boot_t *boot) {
   const uint64_t deadline = sy__boot_deadline_after(boot->timeout_ms);
   char port_text[16], eb[128];
@@ -98,25 +184,11 @@ sy_status_t sy__tcp_leaf_open(sy_boot_t *boot) {
       boot->fds[0] = fd;
     }
     if (boot->fds[0] >= 0) {
-      unsigned char hello[FRAME_BYTES];
-      frame_t f = {TCP_MAGIC, MSG_HELLO, boot->rank, boot->world_size, 0};
-      sy__tcp_frame_encode(&f, hello);
-      int err = 0, closed = 0;
-      tcp_io_t io = sy__tcp_send_all(boot->fds[0], hello, FRAME_BYTES, deadline, 0, &err);
-      sy_status_t status = SY_ERR_BOOTSTRAP;
-      if (io == TCP_IO_OK) {
-        status = tcp_leaf_reply(boot, 0, sy__tcp_verdict_deadline(deadline, boot->timeout_ms), &f, &closed);
-        if (status == SY_SUCCESS) {
-          freeaddrinfo(addrs);
-          return SY_SUCCESS;
-        }
-      }
-      if (io == TCP_IO_TIMEOUT) {
-        SY_WARN("rendezvous: rank 0 at %s:%d did not take this rank's hello within %llu ms", boot->addr, boot->port,
-                (unsigned long long)boot->timeout_ms);
-        status = SY_ERR_TIMEOUT;
-      } else if (io != TCP_IO_OK) {
-        closed = 1;
+      int closed = 0;
+      sy_status_t status = leaf_handshake(boot, deadline, &closed);
+      if (status == SY_SUCCESS) {
+        freeaddrinfo(addrs);
+        return SY_SUCCESS;
       }
       close(boot->fds[0]);
       boot->fds[0] = -1;
@@ -124,7 +196,7 @@ sy_status_t sy__tcp_leaf_open(sy_boot_t *boot) {
         freeaddrinfo(addrs);
         return status;
       }
-      /* Hung up without a reason: a listener on its way out; try again while there is time. */
+      /* Hung up without a reason (a listener on its way out, or one that dropped a slow hello): try again. */
       last_problem = "the connection was closed before rank 0 answered";
     }
     int left = sy__boot_ms_left(deadline);

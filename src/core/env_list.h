@@ -18,6 +18,9 @@ SY_ENV_ID_(SY_DEVICE, SY_ENV_INT, "-1", "CUDA device of this rank (set by syrun 
 SY_ENV_ID_(SY_BOOT_DIR, SY_ENV_STRING, "", "private directory for the rendezvous (set by syrun)")
 SY_ENV_ID_(SY_BOOT_ADDR, SY_ENV_STRING, "", "rendezvous host for multi-node runs; default MASTER_ADDR")
 SY_ENV_ID_(SY_BOOT_PORT, SY_ENV_INT, "0", "rendezvous TCP port; 0: MASTER_PORT + 1 (MASTER_PORT is torch's)")
+SY_ENV_ID_(SY_BOOT_SECRET, SY_ENV_STRING, "",
+           "TCP rendezvous: a secret shared by every rank; rank 0 refuses ranks that cannot prove it and the ranks "
+           "refuse a rank 0 that cannot (never sent, never logged)")
 SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch; 0 picks from the SM count")
 SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K",
            "all-to-all, attention: largest piece of one pair's bytes with its own signal (small pairs are cut finer, "

@@ -2,233 +2,11 @@
  * test_rendezvous.c — the boot allgather (src/boot/rendezvous.c) with ranks as threads: directory mode and
  * TCP mode at world 1, 2, 3 and 8 over many rounds of distinct data (checked byte for byte, blob sizes from 0
  * to 256 KiB), reuse of one directory by successive boots, blob-size mismatch, ranks that never arrive (at
- * open, or in a later round), rank 0 never listening, duplicate ranks and a wrong world size, and
- * sy__boot_open's choice of transport from the environment. Every failing case must end within its bound.
+ * open, or in a later round), rank 0 never listening, and sy__boot_open's choice of transport from the
+ * environment (SY_BOOT_SECRET included). Every failing case must end within its bound. What rank 0 refuses
+ * (idle and garbage connections, bad ranks, secrets) and where it listens: test_rendezvous_tcp.c.
  */
-#include "boot/boot.h"
-#include "check.h"
-
-#include <dirent.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
-
-typedef enum transport { VIA_DIR, VIA_TCP, VIA_ENV } transport_t;
-
-typedef struct job {
-  transport_t transport;
-  const char *dir;
-  const char *addr;
-  int port;
-  int world; /* what every rank says the world is */
-  uint64_t timeout_ms;
-  int rounds;
-  int epoch;     /* mixed into the data, so a stale file of an earlier boot shows */
-  int skip_rank; /* this rank stops calling at skip_round (keeping its boot open); -1: none */
-  int skip_round;
-  int odd_rank; /* this rank passes one byte more at odd_round; -1: none */
-  int odd_round;
-  int late_rank; /* this rank opens late_ms late; -1: none */
-  int late_ms;
-  int direct_tcp_rank; /* VIA_ENV: this rank opens with sy__boot_open_tcp(addr, port) instead; -1: none */
-  int finished;        /* ranks done (atomic): the skipping rank waits for the others before closing */
-} job_t;
-
-typedef struct rank_run {
-  job_t *job;
-  int rank;                        /* the rank this thread claims */
-  int world;                       /* the world size it claims */
-  sy_status_t open_status, status; /* status: first failure (open included), SY_SUCCESS if none */
-  int failed_round;                /* -1: none */
-  int wrong_bytes;                 /* bytes of recv that differed from the expected */
-  double seconds;
-} rank_run_t;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static size_t round_bytes(int round) {
-  static const size_t sizes[] = {16, 1, 0, 300, 4096, 256 * 1024 + 5, 8, 65536 + 3, 40, 7};
-  return sizes[round % 10];
-}
-
-static unsigned char pattern(int epoch, int rank, int round, size_t i) {
-  return (unsigned char)(epoch * 61 + rank * 131 + round * 29 + (int)(i * 7) + (int)(i >> 8) * 3 + 1);
-}
-
-static sy_status_t open_boot(const job_t *job, int rank, int world, sy_boot_t **boot) {
-  if (rank == job->direct_tcp_rank) return sy__boot_open_tcp(job->addr, job->port, rank, world, job->timeout_ms, boot);
-  switch (job->transport) {
-    case VIA_DIR: return sy__boot_open_dir(job->dir, rank, world, job->timeout_ms, boot);
-    case VIA_TCP: return sy__boot_open_tcp(job->addr, job->port, rank, world, job->timeout_ms, boot);
-    default: return sy__boot_open(rank, world, job->timeout_ms, boot);
-  }
-}
-
-static void *rank_main(void *arg) {
-  rank_run_t *run = arg;
-  job_t *job = run->job;
-  sy__log_set_rank(run->rank);
-  run->failed_round = -1;
-  run->status = SY_SUCCESS;
-  double t0 = now_s();
-  if (run->rank == job->late_rank) usleep((useconds_t)job->late_ms * 1000);
-  sy_boot_t *boot = NULL;
-  run->open_status = open_boot(job, run->rank, run->world, &boot);
-  run->status = run->open_status;
-  for (int round = 0; run->status == SY_SUCCESS && round < job->rounds; round++) {
-    if (run->rank == job->skip_rank && round >= job->skip_round) {
-      /* Never arrives in this round; stays connected until the others have given up. */
-      double give_up = now_s() + 30;
-      while (__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE) < job->world - 1 && now_s() < give_up) usleep(5000);
-      break;
-    }
-    size_t bytes = round_bytes(round);
-    size_t mine = bytes + (run->rank == job->odd_rank && round == job->odd_round);
-    unsigned char *send = malloc(mine + 1);
-    unsigned char *recv = malloc((size_t)run->world * mine + 1);
-    for (size_t i = 0; i < mine; i++) send[i] = pattern(job->epoch, run->rank, round, i);
-    memset(recv, 0xEE, (size_t)run->world * mine + 1);
-    sy_status_t st = (round % 4 == 3) ? sy__boot_barrier(boot) : sy__boot_allgather(boot, send, recv, mine);
-    if (st != SY_SUCCESS) {
-      run->status = st;
-      run->failed_round = round;
-    } else if (round % 4 != 3) {
-      for (int r = 0; r < run->world; r++)
-        for (size_t i = 0; i < bytes; i++)
-          run->wrong_bytes += recv[(size_t)r * bytes + i] != pattern(job->epoch, r, round, i);
-      run->wrong_bytes += recv[(size_t)run->world * bytes] != 0xEE; /* nothing written past the end */
-    }
-    free(send);
-    free(recv);
-  }
-  sy__boot_close(boot);
-  run->seconds = now_s() - t0;
-  __atomic_fetch_add(&job->finished, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-/* Runs one thread per entry of claims (rank, world pairs; world -1: job->world). */
-static void run_ranks(job_t *job, int count, const int *ranks, const int *worlds, rank_run_t *runs) {
-  pthread_t threads[64];
-  job->finished = 0;
-  for (int i = 0; i < count; i++) {
-    runs[i] = (rank_run_t){job, ranks[i], worlds && worlds[i] > 0 ? worlds[i] : job->world, 0, 0, -1, 0, 0};
-    pthread_create(&threads[i], NULL, rank_main, &runs[i]);
-  }
-  for (int i = 0; i < count; i++) pthread_join(threads[i], NULL);
-}
-
-static void run_all(job_t *job, rank_run_t *runs) {
-  int ranks[64];
-  for (int r = 0; r < job->world; r++) ranks[r] = r;
-  run_ranks(job, job->world, ranks, NULL, runs);
-}
-
-static job_t base_job(transport_t transport, const char *dir, int port, int world) {
-  job_t job;
-  memset(&job, 0, sizeof job);
-  job.transport = transport;
-  job.dir = dir;
-  job.addr = "127.0.0.1";
-  job.port = port;
-  job.world = world;
-  job.timeout_ms = 20000; /* generous: a loaded machine must not time out a healthy job */
-  job.rounds = 12;
-  job.skip_rank = job.odd_rank = job.late_rank = job.direct_tcp_rank = -1;
-  return job;
-}
-
-/* A TCP port nobody listens on right now. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
-static char work_dir[256];
-
-static void make_dir(char *out, size_t bytes, const char *name) {
-  snprintf(out, bytes, "%s/%s.XXXXXX", work_dir, name);
-  if (!mkdtemp(out)) perror("mkdtemp");
-}
-
-static int count_entries(const char *dir) {
-  int count = 0;
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) count += e->d_name[0] != '.';
-  if (d) closedir(d);
-  return count;
-}
-
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char path[512];
-  while (d && (e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
-/* Log capture: the warn lines of one case go to a file, returned as text (caller frees). */
-static char log_path[300];
-static void log_capture_start(void) {
-  snprintf(log_path, sizeof log_path, "%s/log", work_dir);
-  unlink(log_path);
-  setenv("SY_DEBUG", "WARN", 1);
-  setenv("SY_DEBUG_FILE", log_path, 1);
-  sy__log_reset();
-}
-static char *log_capture_end(void) {
-  unsetenv("SY_DEBUG_FILE");
-  sy__log_reset();
-  static char text[16384];
-  text[0] = '\0';
-  FILE *f = fopen(log_path, "r");
-  if (f) {
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = '\0';
-    fclose(f);
-  }
-  unlink(log_path);
-  return text;
-}
-static void check_text_has(const char *log, const char *needle, int line) {
-  if (!strstr(log, needle)) fprintf(stderr, "line %d: log lacks \"%s\"; log:\n%s\n", line, needle, log);
-  CHECK(strstr(log, needle) != NULL);
-}
-#define CHECK_LOG_HAS(log, needle) check_text_has(log, needle, __LINE__)
-
-static void check_all_ok(const rank_run_t *runs, int count, const char *what) {
-  for (int i = 0; i < count; i++) {
-    if (runs[i].status != SY_SUCCESS || runs[i].wrong_bytes)
-      fprintf(stderr, "%s: rank %d: %s at round %d, %d wrong bytes\n", what, runs[i].rank,
-              sy_status_name(runs[i].status), runs[i].failed_round, runs[i].wrong_bytes);
-    CHECK_OK(runs[i].status);
-    CHECK_EQ_INT(runs[i].wrong_bytes, 0);
-  }
-}
+#include "rendezvous_test.h"
 
 static void test_healthy(void) {
   static const int worlds[] = {1, 2, 3, 8};
@@ -378,7 +156,7 @@ static void test_never_arrives(transport_t transport) {
   }
 }
 
-static void test_tcp_misconfigured(void) {
+static void test_tcp_unreachable(void) {
   /* Rank 0 never listens: the others retry until the bound, then say rank 0 was not reachable. */
   rank_run_t runs[3];
   int port = free_port();
@@ -395,34 +173,13 @@ static void test_tcp_misconfigured(void) {
     CHECK(runs[i].seconds > 0.25 && runs[i].seconds < 5);
   }
   CHECK_LOG_HAS(log, needle);
-
-  /* Two processes claim rank 1: every rank fails with SY_ERR_BOOTSTRAP naming it. */
-  job = base_job(VIA_TCP, NULL, free_port(), 3);
-  job.timeout_ms = 10000;
-  const int dup[] = {0, 1, 1};
-  log_capture_start();
-  double t0 = now_s();
-  run_ranks(&job, 3, dup, NULL, runs);
-  log = log_capture_end();
-  for (int i = 0; i < 3; i++) CHECK_STATUS(runs[i].open_status, SY_ERR_BOOTSTRAP);
-  CHECK(now_s() - t0 < 8);
-  CHECK_LOG_HAS(log, "rank 1 connected twice");
-
-  /* A rank with the wrong world size. */
-  job = base_job(VIA_TCP, NULL, free_port(), 2);
-  job.timeout_ms = 10000;
-  const int ranks[] = {0, 1}, worlds[] = {2, 3};
-  log_capture_start();
-  run_ranks(&job, 2, ranks, worlds, runs);
-  log = log_capture_end();
-  for (int i = 0; i < 2; i++) CHECK_STATUS(runs[i].open_status, SY_ERR_BOOTSTRAP);
-  CHECK_LOG_HAS(log, "has world size 3, rank 0 has 2");
 }
 
 /* sy__boot_open picks the transport from the environment. */
 static void test_open_from_env(void) {
-  const char *vars[] = {"SY_BOOT_DIR", "SY_BOOT_ADDR", "SY_BOOT_PORT", "MASTER_ADDR", "MASTER_PORT"};
-  for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+  const char *vars[] = {"SY_BOOT_DIR", "SY_BOOT_ADDR", "SY_BOOT_PORT", "MASTER_ADDR", "MASTER_PORT", "SY_BOOT_SECRET"};
+  const int var_count = (int)(sizeof vars / sizeof vars[0]);
+  for (int i = 0; i < var_count; i++) unsetenv(vars[i]);
   rank_run_t runs[3];
 
   /* SY_BOOT_DIR: the directory. */
@@ -461,6 +218,37 @@ static void test_open_from_env(void) {
   run_all(&job, runs);
   check_all_ok(runs, 3, "env MASTER_ADDR");
 
+  /* SY_BOOT_SECRET: ranks 0 and 1 take it from the environment, rank 2 passes the same one itself; then rank 2
+   * passes none and rank 0 refuses it. The secret appears in no log line. */
+  static const char secret[] = "env-secret-8j2Q";
+  setenv("SY_BOOT_SECRET", secret, 1);
+  port = free_port();
+  snprintf(text, sizeof text, "%d", port - 1);
+  setenv("MASTER_PORT", text, 1);
+  job = base_job(VIA_ENV, NULL, port, 3);
+  job.rounds = 4;
+  job.direct_tcp_rank = 2;
+  job.secret = secret;
+  log_capture_level("INFO");
+  run_all(&job, runs);
+  log = log_capture_end();
+  check_all_ok(runs, 3, "env SY_BOOT_SECRET");
+  CHECK(strstr(log, secret) == NULL);
+  port = free_port();
+  snprintf(text, sizeof text, "%d", port - 1);
+  setenv("MASTER_PORT", text, 1);
+  job = base_job(VIA_ENV, NULL, port, 3);
+  job.direct_tcp_rank = 2;
+  job.timeout_ms = 1000;
+  log_capture_level("INFO");
+  run_all(&job, runs);
+  log = log_capture_end();
+  CHECK_STATUS(runs[2].status, SY_ERR_BOOTSTRAP);
+  CHECK_STATUS(runs[0].status, SY_ERR_TIMEOUT);
+  CHECK_LOG_HAS(log, "says it is rank 2 but holds no SY_BOOT_SECRET; rank 0 requires it");
+  CHECK(strstr(log, secret) == NULL);
+  unsetenv("SY_BOOT_SECRET");
+
   /* SY_BOOT_ADDR / SY_BOOT_PORT win over MASTER_*. */
   setenv("MASTER_ADDR", "host.invalid", 1);
   setenv("SY_BOOT_ADDR", "127.0.0.1", 1);
@@ -472,7 +260,7 @@ static void test_open_from_env(void) {
   check_all_ok(runs, 2, "env SY_BOOT_ADDR");
   setenv("SY_BOOT_PORT", "70000", 1);
   CHECK_STATUS(sy__boot_open(1, 2, 1000, &boot), SY_ERR_INVALID_ARG);
-  for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+  for (int i = 0; i < var_count; i++) unsetenv(vars[i]);
 }
 
 static void test_arguments(void) {
@@ -483,15 +271,15 @@ static void test_arguments(void) {
   CHECK_STATUS(sy__boot_open_dir(dir, 0, 0, 1000, &boot), SY_ERR_INVALID_ARG);
   CHECK_STATUS(sy__boot_open_dir(dir, 0, 2, 0, &boot), SY_ERR_INVALID_ARG);
   CHECK_STATUS(sy__boot_open_dir(NULL, 0, 2, 1000, &boot), SY_ERR_INVALID_ARG);
-  CHECK_STATUS(sy__boot_open_tcp("127.0.0.1", 0, 1, 2, 1000, &boot), SY_ERR_INVALID_ARG);
-  CHECK_STATUS(sy__boot_open_tcp(NULL, 5000, 1, 2, 1000, &boot), SY_ERR_INVALID_ARG);
+  CHECK_STATUS(sy__boot_open_tcp("127.0.0.1", 0, 1, 2, 1000, NULL, &boot), SY_ERR_INVALID_ARG);
+  CHECK_STATUS(sy__boot_open_tcp(NULL, 5000, 1, 2, 1000, NULL, &boot), SY_ERR_INVALID_ARG);
   CHECK_STATUS(sy__boot_open(-1, 2, 1000, &boot), SY_ERR_INVALID_ARG);
   CHECK_STATUS(sy__boot_open_trivial(NULL), SY_ERR_INVALID_ARG);
   char missing[320];
   snprintf(missing, sizeof missing, "%s/none", dir);
   CHECK_STATUS(sy__boot_open_dir(missing, 0, 2, 1000, &boot), SY_ERR_BOOTSTRAP);
   /* A name that does not resolve (at once, or after retries where resolution fails "temporarily"). */
-  CHECK_STATUS(sy__boot_open_tcp("host.invalid", 5000, 1, 2, 300, &boot), SY_ERR_BOOTSTRAP);
+  CHECK_STATUS(sy__boot_open_tcp("host.invalid", 5000, 1, 2, 300, NULL, &boot), SY_ERR_BOOTSTRAP);
   /* A boot of world 1 in a directory works alone; NULL buffers only with 0 bytes. */
   CHECK_OK(sy__boot_open_dir(dir, 0, 1, 1000, &boot));
   CHECK_STATUS(sy__boot_allgather(boot, NULL, NULL, 4), SY_ERR_INVALID_ARG);
@@ -521,7 +309,7 @@ int main(void) {
   test_mismatch(VIA_TCP);
   test_never_arrives(VIA_DIR);
   test_never_arrives(VIA_TCP);
-  test_tcp_misconfigured();
+  test_tcp_unreachable();
   test_open_from_env();
 
   remove_dir(work_dir);
