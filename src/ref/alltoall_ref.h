@@ -5,6 +5,8 @@
 #ifndef SY_REF_ALLTOALL_REF_H
 #define SY_REF_ALLTOALL_REF_H
 
+#include "ref/copy.h"
+
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -16,6 +18,11 @@ extern "C" {
  * buffer (may be NULL when s sends this rank nothing); the two matrices are world x world, row = source. */
 void sy__ref_alltoallv_recv(int world, int rank, const void *const *send, const size_t *send_bytes,
                             const size_t *send_offsets, void *recv, const size_t *recv_offsets);
+/* The same copies, each made by copy(ctx, ...) in source order; returns 0, or the first nonzero copy result
+ * (the later copies are not made). */
+int sy__ref_alltoallv_recv_by(int world, int rank, const void *const *send, const size_t *send_bytes,
+                              const size_t *send_offsets, void *recv, const size_t *recv_offsets, sy_ref_copy_fn copy,
+                              void *ctx);
 
 #ifdef __cplusplus
 }

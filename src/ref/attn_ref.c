@@ -18,15 +18,28 @@ size_t sy__dtype_size(sy_dtype_t dtype) {
   return 0;
 }
 
-void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst) {
+int sy__ref_attn_pull_by(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst,
+                         sy_ref_copy_fn copy, void *ctx) {
   const sy_attn_dir_t *d = &plan->dir[dir];
   for (int s = 0; s < plan->world_size; s++) {
     for (int64_t i = d->recv_start[s]; i < d->recv_start[s + 1]; i++) {
       const sy_attn_seg_t *seg = &d->recv_segs[i];
-      memcpy((char *)dst + (size_t)seg->dst_row * row_bytes, (const char *)src[s] + (size_t)seg->src_row * row_bytes,
-             (size_t)seg->rows * row_bytes);
+      int stop = copy(ctx, (char *)dst + (size_t)seg->dst_row * row_bytes,
+                      (const char *)src[s] + (size_t)seg->src_row * row_bytes, (size_t)seg->rows * row_bytes);
+      if (stop) return stop;
     }
   }
+  return 0;
+}
+
+static int plain_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
+void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst) {
+  sy__ref_attn_pull_by(plan, dir, src, row_bytes, dst, plain_copy, NULL);
 }
 
 static float load_element(const unsigned char *p, sy_dtype_t dtype) {

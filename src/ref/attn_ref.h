@@ -9,6 +9,7 @@
 
 #include "core/internal.h"
 #include "ref/convert.h"
+#include "ref/copy.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -30,6 +31,10 @@ struct sy_attn_plan;
  * source s, rows of row_bytes, from src[s] (source s's buffer; may be NULL when s sends nothing) into dst.
  * Buffers must not overlap. */
 void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst);
+/* The same copies, each segment made by copy(ctx, ...) in the same order; returns 0, or the first nonzero copy
+ * result (the later segments are not copied). */
+int sy__ref_attn_pull_by(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst,
+                         sy_ref_copy_fn copy, void *ctx);
 
 /* The KV backward's post-process at the owner, from staging (replica c of token t at row c * num_tokens + t,
  * row_bytes each, rows of absent replicas never read) into out.
