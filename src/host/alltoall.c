@@ -1,8 +1,10 @@
 /*
- * alltoall.c — sy_alltoallv on the host backend: one exchange (every rank publishes its checked arguments),
- * the same verdict on every rank (a pair whose byte counts disagree is SY_ERR_MISMATCH everywhere, nothing
- * copied), each receiver pulls its bytes from the senders' buffers with src/ref's reference loop, and a closing
- * barrier so that no sender returns (and reuses its buffer) while a peer still reads it.
+ * alltoall.c — sy_alltoallv on the host backend: one exchange (every rank publishes its checked arguments; a
+ * peer inside another collective is SY_ERR_MISMATCH everywhere, group.c), the same verdict on every rank (a pair
+ * whose byte counts disagree is SY_ERR_MISMATCH everywhere, nothing copied), each receiver pulls its bytes from
+ * the senders' buffers with src/ref's reference loop in bounded pieces (sy__host_copy), and the exchange's
+ * closing round, so that no sender returns (and reuses or frees its buffer) while a peer still reads it: not
+ * even when that round times out, which ends the copies at the next piece and waits for them to stop.
  */
 #include "host/host.h"
 #include "ref/alltoall_ref.h"
@@ -41,7 +43,7 @@ sy_status_t sy__host_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cudaSt
   host_state_t *hs = comm->backend_state;
   const int world = hs->world;
   hs->a2a_calls++;
-  SY_CHECK(sy__host_exchange_begin(comm, "alltoallv", args));
+  SY_CHECK(sy__host_exchange_begin(comm, SY_HOST_OP_ALLTOALLV, args));
   /* Every rank sees the same published arguments, so every rank reaches the same verdict. */
   sy_status_t verdict = a2a_check_pairs(comm) ? SY_ERR_MISMATCH : SY_SUCCESS;
   /* Sticky, as on the cuda backend, where the kernel reports it through the error slot. */
@@ -55,10 +57,12 @@ sy_status_t sy__host_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cudaSt
       memcpy(hs->a2a_send_bytes + (size_t)s * world, sender->send_bytes, (size_t)world * sizeof(size_t));
       memcpy(hs->a2a_send_offsets + (size_t)s * world, sender->send_offsets, (size_t)world * sizeof(size_t));
     }
-    sy__ref_alltoallv_recv(world, hs->rank, hs->a2a_send, hs->a2a_send_bytes, hs->a2a_send_offsets, args->recv,
-                           args->recv_offsets);
+    /* Stops at the abort (SY_ERR_ABORTED) with the rest not copied. */
+    verdict =
+        (sy_status_t)sy__ref_alltoallv_recv_by(world, hs->rank, hs->a2a_send, hs->a2a_send_bytes, hs->a2a_send_offsets,
+                                               args->recv, args->recv_offsets, sy__host_copy, comm);
   }
-  /* No sender returns (and reuses its send buffer or arguments) before every receiver has copied. */
-  SY_CHECK(sy__host_barrier(comm, "alltoallv"));
+  /* No sender returns (and reuses its send buffer or arguments) before every receiver has stopped copying. */
+  SY_CHECK(sy__host_exchange_end(comm));
   return verdict;
 }

@@ -1,9 +1,11 @@
 /*
  * attn.c — the attention dispatch on the host backend. Ranks are threads that see each other's memory,
- * so one call is an exchange: every rank publishes its call (source pointers, plan), a barrier, every rank
- * checks that all agree (the same verdict everywhere, from the same published data), each receiver pulls its
- * rows from the senders' sources by its plan's receive lists (ref/attn_ref.c), and a second barrier so no
- * sender returns and reuses a source while a peer still reads it. The KV backward pulls into this rank's own
+ * so one call is an exchange (group.c: a peer inside another collective is SY_ERR_MISMATCH everywhere): every
+ * rank publishes its call (source pointers, plan), every rank checks that all agree (the same verdict
+ * everywhere, from the same published data), each receiver pulls its rows from the senders' sources by its
+ * plan's receive lists (ref/attn_ref.c) in bounded pieces (sy__host_copy), and the closing round, so no sender
+ * returns and reuses or frees a source while a peer still reads it — not even when that round times out, which
+ * ends the copies at the next piece and waits for them to stop. The KV backward pulls into this rank's own
  * staging and then reduces it into grad_out, which no peer touches.
  */
 #include "host/host.h"
@@ -14,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTN_OFFER_TAG 0x73796174746e3031ull /* "syattn01": catches a peer inside another collective */
-
 typedef struct host_attn {
   const void **src; /* [world]: one channel's source pointers, gathered from the offers */
   uint64_t calls;
@@ -23,7 +23,7 @@ typedef struct host_attn {
 
 /* What a rank publishes for a call (and, with call == NULL, for create). */
 typedef struct attn_offer {
-  uint64_t tag;
+  int ok; /* create: this rank made its state */
   const struct sy_attn_plan *plan;
   const sy_attn_call_t *call;
   sy_attn_config_t config;
@@ -39,16 +39,15 @@ sy_status_t sy__host_attn_create(sy_comm_t comm, struct sy_attn *attn) {
   const void **src = calloc((size_t)world, sizeof *src);
   attn_offer_t offer;
   memset(&offer, 0, sizeof offer);
-  offer.tag = ATTN_OFFER_TAG;
   offer.config = attn->config;
-  /* A local failure is published too (tag 0), so every rank reaches the same verdict and nobody hangs. */
-  if (!ha || !src) offer.tag = 0;
-  sy_status_t st = sy__host_exchange_begin(comm, "attn_create", &offer);
+  /* A local failure is published too, so every rank reaches the same verdict and nobody hangs. */
+  offer.ok = ha && src;
+  sy_status_t st = sy__host_exchange_begin(comm, SY_HOST_OP_ATTN_CREATE, &offer);
   sy_status_t verdict = SY_SUCCESS;
   if (st == SY_SUCCESS) {
     for (int r = 0; r < world; r++) {
       const attn_offer_t *o = sy__host_exchange_slot(comm, r);
-      if (o->tag != ATTN_OFFER_TAG) {
+      if (!o->ok) {
         if (verdict == SY_SUCCESS) SY_WARN("attn_create: rank %d could not create its state; nothing created", r);
         verdict = SY_ERR_NO_MEMORY;
       } else if (o->config.max_tokens != attn->config.max_tokens ||
@@ -63,7 +62,7 @@ sy_status_t sy__host_attn_create(sy_comm_t comm, struct sy_attn *attn) {
         verdict = SY_ERR_MISMATCH;
       }
     }
-    st = sy__host_barrier(comm, "attn_create");
+    st = sy__host_exchange_end(comm);
   }
   if (st == SY_SUCCESS) st = verdict;
   if (st != SY_SUCCESS) {
@@ -98,11 +97,6 @@ static sy_status_t check_offers(sy_comm_t comm, const attn_offer_t *mine, uint64
   const sy_attn_call_t *me = mine->call;
   for (int r = 0; r < world; r++) {
     const attn_offer_t *o = sy__host_exchange_slot(comm, r);
-    if (o->tag != ATTN_OFFER_TAG || !o->call) {
-      SY_WARN("attn: call %llu: rank %d is in another collective call; nothing copied", (unsigned long long)call_number,
-              r);
-      return SY_ERR_MISMATCH;
-    }
     const sy_attn_call_t *c = o->call;
     int same = c->num_channels == me->num_channels && c->kv_backward == me->kv_backward;
     for (int i = 0; same && i < me->num_channels; i++)
@@ -152,24 +146,26 @@ sy_status_t sy__host_attn_run(sy_comm_t comm, struct sy_attn *attn, const struct
   const uint64_t call_number = ++ha->calls;
   attn_offer_t offer;
   memset(&offer, 0, sizeof offer);
-  offer.tag = ATTN_OFFER_TAG;
+  offer.ok = 1;
   offer.plan = plan;
   offer.call = call;
   offer.config = attn->config;
-  SY_CHECK(sy__host_exchange_begin(comm, "attn", &offer));
+  SY_CHECK(sy__host_exchange_begin(comm, SY_HOST_OP_ATTN, &offer));
   sy_status_t verdict = check_offers(comm, &offer, call_number);
   if (verdict != SY_SUCCESS) {
     sy__comm_set_error(comm, verdict, "attn: call %llu: ranks disagree on the call's arguments (see log)",
                        (unsigned long long)call_number);
   } else {
-    for (int i = 0; i < call->num_channels; i++) {
+    for (int i = 0; verdict == SY_SUCCESS && i < call->num_channels; i++) {
       for (int s = 0; s < world; s++)
         ha->src[s] = ((const attn_offer_t *)sy__host_exchange_slot(comm, s))->call->ch[i].src;
-      sy__ref_attn_pull(plan, call->ch[i].dir, ha->src, call->ch[i].row_bytes, call->ch[i].dst);
+      /* Stops at the abort (SY_ERR_ABORTED) with the rest not copied. */
+      verdict = (sy_status_t)sy__ref_attn_pull_by(plan, call->ch[i].dir, ha->src, call->ch[i].row_bytes,
+                                                  call->ch[i].dst, sy__host_copy, comm);
     }
   }
-  /* No sender returns (and reuses its rows) before every receiver has pulled. */
-  SY_CHECK(sy__host_barrier(comm, "attn"));
+  /* No sender returns (and reuses its rows) before every receiver has stopped pulling. */
+  SY_CHECK(sy__host_exchange_end(comm));
   if (verdict == SY_SUCCESS && call->kv_backward)
     sy__ref_attn_kv_reduce(plan, call->ch[0].dst, call->ch[0].row_bytes, call->dtype, call->flags, call->grad_out);
   return verdict;

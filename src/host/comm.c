@@ -2,8 +2,10 @@
  * comm.c — the `host` backend's communicator: ranks are threads of one process, the "symmetric heap" is
  * ordinary memory every thread can see, and every operation is a plain C loop over src/ref's rules. It is the
  * oracle the GPU tests compare against and what CI runs, so it keeps the header's semantics exactly:
- * collectives agree on their arguments or fail on every rank with nothing done, and every wait is bounded; a
- * wait that times out aborts the whole group so no peer hangs either (group.c). Here: symmetric memory (a
+ * collectives agree on their arguments or fail on every rank with nothing done (ranks inside different
+ * collectives: SY_ERR_MISMATCH everywhere), and every wait is bounded; a wait that times out aborts the whole
+ * group so no peer hangs either, yet no rank returns while a peer still copies from its buffers (group.c). Each
+ * collective here is one exchange of the group (the public barrier one checked round). Here: symmetric memory (a
  * block per collective allocation, every rank's copy addressable by every rank), signals, the host allgather,
  * the backend table and init.
  */
@@ -76,7 +78,7 @@ static sy_status_t host_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
     else memset(offer.ptr, HOST_POISON, reserved);
   }
 
-  sy_status_t st = sy__host_exchange_begin(comm, "mem_alloc", &offer);
+  sy_status_t st = sy__host_exchange_begin(comm, SY_HOST_OP_MEM_ALLOC, &offer);
   if (st == SY_SUCCESS) {
     sy_status_t verdict = SY_SUCCESS;
     int failed_rank = -1;
@@ -106,7 +108,7 @@ static sy_status_t host_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
           "nothing allocated",
           failed_rank, bytes, sy_status_name(verdict), hs->heap_bytes, hs->heap_used);
     }
-    st = sy__host_barrier(comm, "mem_alloc");
+    st = sy__host_exchange_end(comm);
     if (st == SY_SUCCESS) st = verdict;
   }
   if (st != SY_SUCCESS) {
@@ -137,7 +139,7 @@ static sy_status_t host_mem_free(sy_comm_t comm, void *ptr) {
   uint64_t seq = hs->blocks[index].seq;
   /* Every rank must free the same allocation; after the exchange no peer is still inside an earlier call
    * that could touch it. */
-  SY_CHECK(sy__host_exchange_begin(comm, "mem_free", &seq));
+  SY_CHECK(sy__host_exchange_begin(comm, SY_HOST_OP_MEM_FREE, &seq));
   sy_status_t verdict = SY_SUCCESS;
   for (int r = 0; r < hs->world; r++) {
     uint64_t theirs = *(const uint64_t *)sy__host_exchange_slot(comm, r);
@@ -148,7 +150,7 @@ static sy_status_t host_mem_free(sy_comm_t comm, void *ptr) {
       verdict = SY_ERR_MISMATCH;
     }
   }
-  SY_CHECK(sy__host_barrier(comm, "mem_free"));
+  SY_CHECK(sy__host_exchange_end(comm));
   if (verdict != SY_SUCCESS) return verdict;
   host_block_t *b = &hs->blocks[index];
   hs->heap_used -= b->reserved;
@@ -170,7 +172,7 @@ static sy_status_t host_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void
   return SY_SUCCESS;
 }
 
-static sy_status_t host_barrier(sy_comm_t comm, cudaStream_t stream) { return sy__host_barrier(comm, "barrier"); }
+static sy_status_t host_barrier(sy_comm_t comm, cudaStream_t stream) { return sy__host_sync(comm, SY_HOST_OP_BARRIER); }
 
 static sy_status_t host_put_signal(sy_comm_t comm, void *dst, const void *src, size_t bytes, uint64_t *signal,
                                    sy_signal_op_t op, uint64_t value, int peer, cudaStream_t stream) {
@@ -197,6 +199,9 @@ static sy_status_t host_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t v
     uint64_t seen = __atomic_load_n(signal, __ATOMIC_ACQUIRE);
     if (seen >= value) return SY_SUCCESS;
     if (sy__host_group_aborted(hs)) {
+      /* The communicator's error is the group's (the first timeout and its line), not a bare abort. */
+      char detail[sizeof comm->error_detail];
+      sy__comm_set_error(comm, sy__host_group_error(hs, detail, sizeof detail), "%s", detail);
       SY_INFO("signal_wait: group aborted while waiting for %llu (saw %llu)", (unsigned long long)value,
               (unsigned long long)seen);
       return SY_ERR_ABORTED;
@@ -233,7 +238,7 @@ static sy_status_t host_allgather_host(sy_comm_t comm, const void *send, void *r
   host_state_t *hs = comm->backend_state;
   gather_offer_t offer = {send, bytes};
   /* The header bounds this call by the bootstrap timeout, as on the cuda backend. */
-  SY_CHECK(sy__host_exchange_within(comm, "allgather_host", &offer, hs->boot_timeout_ms));
+  SY_CHECK(sy__host_exchange_within(comm, SY_HOST_OP_ALLGATHER, &offer, hs->boot_timeout_ms));
   sy_status_t verdict = SY_SUCCESS;
   for (int r = 0; r < hs->world; r++) {
     const gather_offer_t *o = sy__host_exchange_slot(comm, r);
@@ -243,13 +248,11 @@ static sy_status_t host_allgather_host(sy_comm_t comm, const void *send, void *r
       verdict = SY_ERR_MISMATCH;
     }
   }
-  if (verdict == SY_SUCCESS) {
-    for (int r = 0; r < hs->world; r++) {
-      const gather_offer_t *o = sy__host_exchange_slot(comm, r);
-      memcpy((char *)recv + (size_t)r * bytes, o->send, bytes);
-    }
+  for (int r = 0; verdict == SY_SUCCESS && r < hs->world; r++) {
+    const gather_offer_t *o = sy__host_exchange_slot(comm, r);
+    verdict = (sy_status_t)sy__host_copy(comm, (char *)recv + (size_t)r * bytes, o->send, bytes);
   }
-  SY_CHECK(sy__host_group_barrier(comm, "allgather_host", hs->boot_timeout_ms));
+  SY_CHECK(sy__host_exchange_end(comm));
   return verdict;
 }
 

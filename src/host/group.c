@@ -3,9 +3,17 @@
  * groups still forming, keyed by config->host_group. Once all world_size ranks have arrived the group leaves the
  * registry (the key is free again for a new group) and lives on until its last member destroys its
  * communicator; that last member frees every rank's state and memory, so a peer never touches a buffer freed
- * under it. Collectives exchange through the group: each rank publishes a pointer to its arguments in
- * slots[rank], a barrier, every rank reads all slots, a second barrier. Every wait is bounded; a wait that
- * times out aborts the whole group, so no peer hangs either.
+ * under it.
+ * Collectives meet in rounds (a generation-counter barrier). Entering a round, a rank publishes in slots[rank]
+ * its collective's number and operation, which round of it this is, and (opening round) a pointer to its
+ * arguments; the last rank to arrive checks that all slots agree, so ranks inside different collectives get
+ * SY_ERR_MISMATCH everywhere and nobody reads a peer's arguments as something they are not. An exchange is an
+ * opening round, a copy phase in which every rank reads its peers' arguments and buffers, and a closing round.
+ * Every wait is bounded; a wait that times out aborts the whole group, so no peer hangs either. The copy phase
+ * makes one exception to "leave at once": a rank whose round failed waits until no peer is still copying (named
+ * "slow" in the timeout's message, apart from "missing" ranks that never arrived), because the caller may free
+ * its buffers once the call returns. Copies go in pieces of SY_HOST_COPY_PIECE bytes and stop at the abort, so
+ * that wait lasts at most one piece.
  */
 #include "host/host.h"
 
@@ -30,11 +38,25 @@ typedef struct host_group {
   pthread_cond_t cond;
   int barrier_count;
   uint64_t barrier_gen;
-  uint64_t *barrier_entered; /* per rank: barriers it has entered */
-  const void **slots;        /* per rank: what it published for the current collective */
-  int abort_status;          /* atomic; 0 until a wait timed out somewhere */
+  uint64_t *barrier_entered; /* per rank: rounds it has entered */
+  struct host_slot *slots;   /* per rank: what it published for the round it is in */
+  unsigned char *copying;    /* per rank: in an exchange's copy phase (may read peers' buffers) */
+  int copying_count;
+  sy_status_t round_status; /* the verdict of the last round completed, and its line */
+  char round_detail[256];
+  int abort_status; /* atomic; 0 until a wait timed out somewhere */
   char abort_detail[256];
 } host_group_t;
+
+/* The rounds of a collective: an exchange opens (its slot carries the arguments) and closes; a barrier is one
+ * round; a collective may add inner rounds after its exchange. */
+enum { ROUND_OPEN, ROUND_SYNC, ROUND_CLOSE, ROUND_INNER };
+
+typedef struct host_slot {
+  uint64_t collective; /* the rank's collective number */
+  int op, round;       /* sy_host_op_t, ROUND_* */
+  const void *offer;   /* the rank's arguments, set by its opening round, valid until the closing round completes */
+} host_slot_t;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static host_group_t *registry;
@@ -78,7 +100,7 @@ static void format_ranks(char *out, size_t out_bytes, const int *ranks, int coun
   }
 }
 
-/* ---- groups: creation, abort, barrier ------------------------------------------------------------------- */
+/* ---- groups: creation, abort ---------------------------------------------------------------------------- */
 
 void sy__host_state_free(host_state_t *hs) {
   if (!hs) return;
@@ -106,7 +128,8 @@ static void group_free(host_group_t *g) {
   free(g->arrived);
   free(g->states);
   free(g->barrier_entered);
-  free((void *)g->slots);
+  free(g->slots);
+  free(g->copying);
   free(g);
 }
 
@@ -119,8 +142,9 @@ static host_group_t *group_new(int key, int world) {
   g->states = calloc((size_t)world, sizeof *g->states);
   g->barrier_entered = calloc((size_t)world, sizeof *g->barrier_entered);
   g->slots = calloc((size_t)world, sizeof *g->slots);
+  g->copying = calloc((size_t)world, 1);
   int made = 0; /* sync objects initialised so far, in order: lock, cond, form_cond */
-  if (g->arrived && g->states && g->barrier_entered && g->slots) {
+  if (g->arrived && g->states && g->barrier_entered && g->slots && g->copying) {
     made += pthread_mutex_init(&g->lock, NULL) == 0;
     if (made == 1) made += cond_init_monotonic(&g->cond) == 0;
     if (made == 2) made += cond_init_monotonic(&g->form_cond) == 0;
@@ -131,7 +155,8 @@ static host_group_t *group_new(int key, int world) {
   free(g->arrived);
   free(g->states);
   free(g->barrier_entered);
-  free((void *)g->slots);
+  free(g->slots);
+  free(g->copying);
   free(g);
   return NULL;
 }
@@ -172,83 +197,228 @@ static sy_status_t fail_timeout_locked(sy_comm_t comm, host_group_t *g, const ch
   return SY_ERR_TIMEOUT;
 }
 
-/* Generation-counter barrier of the group, bounded by timeout_ms. op names the caller in the error. */
-static sy_status_t group_barrier(sy_comm_t comm, const char *op, uint64_t timeout_ms) {
-  host_state_t *hs = comm->backend_state;
-  host_group_t *g = hs->group;
-  pthread_mutex_lock(&g->lock);
-  if (group_aborted(g)) {
-    pthread_mutex_unlock(&g->lock);
-    return SY_ERR_ABORTED;
+/* ---- rounds ------------------------------------------------------------------------------------------- */
+
+const char *sy__host_op_name(int op) {
+  static const char *const names[] = {
+#define SY_HOST_OP_NAME(id, name) name,
+      SY_HOST_OP_LIST(SY_HOST_OP_NAME)
+#undef SY_HOST_OP_NAME
+  };
+  return op >= 0 && op < SY_HOST_OP_COUNT ? names[op] : "?";
+}
+
+static const char *round_name(int round) {
+  static const char *const names[] = {"opening", "only", "closing", "inner"};
+  return round >= 0 && round <= ROUND_INNER ? names[round] : "?";
+}
+
+static int same_round(const host_slot_t *a, const host_slot_t *b) {
+  return a->collective == b->collective && a->op == b->op && a->round == b->round;
+}
+
+/* "rank 0 calls mem_alloc (collective 3); rank 1 calls alltoallv (collective 3)": the ranks grouped by what
+ * they published for the round. */
+static void describe_mismatch_locked(const host_group_t *g, char *out, size_t out_bytes) {
+  int *ranks = malloc((size_t)g->world * sizeof *ranks);
+  unsigned char *told = calloc((size_t)g->world, 1);
+  size_t n = (size_t)snprintf(out, out_bytes, "collectives out of order in host group %d: ", g->key);
+  for (int r = 0; ranks && told && r < g->world && n < out_bytes; r++) {
+    if (told[r]) continue;
+    int count = 0;
+    for (int q = r; q < g->world; q++)
+      if (!told[q] && same_round(&g->slots[q], &g->slots[r])) told[q] = 1, ranks[count++] = q;
+    char names[64];
+    format_ranks(names, sizeof names, ranks, count);
+    const host_slot_t *slot = &g->slots[r];
+    int w = snprintf(out + n, out_bytes - n, "%s%s %s %s %s (collective %llu%s%s)", r ? "; " : "",
+                     count > 1 ? "ranks" : "rank", names, count > 1 ? "call" : "calls", sy__host_op_name(slot->op),
+                     (unsigned long long)slot->collective,
+                     slot->round == ROUND_CLOSE || slot->round == ROUND_INNER ? ", " : "",
+                     slot->round == ROUND_CLOSE   ? "closing round"
+                     : slot->round == ROUND_INNER ? "inner round"
+                                                  : "");
+    if (w < 0) break;
+    n += (size_t)w;
   }
-  uint64_t gen = g->barrier_gen;
+  if (n < out_bytes) snprintf(out + n, out_bytes - n, "; nothing done");
+  free(ranks);
+  free(told);
+}
+
+/* The last rank arrived: decide the round for everyone (the slots agree, or SY_ERR_MISMATCH), open the copy
+ * phase of an exchange whose ranks agree, and release the waiters. */
+static void complete_round_locked(host_group_t *g) {
+  int same = 1;
+  for (int r = 1; r < g->world; r++) same = same && same_round(&g->slots[r], &g->slots[0]);
+  g->round_status = same ? SY_SUCCESS : SY_ERR_MISMATCH;
+  g->round_detail[0] = '\0';
+  if (!same) describe_mismatch_locked(g, g->round_detail, sizeof g->round_detail);
+  if (same && g->slots[0].round == ROUND_OPEN) {
+    memset(g->copying, 1, (size_t)g->world);
+    g->copying_count = g->world;
+  }
+  g->barrier_count = 0;
+  g->barrier_gen++;
+  pthread_cond_broadcast(&g->cond);
+}
+
+/* A rank that enters a round reads no peer's buffer any more. */
+static void leave_copy_phase_locked(host_group_t *g, int rank) {
+  if (!g->copying[rank]) return;
+  g->copying[rank] = 0;
+  g->copying_count--;
+  pthread_cond_broadcast(&g->cond);
+}
+
+/* The timeout of this rank's wait in round `gen`: names the ranks that never arrived and those that arrived but
+ * are still copying, aborts the group. */
+static sy_status_t fail_round_locked(sy_comm_t comm, host_group_t *g, uint64_t gen, uint64_t timeout_ms) {
+  const host_state_t *hs = comm->backend_state;
+  int *missing = malloc(2 * (size_t)g->world * sizeof *missing), n_missing = 0, n_slow = 0;
+  int *slow = missing ? missing + g->world : NULL;
+  for (int r = 0; missing && r < g->world; r++) {
+    if (g->barrier_entered[r] > gen) continue;
+    if (g->copying[r]) slow[n_slow++] = r;
+    else missing[n_missing++] = r;
+  }
+  char missing_names[96] = "none", slow_names[96] = "";
+  if (n_missing) format_ranks(missing_names, sizeof missing_names, missing, n_missing);
+  if (n_slow) format_ranks(slow_names, sizeof slow_names, slow, n_slow);
+  free(missing);
+  const host_slot_t *mine = &g->slots[hs->rank];
+  return fail_timeout_locked(
+      comm, g,
+      "%s: rank %d waited %llu ms for barrier %llu of host group %d (collective %llu, %s round): expected %d ranks, "
+      "saw %d (missing: %s%s%s)",
+      sy__host_op_name(mine->op), hs->rank, (unsigned long long)timeout_ms, (unsigned long long)(gen + 1), g->key,
+      (unsigned long long)mine->collective, round_name(mine->round), g->world, g->barrier_count, missing_names,
+      n_slow ? "; slow, arrived and still copying: " : "", slow_names);
+}
+
+/* Publishes this rank's slot and waits (bounded) for every rank; the round's verdict, and its line in detail. */
+static sy_status_t round_wait_locked(sy_comm_t comm, host_group_t *g, int round, const void *offer, uint64_t timeout_ms,
+                                     char *detail, size_t detail_bytes) {
+  host_state_t *hs = comm->backend_state;
+  host_slot_t *slot = &g->slots[hs->rank];
+  slot->collective = hs->collective;
+  slot->op = hs->op;
+  slot->round = round;
+  if (round == ROUND_OPEN) slot->offer = offer; /* kept through the closing round: slower peers still read it */
+  const uint64_t gen = g->barrier_gen;
   g->barrier_entered[hs->rank] = gen + 1;
   if (++g->barrier_count == g->world) {
-    g->barrier_count = 0;
-    g->barrier_gen = gen + 1;
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
-    return SY_SUCCESS;
+    complete_round_locked(g);
+  } else {
+    struct timespec deadline = deadline_after(timeout_ms);
+    while (g->barrier_gen == gen) {
+      if (group_aborted(g)) return SY_ERR_ABORTED;
+      int rc = pthread_cond_timedwait(&g->cond, &g->lock, &deadline);
+      if (rc == ETIMEDOUT && g->barrier_gen == gen && !group_aborted(g))
+        return fail_round_locked(comm, g, gen, timeout_ms);
+    }
   }
+  /* The next round cannot complete before this rank enters it, so the verdict is still this round's. */
+  snprintf(detail, detail_bytes, "%s", g->round_detail);
+  return g->round_status;
+}
+
+/* After a failed round: waits until no peer is in its copy phase. Each peer checks the abort between pieces, so
+ * this lasts one piece's copy at most; returning earlier would let the caller free a buffer a peer reads, so a
+ * piece that outlasts the round's bound is reported (once) and waited for. */
+static void wait_copiers_locked(sy_comm_t comm, host_group_t *g, uint64_t timeout_ms) {
+  const host_state_t *hs = comm->backend_state;
   struct timespec deadline = deadline_after(timeout_ms);
-  sy_status_t st = SY_SUCCESS;
-  while (g->barrier_gen == gen) {
-    if (group_aborted(g)) {
-      st = SY_ERR_ABORTED;
-      break;
-    }
-    int rc = pthread_cond_timedwait(&g->cond, &g->lock, &deadline);
-    if (rc == ETIMEDOUT && g->barrier_gen == gen && !group_aborted(g)) {
-      int *missing = malloc((size_t)g->world * sizeof *missing);
-      int n_missing = 0;
-      for (int r = 0; missing && r < g->world; r++)
-        if (g->barrier_entered[r] <= gen) missing[n_missing++] = r;
-      char names[128];
-      format_ranks(names, sizeof names, missing, n_missing);
-      free(missing);
-      st =
-          fail_timeout_locked(comm, g,
-                              "%s: rank %d waited %llu ms for barrier %llu of host group %d: expected %d ranks, saw %d "
-                              "(missing: %s)",
-                              op, hs->rank, (unsigned long long)timeout_ms, (unsigned long long)(gen + 1), g->key,
-                              g->world, g->barrier_count, names);
-      break;
-    }
+  int told = 0;
+  while (g->copying_count > 0) {
+    if (pthread_cond_timedwait(&g->cond, &g->lock, &deadline) != ETIMEDOUT) continue;
+    deadline = deadline_after(timeout_ms);
+    if (told++) continue;
+    int *ranks = malloc((size_t)g->world * sizeof *ranks), n = 0;
+    for (int r = 0; ranks && r < g->world; r++)
+      if (g->copying[r]) ranks[n++] = r;
+    char names[96] = "?";
+    if (ranks) format_ranks(names, sizeof names, ranks, n);
+    free(ranks);
+    SY_WARN(
+        "%s: rank %d waits for %s %s to stop copying from peers' buffers (one piece, at most %zu bytes) before it "
+        "returns",
+        sy__host_op_name(g->slots[hs->rank].op), hs->rank, n > 1 ? "ranks" : "rank", names, SY_HOST_COPY_PIECE);
   }
+}
+
+/* The group aborted under this rank: its communicator's error is the group's (the first timeout and its line),
+ * not a bare SY_ERR_ABORTED. */
+static void adopt_abort_locked(sy_comm_t comm, const host_group_t *g) {
+  sy__comm_set_error(comm, (sy_status_t)group_aborted(g), "%s", g->abort_detail);
+}
+
+/* One round of the current collective (hs->collective, hs->op), bounded by hs->round_timeout_ms. */
+static sy_status_t group_round(sy_comm_t comm, int round, const void *offer) {
+  host_state_t *hs = comm->backend_state;
+  host_group_t *g = hs->group;
+  const uint64_t timeout_ms = hs->round_timeout_ms;
+  char detail[sizeof g->round_detail];
+  pthread_mutex_lock(&g->lock);
+  leave_copy_phase_locked(g, hs->rank);
+  sy_status_t st = SY_ERR_ABORTED;
+  if (!group_aborted(g)) st = round_wait_locked(comm, g, round, offer, timeout_ms, detail, sizeof detail);
+  /* A failed round leaves no peer reading this rank's buffers (the abort is raised: each peer stops). */
+  if (st != SY_SUCCESS && st != SY_ERR_MISMATCH) wait_copiers_locked(comm, g, timeout_ms);
+  if (st == SY_ERR_ABORTED) adopt_abort_locked(comm, g);
   pthread_mutex_unlock(&g->lock);
-  if (st == SY_ERR_ABORTED) SY_INFO("%s: group aborted while waiting at a barrier", op);
+  if (st == SY_ERR_MISMATCH) {
+    SY_WARN("%s", detail);
+    sy__comm_set_error(comm, st, "%s", detail);
+  } else if (st == SY_ERR_ABORTED) {
+    SY_INFO("%s: group aborted while waiting in the %s round of collective %llu", sy__host_op_name(hs->op),
+            round_name(round), (unsigned long long)hs->collective);
+  }
   return st;
 }
 
-/* First half of an exchange: publish `mine`, wait for every rank; then read peers' slots through
- * exchange_slots(). The caller must end the exchange with group_barrier before `mine` goes out of scope. */
-static sy_status_t exchange_begin(sy_comm_t comm, const char *op, const void *mine, uint64_t timeout_ms) {
+static sy_status_t open_collective(sy_comm_t comm, sy_host_op_t op, int round, const void *mine, uint64_t timeout_ms) {
   host_state_t *hs = comm->backend_state;
-  hs->group->slots[hs->rank] = mine; /* read by peers only after the barrier (the group lock orders it) */
-  return group_barrier(comm, op, timeout_ms);
-}
-
-static const void *exchange_slot(sy_comm_t comm, int rank) {
-  host_state_t *hs = comm->backend_state;
-  return hs->group->slots[rank];
+  hs->collective++;
+  hs->op = (int)op;
+  hs->round_timeout_ms = timeout_ms;
+  return group_round(comm, round, mine);
 }
 
 /* ---- what the backend's other files call (host.h) ---------------------------------------------------------- */
-sy_status_t sy__host_exchange_begin(sy_comm_t comm, const char *op, const void *mine) {
-  return exchange_begin(comm, op, mine, comm->timeout_ms);
+
+sy_status_t sy__host_exchange_begin(sy_comm_t comm, sy_host_op_t op, const void *mine) {
+  return open_collective(comm, op, ROUND_OPEN, mine, comm->timeout_ms);
 }
 
-const void *sy__host_exchange_slot(sy_comm_t comm, int rank) { return exchange_slot(comm, rank); }
-
-sy_status_t sy__host_barrier(sy_comm_t comm, const char *op) { return group_barrier(comm, op, comm->timeout_ms); }
-
-sy_status_t sy__host_group_barrier(sy_comm_t comm, const char *op, uint64_t timeout_ms) {
-  return group_barrier(comm, op, timeout_ms);
+sy_status_t sy__host_exchange_within(sy_comm_t comm, sy_host_op_t op, const void *mine, uint64_t timeout_ms) {
+  return open_collective(comm, op, ROUND_OPEN, mine, timeout_ms);
 }
 
-sy_status_t sy__host_exchange_within(sy_comm_t comm, const char *op, const void *mine, uint64_t timeout_ms) {
-  return exchange_begin(comm, op, mine, timeout_ms);
+/* Written under the group lock before the opening round completed; read after it, in the copy phase. */
+const void *sy__host_exchange_slot(sy_comm_t comm, int rank) {
+  host_state_t *hs = comm->backend_state;
+  return hs->group->slots[rank].offer;
 }
+
+int sy__host_copy(void *comm, void *dst, const void *src, size_t bytes) {
+  const host_state_t *hs = ((sy_comm_t)comm)->backend_state;
+  for (size_t done = 0; done < bytes;) {
+    if (group_aborted(hs->group)) return SY_ERR_ABORTED;
+    size_t piece = bytes - done < SY_HOST_COPY_PIECE ? bytes - done : SY_HOST_COPY_PIECE;
+    memcpy((char *)dst + done, (const char *)src + done, piece);
+    done += piece;
+  }
+  return 0;
+}
+
+sy_status_t sy__host_exchange_end(sy_comm_t comm) { return group_round(comm, ROUND_CLOSE, NULL); }
+
+sy_status_t sy__host_sync(sy_comm_t comm, sy_host_op_t op) {
+  return open_collective(comm, op, ROUND_SYNC, NULL, comm->timeout_ms);
+}
+
+sy_status_t sy__host_barrier(sy_comm_t comm) { return group_round(comm, ROUND_INNER, NULL); }
 
 int sy__host_group_aborted(const host_state_t *hs) { return group_aborted(hs->group); }
 

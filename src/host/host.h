@@ -1,9 +1,14 @@
 /*
  * host.h — what the host backend's files share. Ranks are threads of one process: a group of world_size
- * threads forms at init (group.c) and every collective is an exchange through it — each rank publishes a
- * pointer to its arguments, a barrier, every rank reads all of them and reaches the same verdict, a second
- * barrier. The files: group.c (formation, bounded barrier, exchange, abort), comm.c (symmetric memory, signals,
- * the backend table, init), alltoall.c, attn.c, moe.c (the operations, plain C loops over src/ref's rules).
+ * threads forms at init (group.c) and every collective is an exchange through it. An exchange names its
+ * operation; the group numbers the communicator's collectives, and each rank publishes (operation, number, a
+ * pointer to its arguments) and meets the others in a round; the last to arrive checks that all published the
+ * same operation and number (else SY_ERR_MISMATCH on every rank, nothing read). Then every rank reads all
+ * arguments and reaches the same verdict, receivers copy from the senders' buffers, and a closing round ends the
+ * copy phase. No rank leaves a failed round while a peer is still in its copy phase, so no peer reads a buffer
+ * its owner got back; copies go in bounded pieces that stop when the group aborts, which bounds that wait by one
+ * piece. The files: group.c (formation, rounds, exchange, abort), comm.c (symmetric memory, signals, the backend
+ * table, init), alltoall.c, attn.c, moe.c (the operations, plain C loops over src/ref's rules).
  */
 #ifndef SY_HOST_HOST_H
 #define SY_HOST_HOST_H
@@ -16,6 +21,29 @@ extern "C" {
 
 typedef struct host_group host_group_t; /* group.c */
 typedef struct host_state host_state_t;
+
+/* The host backend's collectives (X(id, name)): every exchange names one, so that ranks inside different
+ * collectives are told apart, and the name is what the logs say. sy_moe_create opens with core's host allgather
+ * of its configuration, so a rank there is in allgather_host first. */
+#define SY_HOST_OP_LIST(X)                  \
+  X(SY_HOST_OP_BARRIER, "barrier")          \
+  X(SY_HOST_OP_MEM_ALLOC, "mem_alloc")      \
+  X(SY_HOST_OP_MEM_FREE, "mem_free")        \
+  X(SY_HOST_OP_ALLGATHER, "allgather_host") \
+  X(SY_HOST_OP_ALLTOALLV, "alltoallv")      \
+  X(SY_HOST_OP_ATTN_CREATE, "attn_create")  \
+  X(SY_HOST_OP_ATTN, "attn")                \
+  X(SY_HOST_OP_MOE_CREATE, "moe_create")
+
+typedef enum sy_host_op {
+#define SY_HOST_OP_ENUM(id, name) id,
+  SY_HOST_OP_LIST(SY_HOST_OP_ENUM)
+#undef SY_HOST_OP_ENUM
+      SY_HOST_OP_COUNT
+} sy_host_op_t;
+
+/* "alltoallv" for SY_HOST_OP_ALLTOALLV; "?" outside the list. */
+const char *sy__host_op_name(int op);
 
 /* One symmetric allocation: every rank's copy, in the order the collective allocations happened. */
 typedef struct host_block {
@@ -32,6 +60,11 @@ struct host_state {
   host_block_t *blocks;
   int block_count, block_capacity;
   uint64_t alloc_seq, wait_calls, a2a_calls;
+  /* The current collective: its number (counted per communicator, every exchange and barrier), its operation,
+   * and the bound of its rounds. */
+  uint64_t collective;
+  int op;
+  uint64_t round_timeout_ms;
   /* alltoallv scratch: world x world matrices and the senders' buffers */
   size_t *a2a_send_bytes, *a2a_send_offsets;
   const void **a2a_send;
@@ -53,17 +86,30 @@ int sy__host_group_aborted(const host_state_t *hs);
 sy_status_t sy__host_group_error(const host_state_t *hs, char *detail, size_t detail_bytes);
 /* A wait of this rank timed out: records it on the communicator, logs it, aborts the group (SY_ERR_TIMEOUT). */
 sy_status_t sy__host_fail_timeout(sy_comm_t comm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A barrier of the group bounded by timeout_ms; op names the caller in the error. */
-sy_status_t sy__host_group_barrier(sy_comm_t comm, const char *op, uint64_t timeout_ms);
-/* First half of an exchange: publishes `mine` for every rank to read and waits (bounded by timeout_ms) until all
- * have published. Then sy__host_exchange_slot reads any rank's; the exchange ends with a barrier, before which
- * `mine` must stay valid. A timeout aborts the group (SY_ERR_TIMEOUT, sticky); a wait that saw the group abort
- * returns SY_ERR_ABORTED. */
-sy_status_t sy__host_exchange_within(sy_comm_t comm, const char *op, const void *mine, uint64_t timeout_ms);
+
+/* The exchange, every collective's opening. sy__host_exchange_begin starts collective number n + 1 of op: it
+ * publishes `mine` and waits (bounded by comm->timeout_ms; _within: by timeout_ms) until every rank has
+ * published. Ranks that published another operation or number: SY_ERR_MISMATCH on every rank, logged with both
+ * operations and ranks, recorded on the communicator (sticky), nothing read. A timeout aborts the group
+ * (SY_ERR_TIMEOUT, sticky); a wait that saw the group abort returns SY_ERR_ABORTED. On any failure the
+ * exchange is over (do not call _end). On success this rank is in the copy phase: sy__host_exchange_slot reads
+ * any rank's published pointer, sy__host_copy copies from peers' buffers, and sy__host_exchange_end must
+ * follow (on every path), before which `mine` and every buffer it points to stay valid. */
+sy_status_t sy__host_exchange_begin(sy_comm_t comm, sy_host_op_t op, const void *mine);
+sy_status_t sy__host_exchange_within(sy_comm_t comm, sy_host_op_t op, const void *mine, uint64_t timeout_ms);
 const void *sy__host_exchange_slot(sy_comm_t comm, int rank);
-/* The same bounded by comm->timeout_ms: what the operations use. */
-sy_status_t sy__host_exchange_begin(sy_comm_t comm, const char *op, const void *mine);
-sy_status_t sy__host_barrier(sy_comm_t comm, const char *op);
+/* A sy_ref_copy_fn (ctx: the communicator) for the copy phase: copies in pieces of at most SY_HOST_COPY_PIECE
+ * bytes and, before each, checks the group's abort: SY_ERR_ABORTED once it is raised (the rest not copied). */
+#define SY_HOST_COPY_PIECE ((size_t)4 << 20)
+int sy__host_copy(void *comm, void *dst, const void *src, size_t bytes);
+/* Ends the copy phase and meets every rank in the closing round (same bound as the opening). When the round
+ * fails (a timeout, the group aborted) it still returns only once no peer is in its copy phase: each leaves it
+ * within one piece of the abort. */
+sy_status_t sy__host_exchange_end(sy_comm_t comm);
+/* A collective with nothing to exchange (sy_comm_barrier): one round of op, checked like an exchange. */
+sy_status_t sy__host_sync(sy_comm_t comm, sy_host_op_t op);
+/* A further round inside the current collective, after its exchange ended (every rank is known to be in it). */
+sy_status_t sy__host_barrier(sy_comm_t comm);
 
 /* ---- the operations (alltoall.c, attn.c, moe.c), in the backend table of comm.c --------------------------- */
 

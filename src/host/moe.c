@@ -18,6 +18,10 @@
  *   combine_recv   checks num_tokens and ids against this rank's dispatch, waits for every rank's combine
  *                  signal, and reduces into out (partials in rank order, or w_k * y_k in k order).
  * Why two parities suffice for the order DS, DR, CS, CR that core/moe.c enforces: docs/architecture.md.
+ * No rank reads another's caller buffers: each half pushes from its own buffers into the symmetric workspaces
+ * and signals, so a timed-out wait may return at once (the group's copy-phase rule in group.c concerns the
+ * pulling operations). A sender still writing into a workspace after its peer gave up writes memory the group
+ * keeps until its last member leaves: after an error moe_destroy leaves the workspace to the communicator.
  */
 #include "core/internal.h"
 #include "host/host.h"
@@ -25,8 +29,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-#define MOE_OFFER_TAG 0x73796d6f65303031ull /* "symoe001": catches a peer inside another collective */
 
 _Static_assert(sizeof(sy_moe_msg_header_t) == SY_MOE_MSG_HEADER, "the header moe_layout.h draws");
 _Static_assert(sizeof(sy_moe_msg_entry_t) == 8, "8 bytes per k");
@@ -48,7 +50,7 @@ typedef struct host_moe {
 } host_moe_t;
 
 typedef struct moe_offer {
-  uint64_t tag; /* MOE_OFFER_TAG: this rank created its state (core/moe.c has compared the configurations) */
+  int ok; /* this rank created its state (core/moe.c has compared the configurations) */
 } moe_offer_t;
 
 /* ---- workspace addressing (moe_layout.h's offsets from a rank's base) ----------------------------------------- */
@@ -130,18 +132,18 @@ sy_status_t sy__host_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   host_moe_t *hm = state_new(comm, moe);
   moe_offer_t offer;
   memset(&offer, 0, sizeof offer);
-  offer.tag = hm ? MOE_OFFER_TAG : 0; /* a local failure is published too, so every rank reaches one verdict */
-  sy_status_t st = sy__host_exchange_begin(comm, "moe_create", &offer);
+  offer.ok = hm != NULL; /* a local failure is published too, so every rank reaches one verdict */
+  sy_status_t st = sy__host_exchange_begin(comm, SY_HOST_OP_MOE_CREATE, &offer);
   sy_status_t verdict = SY_SUCCESS;
   if (st == SY_SUCCESS) {
     for (int r = 0; r < world && verdict == SY_SUCCESS; r++) {
       const moe_offer_t *o = sy__host_exchange_slot(comm, r);
-      if (o->tag != MOE_OFFER_TAG) {
+      if (!o->ok) {
         SY_WARN("moe_create: rank %d could not create its state; nothing created", r);
         verdict = SY_ERR_NO_MEMORY;
       }
     }
-    st = sy__host_barrier(comm, "moe_create");
+    st = sy__host_exchange_end(comm);
   }
   if (st == SY_SUCCESS) st = verdict;
   /* Collective too: every rank allocates, or none does. */
@@ -155,7 +157,7 @@ sy_status_t sy__host_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   sy_status_t peers = SY_SUCCESS;
   for (int r = 0; r < world && peers == SY_SUCCESS; r++)
     peers = sy_comm_peer_ptr(comm, hm->ws, r, (void **)&hm->peer[r]);
-  st = sy__host_barrier(comm, "moe_create");
+  st = sy__host_barrier(comm);
   if (st == SY_SUCCESS && peers != SY_SUCCESS) st = SY_ERR_INTERNAL; /* every host rank is addressable */
   if (st != SY_SUCCESS) {
     if (comm->error == SY_SUCCESS) sy_mem_free(comm, hm->ws);
