@@ -16,6 +16,16 @@
  * - Collective calls (marked "collective") must be made by every rank of the communicator, in the same
  *   order. Operations of one communicator must not run concurrently with each other (one stream at a time,
  *   or ordered by events), as with NCCL.
+ * - Ranks that call different collectives at the same point: the host backend tags every collective with its
+ *   operation and the communicator's collective number and reports SY_ERR_MISMATCH on every rank, with a log
+ *   line naming both operations and ranks; nothing is done, and the error is sticky like a timeout. The cuda
+ *   backend matches collectives by order only, so there it is undefined: its host-side exchanges over the
+ *   bootstrap (inside sy_mem_alloc, sy_comm_allgather_host, sy_moe_create) pair by round, SY_ERR_MISMATCH
+ *   where the byte counts differ and one call's bytes handed to the other where they agree; its device-side
+ *   operations (barrier, all-to-all, attention, MoE) each count their own calls, so the waits go unanswered
+ *   and end in SY_ERR_TIMEOUT (sy_comm_async_error); and sy_mem_alloc, sy_mem_free and the attention and MoE
+ *   create and destroy enter NVSHMEM's own collectives (nvshmem_align, nvshmem_free, nvshmem_barrier_all),
+ *   which wait without this library's bound.
  * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
  *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), and so do
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.
