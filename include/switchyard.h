@@ -332,7 +332,8 @@ typedef struct sy_attn_place_desc {
   size_t size; /* sizeof(sy_attn_place_desc_t) */
   int world_size;
   const int *num_docs;              /* [world_size] */
-  const int64_t *const *doc_lens;   /* [world_size][num_docs[r]] tokens, each > 0 */
+  const int64_t *const *doc_lens;   /* [world_size][num_docs[r]] tokens, each > 0; INT_MAX documents in all
+                                       at most */
   double tolerance;                 /* every server's work within (1 +- tolerance) x the mean; 0: 0.10 */
   int max_shards_per_doc;           /* 0: 2 x world_size (room to shift a cut between two servers) */
   size_t q_row_bytes, kv_row_bytes; /* weights for "bytes sent" (0: 1 each) */

@@ -4,14 +4,15 @@
  * seeded random mixes with shard limits. Every result is checked from the outside: shards tile each
  * document in order, work is conserved and the reported statistics match a recount, the KV lists follow
  * the rule (distinct servers of the shard and every later shard of its document, ascending, -1 padded to
- * C), the description builds a plan on every rank, and balanced results are within tolerance. Bad input
- * is rejected naming the argument.
+ * C), the description builds a plan on every rank, and balanced results are within tolerance. Bad input is rejected naming the argument, more than INT_MAX
+ * documents in total before any length is read.
  */
 #include "check.h"
 #include "core/internal.h"
 #include "plan/attn_plan.h"
 #include "switchyard.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -436,6 +437,16 @@ static void test_reject(void) {
   REJECT(sy_attn_place(&in.desc, &pl), "doc_lens[0][1]=4611686018427387903 is too long");
   in.lens[0][0] = 3000000000ll, in.lens[0][1] = 3000000000ll, in.lens[1][0] = 3000000000ll;
   REJECT(sy_attn_place(&in.desc, &pl), "total work overflows int64 at doc_lens[1][0]");
+  /* More than INT_MAX documents in total (each count a valid int): the counts are checked before any length is
+   * read, so three 4-entry length arrays stand in for 2^32 + 2 documents. */
+  in.lens[0][0] = 10, in.lens[0][1] = 20, in.lens[1][0] = 5;
+  int many[3] = {INT_MAX, INT_MAX, 4};
+  int64_t four[4] = {1, 1, 1, 1};
+  const int64_t *four_c[3] = {four, four, four};
+  d = in.desc, d.world_size = 3, d.num_docs = many, d.doc_lens = four_c;
+  REJECT(sy_attn_place(&d, &pl), "num_docs: 4294967298 documents in total, more than INT_MAX=2147483647");
+  many[1] = 1, many[2] = 0;
+  REJECT(sy_attn_place(&d, &pl), "num_docs: 2147483648 documents in total");
   CHECK(pl == (sy_attn_placement_t)&rng_state); /* untouched by a rejected call */
   in.lens[0][0] = 10, in.lens[0][1] = 20, in.lens[1][0] = 5;
 
