@@ -297,7 +297,11 @@ SY_API sy_status_t sy_attn_destroy(sy_attn_t attn);
 
 /* Collective, stream-ordered, graph-capturable. q: this rank's MLP rows (device memory), q_row_bytes each.
  * q_recv: a symmetric allocation with room for plan info's q_recv_rows rows. Rows of sequences whose
- * destination is -1 are not sent. Every rank must pass the same plan (built from the same description). */
+ * destination is -1 are not sent.
+ * Every rank must pass a plan built from the same description, with the same row sizes. Each call compares
+ * the plans' fingerprints (a hash of the description): where ranks disagree, the host backend returns
+ * SY_ERR_MISMATCH from the call on every rank, copies nothing, and logs the ranks whose plans differ. The same
+ * holds for the three directions below. */
 SY_API sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes,
                                      void *q_recv, cudaStream_t stream);
 /* Q forward plus each KV sequence to every replica rank listed for it. kv_recv: symmetric, kv_recv_rows rows. */

@@ -17,6 +17,8 @@
  * Emission is a stable counting sort by peer (by peer and replica for KV backward) followed by merging of
  * neighbours that continue contiguously on both sides. Merging happens on the final rows, never before a
  * transformation, because rows contiguous in the forward layout need not be in the staging layout.
+ * The fingerprint (sy__attn_desc_fingerprint) hashes the description, so that ranks holding plans of different
+ * descriptions find out at their next call (the backends compare it) instead of moving rows by different maps.
  * Cost: O(total sequences x max_replicas + world_size^2) per rank.
  */
 #include "plan/attn_plan.h"
@@ -197,6 +199,36 @@ static sy_status_t emit_recv(sy_attn_dir_t *dir, const raw_seg_t *raw, int64_t c
   return emit(raw, count, world, replicas, mode, num_tokens, rank, &dir->recv_start, &dir->recv_segs, &dir->recv_rows);
 }
 
+/* ---- fingerprint -------------------------------------------------------------------------------------- */
+
+/* One word into the hash: splitmix64's finalizer over the running state plus the word, so every word reaches
+ * every bit of the result. */
+static uint64_t fp_add(uint64_t h, uint64_t word) {
+  uint64_t x = h + 0x9e3779b97f4a7c15ull + word;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t sy__attn_desc_fingerprint(const sy_attn_plan_desc_t *desc) {
+  const int world = desc->world_size, replicas = desc->max_replicas;
+  uint64_t h = fp_add(0x7379617474666e31ull /* "syattfn1" */, (uint64_t)(uint32_t)world);
+  h = fp_add(h, (uint64_t)(uint32_t)replicas);
+  for (int r = 0; r < world; r++) {
+    h = fp_add(h, (uint64_t)(uint32_t)desc->num_seqs[r]);
+    h = fp_add(h, (uint64_t)desc->num_tokens[r]);
+  }
+  for (int r = 0; r < world; r++) {
+    const int n = desc->num_seqs[r];
+    for (int i = 0; i < n; i++) {
+      h = fp_add(h, (uint64_t)desc->seq_lens[r][i]);
+      h = fp_add(h, (uint64_t)(uint32_t)desc->q_dst[r][i]);
+      for (int c = 0; c < replicas; c++) h = fp_add(h, (uint64_t)(uint32_t)desc->kv_dst[r][(size_t)i * replicas + c]);
+    }
+  }
+  return h;
+}
+
 /* ---- build -------------------------------------------------------------------------------------------- */
 
 sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struct sy_attn_plan **plan_out) {
@@ -289,6 +321,7 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
   }
   plan->q_recv_count = nq_recv;
   plan->kv_recv_count = nkv_recv;
+  plan->fingerprint = sy__attn_desc_fingerprint(desc);
 
   const int64_t *tokens = desc->num_tokens;
   sy_attn_dir_t *dir = plan->dir;

@@ -3,8 +3,9 @@
  * seeded random descriptions (C = 0..W replicas, W = 1..8; shapes: random, all to one rank, one rank receiving
  * nothing, empty ranks, runs of sequences to one rank), checked against a token-by-token reference model: send
  * and receive lists agree exactly, forward then reverse is the identity, counts transpose, totals, per-source
- * blocks contiguous and in (source, sequence, replica) order, segments sorted and maximally merged. The
- * hand-built examples, rejected input and timing: test_attn_plan.c.
+ * blocks contiguous and in (source, sequence, replica) order, segments sorted and maximally merged; every rank's
+ * fingerprint is the same, and changing any one entry of the description changes it. The hand-built examples,
+ * rejected input and timing: test_attn_plan.c.
  */
 #include "attn_plan_test.h"
 
@@ -255,8 +256,27 @@ static void check_recv_places(struct sy_attn_plan *const *p, int W, int C) {
     }
 }
 
+/* One entry of the description changed (then restored): a different fingerprint. The entry is drawn from the
+ * lengths and destinations (the hash reads the description as it is, valid or not); a length changes with
+ * num_tokens, so that it is not only num_tokens that tells the two apart. */
+static void check_fingerprint_changes(test_desc_t *t, uint64_t want_not) {
+  const int W = t->world, C = t->replicas;
+  const int r = rnd_in(0, W - 1);
+  if (t->num_seqs[r] == 0) return;
+  const int i = rnd_in(0, t->num_seqs[r] - 1), field = rnd_in(0, C > 0 ? 2 : 1);
+  int64_t *len = &t->lens[r][i];
+  int *dst = field == 1 ? &t->q[r][i] : C > 0 ? &t->kv[r][i * C + rnd_in(0, C - 1)] : &t->q[r][i];
+  const int64_t old_len = *len;
+  const int old_dst = *dst;
+  if (field == 0) *len += 1, t->num_tokens[r] += 1;
+  else *dst = old_dst == -1 ? 0 : -1;
+  CHECK(sy__attn_desc_fingerprint(&t->desc) != want_not);
+  *len = old_len, *dst = old_dst;
+  td_sum(t);
+}
+
 /* Every invariant of the brief on one description. */
-static void check_invariants(const test_desc_t *t) {
+static void check_invariants(test_desc_t *t) {
   const int W = t->world, C = t->replicas;
   struct sy_attn_plan *p[MAXW];
   if (!build_all(&t->desc, p)) return;
@@ -266,6 +286,9 @@ static void check_invariants(const test_desc_t *t) {
   check_counts(p, W);
   check_seq_places(t, p, &m);
   check_recv_places(p, W, C);
+  for (int r = 0; r < W; r++) CHECK(p[r]->fingerprint == p[0]->fingerprint);
+  check_fingerprint_changes(t, p[0]->fingerprint);
+  CHECK(sy__attn_desc_fingerprint(&t->desc) == p[0]->fingerprint);
   model_free(&m);
   free_all(p, W);
 }
