@@ -32,6 +32,7 @@
  * cut into W shards cannot shift a cut between two servers that hold no neighbouring shards, and leaves a
  * server well under the mean); neighbouring shards of one document on one server are
  * merged at once (that changes neither work nor bytes). The iteration cap is 16 W + 64.
+ * An empty document (0 tokens) has no work: it stays one empty shard on its owner and never moves.
  * Sizes: the result's description counts sequences in int, so the documents in total must fit one (else
  * SY_ERR_INVALID_ARG naming num_docs) and the balancing stops before the shards would pass INT_MAX (an iteration
  * adds at most one); counts from world_size are 64-bit or saturate; allocation products are checked.
@@ -306,11 +307,11 @@ static sy_status_t balance(placer_t *pl, double tolerance) {
     const double target = over ? level : level_low;
     double delta = fmin((double)pl->load[h] - target, target - (double)pl->load[l]);
 
-    /* Shards on H, and what moving each whole costs. */
+    /* Shards on H (empty ones never move), and what moving each whole costs. */
     int n = 0;
     for (int i = 0; i < pl->num_docs; i++)
       for (int k = 0; k < pl->docs[i].count; k++) {
-        if (pl->docs[i].sh[k].server != h) continue;
+        if (pl->docs[i].sh[k].server != h || pl->docs[i].len == 0) continue;
         if (n == pl->cands_cap) { /* n < INT_MAX: it counts shards */
           const int cap = grown_cap(pl->cands_cap, 256, (int64_t)n + 1);
           fill_cand_t *c = cap > pl->cands_cap ? alloc_array((size_t)cap, sizeof *c) : NULL;
@@ -359,7 +360,7 @@ static sy_status_t balance(placer_t *pl, double tolerance) {
     move_t single_best = {0, 0, 0, 0, 0, 0};
     for (int i = 0; i < pl->num_docs; i++)
       for (int k = 0; k < pl->docs[i].count; k++) {
-        if (pl->docs[i].sh[k].server != h) continue;
+        if (pl->docs[i].sh[k].server != h || pl->docs[i].len == 0) continue;
         move_t opts[2];
         int no = 0;
         opts[no] = (move_t){i, k, MOVE_WHOLE, 0, 0, 0};
@@ -419,7 +420,7 @@ static sy_status_t validate(const sy_attn_place_desc_t *desc, sy_attn_placement_
     SY_ARG_CHECK(desc->doc_lens[r], FUNC, "doc_lens[%d] is NULL (num_docs[%d]=%d)", r, r, n);
     for (int j = 0; j < n; j++) {
       const int64_t len = desc->doc_lens[r][j];
-      SY_ARG_CHECK(len > 0, FUNC, "doc_lens[%d][%d]=%lld must be > 0", r, j, (long long)len);
+      SY_ARG_CHECK(len >= 0, FUNC, "doc_lens[%d][%d]=%lld must be >= 0", r, j, (long long)len);
       SY_ARG_CHECK(len <= MAX_DOC_LEN, FUNC, "doc_lens[%d][%d]=%lld is too long: its work L(L+1)/2 overflows int64", r,
                    j, (long long)len);
       const int64_t w = prefix_work(len);

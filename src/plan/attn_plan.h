@@ -60,6 +60,8 @@ struct sy_attn_plan {
   int64_t q_recv_count, kv_recv_count;
   /* Global W x W row counts, row = source: q_counts[s * W + d] rows of Q from s to d (forward). */
   int64_t *q_counts, *kv_counts;
+  /* Over every rank (the same on every rank): the most MLP rows, Q and KV attention-layout rows. */
+  int64_t max_num_tokens, max_q_recv_rows, max_kv_recv_rows;
   uint64_t fingerprint; /* sy__attn_desc_fingerprint of the description it was built from */
   /* Backend copies (the cuda backend uploads the send lists at create); NULL on the host backend. */
   void *device;

@@ -3,7 +3,7 @@
  * library, run in this process on threads with the same plans and inputs), bit for bit, with every output
  * poisoned first so unwritten rows show:
  *  - seeded random plans, C = 1..W, some destinations -1, ranks with no sequences; all tokens to one rank;
- *    a rank with no tokens; every destination -1;
+ *    a rank with no tokens; every destination -1; empty sequences among the others;
  *  - rows of 2, 48, 130 and 4096 bytes;
  *  - Q forward, Q+KV forward, Q reverse (and Q forward then Q reverse returns the input), KV backward summed
  *    (bf16, fp16, fp32; with zeros of both signs, infinities, NaNs and subnormals among the gradients) and
@@ -54,7 +54,7 @@ static int run_scenario(sy_comm_t comm, int rank, scen_t *sc, uint8_t *out0, uin
   sy_attn_plan_t plan = NULL;
   sy_attn_t attn = NULL;
   if (sy_attn_plan_create(comm, &sc->g->desc, &plan) != SY_SUCCESS) return 1;
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   sy_attn_plan_info(plan, &info);
   sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
   cfg.max_tokens = sc->max_tokens;
@@ -139,7 +139,7 @@ static void oracle_rank(int r, sy_comm_t comm, void *arg) {
 static void capacities(sy_comm_t comm, scen_t *sc, int W) {
   sy_attn_plan_t plan;
   GT_OK(sy_attn_plan_create(comm, &sc->g->desc, &plan));
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   GT_OK(sy_attn_plan_info(plan, &info));
   int64_t mine[3] = {info.q_recv_rows, info.kv_recv_rows, info.num_tokens}, *all = (int64_t *)calloc(3 * (size_t)W, 8);
   GT_OK(sy_comm_allgather_host(comm, mine, all, sizeof mine));
@@ -176,7 +176,7 @@ static void check_scenario(sy_comm_t comm, int rank, int W, scen_t *sc, cudaStre
     size_t n = sc->op == OP_KVBWD ? (size_t)1 : sc->cap_kv;
     if (sc->op == OP_KVBWD) { /* the gradient: this rank's rows only */
       sy_attn_plan_t plan;
-      sy_attn_plan_info_t info;
+      sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
       sy_attn_plan_create(comm, &sc->g->desc, &plan);
       sy_attn_plan_info(plan, &info);
       n = (size_t)info.num_tokens * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
@@ -231,7 +231,7 @@ static size_t mix_check(const mix_t *m, int i, const uint8_t *res, const char *w
     snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), output 1", when, i, i / 4, sc->op);
     wrong += gt_compare(what, res + m->cap_q, sc->want[1], sc->cap_kv);
   } else if (sc->op == OP_KVBWD) {
-    sy_attn_plan_info_t info;
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
     GT_OK(sy_attn_plan_info(m->plan[i / 4], &info));
     snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), gradient", when, i, i / 4, sc->op);
     const size_t n = (size_t)info.num_tokens * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
@@ -269,7 +269,7 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
       m.cap_kv = sc->cap_kv > m.cap_kv ? sc->cap_kv : m.cap_kv;
       max_tokens = sc->max_tokens > max_tokens ? sc->max_tokens : max_tokens;
       /* the inputs run_scenario makes for this scenario */
-      sy_attn_plan_info_t info;
+      sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
       GT_OK(sy_attn_plan_info(m.plan[k], &info));
       const int64_t N = info.num_tokens;
       const size_t in_bytes = (size_t)(N ? N : 1) * (sc->q_rb > sc->kv_rb ? sc->q_rb : sc->kv_rb) + 64;
@@ -355,9 +355,8 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
 static void random_scenarios(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   static const size_t row_sizes[] = {2, 48, 130, 4096};
   static const sy_dtype_t dtypes[] = {SY_DTYPE_BF16, SY_DTYPE_FP16, SY_DTYPE_FP32};
-  const char *kinds[] = {"random", "all to one", "empty rank", "all -1"};
   int cases = 0;
-  for (int kind = 0; kind < 4; kind++) {
+  for (int kind = 0; kind < WL_ATTN_KINDS; kind++) {
     for (int C = 1; C <= W; C++) {
       wl_attn_desc_t g;
       gen_make(&g, W, C, (wl_attn_kind_t)kind, 100 + (uint64_t)(kind * 17 + C));
@@ -376,7 +375,7 @@ static void random_scenarios(sy_comm_t comm, int rank, int W, cudaStream_t strea
             sc.flags = (cases % 2) ? SY_ATTN_UNSUMMED : 0;
           }
           char name[96];
-          snprintf(name, sizeof name, "%s plan, C=%d", kinds[kind], C);
+          snprintf(name, sizeof name, "%s plan, C=%d", wl_attn_kind_name(kind), C);
           check_scenario(comm, rank, W, &sc, stream, name);
           cases++;
         }
@@ -394,7 +393,7 @@ static void forward_then_reverse(sy_comm_t comm, int rank, int W, cudaStream_t s
   sy_attn_plan_t plan;
   sy_attn_t attn;
   GT_OK(sy_attn_plan_create(comm, &g.desc, &plan));
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   GT_OK(sy_attn_plan_info(plan, &info));
   sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
   cfg.max_tokens = 1 << 16;
@@ -455,7 +454,7 @@ static void back_to_back_q_forwards(sy_comm_t comm, int rank, int W, cudaStream_
   GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
   GT_CUDA(cudaMallocHost((void **)&results, (size_t)calls * cap));
   for (int k = 0; k < nplans; k++) {
-    sy_attn_plan_info_t info;
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
     GT_OK(sy_attn_plan_info(plans[k], &info));
     wl_payload_fill_odd(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
     GT_CUDA(cudaMemcpy(q + (size_t)k * cap, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));

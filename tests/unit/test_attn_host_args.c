@@ -145,8 +145,13 @@ static void plan_args(int me, sy_comm_t comm, const fixed_t *f, bufs_t *b, args_
   CHECK_OK(sy_attn_plan_create(comm, &f->desc, &plan));
   shared->plans[me] = plan;
   x->plan = plan;
+  const sy_attn_plan_info_t info_init = SY_ATTN_PLAN_INFO_INIT;
+  x->info = info_init;
   REJECTED(sy_attn_plan_info(NULL, &x->info));
   REJECTED(sy_attn_plan_info(plan, NULL));
+  x->info.size = sizeof x->info - 1;
+  REJECTED(sy_attn_plan_info(plan, &x->info));
+  x->info.size = sizeof x->info;
   CHECK_OK(sy_attn_plan_info(plan, &x->info));
   sy_attn_plan_seqs_t seqs = SY_ATTN_PLAN_SEQS_INIT;
   REJECTED(sy_attn_plan_seqs(NULL, &seqs));
@@ -352,7 +357,7 @@ static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
   sy_attn_t attn = NULL;
   CHECK_OK(sy_attn_create(comm, &config, &attn));
   if (what == OFFSETS) { /* the counts agree: only the fingerprints tell */
-    sy_attn_plan_info_t info;
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
     CHECK_OK(sy_attn_plan_info(plan, &info));
     CHECK_EQ_INT(info.q_send_to[1 - me], 3 + me);
     CHECK_EQ_INT(info.q_recv_from[1 - me], 4 - me);
