@@ -261,7 +261,8 @@ typedef struct sy_attn_plan_desc {
   int max_replicas;               /* C: KV destinations per sequence, 1..world_size (0: no KV) */
   const int *num_seqs;            /* [world_size] sequences of each rank */
   const int64_t *num_tokens;      /* [world_size] rows of each rank's MLP layout (= sum of its lengths) */
-  const int64_t *const *seq_lens; /* [world_size][num_seqs[r]] tokens, each > 0 */
+  const int64_t *const *seq_lens; /* [world_size][num_seqs[r]] tokens, each >= 0 (an empty sequence moves
+                                     nothing and keeps its place in sy_attn_plan_seqs' lists) */
   const int *const *q_dst;        /* [world_size][num_seqs[r]] rank, or -1: not sent */
   const int *const *kv_dst;       /* [world_size][num_seqs[r] * max_replicas] rank or -1; NULL when C is 0.
                                      A rank appears at most once in one sequence's list. */
@@ -270,16 +271,26 @@ typedef struct sy_attn_plan_desc {
 #define SY_ATTN_PLAN_DESC_INIT \
   { sizeof(sy_attn_plan_desc_t), 0, 0, NULL, NULL, NULL, NULL, NULL }
 
-/* What a plan asks of this rank's buffers, in rows. */
+/* What a plan asks of the buffers, in rows. Symmetric buffers (q_recv, kv_recv, q_reverse's out) must be the
+ * same size on every rank: size them by the max_* fields, the most any rank needs, which every rank computes
+ * alike from the description (no communication). One buffer serving several plans: the max over the plans. */
 typedef struct sy_attn_plan_info {
+  size_t size;         /* sizeof(sy_attn_plan_info_t): initialise with SY_ATTN_PLAN_INFO_INIT */
   int64_t num_tokens;  /* this rank's MLP rows */
-  int64_t q_recv_rows; /* rows of q_recv (attention layout) */
+  int64_t q_recv_rows; /* rows of q_recv (attention layout) this rank receives */
   int64_t kv_recv_rows;
   const int64_t *q_recv_from;  /* [world_size] rows from each source, in arrival order (valid with the plan) */
   const int64_t *kv_recv_from; /* [world_size] */
   const int64_t *q_send_to;    /* [world_size] */
   const int64_t *kv_send_to;   /* [world_size] */
+  int64_t max_num_tokens;      /* over every rank: num_tokens (size q_reverse's out, config.max_tokens by it) */
+  int64_t max_q_recv_rows;     /* over every rank: q_recv_rows (size q_recv by it) */
+  int64_t max_kv_recv_rows;    /* over every rank: kv_recv_rows (size kv_recv by it) */
+  uint64_t fingerprint;        /* a hash of the description: equal on every rank for the same description */
 } sy_attn_plan_info_t;
+
+#define SY_ATTN_PLAN_INFO_INIT \
+  { sizeof(sy_attn_plan_info_t), 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0, 0, 0 }
 
 /* One sequence (or one KV replica of it) as a plan moves it forward: rows [src_row, src_row + rows) of rank
  * src_rank's MLP layout (its sequence seq; replica c of its KV, 0 for Q) land at rows [dst_row, dst_row + rows)
@@ -311,6 +322,8 @@ typedef struct sy_attn_plan_seqs {
  * large, a rank listed twice for one sequence). CPU only: comm gives the rank and backend (device copies of
  * the metadata are made here, synchronously). Not graph-capturable. */
 SY_API sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan);
+/* info: initialised with SY_ATTN_PLAN_INFO_INIT (its size field is checked; a larger size from a newer header
+ * gets the fields this library knows). */
 SY_API sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info);
 /* seqs: initialised with SY_ATTN_PLAN_SEQS_INIT (its size field is checked). */
 SY_API sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *seqs);
@@ -327,7 +340,7 @@ typedef struct sy_attn_config {
   { sizeof(sy_attn_config_t), 0, 0, 0 }
 
 /* Symmetric memory sy_attn_create reserves for a configuration: the KV backward's replica staging. The cuda
- * backend adds 40 bytes per rank of control words on top; leave that much room in SY_HEAP_SIZE too. */
+ * backend adds 56 bytes per rank of control words on top; leave that much room in SY_HEAP_SIZE too. */
 SY_API sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config, size_t *bytes);
 
 /* Collective. Reserves what the operation needs; calls of one object follow each other on streams with no
@@ -337,8 +350,15 @@ SY_API sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config
 SY_API sy_status_t sy_attn_destroy(sy_attn_t attn);
 
 /* Collective, stream-ordered, graph-capturable. q: this rank's MLP rows (device memory), q_row_bytes each.
- * q_recv: a symmetric allocation with room for plan info's q_recv_rows rows. Rows of sequences whose
- * destination is -1 are not sent. Every rank must pass the same plan (built from the same description). */
+ * q_recv: a symmetric allocation with room for plan info's q_recv_rows rows (allocate max_q_recv_rows on every
+ * rank). Rows of sequences whose destination is -1 are not sent.
+ * Every rank must pass a plan built from the same description, with the same row sizes. Each call compares
+ * the plans' fingerprints (a hash of the description): where ranks disagree, the host backend returns
+ * SY_ERR_MISMATCH from the call on every rank, copies nothing, and logs the ranks whose plans differ; the cuda
+ * backend compares per pair (the fingerprint with the call's directions and row sizes), moves no rows between
+ * two ranks that disagree, and reports SY_ERR_MISMATCH asynchronously (sy_comm_async_error, then every later
+ * call) on both, naming the peer; the call ends without waiting for the rows that were not sent. The same
+ * holds for the three directions below. */
 SY_API sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes,
                                      void *q_recv, cudaStream_t stream);
 /* Q forward plus each KV sequence to every replica rank listed for it. kv_recv: symmetric, kv_recv_rows rows. */
@@ -376,7 +396,8 @@ typedef struct sy_attn_place_desc {
   size_t size; /* sizeof(sy_attn_place_desc_t) */
   int world_size;
   const int *num_docs;              /* [world_size] */
-  const int64_t *const *doc_lens;   /* [world_size][num_docs[r]] tokens, each > 0 */
+  const int64_t *const *doc_lens;   /* [world_size][num_docs[r]] tokens, each >= 0 (an empty document stays
+                                       one empty sequence on its owner); INT_MAX documents in all at most */
   double tolerance;                 /* every server's work within (1 +- tolerance) x the mean; 0: 0.10 */
   int max_shards_per_doc;           /* 0: 2 x world_size (room to shift a cut between two servers) */
   size_t q_row_bytes, kv_row_bytes; /* weights for "bytes sent" (0: 1 each) */

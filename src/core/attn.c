@@ -46,7 +46,11 @@ sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info) {
   static const char *fn = "sy_attn_plan_info";
   SY_ARG_CHECK(plan != NULL, fn, "plan is NULL");
   SY_ARG_CHECK(info != NULL, fn, "info is NULL");
+  SY_ARG_CHECK(info->size >= sizeof(sy_attn_plan_info_t), fn,
+               "info->size=%zu is too small (initialise it with SY_ATTN_PLAN_INFO_INIT)", info->size);
+  const size_t size = info->size; /* a newer caller's larger struct: its known prefix is filled */
   memset(info, 0, sizeof *info);
+  info->size = size;
   info->num_tokens = plan->num_tokens;
   info->q_recv_rows = plan->dir[SY_ATTN_Q_FWD].recv_total;
   info->kv_recv_rows = plan->dir[SY_ATTN_KV_FWD].recv_total;
@@ -54,6 +58,10 @@ sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info) {
   info->kv_recv_from = plan->dir[SY_ATTN_KV_FWD].recv_rows;
   info->q_send_to = plan->dir[SY_ATTN_Q_FWD].send_rows;
   info->kv_send_to = plan->dir[SY_ATTN_KV_FWD].send_rows;
+  info->max_num_tokens = plan->max_num_tokens;
+  info->max_q_recv_rows = plan->max_q_recv_rows;
+  info->max_kv_recv_rows = plan->max_kv_recv_rows;
+  info->fingerprint = plan->fingerprint;
   return SY_SUCCESS;
 }
 
@@ -112,7 +120,7 @@ static size_t staging_bytes(const sy_attn_config_t *config) {
 }
 
 /* Only the KV backward's replica staging. A backend reserves its own control words (a few per rank) on top
- * of this, in its attn_create; the cuda backend's are (sizeof mail + 8) * world_size bytes, 256-aligned. */
+ * of this, in its attn_create; the cuda backend's are (48 bytes of mail + 8) * world_size bytes, 256-aligned. */
 sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config_in, size_t *bytes) {
   static const char *fn = "sy_attn_workspace_size";
   SY_COMM_QUERY_GUARD(comm, fn); /* a function of the configuration: answers after an error too */

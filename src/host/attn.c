@@ -12,6 +12,7 @@
 #include "plan/attn_plan.h"
 #include "ref/attn_ref.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,10 +89,35 @@ static const char *dir_name(int dir) {
   return dir >= 0 && dir < SY_ATTN_DIRS ? names[dir] : "?";
 }
 
+/* Whether every rank's plan comes from the same description as rank 0's (their fingerprints agree); else logs
+ * rank 0's fingerprint and the ranks whose plans differ. Plans that agree on every pair's row counts but not on
+ * where the rows are would otherwise pass, and a receiver would pull the wrong rows, or read past the sender's. */
+static sy_status_t check_fingerprints(sy_comm_t comm, uint64_t call_number) {
+  const int world = comm->world_size;
+  const uint64_t first = ((const attn_offer_t *)sy__host_exchange_slot(comm, 0))->plan->fingerprint;
+  char ranks[160] = "";
+  size_t n = 0;
+  int differ = 0;
+  for (int r = 1; r < world; r++) {
+    const uint64_t fp = ((const attn_offer_t *)sy__host_exchange_slot(comm, r))->plan->fingerprint;
+    if (fp == first) continue;
+    if (n < sizeof ranks) {
+      const int w = snprintf(ranks + n, sizeof ranks - n, "%s%d (0x%016" PRIx64 ")", differ ? ", " : "", r, fp);
+      n = w < 0 ? sizeof ranks : n + (size_t)w;
+    }
+    differ++;
+  }
+  if (!differ) return SY_SUCCESS;
+  SY_WARN("attn: call %llu: ranks hold plans of different descriptions: rank 0's fingerprint is 0x%016" PRIx64
+          ", ranks with another (%d): %s%s; nothing copied",
+          (unsigned long long)call_number, first, differ, ranks, n >= sizeof ranks ? "..." : "");
+  return SY_ERR_MISMATCH;
+}
+
 /* Whether every rank's offer agrees with this rank's: the same kind of call (channels, directions, row
- * sizes, dtype, flags), plans of the same shape, and for every channel and every pair of ranks the rows the
- * sender's plan sends equal the rows the receiver's plan expects. Every rank evaluates the same data, so
- * every rank reaches the same verdict. Logs the first disagreement. */
+ * sizes, dtype, flags), plans of the same shape and of the same description (fingerprints), and for every
+ * channel and every pair of ranks the rows the sender's plan sends equal the rows the receiver's plan expects.
+ * Every rank evaluates the same data, so every rank reaches the same verdict. Logs the first disagreement. */
 static sy_status_t check_offers(sy_comm_t comm, const attn_offer_t *mine, uint64_t call_number) {
   const int world = comm->world_size;
   const sy_attn_call_t *me = mine->call;
@@ -120,6 +146,7 @@ static sy_status_t check_offers(sy_comm_t comm, const attn_offer_t *mine, uint64
       return SY_ERR_MISMATCH;
     }
   }
+  SY_CHECK(check_fingerprints(comm, call_number));
   for (int i = 0; i < me->num_channels; i++) {
     const int dir = me->ch[i].dir;
     for (int s = 0; s < world; s++) {

@@ -32,11 +32,16 @@
  * cut into W shards cannot shift a cut between two servers that hold no neighbouring shards, and leaves a
  * server well under the mean); neighbouring shards of one document on one server are
  * merged at once (that changes neither work nor bytes). The iteration cap is 16 W + 64.
+ * An empty document (0 tokens) has no work: it stays one empty shard on its owner and never moves.
+ * Sizes: the result's description counts sequences in int, so the documents in total must fit one (else
+ * SY_ERR_INVALID_ARG naming num_docs) and the balancing stops before the shards would pass INT_MAX (an iteration
+ * adds at most one); counts from world_size are 64-bit or saturate; allocation products are checked.
  * Cost per iteration: O(shards on H log shards on H + shards); few iterations, so thousands of documents
  * per rank plan in milliseconds.
  */
 #include "core/internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,16 +78,17 @@ typedef struct fill_cand {
 } fill_cand_t;
 
 typedef struct placer {
-  int world, max_shards;
+  int world, max_shards; /* max_shards <= INT_MAX - 1, so a document's shards plus one cut fit an int */
   double q_bytes, kv_bytes;
   doc_t *docs;
   int num_docs;
+  int64_t shards; /* over every document, <= INT_MAX */
   int64_t *load;
   int64_t *stamp, gen; /* distinct-server counting: stamp[server] == gen once seen */
   shard_t *tmp;        /* a document's shards with one move applied */
   int tmp_cap;
   fill_cand_t *cands;
-  int *doc_used; /* iteration that used the document in the current fill */
+  int64_t *doc_used; /* iteration that used the document in the current fill */
   move_t *fill;
   int cands_cap;
 } placer_t;
@@ -103,6 +109,22 @@ static int64_t prefix_work(int64_t x) { /* P(x) = x(x+1)/2 without an intermedia
 }
 
 static int64_t shard_work(const shard_t *s) { return prefix_work(s->b) - prefix_work(s->a); }
+
+/* A capacity of at least `need` items (need <= INT_MAX), doubling from `cap` (or `first`), at most INT_MAX. */
+static int grown_cap(int cap, int first, int64_t need) {
+  int64_t c = cap > 0 ? cap : first;
+  while (c < need) c *= 2;
+  return c > INT_MAX ? INT_MAX : (int)c;
+}
+
+/* a + b for non-negative counts, saturating (the statistics of absurd inputs). */
+static int64_t add_sat(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+
+/* malloc of count (0: 1) x each bytes; NULL when the product does not fit a size_t. */
+static void *alloc_array(size_t count, size_t each) {
+  count = count ? count : 1;
+  return count > SIZE_MAX / each ? NULL : malloc(count * each);
+}
 
 /* The cut m in [lo, hi] whose P(m) is closest to target (ties: the smaller m); -1 if lo > hi. */
 static int64_t closest_cut(double target, int64_t lo, int64_t hi) {
@@ -137,10 +159,10 @@ static double doc_bytes(placer_t *pl, const shard_t *sh, int count, int owner, i
 
 static int ensure_tmp(placer_t *pl, int need) {
   if (need <= pl->tmp_cap) return 1;
-  int cap = pl->tmp_cap ? pl->tmp_cap : 8;
-  while (cap < need) cap *= 2;
-  shard_t *t = realloc(pl->tmp, (size_t)cap * sizeof *t);
+  const int cap = grown_cap(pl->tmp_cap, 8, need);
+  shard_t *t = alloc_array((size_t)cap, sizeof *t); /* scratch: nothing to keep */
   if (!t) return 0;
+  free(pl->tmp);
   pl->tmp = t, pl->tmp_cap = cap;
   return 1;
 }
@@ -226,13 +248,14 @@ static int apply_move(placer_t *pl, const move_t *mv, int to) {
     else pl->tmp[m++] = pl->tmp[k];
   }
   if (m > d->cap) {
-    int cap = d->cap * 2 > m ? d->cap * 2 : m;
-    shard_t *sh = malloc((size_t)cap * sizeof *sh);
+    const int cap = grown_cap(d->cap, 1, m);
+    shard_t *sh = alloc_array((size_t)cap, sizeof *sh);
     if (!sh) return 0;
     if (d->sh != &d->one) free(d->sh);
     d->sh = sh, d->cap = cap;
   }
   memcpy(d->sh, pl->tmp, (size_t)m * sizeof *d->sh);
+  pl->shards += m - d->count;
   d->count = m;
   return 1;
 }
@@ -272,8 +295,8 @@ static sy_status_t balance(placer_t *pl, double tolerance) {
   const double mean = (double)total / W, limit = (1 + tolerance) * mean, floor_ = (1 - tolerance) * mean;
   const double level = (1 + tolerance / 2) * mean, level_low = (1 - tolerance / 2) * mean;
   const double slack = tolerance * mean / 4;
-  const int max_iters = 16 * W + 64;
-  for (int iter = 0; iter < max_iters; iter++) {
+  const int64_t max_iters = 16 * (int64_t)W + 64;
+  for (int64_t iter = 0; iter < max_iters && pl->shards < INT_MAX; iter++) { /* an iteration adds <= 1 shard */
     int h = 0, l = 0;
     for (int r = 1; r < W; r++) {
       if (pl->load[r] > pl->load[h]) h = r;
@@ -284,19 +307,19 @@ static sy_status_t balance(placer_t *pl, double tolerance) {
     const double target = over ? level : level_low;
     double delta = fmin((double)pl->load[h] - target, target - (double)pl->load[l]);
 
-    /* Shards on H, and what moving each whole costs. */
+    /* Shards on H (empty ones never move), and what moving each whole costs. */
     int n = 0;
     for (int i = 0; i < pl->num_docs; i++)
       for (int k = 0; k < pl->docs[i].count; k++) {
-        if (pl->docs[i].sh[k].server != h) continue;
-        if (n == pl->cands_cap) {
-          int cap = pl->cands_cap ? 2 * pl->cands_cap : 256;
-          fill_cand_t *c = realloc(pl->cands, (size_t)cap * sizeof *c);
-          move_t *f = realloc(pl->fill, (size_t)cap * sizeof *f);
-          if (c) pl->cands = c;
-          if (f) pl->fill = f;
-          if (!c || !f) return SY_ERR_NO_MEMORY;
-          pl->cands_cap = cap;
+        if (pl->docs[i].sh[k].server != h || pl->docs[i].len == 0) continue;
+        if (n == pl->cands_cap) { /* n < INT_MAX: it counts shards */
+          const int cap = grown_cap(pl->cands_cap, 256, (int64_t)n + 1);
+          fill_cand_t *c = cap > pl->cands_cap ? alloc_array((size_t)cap, sizeof *c) : NULL;
+          move_t *f = cap > pl->cands_cap ? alloc_array((size_t)cap, sizeof *f) : NULL;
+          if (!c || !f) return free(c), free(f), SY_ERR_NO_MEMORY;
+          if (n) memcpy(c, pl->cands, (size_t)n * sizeof *c);
+          free(pl->cands), free(pl->fill); /* the fill is rebuilt every iteration */
+          pl->cands = c, pl->fill = f, pl->cands_cap = cap;
         }
         move_t mv = {i, k, MOVE_WHOLE, 0, 0, 0};
         if (eval_move(pl, &mv, l) < 0) return SY_ERR_NO_MEMORY;
@@ -337,7 +360,7 @@ static sy_status_t balance(placer_t *pl, double tolerance) {
     move_t single_best = {0, 0, 0, 0, 0, 0};
     for (int i = 0; i < pl->num_docs; i++)
       for (int k = 0; k < pl->docs[i].count; k++) {
-        if (pl->docs[i].sh[k].server != h) continue;
+        if (pl->docs[i].sh[k].server != h || pl->docs[i].len == 0) continue;
         move_t opts[2];
         int no = 0;
         opts[no] = (move_t){i, k, MOVE_WHOLE, 0, 0, 0};
@@ -380,16 +403,24 @@ static sy_status_t validate(const sy_attn_place_desc_t *desc, sy_attn_placement_
   SY_ARG_CHECK(desc->max_shards_per_doc >= 0, FUNC, "desc->max_shards_per_doc=%d must be >= 0",
                desc->max_shards_per_doc);
   SY_ARG_CHECK(desc->num_docs, FUNC, "desc->num_docs is NULL");
-  int64_t total_work = 0;
+  /* The counts first (before any length is read): the result numbers its sequences in int. */
+  int64_t total_docs = 0;
   for (int r = 0; r < W; r++) {
     const int n = desc->num_docs[r];
     SY_ARG_CHECK(n >= 0, FUNC, "num_docs[%d]=%d must be >= 0", r, n);
+    total_docs += n; /* W * INT_MAX at most: no overflow */
+  }
+  SY_ARG_CHECK(total_docs <= INT_MAX, FUNC, "num_docs: %lld documents in total, more than INT_MAX=%d",
+               (long long)total_docs, INT_MAX);
+  int64_t total_work = 0;
+  for (int r = 0; r < W; r++) {
+    const int n = desc->num_docs[r];
     if (n == 0) continue;
     SY_ARG_CHECK(desc->doc_lens, FUNC, "doc_lens is NULL (num_docs[%d]=%d)", r, n);
     SY_ARG_CHECK(desc->doc_lens[r], FUNC, "doc_lens[%d] is NULL (num_docs[%d]=%d)", r, r, n);
     for (int j = 0; j < n; j++) {
       const int64_t len = desc->doc_lens[r][j];
-      SY_ARG_CHECK(len > 0, FUNC, "doc_lens[%d][%d]=%lld must be > 0", r, j, (long long)len);
+      SY_ARG_CHECK(len >= 0, FUNC, "doc_lens[%d][%d]=%lld must be >= 0", r, j, (long long)len);
       SY_ARG_CHECK(len <= MAX_DOC_LEN, FUNC, "doc_lens[%d][%d]=%lld is too long: its work L(L+1)/2 overflows int64", r,
                    j, (long long)len);
       const int64_t w = prefix_work(len);
@@ -431,7 +462,7 @@ static sy_status_t emit_result(placer_t *pl, const sy_attn_place_desc_t *desc, d
   p->q_dst = calloc((size_t)W, sizeof *p->q_dst);
   p->kv_dst = calloc((size_t)W, sizeof *p->kv_dst);
   if (!servers || !p->num_seqs || !p->num_tokens || !p->seq_lens || !p->q_dst || !p->kv_dst) goto oom;
-  /* Pass 1: counts and the widest KV list. */
+  /* Pass 1: counts (shards <= INT_MAX, kept by balance) and the widest KV list. */
   for (int i = 0; i < pl->num_docs; i++) {
     const doc_t *d = &pl->docs[i];
     p->num_seqs[d->owner] += d->count;
@@ -444,9 +475,9 @@ static sy_status_t emit_result(placer_t *pl, const sy_attn_place_desc_t *desc, d
     if (distinct > replicas) replicas = distinct;
   }
   p->max_replicas = replicas;
-  p->len_store = malloc((size_t)(shards ? shards : 1) * sizeof *p->len_store);
-  p->q_store = malloc((size_t)(shards ? shards : 1) * sizeof *p->q_store);
-  p->kv_store = malloc((size_t)(shards ? shards : 1) * (size_t)replicas * sizeof *p->kv_store);
+  p->len_store = alloc_array((size_t)shards, sizeof *p->len_store);
+  p->q_store = alloc_array((size_t)shards, sizeof *p->q_store);
+  p->kv_store = alloc_array((size_t)shards * (size_t)replicas, sizeof *p->kv_store); /* both < 2^31 */
   if (!p->len_store || !p->q_store || !p->kv_store) goto oom;
   int64_t at = 0;
   for (int r = 0; r < W; r++) {
@@ -462,8 +493,8 @@ static sy_status_t emit_result(placer_t *pl, const sy_attn_place_desc_t *desc, d
     const doc_t *d = &pl->docs[i];
     int64_t q_rows, kv_rows;
     doc_bytes(pl, d->sh, d->count, d->owner, &q_rows, &kv_rows);
-    q_moved += q_rows;
-    kv_moved += kv_rows;
+    q_moved = add_sat(q_moved, q_rows);
+    kv_moved = add_sat(kv_moved, kv_rows);
     int distinct = 0;
     for (int k = d->count - 1; k >= 0; k--) {
       const int s = d->sh[k].server;
@@ -506,6 +537,7 @@ static sy_status_t emit_result(placer_t *pl, const sy_attn_place_desc_t *desc, d
   *out = p;
   return SY_SUCCESS;
 oom:
+  SY_WARN("%s: out of memory for the result (%lld shards, KV lists of %d)", FUNC, (long long)shards, replicas);
   free(servers);
   placement_free(p);
   return SY_ERR_NO_MEMORY;
@@ -522,10 +554,12 @@ SY_API sy_status_t sy_attn_place(const sy_attn_place_desc_t *desc, sy_attn_place
   placer_t pl;
   memset(&pl, 0, sizeof pl);
   pl.world = W;
-  pl.max_shards = desc->max_shards_per_doc > 0 ? desc->max_shards_per_doc : 2 * W;
+  const int64_t max_shards = desc->max_shards_per_doc > 0 ? desc->max_shards_per_doc : 2 * (int64_t)W;
+  pl.max_shards = max_shards < INT_MAX - 1 ? (int)max_shards : INT_MAX - 1;
   pl.q_bytes = desc->q_row_bytes ? (double)desc->q_row_bytes : 1.0;
   pl.kv_bytes = desc->kv_row_bytes ? (double)desc->kv_row_bytes : 1.0;
-  for (int r = 0; r < W; r++) pl.num_docs += desc->num_docs[r];
+  for (int r = 0; r < W; r++) pl.num_docs += desc->num_docs[r]; /* <= INT_MAX by validate() */
+  pl.shards = pl.num_docs;
   pl.docs = calloc((size_t)(pl.num_docs ? pl.num_docs : 1), sizeof *pl.docs);
   pl.doc_used = calloc((size_t)(pl.num_docs ? pl.num_docs : 1), sizeof *pl.doc_used);
   pl.load = calloc((size_t)W, sizeof *pl.load);

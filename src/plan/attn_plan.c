@@ -17,6 +17,12 @@
  * Emission is a stable counting sort by peer (by peer and replica for KV backward) followed by merging of
  * neighbours that continue contiguously on both sides. Merging happens on the final rows, never before a
  * transformation, because rows contiguous in the forward layout need not be in the staging layout.
+ * An empty sequence (0 tokens) is in the per-sequence metadata like any other (dst_row: where it would start)
+ * and in no segment list: it moves nothing.
+ * The fingerprint (sy__attn_desc_fingerprint) hashes the description, so that ranks holding plans of different
+ * descriptions find out at their next call (the backends compare it) instead of moving rows by different maps.
+ * Sizes: every row count is bounded by validate() (lengths, their sums over a rank and over the world, the
+ * staging's max_replicas x num_tokens fit int64); allocations of counts x sizes are checked (alloc_n).
  * Cost: O(total sequences x max_replicas + world_size^2) per rank.
  */
 #include "plan/attn_plan.h"
@@ -89,7 +95,7 @@ static sy_status_t validate(const sy_attn_plan_desc_t *desc, int rank, int64_t *
     int64_t sum = 0;
     for (int i = 0; i < n; i++, global_seq++) {
       const int64_t len = desc->seq_lens[r][i];
-      REJECT_IF(len <= 0, "seq_lens[%d][%d]=%lld must be > 0", r, i, (long long)len);
+      REJECT_IF(len < 0, "seq_lens[%d][%d]=%lld must be >= 0", r, i, (long long)len);
       REJECT_IF(len > INT64_MAX - sum, "seq_lens[%d] overflow int64 at sequence %d", r, i);
       sum += len;
       const int q = desc->q_dst[r][i];
@@ -123,8 +129,12 @@ done:
 
 /* ---- emission ----------------------------------------------------------------------------------------- */
 
-/* malloc that never returns NULL for a zero count (so a NULL always means failure). */
-static void *alloc_n(size_t count, size_t each) { return malloc((count ? count : 1) * each); }
+/* malloc of count x each bytes that never returns NULL for a zero count (so a NULL always means failure) and
+ * returns NULL where the product does not fit a size_t. */
+static void *alloc_n(size_t count, size_t each) {
+  if (count == 0) count = 1;
+  return count > SIZE_MAX / each ? NULL : malloc(count * each);
+}
 
 /* Emits one side of one direction: a stable counting sort of the raw segments by peer (and replica for
  * KV backward), the row transformation of `mode`, and merging of contiguous neighbours of one peer. */
@@ -197,6 +207,36 @@ static sy_status_t emit_recv(sy_attn_dir_t *dir, const raw_seg_t *raw, int64_t c
   return emit(raw, count, world, replicas, mode, num_tokens, rank, &dir->recv_start, &dir->recv_segs, &dir->recv_rows);
 }
 
+/* ---- fingerprint -------------------------------------------------------------------------------------- */
+
+/* One word into the hash: splitmix64's finalizer over the running state plus the word, so every word reaches
+ * every bit of the result. */
+static uint64_t fp_add(uint64_t h, uint64_t word) {
+  uint64_t x = h + 0x9e3779b97f4a7c15ull + word;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t sy__attn_desc_fingerprint(const sy_attn_plan_desc_t *desc) {
+  const int world = desc->world_size, replicas = desc->max_replicas;
+  uint64_t h = fp_add(0x7379617474666e31ull /* "syattfn1" */, (uint64_t)(uint32_t)world);
+  h = fp_add(h, (uint64_t)(uint32_t)replicas);
+  for (int r = 0; r < world; r++) {
+    h = fp_add(h, (uint64_t)(uint32_t)desc->num_seqs[r]);
+    h = fp_add(h, (uint64_t)desc->num_tokens[r]);
+  }
+  for (int r = 0; r < world; r++) {
+    const int n = desc->num_seqs[r];
+    for (int i = 0; i < n; i++) {
+      h = fp_add(h, (uint64_t)desc->seq_lens[r][i]);
+      h = fp_add(h, (uint64_t)(uint32_t)desc->q_dst[r][i]);
+      for (int c = 0; c < replicas; c++) h = fp_add(h, (uint64_t)(uint32_t)desc->kv_dst[r][(size_t)i * replicas + c]);
+    }
+  }
+  return h;
+}
+
 /* ---- build -------------------------------------------------------------------------------------------- */
 
 sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struct sy_attn_plan **plan_out) {
@@ -238,8 +278,9 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
     goto done;
   }
 
-  /* The one walk in arrival order: source, then sequence, then replica. */
-  int64_t nq_send = 0, nkv_send = 0, nq_recv = 0, nkv_recv = 0;
+  /* The one walk in arrival order: source, then sequence, then replica. Raw segments (n*_send, n*_recv) of
+   * non-empty sequences only; every sequence this rank receives in the metadata (q_seqs, kv_seqs). */
+  int64_t nq_send = 0, nkv_send = 0, nq_recv = 0, nkv_recv = 0, q_seqs = 0, kv_seqs = 0;
   for (int s = 0; s < world; s++) {
     const int ns = desc->num_seqs[s];
     const int mine = s == rank;
@@ -253,10 +294,10 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
         place.dst_row = q_next[q];
         q_next[q] += len;
         q_counts_s[q] += len;
-        if (mine) q_send[nq_send++] = (raw_seg_t){seq_start, place.dst_row, len, q, 0};
+        if (mine && len > 0) q_send[nq_send++] = (raw_seg_t){seq_start, place.dst_row, len, q, 0};
         if (q == rank) {
-          plan->q_recv[nq_recv] = place;
-          q_recv[nq_recv++] = (raw_seg_t){seq_start, place.dst_row, len, s, 0};
+          plan->q_recv[q_seqs++] = place;
+          if (len > 0) q_recv[nq_recv++] = (raw_seg_t){seq_start, place.dst_row, len, s, 0};
         }
       }
       if (mine) {
@@ -271,10 +312,10 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
           kv_place.dst_row = kv_next[d];
           kv_next[d] += len;
           kv_counts_s[d] += len;
-          if (mine) kv_send[nkv_send++] = (raw_seg_t){seq_start, kv_place.dst_row, len, d, c};
+          if (mine && len > 0) kv_send[nkv_send++] = (raw_seg_t){seq_start, kv_place.dst_row, len, d, c};
           if (d == rank) {
-            plan->kv_recv[nkv_recv] = kv_place;
-            kv_recv[nkv_recv++] = (raw_seg_t){seq_start, kv_place.dst_row, len, s, c};
+            plan->kv_recv[kv_seqs++] = kv_place;
+            if (len > 0) kv_recv[nkv_recv++] = (raw_seg_t){seq_start, kv_place.dst_row, len, s, c};
           }
         }
         if (mine) plan->kv_send[(size_t)i * replicas + c] = kv_place;
@@ -283,12 +324,18 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
     }
     if (mine) plan->seq_start[n] = seq_start;
   }
-  if (nq_recv != q_recv_count || nkv_recv != kv_recv_count) { /* validate() and the walk must agree */
+  if (q_seqs != q_recv_count || kv_seqs != kv_recv_count) { /* validate() and the walk must agree */
     status = SY_ERR_INTERNAL;
     goto done;
   }
-  plan->q_recv_count = nq_recv;
-  plan->kv_recv_count = nkv_recv;
+  plan->q_recv_count = q_seqs;
+  plan->kv_recv_count = kv_seqs;
+  for (int r = 0; r < world; r++) { /* what every rank's buffers need, the same on every rank */
+    if (q_next[r] > plan->max_q_recv_rows) plan->max_q_recv_rows = q_next[r];
+    if (kv_next[r] > plan->max_kv_recv_rows) plan->max_kv_recv_rows = kv_next[r];
+    if (desc->num_tokens[r] > plan->max_num_tokens) plan->max_num_tokens = desc->num_tokens[r];
+  }
+  plan->fingerprint = sy__attn_desc_fingerprint(desc);
 
   const int64_t *tokens = desc->num_tokens;
   sy_attn_dir_t *dir = plan->dir;

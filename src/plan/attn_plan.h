@@ -60,6 +60,9 @@ struct sy_attn_plan {
   int64_t q_recv_count, kv_recv_count;
   /* Global W x W row counts, row = source: q_counts[s * W + d] rows of Q from s to d (forward). */
   int64_t *q_counts, *kv_counts;
+  /* Over every rank (the same on every rank): the most MLP rows, Q and KV attention-layout rows. */
+  int64_t max_num_tokens, max_q_recv_rows, max_kv_recv_rows;
+  uint64_t fingerprint; /* sy__attn_desc_fingerprint of the description it was built from */
   /* Backend copies (the cuda backend uploads the send lists at create); NULL on the host backend. */
   void *device;
   void (*device_free)(void *device);
@@ -68,6 +71,10 @@ struct sy_attn_plan {
 
 /* Builds rank `rank`'s plan; SY_ERR_INVALID_ARG with a log line naming the argument on inconsistent input. */
 sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struct sy_attn_plan **plan);
+/* A 64-bit hash of a valid description: world_size, max_replicas, then per rank num_seqs and num_tokens, then
+ * per rank and sequence its length, q_dst and kv_dst list, in that order. Equal descriptions give equal
+ * fingerprints on every rank; the backends compare them at every call (SY_ERR_MISMATCH where they differ). */
+uint64_t sy__attn_desc_fingerprint(const sy_attn_plan_desc_t *desc);
 void sy__attn_plan_free(struct sy_attn_plan *plan);
 
 #ifdef __cplusplus

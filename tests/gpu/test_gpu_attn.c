@@ -3,19 +3,23 @@
  * library, run in this process on threads with the same plans and inputs), bit for bit, with every output
  * poisoned first so unwritten rows show:
  *  - seeded random plans, C = 1..W, some destinations -1, ranks with no sequences; all tokens to one rank;
- *    a rank with no tokens; every destination -1;
+ *    a rank with no tokens; every destination -1; empty sequences among the others;
  *  - rows of 2, 48, 130 and 4096 bytes;
  *  - Q forward, Q+KV forward, Q reverse (and Q forward then Q reverse returns the input), KV backward summed
  *    (bf16, fp16, fp32; with zeros of both signs, infinities, NaNs and subnormals among the gradients) and
  *    unsummed;
  *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between;
  *  - the four directions back to back on two plans (C = 2), then the same eight calls captured once in a CUDA
- *    graph and replayed, every call's outputs checked.
+ *    graph and replayed, every call's outputs checked;
+ *  - last (the error is sticky), at W >= 2: rank 1's plan from another description that agrees on every pair's
+ *    row counts: SY_ERR_MISMATCH on every rank, no rows between rank 1 and the others, the rest delivered, no
+ *    hang.
  * Plans, payload rows and gradients come from tests/workload (the GPU tests' draw).
  */
 #include "gpu_test.h"
 
 #define POISON 0xEE
+#define MAX_W  256 /* the cuda backend's most ranks */
 
 /* ---- plan descriptions ------------------------------------------------------------------------------ */
 
@@ -54,7 +58,7 @@ static int run_scenario(sy_comm_t comm, int rank, scen_t *sc, uint8_t *out0, uin
   sy_attn_plan_t plan = NULL;
   sy_attn_t attn = NULL;
   if (sy_attn_plan_create(comm, &sc->g->desc, &plan) != SY_SUCCESS) return 1;
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   sy_attn_plan_info(plan, &info);
   sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
   cfg.max_tokens = sc->max_tokens;
@@ -139,7 +143,7 @@ static void oracle_rank(int r, sy_comm_t comm, void *arg) {
 static void capacities(sy_comm_t comm, scen_t *sc, int W) {
   sy_attn_plan_t plan;
   GT_OK(sy_attn_plan_create(comm, &sc->g->desc, &plan));
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   GT_OK(sy_attn_plan_info(plan, &info));
   int64_t mine[3] = {info.q_recv_rows, info.kv_recv_rows, info.num_tokens}, *all = (int64_t *)calloc(3 * (size_t)W, 8);
   GT_OK(sy_comm_allgather_host(comm, mine, all, sizeof mine));
@@ -176,7 +180,7 @@ static void check_scenario(sy_comm_t comm, int rank, int W, scen_t *sc, cudaStre
     size_t n = sc->op == OP_KVBWD ? (size_t)1 : sc->cap_kv;
     if (sc->op == OP_KVBWD) { /* the gradient: this rank's rows only */
       sy_attn_plan_t plan;
-      sy_attn_plan_info_t info;
+      sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
       sy_attn_plan_create(comm, &sc->g->desc, &plan);
       sy_attn_plan_info(plan, &info);
       n = (size_t)info.num_tokens * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
@@ -231,7 +235,7 @@ static size_t mix_check(const mix_t *m, int i, const uint8_t *res, const char *w
     snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), output 1", when, i, i / 4, sc->op);
     wrong += gt_compare(what, res + m->cap_q, sc->want[1], sc->cap_kv);
   } else if (sc->op == OP_KVBWD) {
-    sy_attn_plan_info_t info;
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
     GT_OK(sy_attn_plan_info(m->plan[i / 4], &info));
     snprintf(what, sizeof what, "%s: call %d (plan %d, op %d), gradient", when, i, i / 4, sc->op);
     const size_t n = (size_t)info.num_tokens * sc->kv_rb * (size_t)(sc->flags & SY_ATTN_UNSUMMED ? sc->g->C : 1);
@@ -269,7 +273,7 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
       m.cap_kv = sc->cap_kv > m.cap_kv ? sc->cap_kv : m.cap_kv;
       max_tokens = sc->max_tokens > max_tokens ? sc->max_tokens : max_tokens;
       /* the inputs run_scenario makes for this scenario */
-      sy_attn_plan_info_t info;
+      sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
       GT_OK(sy_attn_plan_info(m.plan[k], &info));
       const int64_t N = info.num_tokens;
       const size_t in_bytes = (size_t)(N ? N : 1) * (sc->q_rb > sc->kv_rb ? sc->q_rb : sc->kv_rb) + 64;
@@ -355,9 +359,8 @@ static void mixed_back_to_back(sy_comm_t comm, int rank, int W, cudaStream_t str
 static void random_scenarios(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   static const size_t row_sizes[] = {2, 48, 130, 4096};
   static const sy_dtype_t dtypes[] = {SY_DTYPE_BF16, SY_DTYPE_FP16, SY_DTYPE_FP32};
-  const char *kinds[] = {"random", "all to one", "empty rank", "all -1"};
   int cases = 0;
-  for (int kind = 0; kind < 4; kind++) {
+  for (int kind = 0; kind < WL_ATTN_KINDS; kind++) {
     for (int C = 1; C <= W; C++) {
       wl_attn_desc_t g;
       gen_make(&g, W, C, (wl_attn_kind_t)kind, 100 + (uint64_t)(kind * 17 + C));
@@ -376,7 +379,7 @@ static void random_scenarios(sy_comm_t comm, int rank, int W, cudaStream_t strea
             sc.flags = (cases % 2) ? SY_ATTN_UNSUMMED : 0;
           }
           char name[96];
-          snprintf(name, sizeof name, "%s plan, C=%d", kinds[kind], C);
+          snprintf(name, sizeof name, "%s plan, C=%d", wl_attn_kind_name(kind), C);
           check_scenario(comm, rank, W, &sc, stream, name);
           cases++;
         }
@@ -394,7 +397,7 @@ static void forward_then_reverse(sy_comm_t comm, int rank, int W, cudaStream_t s
   sy_attn_plan_t plan;
   sy_attn_t attn;
   GT_OK(sy_attn_plan_create(comm, &g.desc, &plan));
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   GT_OK(sy_attn_plan_info(plan, &info));
   sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
   cfg.max_tokens = 1 << 16;
@@ -455,7 +458,7 @@ static void back_to_back_q_forwards(sy_comm_t comm, int rank, int W, cudaStream_
   GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
   GT_CUDA(cudaMallocHost((void **)&results, (size_t)calls * cap));
   for (int k = 0; k < nplans; k++) {
-    sy_attn_plan_info_t info;
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
     GT_OK(sy_attn_plan_info(plans[k], &info));
     wl_payload_fill_odd(h, info.num_tokens, rb, 500 + (uint64_t)k, rank, 0);
     GT_CUDA(cudaMemcpy(q + (size_t)k * cap, h, (size_t)info.num_tokens * rb, cudaMemcpyHostToDevice));
@@ -507,15 +510,61 @@ static void back_to_back_q_forwards(sy_comm_t comm, int rank, int W, cudaStream_
   free(h);
 }
 
+/* Every rank r sends its one 4-token sequence to rank r + 1; rank 1's description has rank 0 own one more token, an
+ * unsent sequence ahead of it (every pair's count the same, rank 0's rows one further on). Rank 1 disagrees with
+ * every rank, so every rank reports SY_ERR_MISMATCH (as the sender of a disagreeing pair, and its receiver); the
+ * call ends without waiting for the rows that were not sent; pairs that agree (W >= 3) still deliver. */
+static void mismatched_plans(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
+  const size_t rb = 32, cap = 64 * rb;
+  const int variant = rank == 1;
+  int num_seqs[MAX_W], q0[2] = {-1, 1}, *q[MAX_W], qs[MAX_W];
+  int64_t tokens[MAX_W], len0[2] = {1, 4}, four = 4, *lens[MAX_W];
+  for (int r = 0; r < W; r++) {
+    num_seqs[r] = 1, tokens[r] = 4, qs[r] = (r + 1) % W, q[r] = &qs[r], lens[r] = &four;
+  }
+  if (variant) num_seqs[0] = 2, tokens[0] = 5, q[0] = q0, lens[0] = len0;
+  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
+  d.world_size = W, d.num_seqs = num_seqs, d.num_tokens = tokens;
+  d.seq_lens = (const int64_t *const *)lens, d.q_dst = (const int *const *)q;
+  sy_attn_plan_t plan;
+  GT_OK(sy_attn_plan_create(comm, &d, &plan));
+  sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+  cfg.max_tokens = 8, cfg.max_replicas = 1;
+  sy_attn_t attn;
+  GT_OK(sy_attn_create(comm, &cfg, &attn));
+  uint8_t *h = (uint8_t *)malloc(cap), *want = (uint8_t *)malloc(cap), *x, *recv;
+  GT_CUDA(cudaMalloc((void **)&x, cap));
+  GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
+  wl_payload_fill_odd(h, 4, rb, 31, rank, 0);
+  GT_CUDA(cudaMemcpy(x, h, 4 * rb, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemset(recv, POISON, cap));
+  GT_CUDA(cudaDeviceSynchronize());
+  GT_OK(sy_comm_barrier(comm, stream));
+  const double t0 = gt_now_s();
+  GT_OK(sy_attn_q_forward(attn, plan, x, rb, recv, stream)); /* enqueued; the kernel finds the mismatch */
+  GT_CUDA(cudaStreamSynchronize(stream));
+  const double dt = gt_now_s() - t0;
+  sy_status_t async = SY_SUCCESS;
+  char detail[256] = "";
+  GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
+  if (async != SY_ERR_MISMATCH)
+    GT_FAIL("mismatched plans: async error %s, want SY_ERR_MISMATCH", sy_status_name(async));
+  else printf("[test rank %d] mismatch reported in %.1f ms: %s\n", rank, dt * 1e3, detail);
+  const int from = (rank + W - 1) % W; /* this rank's one sender */
+  GT_CUDA(cudaMemcpy(h, recv, cap, cudaMemcpyDeviceToHost));
+  memset(want, POISON, cap);
+  if (from != 1 && rank != 1) wl_payload_fill_odd(want, 4, rb, 31, from, 0);
+  gt_compare(from == 1 || rank == 1 ? "mismatched pair: q_recv (no rows)" : "agreeing pair: q_recv", h, want, cap);
+  GT_CUDA(cudaFree(x));
+  sy_attn_destroy(attn); /* accepted after the error; the symmetric buffer goes with the communicator */
+  sy_attn_plan_destroy(plan);
+  free(h), free(want);
+}
+
 int main(void) {
-  gt_require_gpu("test_gpu_attn");
   setenv("SY_HEAP_SIZE", "4G", 0); /* outputs and the KV staging of the largest cases */
-  sy_comm_t comm = NULL;
-  GT_OK(sy_comm_init(&comm, NULL));
   int rank, W;
-  GT_OK(sy_comm_rank(comm, &rank));
-  GT_OK(sy_comm_size(comm, &W));
-  gt_rank = rank;
+  sy_comm_t comm = gt_init("test_gpu_attn", &rank, &W);
   sy_backend_t backend;
   GT_OK(sy_comm_backend(comm, &backend));
   if (backend != SY_BACKEND_CUDA)
@@ -532,6 +581,7 @@ int main(void) {
   char detail[256];
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
   if (async != SY_SUCCESS) GT_FAIL("async error: %s: %s", sy_status_name(async), detail);
+  if (W >= 2 && async == SY_SUCCESS) mismatched_plans(comm, rank, W, stream);
   GT_CUDA(cudaStreamDestroy(stream));
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_attn");

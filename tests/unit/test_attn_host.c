@@ -5,7 +5,9 @@
  *    tokens, every destination -1 (outputs keep their poison); rows of 2, 48, 130 and 4096 bytes;
  *  - Q forward; Q reverse; Q forward then Q reverse returns the input rows of sent sequences and leaves the
  *    others untouched; Q+KV forward; KV backward summed (bf16, fp16, fp32, against an fp32 sum in replica
- *    order computed here) and unsummed; inputs are never written; plan info matches the description;
+ *    order computed here) and unsummed; inputs are never written; plan info matches the description (its
+ *    maxima over ranks, and over the plans of the back-to-back calls, are what the buffers were sized by);
+ *  - every kind of tests/workload's plans, empty sequences among them;
  *  - 200 back-to-back calls, a different plan and direction every call, no barrier in between;
  *  - the KV backward's reduce on special values (NaN, infinities, -0.0, subnormals, overflow).
  * SY_TEST_SEED overrides the seed; a failure prints it.
@@ -172,10 +174,11 @@ typedef struct scen {
 } scen_t;
 
 static void check_info(sy_attn_plan_t plan, const gen_t *g, int me, const char *name) {
-  sy_attn_plan_info_t info;
+  sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
   CHECK_OK(sy_attn_plan_info(plan, &info));
   int bad = info.num_tokens != g->d.num_tokens[me] || info.q_recv_rows != g->q_total[me] ||
-            info.kv_recv_rows != g->kv_total[me];
+            info.kv_recv_rows != g->kv_total[me] || info.max_num_tokens != g->max_tokens ||
+            info.max_q_recv_rows != g->max_q || info.max_kv_recv_rows != g->max_kv;
   for (int p = 0; p < g->d.W && !bad; p++)
     bad = info.q_recv_from[p] != g->q_pair[p][me] || info.q_send_to[p] != g->q_pair[me][p] ||
           info.kv_recv_from[p] != g->kv_pair[p][me] || info.kv_send_to[p] != g->kv_pair[me][p];
@@ -417,6 +420,7 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
   unsigned char *image = xmalloc(grad_bytes > kv_alloc ? (grad_bytes > alloc ? grad_bytes : alloc)
                                                        : (kv_alloc > alloc ? kv_alloc : alloc));
   int wrong = 0;
+  int64_t most[3] = {0, 0, 0};          /* over the plans: what one buffer serving all of them needs, from plan info */
   for (int k = 0; k < B2B_CALLS; k++) { /* on through a failure: a rank that stopped early would hang its peers */
     const gen_t *g = &b->g[k];
     const int op = k % 4;
@@ -425,6 +429,11 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
     sy_attn_plan_t plan = NULL;
     CHECK_OK(sy_attn_plan_create(comm, &g->d.desc, &plan));
     if (!plan) break;
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
+    CHECK_OK(sy_attn_plan_info(plan, &info));
+    most[0] = info.max_num_tokens > most[0] ? info.max_num_tokens : most[0];
+    most[1] = info.max_q_recv_rows > most[1] ? info.max_q_recv_rows : most[1];
+    most[2] = info.max_kv_recv_rows > most[2] ? info.max_kv_recv_rows : most[2];
     const int64_t N = g->d.num_tokens[me];
     char what[128];
     snprintf(what, sizeof what, "back-to-back call %d (op %d, %zu-byte rows): rank %d", k, op, rb, me);
@@ -459,6 +468,7 @@ static void b2b_rank(int me, sy_comm_t comm, void *arg) {
     CHECK_OK(sy_attn_plan_destroy(plan));
   }
   CHECK_EQ_INT(wrong, 0);
+  CHECK(most[0] == b->max_tokens && most[1] == b->max_q && most[2] == b->max_kv);
   CHECK_OK(sy_mem_free(comm, recv));
   CHECK_OK(sy_mem_free(comm, kv_recv));
   CHECK_OK(sy_attn_destroy(attn));

@@ -2,8 +2,9 @@
  * test_attn_host_args.c — the attention dispatch's argument checks (src/core/attn.c) and its collective
  * agreement checks (src/host/attn.c) on the host backend: every bad argument is SY_ERR_INVALID_ARG with
  * buffers untouched and the communicator still healthy (a valid call works afterwards); ranks that disagree
- * on a call (row sizes, plans, directions) get SY_ERR_MISMATCH on every rank, nothing copied, and the error
- * is sticky. Sources (q, kv, attn_rows, grad_rows) may be any memory; one that lies in a symmetric allocation
+ * on a call (row sizes, plans, directions, plans that agree on every pair's row counts but not on where the
+ * rows are) get SY_ERR_MISMATCH on every rank, nothing copied, the log naming the ranks, and the error is
+ * sticky. Sources (q, kv, attn_rows, grad_rows) may be any memory; one that lies in a symmetric allocation
  * must hold its rows inside it (rejected naming the argument otherwise, accepted with room, e.g. q_recv itself).
  */
 #include "attn_test.h"
@@ -14,21 +15,25 @@
 /* ---- a fixed two-rank description in which every rank sends and receives Q and KV ------------------------- */
 
 typedef struct fixed {
-  int64_t lens0[2], lens1[1], tokens[2];
-  int num_seqs[2], q0[2], q1[1], kv0[4], kv1[2];
+  int64_t lens0[3], lens1[1], tokens[2];
+  int num_seqs[2], q0[3], q1[1], kv0[6], kv1[2];
   const int64_t *lens[2];
   const int *q[2], *kv[2];
   sy_attn_plan_desc_t desc;
 } fixed_t;
 
+/* variant 1: rank 0's second sequence goes to rank 1 (other counts); variant 2: rank 0 owns 2 more tokens, an
+ * unsent sequence ahead of the others (the same counts for every pair, every row of rank 0 two further on). */
 static void fixed_make(fixed_t *f, int variant) {
   memset(f, 0, sizeof *f);
-  f->lens0[0] = 3, f->lens0[1] = 5, f->lens1[0] = 4;
+  const int s = variant == 2; /* where rank 0's sequences of variant 0 start in its arrays */
+  f->lens0[s] = 3, f->lens0[s + 1] = 5, f->lens1[0] = 4;
   f->tokens[0] = 8, f->tokens[1] = 4;
   f->num_seqs[0] = 2, f->num_seqs[1] = 1;
-  f->q0[0] = 1, f->q0[1] = variant ? 1 : 0, f->q1[0] = 0;
-  f->kv0[0] = 0, f->kv0[1] = 1, f->kv0[2] = 1, f->kv0[3] = -1;
+  f->q0[s] = 1, f->q0[s + 1] = variant == 1 ? 1 : 0, f->q1[0] = 0;
+  f->kv0[2 * s] = 0, f->kv0[2 * s + 1] = 1, f->kv0[2 * s + 2] = 1, f->kv0[2 * s + 3] = -1;
   f->kv1[0] = 1, f->kv1[1] = 0;
+  if (s) f->lens0[0] = 2, f->tokens[0] += 2, f->num_seqs[0]++, f->q0[0] = -1, f->kv0[0] = -1, f->kv0[1] = -1;
   f->lens[0] = f->lens0, f->lens[1] = f->lens1;
   f->q[0] = f->q0, f->q[1] = f->q1;
   f->kv[0] = f->kv0, f->kv[1] = f->kv1;
@@ -141,8 +146,13 @@ static void plan_args(int me, sy_comm_t comm, const fixed_t *f, bufs_t *b, args_
   CHECK_OK(sy_attn_plan_create(comm, &f->desc, &plan));
   shared->plans[me] = plan;
   x->plan = plan;
+  const sy_attn_plan_info_t info_init = SY_ATTN_PLAN_INFO_INIT;
+  x->info = info_init;
   REJECTED(sy_attn_plan_info(NULL, &x->info));
   REJECTED(sy_attn_plan_info(plan, NULL));
+  x->info.size = sizeof x->info - 1;
+  REJECTED(sy_attn_plan_info(plan, &x->info));
+  x->info.size = sizeof x->info;
   CHECK_OK(sy_attn_plan_info(plan, &x->info));
   sy_attn_plan_seqs_t seqs = SY_ATTN_PLAN_SEQS_INIT;
   REJECTED(sy_attn_plan_seqs(NULL, &seqs));
@@ -383,12 +393,14 @@ static void bad_args_rank(int me, sy_comm_t comm, void *arg) {
 
 /* ---- ranks that disagree ----------------------------------------------------------------------------------- */
 
-typedef enum disagreement { ROW_BYTES, PLANS, DIRECTIONS, DISAGREEMENTS } disagreement_t;
+typedef enum disagreement { ROW_BYTES, PLANS, DIRECTIONS, OFFSETS, DISAGREEMENTS } disagreement_t;
 
 static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
   const disagreement_t what = *(const disagreement_t *)arg;
   fixed_t f;
-  fixed_make(&f, what == PLANS && me == 1); /* rank 1's description sends one more sequence to rank 1 */
+  /* PLANS: rank 1's description sends one more sequence to rank 1; OFFSETS: rank 1's has rank 0's rows two
+   * further on, every pair's count the same (before the fingerprints, rank 1 pulled rows 2.. of rank 0's q) */
+  fixed_make(&f, me == 1 ? (what == PLANS ? 1 : what == OFFSETS ? 2 : 0) : 0);
   sy_attn_plan_t plan = NULL;
   CHECK_OK(sy_attn_plan_create(comm, &f.desc, &plan));
   sy_attn_config_t config = SY_ATTN_CONFIG_INIT;
@@ -396,6 +408,12 @@ static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
   config.max_replicas = 2;
   sy_attn_t attn = NULL;
   CHECK_OK(sy_attn_create(comm, &config, &attn));
+  if (what == OFFSETS) { /* the counts agree: only the fingerprints tell */
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
+    CHECK_OK(sy_attn_plan_info(plan, &info));
+    CHECK_EQ_INT(info.q_send_to[1 - me], 3 + me);
+    CHECK_EQ_INT(info.q_recv_from[1 - me], 4 - me);
+  }
   unsigned char *recv = NULL;
   CHECK_OK(sy_mem_alloc(comm, 64 * 64, (void **)&recv));
   if (!plan || !attn || !recv) return;
@@ -430,9 +448,26 @@ int main(void) {
   args_shared_t shared;
   memset(&shared, 0, sizeof shared);
   run_ranks(2, bad_args_rank, &shared);
+  char dir[] = "/tmp/sy_test_attn_host_args_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(check_log_path, sizeof check_log_path, "%s/log.txt", dir);
+  setenv("SY_DEBUG_FILE", check_log_path, 1);
+  setenv("SY_DEBUG", "WARN", 1);
+  sy__log_reset();
   for (int k = 0; k < DISAGREEMENTS; k++) {
     disagreement_t what = (disagreement_t)k;
     run_ranks(2, mismatch_rank, &what);
+    if (what == PLANS || what == OFFSETS) { /* both ranks say which rank's plan differs */
+      char *text = check_read_file(check_log_path);
+      CHECK(text != NULL);
+      const char *at = text ? text + check_log_pos : "";
+      int lines = 0;
+      while ((at = strstr(at, "ranks hold plans of different descriptions: rank 0's fingerprint is 0x")) != NULL)
+        lines += strstr(at, ", ranks with another (1): 1 (0x") != NULL, at++;
+      CHECK_EQ_INT(lines, 2);
+      check_log_pos = text ? (long)strlen(text) : 0;
+      free(text);
+    }
   }
   unsetenv("SY_DEBUG_FILE");
   sy__log_reset();

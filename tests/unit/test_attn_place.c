@@ -4,14 +4,16 @@
  * seeded random mixes with shard limits. Every result is checked from the outside: shards tile each
  * document in order, work is conserved and the reported statistics match a recount, the KV lists follow
  * the rule (distinct servers of the shard and every later shard of its document, ascending, -1 padded to
- * C), the description builds a plan on every rank, and balanced results are within tolerance. Bad input
- * is rejected naming the argument.
+ * C), the description builds a plan on every rank, and balanced results are within tolerance. Empty
+ * documents stay one empty shard on their owner. Bad input is rejected naming the argument, more than INT_MAX
+ * documents in total before any length is read.
  */
 #include "check.h"
 #include "core/internal.h"
 #include "plan/attn_plan.h"
 #include "switchyard.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -95,9 +97,15 @@ static recount_t check_result(const input_t *in, sy_attn_placement_t pl, int wan
       const int64_t L = in->lens[r][j];
       tokens += L;
       doc_work += P(L);
-      /* The shards of this document: consecutive sequences whose lengths sum to L exactly. */
+      /* The shards of this document: consecutive sequences whose lengths sum to L exactly; an empty document is
+       * one empty sequence on its owner. */
       int first = seq;
       int64_t a = 0;
+      if (L == 0) {
+        CHECK(seq < d.num_seqs[r] && d.seq_lens[r][seq] == 0 && d.q_dst[r][seq] == r);
+        if (seq >= d.num_seqs[r]) return rc;
+        seq++;
+      }
       while (a < L && seq < d.num_seqs[r]) a += d.seq_lens[r][seq++];
       CHECK_EQ_INT(a, L);
       if (a != L) return rc;
@@ -391,6 +399,35 @@ static void test_empty(void) {
   in_free(&in);
 }
 
+/* Empty documents among the others (packed variable-length batches produce them): each stays one empty shard
+ * on its owner, in order, and the rest balances as without them; a rank of empty documents only; all empty. */
+static void test_empty_documents(void) {
+  rng_state = 0xe3e3;
+  for (int W = 1; W <= 8; W++) {
+    int nd[MAXW] = {0};
+    for (int r = 0; r < W; r++) nd[r] = (int)rnd_in(0, 30);
+    nd[W - 1] = 4;
+    input_t in;
+    in_init(&in, W, nd);
+    int empty = 0;
+    for (int r = 0; r < W; r++)
+      for (int j = 0; j < nd[r]; j++) {
+        in.lens[r][j] = r == W - 1 || rnd() % 3 == 0 ? 0 : rnd_in(1, 20000);
+        empty += in.lens[r][j] == 0;
+      }
+    char name[64];
+    snprintf(name, sizeof name, "empty documents (%d)", empty);
+    run_case(&in, 0, name);
+    in_free(&in);
+  }
+  int nd[3] = {2, 0, 1};
+  input_t in;
+  in_init(&in, 3, nd);
+  recount_t rc = run_case(&in, 1, "only empty documents");
+  CHECK_EQ_INT(rc.shards, 3);
+  in_free(&in);
+}
+
 /* ---- rejected input ------------------------------------------------------------------------------------ */
 
 #define REJECT(call, needle)                \
@@ -428,14 +465,22 @@ static void test_reject(void) {
   in.num_docs[1] = -2;
   REJECT(sy_attn_place(&in.desc, &pl), "num_docs[1]=-2");
   in.num_docs[1] = 1;
-  in.lens[0][1] = 0;
-  REJECT(sy_attn_place(&in.desc, &pl), "doc_lens[0][1]=0 must be > 0");
   in.lens[0][1] = -7;
-  REJECT(sy_attn_place(&in.desc, &pl), "doc_lens[0][1]=-7 must be > 0");
+  REJECT(sy_attn_place(&in.desc, &pl), "doc_lens[0][1]=-7 must be >= 0");
   in.lens[0][1] = INT64_MAX / 2;
   REJECT(sy_attn_place(&in.desc, &pl), "doc_lens[0][1]=4611686018427387903 is too long");
   in.lens[0][0] = 3000000000ll, in.lens[0][1] = 3000000000ll, in.lens[1][0] = 3000000000ll;
   REJECT(sy_attn_place(&in.desc, &pl), "total work overflows int64 at doc_lens[1][0]");
+  /* More than INT_MAX documents in total (each count a valid int): the counts are checked before any length is
+   * read, so three 4-entry length arrays stand in for 2^32 + 2 documents. */
+  in.lens[0][0] = 10, in.lens[0][1] = 20, in.lens[1][0] = 5;
+  int many[3] = {INT_MAX, INT_MAX, 4};
+  int64_t four[4] = {1, 1, 1, 1};
+  const int64_t *four_c[3] = {four, four, four};
+  d = in.desc, d.world_size = 3, d.num_docs = many, d.doc_lens = four_c;
+  REJECT(sy_attn_place(&d, &pl), "num_docs: 4294967298 documents in total, more than INT_MAX=2147483647");
+  many[1] = 1, many[2] = 0;
+  REJECT(sy_attn_place(&d, &pl), "num_docs: 2147483648 documents in total");
   CHECK(pl == (sy_attn_placement_t)&rng_state); /* untouched by a rejected call */
   in.lens[0][0] = 10, in.lens[0][1] = 20, in.lens[1][0] = 5;
 
@@ -472,6 +517,7 @@ int main(void) {
   test_scale();
   test_deterministic();
   test_empty();
+  test_empty_documents();
   test_reject();
 
   unsetenv("SY_DEBUG_FILE");

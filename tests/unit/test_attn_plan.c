@@ -148,6 +148,54 @@ static void test_merging(void) {
   td_free(&t);
 }
 
+/* Empty sequences (a packed variable-length batch's padding): accepted, in the metadata in order with 0 rows
+ * at the place they would start, in no segment list; the rows around them merge as if they were not there. */
+static void test_empty_sequences(void) {
+  test_desc_t t;
+  const int ns[2] = {4, 2};
+  td_init(&t, 2, 2, ns);
+  const int64_t lens0[4] = {0, 3, 0, 2}, lens1[2] = {0, 0};
+  const int q0[4] = {1, 1, 1, 1}, q1[2] = {0, -1};
+  const int kv0[8] = {1, 0, 1, 0, 0, -1, 1, 0}, kv1[4] = {0, 1, -1, -1};
+  memcpy(t.lens[0], lens0, sizeof lens0), memcpy(t.lens[1], lens1, sizeof lens1);
+  memcpy(t.q[0], q0, sizeof q0), memcpy(t.q[1], q1, sizeof q1);
+  memcpy(t.kv[0], kv0, sizeof kv0), memcpy(t.kv[1], kv1, sizeof kv1);
+  td_sum(&t);
+  struct sy_attn_plan *p[2];
+  if (build_all(&t.desc, p)) {
+    /* Rank 0's Q: sequences 1 and 3 (rows 0..2, 3..4) land at 0..2 and 3..4 of rank 1: one segment. */
+    SEND_IS(p[0], SY_ATTN_Q_FWD, 1, {0, 0, 5});
+    RECV_IS(p[1], SY_ATTN_Q_FWD, 0, {0, 0, 5});
+    NONE(p[1], SY_ATTN_Q_FWD, send, 0); /* rank 1's empty sequence to rank 0 moves nothing */
+    CHECK_EQ_INT(p[1]->dir[SY_ATTN_Q_FWD].recv_total, 5);
+    CHECK_EQ_INT(p[0]->dir[SY_ATTN_Q_FWD].recv_total, 0);
+    /* Every sequence in the metadata, in order, the empty ones where they would start. */
+    CHECK_EQ_INT(p[1]->q_recv_count, 4);
+    const int64_t want_row[4] = {0, 0, 3, 3}, want_rows[4] = {0, 3, 0, 2};
+    for (int i = 0; i < 4; i++) {
+      CHECK(p[1]->q_recv[i].src_rank == 0 && p[1]->q_recv[i].seq == i);
+      CHECK_EQ_INT(p[1]->q_recv[i].dst_row, want_row[i]);
+      CHECK_EQ_INT(p[1]->q_recv[i].rows, want_rows[i]);
+      CHECK_EQ_INT(p[0]->q_send[i].rows, want_rows[i]);
+    }
+    CHECK_EQ_INT(p[0]->q_recv_count, 1); /* rank 1's empty sequence 0 */
+    CHECK(p[0]->q_recv[0].src_rank == 1 && p[0]->q_recv[0].rows == 0 && p[0]->q_recv[0].dst_row == 0);
+    CHECK_EQ_INT(p[0]->seq_start[1], 0);
+    CHECK_EQ_INT(p[0]->seq_start[4], 5);
+    /* KV: rank 0's sequence 1 (rows 0..2) to both, 3 (rows 3..4) to 1 then 0; rank 1 owns no tokens. */
+    SEND_IS(p[0], SY_ATTN_KV_FWD, 1, {0, 0, 5});
+    SEND_IS(p[0], SY_ATTN_KV_FWD, 0, {0, 0, 5});
+    CHECK_EQ_INT(p[0]->kv_recv_count, 5);        /* replicas at rank 0: seq 0 c1, 1 c1, 2 c0, 3 c1; rank 1's seq 0 c0 */
+    RECV_IS(p[0], SY_ATTN_KV_BWD, 1, {0, 0, 5}); /* replica 0 of sequences 1 and 3: staging 0..4 */
+    RECV_IS(p[0], SY_ATTN_KV_BWD, 0, {0, 5, 5}); /* replica 1 of both: staging 5..9 */
+    CHECK_EQ_INT(p[1]->dir[SY_ATTN_KV_BWD].recv_total, 0);
+    CHECK_EQ_INT(p[0]->max_num_tokens, 5);
+    CHECK_EQ_INT(p[0]->max_q_recv_rows, 5);
+    free_all(p, 2);
+  }
+  td_free(&t);
+}
+
 /* ---- rejected input ------------------------------------------------------------------------------------ */
 
 #define REJECT(desc, rank, needle)                                             \
@@ -212,10 +260,8 @@ static void test_reject(void) {
   t.num_seqs[1] = -1;
   REJECT(&t.desc, 0, "num_seqs[1]=-1");
   t.num_seqs[1] = 0;
-  t.lens[0][1] = 0;
-  REJECT(&t.desc, 0, "seq_lens[0][1]=0 must be > 0");
   t.lens[0][1] = -5;
-  REJECT(&t.desc, 0, "seq_lens[0][1]=-5 must be > 0");
+  REJECT(&t.desc, 0, "seq_lens[0][1]=-5 must be >= 0");
   t.lens[0][1] = 2;
   t.num_tokens[2] = 5;
   REJECT(&t.desc, 0, "num_tokens[2]=5 but seq_lens[2] sum to 4");
@@ -295,6 +341,7 @@ int main(void) {
 
   test_walkthrough();
   test_merging();
+  test_empty_sequences();
   test_reject();
   test_timing();
 

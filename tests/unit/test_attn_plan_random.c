@@ -1,10 +1,11 @@
 /*
  * test_attn_plan_random.c — the attention-dispatch metadata planner (src/plan/attn_plan.c): invariants on
  * seeded random descriptions (C = 0..W replicas, W = 1..8; shapes: random, all to one rank, one rank receiving
- * nothing, empty ranks, runs of sequences to one rank), checked against a token-by-token reference model: send
- * and receive lists agree exactly, forward then reverse is the identity, counts transpose, totals, per-source
- * blocks contiguous and in (source, sequence, replica) order, segments sorted and maximally merged. The
- * hand-built examples, rejected input and timing: test_attn_plan.c.
+ * nothing, empty ranks, runs of sequences to one rank, empty sequences), checked against a token-by-token
+ * reference model: send and receive lists agree exactly, forward then reverse is the identity, counts transpose,
+ * totals and their maxima over ranks, per-source blocks contiguous and in (source, sequence, replica) order,
+ * segments sorted and maximally merged; every rank's fingerprint is the same, and changing any one entry of the
+ * description changes it. The hand-built examples, rejected input and timing: test_attn_plan.c.
  */
 #include "attn_plan_test.h"
 
@@ -205,6 +206,15 @@ static void check_seq_places(const test_desc_t *t, struct sy_attn_plan *const *p
       CHECK(qp->src_rank == s && qp->seq == i && qp->replica == 0 && qp->src_row == st && qp->rows == len);
       CHECK_EQ_INT(qp->dst_rank, t->q[s][i]);
       const int d = qp->dst_rank;
+      if (len == 0) { /* an empty sequence: sent where its place would start, no row anywhere */
+        CHECK(d < 0 ? qp->dst_row == -1 : qp->dst_row >= 0 && qp->dst_row <= m->expect_len[SY_ATTN_Q_FWD][d]);
+        for (int c = 0; c < C; c++) {
+          const sy_attn_seq_place_t *kp = &P->kv_send[i * C + c];
+          CHECK(kp->rows == 0 && kp->replica == c && kp->dst_rank == t->kv[s][i * C + c]);
+          CHECK(kp->dst_rank < 0 ? kp->dst_row == -1 : kp->dst_row <= m->expect_len[SY_ATTN_KV_FWD][kp->dst_rank]);
+        }
+        continue;
+      }
       if (d < 0) {
         CHECK_EQ_INT(qp->dst_row, -1);
         for (int64_t k = 0; k < len; k++) CHECK_EQ_INT(m->expect[SY_ATTN_Q_REV][s][st + k], -1);
@@ -255,8 +265,43 @@ static void check_recv_places(struct sy_attn_plan *const *p, int W, int C) {
     }
 }
 
+/* What every rank's buffers need, over every rank: the same on every rank, the most of the model's totals. */
+static void check_maxima(struct sy_attn_plan *const *p, const test_desc_t *t, const model_t *m) {
+  int64_t tokens = 0, q = 0, kv = 0;
+  for (int r = 0; r < t->world; r++) {
+    tokens = t->num_tokens[r] > tokens ? t->num_tokens[r] : tokens;
+    q = m->fwd_total[0][r] > q ? m->fwd_total[0][r] : q;
+    kv = m->fwd_total[1][r] > kv ? m->fwd_total[1][r] : kv;
+  }
+  for (int r = 0; r < t->world; r++) {
+    CHECK_EQ_INT(p[r]->max_num_tokens, tokens);
+    CHECK_EQ_INT(p[r]->max_q_recv_rows, q);
+    CHECK_EQ_INT(p[r]->max_kv_recv_rows, kv);
+    CHECK(p[r]->fingerprint == p[0]->fingerprint);
+  }
+}
+
+/* One entry of the description changed (then restored): a different fingerprint. The entry is drawn from the
+ * lengths and destinations (the hash reads the description as it is, valid or not); a length changes with
+ * num_tokens, so that it is not only num_tokens that tells the two apart. */
+static void check_fingerprint_changes(test_desc_t *t, uint64_t want_not) {
+  const int W = t->world, C = t->replicas;
+  const int r = rnd_in(0, W - 1);
+  if (t->num_seqs[r] == 0) return;
+  const int i = rnd_in(0, t->num_seqs[r] - 1), field = rnd_in(0, C > 0 ? 2 : 1);
+  int64_t *len = &t->lens[r][i];
+  int *dst = field == 1 ? &t->q[r][i] : C > 0 ? &t->kv[r][i * C + rnd_in(0, C - 1)] : &t->q[r][i];
+  const int64_t old_len = *len;
+  const int old_dst = *dst;
+  if (field == 0) *len += 1, t->num_tokens[r] += 1;
+  else *dst = old_dst == -1 ? 0 : -1;
+  CHECK(sy__attn_desc_fingerprint(&t->desc) != want_not);
+  *len = old_len, *dst = old_dst;
+  td_sum(t);
+}
+
 /* Every invariant of the brief on one description. */
-static void check_invariants(const test_desc_t *t) {
+static void check_invariants(test_desc_t *t) {
   const int W = t->world, C = t->replicas;
   struct sy_attn_plan *p[MAXW];
   if (!build_all(&t->desc, p)) return;
@@ -266,13 +311,24 @@ static void check_invariants(const test_desc_t *t) {
   check_counts(p, W);
   check_seq_places(t, p, &m);
   check_recv_places(p, W, C);
+  check_maxima(p, t, &m);
+  check_fingerprint_changes(t, p[0]->fingerprint);
+  CHECK(sy__attn_desc_fingerprint(&t->desc) == p[0]->fingerprint);
   model_free(&m);
   free_all(p, W);
 }
 
 /* ---- seeded random descriptions ----------------------------------------------------------------------- */
 
-enum { SHAPE_RANDOM, SHAPE_ALL_TO_ONE, SHAPE_ONE_RECEIVES_NOTHING, SHAPE_EMPTY_RANKS, SHAPE_CONTIGUOUS, SHAPES };
+enum {
+  SHAPE_RANDOM,
+  SHAPE_ALL_TO_ONE,
+  SHAPE_ONE_RECEIVES_NOTHING,
+  SHAPE_EMPTY_RANKS,
+  SHAPE_CONTIGUOUS,
+  SHAPE_EMPTY_SEQS,
+  SHAPES
+};
 
 /* A random description: destinations (some -1), KV lists of distinct ranks in random slots. */
 static void random_desc(test_desc_t *t, int W, int C, int shape, int max_len) {
@@ -284,6 +340,7 @@ static void random_desc(test_desc_t *t, int W, int C, int shape, int max_len) {
   for (int r = 0; r < W; r++) {
     for (int i = 0; i < ns[r]; i++) {
       t->lens[r][i] = rnd_in(1, max_len);
+      if (shape == SHAPE_EMPTY_SEQS && rnd_in(0, 2) == 0) t->lens[r][i] = 0;
       int q = rnd_in(0, 5) == 0 ? -1 : rnd_in(0, W - 1);
       if (shape == SHAPE_ALL_TO_ONE) q = sink;
       if (shape == SHAPE_ONE_RECEIVES_NOTHING && q == starved) q = W > 1 ? (q + 1) % W : -1;

@@ -10,7 +10,7 @@
 
 const char *wl_attn_kind_name(int kind) {
   static const char *names[WL_ATTN_KINDS] = {"random", "all to one rank", "a rank with no tokens",
-                                             "every destination -1"};
+                                             "every destination -1", "empty sequences"};
   return kind >= 0 && kind < WL_ATTN_KINDS ? names[kind] : "?";
 }
 
@@ -68,9 +68,11 @@ static void shuffle(int *perm, int W, uint64_t (*next)(uint64_t *), uint64_t *st
 }
 
 /* A sequence's length: 1..40, one in four 1..300. The length's number is drawn before the one choosing its
- * range: the order GCC gave the two calls when both sat in one expression, which fixed the tests' plans. */
-static int64_t short_len(uint64_t (*next)(uint64_t *), uint64_t *state) {
+ * range: the order GCC gave the two calls when both sat in one expression, which fixed the tests' plans. Under
+ * WL_ATTN_EMPTY_SEQS one more number makes one length in three 0 (no other kind draws it). */
+static int64_t short_len(uint64_t (*next)(uint64_t *), uint64_t *state, wl_attn_kind_t kind) {
   const uint64_t len = next(state), pick = next(state);
+  if (kind == WL_ATTN_EMPTY_SEQS && next(state) % 3 == 0) return 0;
   return 1 + (int64_t)(len % (pick % 4 == 0 ? 300 : 40));
 }
 
@@ -93,7 +95,7 @@ static int short_unit_draw(wl_attn_desc_t *d, int W, int C, wl_attn_kind_t kind,
     d->num_seqs[r] = n;
     if (rank_alloc(d, r, n)) return free(perm), -1;
     for (int i = 0; i < n; i++) {
-      d->lens[r][i] = short_len(unit_next, &rng);
+      d->lens[r][i] = short_len(unit_next, &rng, kind);
       d->num_tokens[r] += d->lens[r][i];
       int q = (int)(unit_next(&rng) % (uint64_t)W);
       if (unit_next(&rng) % 6 == 0) q = -1;
@@ -103,7 +105,7 @@ static int short_unit_draw(wl_attn_desc_t *d, int W, int C, wl_attn_kind_t kind,
       shuffle(perm, W, unit_next, &rng);
       for (int c = 0; c < C; c++) {
         int dst = perm[c];
-        if (kind == WL_ATTN_RANDOM && unit_next(&rng) % 5 == 0) dst = -1;
+        if ((kind == WL_ATTN_RANDOM || kind == WL_ATTN_EMPTY_SEQS) && unit_next(&rng) % 5 == 0) dst = -1;
         if (kind == WL_ATTN_ALL_TO_ONE) dst = c == i % C ? target : -1; /* every KV row to the one rank too */
         if (kind == WL_ATTN_ALL_MINUS_ONE) dst = -1;
         d->kv_dst[r][(size_t)i * C + c] = dst;
@@ -125,7 +127,7 @@ static int short_gpu_draw(wl_attn_desc_t *d, int W, int C, wl_attn_kind_t kind, 
     d->num_seqs[r] = n;
     if (rank_alloc(d, r, n)) return free(perm), -1;
     for (int s = 0; s < n; s++) {
-      d->lens[r][s] = short_len(wl_rand, &rng);
+      d->lens[r][s] = short_len(wl_rand, &rng, kind);
       d->num_tokens[r] += d->lens[r][s];
       int q = (int)(wl_rand(&rng) % (uint64_t)W);
       if (wl_rand(&rng) % 8 == 0) q = -1;

@@ -106,6 +106,7 @@ typedef enum wl_attn_kind {
   WL_ATTN_ALL_TO_ONE,    /* every Q row and every KV row to one rank */
   WL_ATTN_EMPTY_RANK,    /* random, and one rank with no sequences */
   WL_ATTN_ALL_MINUS_ONE, /* every destination -1 */
+  WL_ATTN_EMPTY_SEQS,    /* random, and one sequence in three empty (0 tokens; packed variable-length batches) */
   WL_ATTN_KINDS
 } wl_attn_kind_t;
 
@@ -125,7 +126,7 @@ typedef struct wl_attn_desc {
  * rank or -1, KV to C distinct ranks (a shuffle) with some slots -1; `kind` as above.
  *   WL_DRAW_UNIT: state wl_mix(seed); every rank has a sequence or more except under WL_ATTN_EMPTY_RANK; the
  *     one rank of WL_ATTN_ALL_TO_ONE and the empty rank are drawn; Q -1 one in six, KV -1 one in five
- *     (WL_ATTN_RANDOM only); WL_ATTN_ALL_TO_ONE sends replica (i % C) of sequence i.
+ *     (WL_ATTN_RANDOM and WL_ATTN_EMPTY_SEQS); WL_ATTN_ALL_TO_ONE sends replica (i % C) of sequence i.
  *   WL_DRAW_GPU: state seed; WL_ATTN_RANDOM gives a rank no sequences one time in five, WL_ATTN_EMPTY_RANK
  *     empties the last rank, WL_ATTN_ALL_TO_ONE sends to rank 0 (replica 0); Q -1 one in eight, KV -1 one in
  *     six (every kind).
