@@ -120,7 +120,8 @@ static int parse_int_text(const char *text, long min, long max, int *out) {
   return 0;
 }
 
-/* Fills opts; returns -1 on success, else the exit code (0 for --help). */
+/* Fills opts; returns -1 on success, else the exit code (0 for --help). opts->devices is the caller's to free
+ * on every path. */
 static int parse_args(int argc, char **argv, options_t *opts) {
   const char *gpus = NULL;
   memset(opts, 0, sizeof *opts);
@@ -486,7 +487,10 @@ done:
 int main(int argc, char **argv) {
   options_t opts;
   int code = parse_args(argc, argv, &opts);
-  if (code >= 0) return code;
+  if (code >= 0) {
+    free(opts.devices);
+    return code;
+  }
 
   /* Signals arrive through the self-pipe; blocked until the loop runs so none is lost or seen early. */
   if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
