@@ -4,7 +4,8 @@
  * SY_LOCAL_SIZE / SY_DEVICE and given a private directory (SY_BOOT_DIR) where the rendezvous
  * (src/boot/rendezvous.c) exchanges NVSHMEM's unique id. Output comes back line by line prefixed
  * "[rank N] ". The first rank to fail stops the others and its status becomes syrun's; the directory is
- * removed on every path out (normal end, failure, timeout, SIGINT/SIGTERM/SIGHUP).
+ * removed on every path out (normal end, failure, timeout, SIGINT/SIGTERM/SIGHUP). A SIGKILL of syrun takes
+ * the ranks with it (PR_SET_PDEATHSIG), and a watcher process kills what they started and removes the directory.
  *
  * Shape: one thread, one poll() loop over every child's stdout and stderr pipe plus a self-pipe the signal
  * handlers write to (SIGCHLD included), so output, exits, signals and deadlines are handled in one place.
@@ -12,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -21,11 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "syrun_watch.h"
 
 #define SYRUN_MAX_RANKS 256   /* one node; two pipes per rank stay well inside the default fd limit */
 #define SYRUN_GRACE_MS  3000  /* SIGTERM, then this long, then SIGKILL */
@@ -291,8 +294,10 @@ static void set_env_int(const char *name, long value) {
   setenv(name, text, 1);
 }
 
-/* In the child, after fork: becomes rank `r` and execs PROGRAM; never returns. */
-static void child_exec(const options_t *opts, int r, int out_fd, int err_fd) {
+/* In the child, after fork: becomes rank `r` and execs PROGRAM; never returns. It dies with syrun (parent):
+ * PR_SET_PDEATHSIG outlives exec; a syrun that died before the prctl shows as a changed parent. */
+static void child_exec(const options_t *opts, int r, int out_fd, int err_fd, pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(EXIT_SYRUN);
   setpgid(0, 0);
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd >= 0) dup2(null_fd, 0);
@@ -324,6 +329,7 @@ static int start_rank(job_t *job, const options_t *opts, int r) {
     return -1;
   }
   fflush(NULL);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(out_pipe[0]);
@@ -332,7 +338,7 @@ static int start_rank(job_t *job, const options_t *opts, int r) {
     close(err_pipe[1]);
     return -1;
   }
-  if (pid == 0) child_exec(opts, r, out_pipe[1], err_pipe[1]);
+  if (pid == 0) child_exec(opts, r, out_pipe[1], err_pipe[1], parent);
   setpgid(pid, pid); /* also here: kill(-pid) must work even before the child gets to run */
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -376,19 +382,6 @@ static void reap(job_t *job) {
     fprintf(stderr, "syrun: rank %d %s%s\n", r, what, job->n > 1 ? "; stopping the others" : "");
     stop_all(job, SIGTERM);
   }
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st;
-  (void)type;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
-static void remove_dir(const char *dir) {
-  if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-    fprintf(stderr, "syrun: could not remove %s: %s\n", dir, strerror(errno));
 }
 
 /* The poll loop: until every rank has exited and its output is passed on. */
@@ -522,6 +515,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "syrun: cannot create a private directory under %s: %s\n", tmp, strerror(errno));
     return EXIT_SYRUN;
   }
+  int watch_fd = syrun_watch_start(dir, wake_pipe);
+  if (watch_fd < 0) {
+    fprintf(stderr, "syrun: cannot start the watcher of %s: %s\n", dir, strerror(errno));
+    syrun_remove_dir(dir);
+    return EXIT_SYRUN;
+  }
   setenv("SY_BOOT_DIR", dir, 1);
   set_env_int("SY_WORLD_SIZE", opts.ranks);
   set_env_int("SY_LOCAL_SIZE", opts.ranks);
@@ -534,7 +533,7 @@ int main(int argc, char **argv) {
   job.exit_code = -1;
   job.ranks = calloc((size_t)opts.ranks, sizeof *job.ranks);
   if (!job.ranks) {
-    remove_dir(dir);
+    syrun_remove_dir(dir);
     return EXIT_SYRUN;
   }
   for (int r = 0; r < opts.ranks; r++) {
@@ -543,7 +542,7 @@ int main(int argc, char **argv) {
     rank->out = (stream_t){-1, 1, malloc(SYRUN_LINE_MAX), 0};
     rank->err = (stream_t){-1, 2, malloc(SYRUN_LINE_MAX), 0};
     if (!rank->out.buf || !rank->err.buf) {
-      remove_dir(dir);
+      syrun_remove_dir(dir);
       return EXIT_SYRUN;
     }
   }
@@ -554,11 +553,14 @@ int main(int argc, char **argv) {
       stop_all(&job, SIGTERM);
       break;
     }
+    syrun_watch_note(watch_fd, job.ranks[r].pid);
   }
   if (opts.timeout_s > 0) job.timeout_at = now_ms() + (uint64_t)(opts.timeout_s * 1000.0);
   sigprocmask(SIG_SETMASK, &old_mask, NULL);
   run_job(&job, &opts);
-  remove_dir(dir);
+  syrun_remove_dir(dir);
+  syrun_watch_note(watch_fd, 0); /* cleaned up: the watcher leaves everything as it is */
+  close(watch_fd);
 
   for (int r = 0; r < opts.ranks; r++) {
     free(job.ranks[r].out.buf);
