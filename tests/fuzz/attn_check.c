@@ -183,7 +183,8 @@ static void check_direction(sy_attn_plan_t const *p, const model_t *m, int dir) 
       const sy_attn_dir_t *S = &p[s]->dir[dir], *R = &p[d]->dir[dir];
       const int64_t n = S->send_start[d + 1] - S->send_start[d];
       FUZZ_CHECK(n == R->recv_start[s + 1] - R->recv_start[s] && S->send_rows[d] == R->recv_rows[s]);
-      FUZZ_CHECK(!memcmp(S->send_segs + S->send_start[d], R->recv_segs + R->recv_start[s], (size_t)n * sizeof *S->send_segs));
+      FUZZ_CHECK(
+          !memcmp(S->send_segs + S->send_start[d], R->recv_segs + R->recv_start[s], (size_t)n * sizeof *S->send_segs));
       for (int64_t k = S->send_start[d]; k < S->send_start[d + 1]; k++) {
         const sy_attn_seg_t *g = &S->send_segs[k];
         FUZZ_CHECK(g->src_row + g->rows <= m->src_len[dir][s] && g->dst_row + g->rows <= m->len[dir][d]);

@@ -15,12 +15,12 @@
 
 #define FUZZ_MAX_WORLD 8
 
-#define FUZZ_CHECK(cond)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
+#define FUZZ_CHECK(cond)                                                           \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
       fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                  \
-    }                                                                           \
+      abort();                                                                     \
+    }                                                                              \
   } while (0)
 
 /* Every rank's plan of desc (plans[r] from sy_attn_plan_create on rank r): the per-sequence metadata

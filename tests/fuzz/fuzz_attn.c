@@ -154,7 +154,7 @@ static void fuzz_place(bytes_t *b) {
   const unsigned t = next8(b);
   desc.world_size = W;
   desc.tolerance = t < 64 ? 0 : (double)(t - 64) / 384.0; /* 0 (the default, 0.10) or up to 0.5 */
-  desc.max_shards_per_doc = (int)(next8(b) % 6);             /* 0: the default, 2 x world */
+  desc.max_shards_per_doc = (int)(next8(b) % 6);          /* 0: the default, 2 x world */
   desc.q_row_bytes = (size_t)next8(b) * 64;
   desc.kv_row_bytes = (size_t)next8(b) * 64;
   int num_docs[FUZZ_MAX_WORLD];
