@@ -69,7 +69,9 @@ int main(int argc, char **argv) {
     }
   }
   printf("switchyard:  %s (header %d, library %d)\n", sy_version(), SY_VERSION_CODE, sy_version_code());
-  printf("nvshmem:     %s (built against; host library in %s)\n", SY_NVSHMEM_BUILD_VERSION, SY_NVSHMEM_LIB_DIR);
+  if (SY_NVSHMEM_LIB_DIR[0])
+    printf("nvshmem:     %s (built against; host library in %s)\n", SY_NVSHMEM_BUILD_VERSION, SY_NVSHMEM_LIB_DIR);
+  else printf("nvshmem:     none: built without the cuda backend (SY_CUDA_KERNELS=OFF)\n");
   int nccl = 0;
   if (ncclGetVersion(&nccl) == ncclSuccess)
     printf("nccl:        %d.%d.%d (loaded), %d.%d.%d (headers)\n", nccl / 10000, (nccl / 100) % 100, nccl % 100,

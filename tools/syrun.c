@@ -5,7 +5,8 @@
  * (src/boot/rendezvous.c) exchanges NVSHMEM's unique id. Output comes back line by line prefixed
  * "[rank N] ". The first rank to fail stops the others (with --keep-going the others run to their own end) and
  * its status becomes syrun's; the directory is removed on every path out (normal end, failure, timeout,
- * SIGINT/SIGTERM/SIGHUP).
+ * SIGINT/SIGTERM/SIGHUP). A SIGKILL of syrun takes the ranks with it (PR_SET_PDEATHSIG), and a watcher process
+ * kills what they started and removes the directory.
  *
  * Shape: one thread, one poll() loop over every child's stdout and stderr pipe plus a self-pipe the signal
  * handlers write to (SIGCHLD included), so output, exits, signals and deadlines are handled in one place.
@@ -13,7 +14,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -22,11 +22,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "syrun_watch.h"
 
 #define SYRUN_MAX_RANKS 256   /* one node; two pipes per rank stay well inside the default fd limit */
 #define SYRUN_GRACE_MS  3000  /* SIGTERM, then this long, then SIGKILL */
@@ -124,7 +127,8 @@ static int parse_int_text(const char *text, long min, long max, int *out) {
   return 0;
 }
 
-/* Fills opts; returns -1 on success, else the exit code (0 for --help). */
+/* Fills opts; returns -1 on success, else the exit code (0 for --help). opts->devices is the caller's to free
+ * on every path. */
 static int parse_args(int argc, char **argv, options_t *opts) {
   const char *gpus = NULL;
   memset(opts, 0, sizeof *opts);
@@ -298,8 +302,10 @@ static void set_env_int(const char *name, long value) {
   setenv(name, text, 1);
 }
 
-/* In the child, after fork: becomes rank `r` and execs PROGRAM; never returns. */
-static void child_exec(const options_t *opts, int r, int out_fd, int err_fd) {
+/* In the child, after fork: becomes rank `r` and execs PROGRAM; never returns. It dies with syrun (parent):
+ * PR_SET_PDEATHSIG outlives exec; a syrun that died before the prctl shows as a changed parent. */
+static void child_exec(const options_t *opts, int r, int out_fd, int err_fd, pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(EXIT_SYRUN);
   setpgid(0, 0);
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd >= 0) dup2(null_fd, 0);
@@ -331,6 +337,7 @@ static int start_rank(job_t *job, const options_t *opts, int r) {
     return -1;
   }
   fflush(NULL);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(out_pipe[0]);
@@ -339,7 +346,7 @@ static int start_rank(job_t *job, const options_t *opts, int r) {
     close(err_pipe[1]);
     return -1;
   }
-  if (pid == 0) child_exec(opts, r, out_pipe[1], err_pipe[1]);
+  if (pid == 0) child_exec(opts, r, out_pipe[1], err_pipe[1], parent);
   setpgid(pid, pid); /* also here: kill(-pid) must work even before the child gets to run */
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -383,19 +390,6 @@ static void reap(job_t *job) {
     fprintf(stderr, "syrun: rank %d %s%s\n", r, what, then);
     if (!job->keep_going) stop_all(job, SIGTERM);
   }
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st;
-  (void)type;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
-static void remove_dir(const char *dir) {
-  if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-    fprintf(stderr, "syrun: could not remove %s: %s\n", dir, strerror(errno));
 }
 
 /* The poll loop: until every rank has exited and its output is passed on. */
@@ -494,7 +488,10 @@ done:
 int main(int argc, char **argv) {
   options_t opts;
   int code = parse_args(argc, argv, &opts);
-  if (code >= 0) return code;
+  if (code >= 0) {
+    free(opts.devices);
+    return code;
+  }
 
   /* Signals arrive through the self-pipe; blocked until the loop runs so none is lost or seen early. */
   if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -526,6 +523,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "syrun: cannot create a private directory under %s: %s\n", tmp, strerror(errno));
     return EXIT_SYRUN;
   }
+  int watch_fd = syrun_watch_start(dir, wake_pipe);
+  if (watch_fd < 0) {
+    fprintf(stderr, "syrun: cannot start the watcher of %s: %s\n", dir, strerror(errno));
+    syrun_remove_dir(dir);
+    return EXIT_SYRUN;
+  }
   setenv("SY_BOOT_DIR", dir, 1);
   set_env_int("SY_WORLD_SIZE", opts.ranks);
   set_env_int("SY_LOCAL_SIZE", opts.ranks);
@@ -539,7 +542,7 @@ int main(int argc, char **argv) {
   job.keep_going = opts.keep_going;
   job.ranks = calloc((size_t)opts.ranks, sizeof *job.ranks);
   if (!job.ranks) {
-    remove_dir(dir);
+    syrun_remove_dir(dir);
     return EXIT_SYRUN;
   }
   for (int r = 0; r < opts.ranks; r++) {
@@ -548,7 +551,7 @@ int main(int argc, char **argv) {
     rank->out = (stream_t){-1, 1, malloc(SYRUN_LINE_MAX), 0};
     rank->err = (stream_t){-1, 2, malloc(SYRUN_LINE_MAX), 0};
     if (!rank->out.buf || !rank->err.buf) {
-      remove_dir(dir);
+      syrun_remove_dir(dir);
       return EXIT_SYRUN;
     }
   }
@@ -559,11 +562,14 @@ int main(int argc, char **argv) {
       stop_all(&job, SIGTERM);
       break;
     }
+    syrun_watch_note(watch_fd, job.ranks[r].pid);
   }
   if (opts.timeout_s > 0) job.timeout_at = now_ms() + (uint64_t)(opts.timeout_s * 1000.0);
   sigprocmask(SIG_SETMASK, &old_mask, NULL);
   run_job(&job, &opts);
-  remove_dir(dir);
+  syrun_remove_dir(dir);
+  syrun_watch_note(watch_fd, 0); /* cleaned up: the watcher leaves everything as it is */
+  close(watch_fd);
 
   for (int r = 0; r < opts.ranks; r++) {
     free(job.ranks[r].out.buf);

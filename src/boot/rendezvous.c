@@ -259,7 +259,9 @@ static sy_status_t dir_allgather(sy_boot_t *boot, const void *send, void *recv, 
   for (;;) {
     for (int r = 0; r < world; r++) {
       if (!missing[r]) continue;
-      int got = dir_fetch(boot, round, r, (char *)recv + (size_t)r * bytes, bytes, path, path_len, &status);
+      /* recv may be NULL when bytes is 0, and NULL + 0 is undefined in C. */
+      char *slot = bytes ? (char *)recv + (size_t)r * bytes : (char *)recv;
+      int got = dir_fetch(boot, round, r, slot, bytes, path, path_len, &status);
       if (got < 0) goto done;
       if (got) {
         missing[r] = 0;

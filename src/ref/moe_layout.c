@@ -51,7 +51,7 @@ sy_status_t sy__moe_layout(const sy_moe_config_t *config, int world, sy_moe_layo
   const size_t W = (size_t)world, T = (size_t)config->max_tokens, K = (size_t)config->top_k;
   const size_t H = (size_t)config->hidden;
   const int fp8 = config->wire != SY_MOE_WIRE_BF16;
-  size_t header, payload, scales, messages, vectors, counters, counts;
+  size_t header = 0, payload = 0, scales = 0, messages = 0, vectors = 0, counters = 0, counts = 0;
   int ok = align_size(12 * K, 16, &header); /* entries (8 bytes per k), then positions (4 bytes per k) */
   l.payload_offset = SY_MOE_MSG_HEADER + header;
   ok = ok && mul_size(H, sy__moe_wire_elem(config->wire), &payload);

@@ -3,8 +3,9 @@
  * in child modes: rank variables and "[rank N] " prefixes on stdout and stderr, whole lines only (chunked
  * writes, partial last lines, long lines), the private SY_BOOT_DIR (exists while running, gone afterwards,
  * on every path), --gpus, the NVLS variables, failure propagation (exit status, signals, stopping the
- * others quickly, or letting them finish with --keep-going), --timeout, SIGTERM to syrun, usage errors, a missing program, and the rendezvous under
- * syrun: healthy, and with a rank that never joins (rank 0 times out naming rank 1).
+ * others quickly, or letting them finish with --keep-going), --timeout, SIGTERM and SIGKILL to syrun, usage
+ * errors, a missing program, and the rendezvous under syrun: healthy, and with a rank that never joins (rank 0
+ * times out naming rank 1).
  */
 #include "boot/boot.h"
 #include "check.h"
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -474,6 +476,47 @@ static void test_sigterm(void) {
   free_result(&r);
 }
 
+/* SIGKILL to syrun: nothing it started outlives it (the ranks, what they started, its watcher), within two
+ * seconds, and its directory goes with them. This process adopts the orphans (a subreaper) so that it can
+ * reap them and tell "gone" from "a zombie nobody reaped". */
+static void test_sigkill(void) {
+  char tmp[300];
+  snprintf(tmp, sizeof tmp, "TMPDIR=%s", work_dir);
+  CHECK_EQ_INT(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  started_t s =
+      start_syrun(ARGS("-n", "2", "sh", "-c", "sleep 30 & echo pid $!; echo pid $$ dir $SY_BOOT_DIR; wait"), ARGS(tmp));
+  double give_up = now_s() + 30;
+  char *out = NULL;
+  while (now_s() < give_up) {
+    free(out);
+    out = read_file(s.out_path);
+    if (count_lines(out) == 4) break;
+    usleep(10000);
+  }
+  CHECK_EQ_INT(count_lines(out), 4);
+  char dir[400] = "";
+  const char *at = strstr(out, " dir ");
+  if (at) sscanf(at, " dir %399s", dir);
+  CHECK(dir_exists(dir));
+  kill(s.pid, SIGKILL);
+  result_t r = wait_syrun(&s, 30);
+  CHECK_EQ_INT(r.code, 128 + SIGKILL);
+  const double killed_at = now_s();
+  int children = 1;
+  while (now_s() < killed_at + 2 && (children || dir_exists(dir))) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    children = !(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+    usleep(10000);
+  }
+  CHECK_EQ_INT(children, 0);
+  CHECK(!dir_exists(dir));
+  CHECK_EQ_INT(check_pids_gone(out), 4);
+  CHECK_EQ_INT(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+  free(out);
+  free_result(&r);
+}
+
 static void test_usage(void) {
   const char *const *const bad[] = {
       ARGS("sh", "-c", "true"),                 /* no -n */
@@ -550,6 +593,7 @@ int main(int argc, char **argv) {
   test_env();
   test_failures();
   test_sigterm();
+  test_sigkill();
   test_usage();
   test_rendezvous_under_syrun();
 

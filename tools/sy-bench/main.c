@@ -253,8 +253,9 @@ static void print_header(bench_ctx_t *ctx) {
   int nccl_version = 0;
   if (ctx->nccl) ncclGetVersion(&nccl_version);
   time_t now = time(NULL);
+  struct tm utc; /* every rank thread prints a header: gmtime's static result would be shared */
   char date[64];
-  strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+  strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &utc));
   bench_print(ctx, "# sy-bench %s: switchyard %s, backend %s, world %d, device %s\n", ctx->opts->entry, sy_version(),
               sy_backend_name(ctx->backend), ctx->world, device);
   if (ctx->nccl)

@@ -1,0 +1,27 @@
+/*
+ * absent.c — the cuda backend's entry points in a build without it (cmake -DSY_CUDA_KERNELS=OFF: no nvcc, no
+ * NVSHMEM; the sanitizer and fuzzing builds CI makes). The backend is never available, so SY_BACKEND=auto
+ * picks the host backend; asking for cuda by name fails at sy_comm_init with SY_ERR_UNSUPPORTED and a log
+ * line that says why. The full build compiles the .cu files of src/cuda instead of this file.
+ */
+#include "core/internal.h"
+
+#include <stdio.h>
+
+#define SY_CUDA_ABSENT_WHY "this build has no cuda backend (configured with SY_CUDA_KERNELS=OFF)"
+
+int sy__cuda_available(char *reason, size_t reason_bytes) {
+  if (reason && reason_bytes) snprintf(reason, reason_bytes, "%s", SY_CUDA_ABSENT_WHY);
+  return 0;
+}
+
+sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_config_t *config) {
+  SY_WARN("sy_comm_init: backend cuda: %s; use the host backend (SY_BACKEND=host)", SY_CUDA_ABSENT_WHY);
+  return SY_ERR_UNSUPPORTED;
+}
+
+sy_status_t sy__cuda_store_probe(sy_comm_t comm, void *buf, size_t bytes_per_peer, cudaStream_t stream) {
+  return SY_ERR_UNSUPPORTED;
+}
+
+sy_status_t sy__cuda_empty_launch(cudaStream_t stream) { return SY_ERR_UNSUPPORTED; }
