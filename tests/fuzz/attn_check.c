@@ -100,11 +100,18 @@ static int same_place(const sy_attn_seq_place_t *a, const sy_attn_seq_place_t *b
 /* sy_attn_plan_info and sy_attn_plan_seqs on every rank. */
 static void check_seqs(const sy_attn_plan_desc_t *d, sy_attn_plan_t const *p, const model_t *m) {
   const int W = m->W, C = m->C;
+  int64_t max_tokens = 0, max_q = 0, max_kv = 0; /* the maxima over ranks every rank's info gives */
   for (int r = 0; r < W; r++) {
-    sy_attn_plan_info_t info;
+    if (d->num_tokens[r] > max_tokens) max_tokens = d->num_tokens[r];
+    if (m->q_rows[r] > max_q) max_q = m->q_rows[r];
+    if (m->kv_rows[r] > max_kv) max_kv = m->kv_rows[r];
+  }
+  for (int r = 0; r < W; r++) {
+    sy_attn_plan_info_t info = SY_ATTN_PLAN_INFO_INIT;
     FUZZ_CHECK(sy_attn_plan_info(p[r], &info) == SY_SUCCESS);
     FUZZ_CHECK(info.num_tokens == d->num_tokens[r]);
     FUZZ_CHECK(info.q_recv_rows == m->q_rows[r] && info.kv_recv_rows == m->kv_rows[r]);
+    FUZZ_CHECK(info.max_num_tokens == max_tokens && info.max_q_recv_rows == max_q && info.max_kv_recv_rows == max_kv);
     for (int peer = 0; peer < W; peer++) {
       FUZZ_CHECK(info.q_send_to[peer] == m->q_pair[r][peer] && info.q_recv_from[peer] == m->q_pair[peer][r]);
       FUZZ_CHECK(info.kv_send_to[peer] == m->kv_pair[r][peer] && info.kv_recv_from[peer] == m->kv_pair[peer][r]);
