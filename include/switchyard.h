@@ -355,7 +355,8 @@ SY_API sy_status_t sy_attn_destroy(sy_attn_t attn);
  * Every rank must pass a plan built from the same description, with the same row sizes. Each call compares
  * the plans' fingerprints (a hash of the description): where ranks disagree, the host backend returns
  * SY_ERR_MISMATCH from the call on every rank, copies nothing, and logs the ranks whose plans differ. The same
- * holds for the three directions below. */
+ * holds for the three directions below. The cuda backend does not compare them yet: there plans that differ
+ * are caught only where a pair's row counts differ (SY_ERR_TIMEOUT or wrong rows otherwise). */
 SY_API sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes,
                                      void *q_recv, cudaStream_t stream);
 /* Q forward plus each KV sequence to every replica rank listed for it. kv_recv: symmetric, kv_recv_rows rows. */
