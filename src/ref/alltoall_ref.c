@@ -18,13 +18,7 @@ int sy__ref_alltoallv_recv_by(int world, int rank, const void *const *send, cons
   return 0;
 }
 
-static int plain_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-  (void)ctx;
-  memcpy(dst, src, bytes);
-  return 0;
-}
-
 void sy__ref_alltoallv_recv(int world, int rank, const void *const *send, const size_t *send_bytes,
                             const size_t *send_offsets, void *recv, const size_t *recv_offsets) {
-  sy__ref_alltoallv_recv_by(world, rank, send, send_bytes, send_offsets, recv, recv_offsets, plain_copy, NULL);
+  sy__ref_alltoallv_recv_by(world, rank, send, send_bytes, send_offsets, recv, recv_offsets, sy__ref_plain_copy, NULL);
 }

@@ -32,14 +32,8 @@ int sy__ref_attn_pull_by(const struct sy_attn_plan *plan, int dir, const void *c
   return 0;
 }
 
-static int plain_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-  (void)ctx;
-  memcpy(dst, src, bytes);
-  return 0;
-}
-
 void sy__ref_attn_pull(const struct sy_attn_plan *plan, int dir, const void *const *src, size_t row_bytes, void *dst) {
-  sy__ref_attn_pull_by(plan, dir, src, row_bytes, dst, plain_copy, NULL);
+  sy__ref_attn_pull_by(plan, dir, src, row_bytes, dst, sy__ref_plain_copy, NULL);
 }
 
 static float load_element(const unsigned char *p, sy_dtype_t dtype) {
