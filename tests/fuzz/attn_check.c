@@ -239,6 +239,13 @@ static int64_t prefix_work(int64_t x) { return x * (x + 1) / 2; }
 static void check_document(const sy_attn_plan_desc_t *d, int r, int64_t L, int *seq, int64_t load[], int *widest,
                            int64_t *q_moved, int64_t *kv_moved) {
   const int W = d->world_size, C = d->max_replicas, first = *seq;
+  if (L == 0) { /* an empty document: one empty sequence on its owner, which alone holds its (no) keys */
+    FUZZ_CHECK(*seq < d->num_seqs[r] && d->seq_lens[r][*seq] == 0 && d->q_dst[r][*seq] == r);
+    FUZZ_CHECK(C >= 1 && d->kv_dst[r][(size_t)*seq * C] == r);
+    for (int c = 1; c < C; c++) FUZZ_CHECK(d->kv_dst[r][(size_t)*seq * C + c] == -1);
+    (*seq)++;
+    return;
+  }
   int64_t a = 0;
   while (a < L && *seq < d->num_seqs[r]) a += d->seq_lens[r][(*seq)++];
   FUZZ_CHECK(a == L); /* consecutive shards tile the document exactly */

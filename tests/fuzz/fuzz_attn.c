@@ -115,7 +115,7 @@ static void fuzz_plan(bytes_t *b) {
     kv[r] = calloc((size_t)n * (size_t)C + 1, sizeof *kv[r]);
     num_tokens[r] = 0;
     for (int i = 0; i < n; i++) {
-      lens[r][i] = 1 + (int64_t)(next8(b) % (unsigned)max_len);
+      lens[r][i] = (int64_t)(next8(b) % (unsigned)(max_len + 1)); /* 0 too: an empty sequence moves nothing */
       num_tokens[r] += lens[r][i];
       q[r][i] = next_rank(b, W);
       valid &= q[r][i] >= -1 && q[r][i] < W;
@@ -129,7 +129,7 @@ static void fuzz_plan(bytes_t *b) {
   const int flawed_rank = (int)(next8(b) % (unsigned)W);
   if (flaws & 1 && flaws >= 0xf0) num_tokens[flawed_rank] += 1 + (int64_t)(flaws % 3), valid = 0;
   if (flaws & 2 && flaws >= 0xf0 && num_seqs[flawed_rank] > 0) {
-    lens[flawed_rank][0] = -lens[flawed_rank][0]; /* num_tokens keeps the positive sum */
+    lens[flawed_rank][0] = -1 - lens[flawed_rank][0]; /* negative even where it was 0; num_tokens keeps the sum */
     valid = 0;
   }
   sy_attn_plan_desc_t desc = SY_ATTN_PLAN_DESC_INIT;
@@ -162,12 +162,12 @@ static void fuzz_place(bytes_t *b) {
   for (int r = 0; r < W; r++) {
     const int n = num_docs[r] = (int)(next8(b) % 9);
     lens[r] = calloc((size_t)n + 1, sizeof *lens[r]);
-    for (int j = 0; j < n; j++) lens[r][j] = 1 + (int64_t)(next32(b) & ((1u << bits) - 1));
+    for (int j = 0; j < n; j++) lens[r][j] = (int64_t)(next32(b) & ((1u << bits) - 1)); /* 0: an empty document */
   }
   int valid = 1;
   const int flawed_rank = (int)(next8(b) % (unsigned)W);
   if (flaws >= 0xf0) {
-    if (flaws & 1 && num_docs[flawed_rank] > 0) lens[flawed_rank][0] = -lens[flawed_rank][0], valid = 0;
+    if (flaws & 1 && num_docs[flawed_rank] > 0) lens[flawed_rank][0] = -1 - lens[flawed_rank][0], valid = 0;
     if (flaws & 2) num_docs[flawed_rank] = -1 - (int)(flaws % 3), valid = 0;
     if (flaws & 4) desc.tolerance = -0.25, valid = 0;
     if (flaws & 8) desc.max_shards_per_doc = -1, valid = 0;
