@@ -37,7 +37,14 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAS
 export SY_BENCH_ARGS=${SY_BENCH_ARGS:-}
 summary=()
 failed=0
-note() { summary+=("$(printf '%-44s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && failed=1; return 0; }
+# each step's line also goes to OUTDIR/summary.txt as it ends, so a run cut off at its limit still says how far it got
+: >"$out/summary.txt"
+note() {
+  summary+=("$(printf '%-44s %-8s %s' "$1" "$2" "$3")")
+  printf '%s\n' "${summary[-1]}" >>"$out/summary.txt"
+  [ "$2" = FAIL ] && failed=1
+  return 0
+}
 
 start=$(date +%s)
 if SY_WERROR=ON "$root/tools/build.sh" >"$logs/build.log" 2>&1; then note build ok "$(($(date +%s) - start)) s"
@@ -241,6 +248,6 @@ done
 for f in "$logs"/soak.n*.log; do
   [ -e "$f" ] && grep -E '^\[rank 0\] # soak:' "$f" | sed "s/^\[rank 0\]/[$(basename "$f" .log)]/"
 done
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+printf '%s\n' "${summary[@]}"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 exit $failed
