@@ -120,10 +120,11 @@ static int grown_cap(int cap, int first, int64_t need) {
 /* a + b for non-negative counts, saturating (the statistics of absurd inputs). */
 static int64_t add_sat(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 
-/* malloc of count (0: 1) x each bytes; NULL when the product does not fit a size_t. */
+/* malloc of count (0: 1) x each bytes; NULL when the product exceeds the largest object (PTRDIFF_MAX: gcc 13's
+ * -Walloc-size-larger-than proves the bound). */
 static void *alloc_array(size_t count, size_t each) {
   count = count ? count : 1;
-  return count > SIZE_MAX / each ? NULL : malloc(count * each);
+  return count > (size_t)PTRDIFF_MAX / each ? NULL : malloc(count * each);
 }
 
 /* The cut m in [lo, hi] whose P(m) is closest to target (ties: the smaller m); -1 if lo > hi. */
