@@ -485,7 +485,14 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_moe *sy_moe_t;
 
-typedef enum sy_moe_wire { SY_MOE_WIRE_FP8 = 0, SY_MOE_WIRE_FP8_UE8M0 = 1, SY_MOE_WIRE_BF16 = 2 } sy_moe_wire_t;
+/* SY_MOE_WIRE_FP8_GIVEN (high-throughput mode only): the caller passes E4M3 tokens and their fp32 scales, which
+ * travel as they are. */
+typedef enum sy_moe_wire {
+  SY_MOE_WIRE_FP8 = 0,
+  SY_MOE_WIRE_FP8_UE8M0 = 1,
+  SY_MOE_WIRE_BF16 = 2,
+  SY_MOE_WIRE_FP8_GIVEN = 3
+} sy_moe_wire_t;
 typedef enum sy_index_type { SY_INDEX_INT32 = 0, SY_INDEX_INT64 = 1 } sy_index_type_t;
 
 #define SY_MOE_PER_EXPERT 1u  /* one copy per (token, expert) both ways instead of per (token, rank) */
@@ -569,6 +576,149 @@ SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const vo
 SY_API sy_status_t sy_moe_combine_send(sy_moe_t moe, const void *expert_out, cudaStream_t stream);
 SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_index_type_t id_type,
                                        const float *weights, int num_tokens, void *out, cudaStream_t stream);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* MoE high throughput (training, prefill): sy_moe_ht_*.                                                   */
+/*                                                                                                        */
+/* A separate object, not a mode of sy_moe_t, because its memory and layout are different: the low-latency */
+/* mode reserves a receive slot for every (source, token) per expert and keeps every call's messages whole */
+/* in symmetric memory (right for 128 tokens, not for 16,384); this mode streams rows through bounded     */
+/* per-peer rings into the caller's plain device memory, packed per expert for grouped GEMMs, and its     */
+/* layout is computed once per step and reused by the backward pass.                                      */
+/*                                                                                                        */
+/* One step, every call collective (every rank makes the same sequence of calls on the object) and on one  */
+/* stream per rank:                                            */
+/*   sy_moe_ht_layout(ids) -> handle          the layout (one kernel, then a count exchange)               */
+/*   sy_moe_ht_dispatch(handle, x) -> rows    each local expert's rows contiguous, padded to the alignment */
+/*   ... expert GEMMs on rows -> y ...                                                                     */
+/*   sy_moe_ht_combine(handle, y) -> out      one bf16 row per token                                       */
+/* and backward, with the same handle and no new layout work:                                             */
+/*   combine's backward:  sy_moe_ht_combine_backward(handle, d_out) -> d_y (and the row weights' gradient)*/
+/*   dispatch's backward: sy_moe_ht_combine(handle, d_rows, row_weights = NULL) -> d_x, and with         */
+/*                        row_values/token_values the row weights' gradient back to [num_tokens][top_k]. */
+/*                                                                                                        */
+/* Row r of the dispatch is (token t of source s, its k-th expert): recv.tokens[r] its payload as on the wire,  */
+/* recv.src[r] = {s, t}, recv.weights[r] = weights[t][k] of the source (0 without weights).               */
+/*                                                                                                        */
+/* Layout (what a dispatch writes on each rank; L = num_experts / world_size local experts, expert e of   */
+/* rank r is global expert r * L + e). Local expert e's rows are rows [offsets[e], offsets[e] + counts[e]) */
+/* of recv, ordered by source rank, then source token; a token that names e reaches it once. offsets[0]=0 */
+/* and offsets[e + 1] = offsets[e] + counts[e] rounded up to expert_alignment (contiguous layout), or, with */
+/* recv.expert_stride > 0, offsets[e] = e * expert_stride (the masked layout of masked grouped GEMMs; every*/
+/* count must fit the stride). Rows between an expert's count and the next offset are padding: their      */
+/* tokens and scales are left as they were, their src is {-1, -1} and their weight 0.                     */
+/*                                                                                                        */
+/* Wires: as sy_moe (FP8 per-128 E4M3 with fp32 or UE8M0 scales quantised in the kernel, bit for bit as   */
+/* the low-latency mode; BF16 as is) and SY_MOE_WIRE_FP8_GIVEN (tokens already E4M3, scales given).       */
+/* Rank-level de-duplication: a token crosses each link once and is copied to each of the rank's experts  */
+/* it names on arrival.                                                                                    */
+/*                                                                                                        */
+/* Combine: row r of y belongs to (token t of source s, expert k of t). The experts' rank computes, per    */
+/* (s, t), p = sum over t's rows on this rank in ascending k of w_r * y_r (fp32 fused multiply-adds from   */
+/* +0; w_r = row_weights[r], or 1 with row_weights NULL), rounds p to bf16 and sends it; the owner adds   */
+/* the partials of t's ranks in ascending rank order from +0 in fp32 and rounds once to bf16. A token with */
+/* no expert gets zeros. The same inputs give the same bits on every run and on both backends.            */
+/*                                                                                                        */
+/* Counts, two ways:                                                                                       */
+/*   exact: sy_moe_ht_layout with host_counts != NULL waits on the host, bounded by SY_TIMEOUT_MS, for    */
+/*     this rank's counts (pinned memory the device writes; no device-wide synchronisation) and returns   */
+/*     them; the caller can then size the expert GEMMs. Not capturable in a CUDA graph.                   */
+/*   worst case: host_counts == NULL: nothing waits on the host; the counts stay on the device            */
+/*     (recv.expert_offsets, recv.expert_counts); recv.rows is the bound; every call is graph-capturable.  */
+/* A layout that needs more rows than recv.rows, or an expert count above recv.expert_stride, is an error */
+/* of the dispatch (SY_ERR_INVALID_ARG, asynchronously on the cuda backend; nothing past recv.rows is    */
+/* written). sy_moe_ht_sizes gives max_rows, the most any layout can need.                                */
+/*                                                                                                        */
+/* SM budget: the communication kernels of a call hold at most config.num_sms SMs (default 16), so expert */
+/* GEMMs can run beside them on the other SMs.                                                            */
+/* ---------------------------------------------------------------------------------------------------- */
+typedef struct sy_moe_ht *sy_moe_ht_t;
+
+typedef struct sy_moe_ht_config {
+  size_t size;          /* sizeof(sy_moe_ht_config_t) */
+  int max_tokens;       /* tokens per rank per call, >= 1 */
+  int hidden;           /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16 */
+  int top_k;            /* experts per token, 1..32 and at most num_experts */
+  int num_experts;      /* a positive multiple of the world size */
+  sy_moe_wire_t wire;   /* the dispatch's payload; SY_MOE_WIRE_BF16 by default */
+  int expert_alignment; /* each local expert's rows padded to a multiple of this (1..1024); 0: 1 */
+  int num_sms;          /* SMs the communication kernels may hold; 0: 16 */
+  unsigned flags;       /* none defined yet: 0 */
+} sy_moe_ht_config_t;
+
+#define SY_MOE_HT_CONFIG_INIT \
+  { sizeof(sy_moe_ht_config_t), 0, 0, 0, 0, SY_MOE_WIRE_BF16, 0, 0, 0u }
+
+/* What a dispatch writes on the experts' rank, in the caller's plain device memory. */
+typedef struct sy_moe_ht_recv {
+  void *tokens;            /* [rows][hidden]: E4M3 bytes (FP8 wires) or bf16 */
+  float *scales;           /* FP8 wires: [hidden/128][rows] fp32, group-major, row-minor; BF16: NULL */
+  int32_t *src;            /* [rows][2]: {source rank, source token}; padding {-1, -1} */
+  float *weights;          /* [rows]: the routing weight of the row's (token, expert); padding 0 */
+  int32_t *expert_offsets; /* [L + 1]: first row of each local expert; [L]: rows used, padding included */
+  int32_t *expert_counts;  /* [L]: rows of each local expert, padding excluded */
+  int rows;                /* rows the row buffers hold (the bound) */
+  int expert_stride;       /* 0: contiguous layout; > 0: expert e starts at row e * expert_stride */
+} sy_moe_ht_recv_t;
+
+typedef struct sy_moe_ht_sizes {
+  size_t size;         /* sizeof(sy_moe_ht_sizes_t) */
+  int local_experts;   /* L */
+  int max_rows;        /* the most rows a dispatch can need on one rank (contiguous layout) */
+  size_t handle_bytes; /* device memory for a handle */
+  size_t row_bytes;    /* recv.tokens bytes per row: hidden (FP8 wires) or 2 x hidden */
+  size_t scale_bytes;  /* recv.scales bytes per row: hidden / 128 x 4 (FP8 wires) or 0 */
+} sy_moe_ht_sizes_t;
+
+#define SY_MOE_HT_SIZES_INIT \
+  { sizeof(sy_moe_ht_sizes_t), 0, 0, 0, 0, 0 }
+
+/* Symmetric memory sy_moe_ht_create reserves (the rings, the counters), to size SY_HEAP_SIZE. */
+SY_API sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config, size_t *bytes);
+/* Collective. Checks the configuration (naming the field) and reserves the workspace. A configuration whose
+ * max_rows would exceed 2^31 - 1 is rejected. */
+SY_API sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config, sy_moe_ht_t *moe);
+/* Collective. Accepted after an error. */
+SY_API sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe);
+/* Local; answers after an error too. */
+SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
+
+/* The layout of one step. expert_ids: [num_tokens][top_k] of id_type on the device (-1 = none; an id at most
+ * once per token; 0 <= num_tokens <= max_tokens); handle: handle_bytes of device memory, written here and read
+ * by every later call of the step (keep it until the step's last backward call). host_counts: NULL (worst
+ * case), or host memory for 2 x L + 1 int32: the rows of each local expert (counts), then each expert's
+ * first row (offsets, contiguous layout), then the rows needed; the call returns once they are known.
+ * An id outside [-1, num_experts) or repeated is SY_ERR_INVALID_ARG (cuda: asynchronous; the entry counts as -1). */
+SY_API sy_status_t sy_moe_ht_layout(sy_moe_ht_t moe, const void *expert_ids, sy_index_type_t id_type, int num_tokens,
+                                    void *handle, int32_t *host_counts, cudaStream_t stream);
+/* tokens: [num_tokens][hidden] bf16 (E4M3 bytes with SY_MOE_WIRE_FP8_GIVEN); token_scales: fp32
+ * [num_tokens][hidden / 128] with SY_MOE_WIRE_FP8_GIVEN, else NULL; weights: fp32 [num_tokens][top_k] (the
+ * routing weights the rows carry), or NULL (rows get 0). num_tokens: the layout's (in every call below too; a
+ * handle holds its layout's num_tokens and object, and a call that disagrees is SY_ERR_INVALID_ARG: on the
+ * host backend before anything is sent, on the cuda backend asynchronously). */
+SY_API sy_status_t sy_moe_ht_dispatch(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *tokens,
+                                      const float *token_scales, const float *weights, const sy_moe_ht_recv_t *recv,
+                                      cudaStream_t stream);
+/* rows_in: bf16 [recv.rows][hidden] in the layout of the dispatch (the experts' outputs, or in the backward
+ * pass the rows' gradient); recv: that dispatch's recv (its src, offsets and counts are read; tokens, scales
+ * and weights are not); row_weights: fp32 [recv.rows] (e.g. recv.weights) or NULL (unweighted); out: bf16
+ * [num_tokens][hidden]. row_values / token_values (both NULL, or both given): fp32 per row, carried back to
+ * the row's (token, k) into token_values [num_tokens][top_k] (0 where k names no expert): e.g. the gradient of
+ * the row weights back to the routing weights. */
+SY_API sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
+                                     const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
+                                     void *out, float *token_values, cudaStream_t stream);
+/* The combine's backward. grad_out: bf16 [num_tokens][hidden]; writes grad_rows: bf16 [recv.rows][hidden],
+ * row r = bf16(w_r x grad_out[t]) (w_r = row_weights[r], or grad_out[t] as is with row_weights NULL; padding
+ * rows left as they were; the product in fp32, rounded once), and, when grad_row_weights != NULL, fp32
+ * [recv.rows] (padding rows 0): the dot product of grad_out[t] and rows_in[r] (the combine's input, needed
+ * then only) in a fixed order: 32 partial sums, the l-th (l = 0..31) adding grad_out[t][h] x rows_in[r][h] for
+ * h = l, l + 32, l + 64, ... in ascending order with fused multiply-adds from +0; then for d = 16, 8, 4, 2, 1
+ * each s_l = s_l + s_(l xor d); the result is s_0. */
+SY_API sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *grad_out,
+                                              const sy_moe_ht_recv_t *recv, const float *row_weights,
+                                              const void *rows_in, void *grad_rows, float *grad_row_weights,
+                                              cudaStream_t stream);
 
 #ifdef __cplusplus
 }

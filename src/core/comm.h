@@ -70,6 +70,36 @@ struct sy_moe {
   void *backend_state;
 };
 
+/* The MoE high-throughput object (public handle sy_moe_ht_t). */
+struct sy_moe_ht {
+  sy_comm_t comm;
+  sy_moe_ht_config_t config; /* defaults applied (ref/moe_ht_layout.h) */
+  uint32_t id;               /* this process's creation number of the object, written into its handles */
+  int local_experts;         /* L */
+  int max_rows;
+  uint64_t layouts, dispatches; /* calls so far */
+  void *backend_state;
+};
+
+/* One MoE high-throughput call as the backends see it (src/core/moe_ht.c checks it first). Unused fields 0. */
+typedef struct sy_moe_ht_call {
+  void *handle;
+  int num_tokens;
+  const void *expert_ids; /* layout */
+  sy_index_type_t id_type;
+  int32_t *host_counts;      /* layout: NULL (worst case) or [2 L + 1] */
+  const void *tokens;        /* dispatch: [num_tokens][hidden]; combine: rows_in; combine_backward: grad_out */
+  const float *token_scales; /* dispatch, SY_MOE_WIRE_FP8_GIVEN */
+  const float *weights;      /* dispatch: [num_tokens][top_k] or NULL */
+  const sy_moe_ht_recv_t *recv;
+  const float *row_weights; /* combine, combine_backward: [recv.rows] or NULL */
+  const float *row_values;  /* combine: [recv.rows] or NULL */
+  void *out;                /* combine: [num_tokens][hidden]; combine_backward: grad_rows */
+  float *token_values;      /* combine: [num_tokens][top_k] or NULL */
+  const void *rows_in;      /* combine_backward: the combine's input, when grad_row_weights */
+  float *grad_row_weights;  /* combine_backward: [recv.rows] or NULL */
+} sy_moe_ht_call_t;
+
 typedef struct sy_backend_ops {
   const char *name;
   sy_status_t (*destroy)(sy_comm_t comm);
@@ -109,6 +139,15 @@ typedef struct sy_backend_ops {
                               const sy_moe_recv_t *recv, cudaStream_t stream);
   sy_status_t (*moe_combine)(sy_comm_t comm, struct sy_moe *moe, const void *expert_out,
                              const sy_moe_dispatch_args_t *args, void *out, cudaStream_t stream);
+  /* MoE high throughput (src/core/moe_ht.c). */
+  sy_status_t (*moe_ht_create)(sy_comm_t comm, struct sy_moe_ht *moe);
+  void (*moe_ht_destroy)(sy_comm_t comm, struct sy_moe_ht *moe);
+  sy_status_t (*moe_ht_layout)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call, cudaStream_t stream);
+  sy_status_t (*moe_ht_dispatch)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                 cudaStream_t stream);
+  sy_status_t (*moe_ht_combine)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call, cudaStream_t stream);
+  sy_status_t (*moe_ht_combine_backward)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                         cudaStream_t stream);
 } sy_backend_ops_t;
 
 /* One symmetric allocation as this rank sees it. */

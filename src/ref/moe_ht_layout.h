@@ -1,0 +1,112 @@
+/*
+ * moe_ht_layout.h — the MoE high-throughput mode's rules shared by both backends: the configuration's
+ * defaults, the handle's sections, the largest layout, and how a rank's receive counts become expert offsets.
+ * The host backend (host/moe_ht.c), the kernels (cuda/moe_ht/) and the reference (ref/moe_ht_ref.c) use these,
+ * so a handle means the same on either side.
+ *
+ * The handle (device memory the caller keeps for a step; int32 words after a 64-byte header):
+ *   header       sy_moe_ht_handle_header_t: magic, the object's id, num_tokens, rows needed, the layout's call
+ *   ids          [max_tokens][top_k] the layout's expert ids, -1 where none (an invalid id counts as -1)
+ *   pos          [max_tokens][top_k] the entry's position: how many of this rank's earlier tokens name the same
+ *                expert (-1 where the id is -1). Row of the entry at the expert's rank p, local expert e:
+ *                offsets[e] + sum over sources s' < s of recv_counts[s'][e] + pos
+ *   send_tokens  [world_size] tokens this rank sends to each rank (a token once per rank it names)
+ *   recv_counts  [world_size][L] rows of each local expert from each source
+ *   recv_tokens  [world_size] tokens each source sends here
+ *   offsets      [L + 1] the contiguous layout's first row of each local expert (counts rounded up to the
+ *                alignment, summed), [L] the rows needed
+ *   chan_tokens  [world_size][channels] (cuda backend) tokens each source sends here per channel; channels =
+ *                the configuration's num_sms. The host backend leaves it 0
+ *   recv_rows    [world_size][max_tokens][kk] written by the dispatch: for source s's i-th token here (in the
+ *                source's token order) the rows it filled, its experts here in ascending k, -1 after; kk =
+ *                min(top_k, L). The combines read it.
+ */
+#ifndef SY_REF_MOE_HT_LAYOUT_H
+#define SY_REF_MOE_HT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ref/hd.h"
+#include "switchyard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SY_MOE_HT_HANDLE_MAGIC   0x4d4f4548u /* "HEOM" */
+#define SY_MOE_HT_DEFAULT_SMS    16
+#define SY_MOE_HT_MAX_ALIGNMENT  1024
+
+typedef struct sy_moe_ht_handle_header {
+  uint32_t magic;      /* SY_MOE_HT_HANDLE_MAGIC once a layout wrote it */
+  uint32_t object;     /* the object's id (sy_moe_ht.id) */
+  int32_t num_tokens;  /* the layout's */
+  int32_t rows;        /* rows the contiguous layout needs here (offsets[L]) */
+  uint64_t layout;     /* the object's layout call number that wrote it (1, 2, ...) */
+  int32_t dispatched;  /* the dispatch (its rows and recv_rows) that used it: the object's dispatch number, 0: none */
+  int32_t expert_stride; /* the recv.expert_stride of that dispatch */
+  int32_t reserved[8];
+} sy_moe_ht_handle_header_t;
+
+typedef struct sy_moe_ht_handle_layout {
+  size_t ids, pos, send_tokens, recv_counts, recv_tokens, offsets, chan_tokens, recv_rows; /* byte offsets */
+  size_t bytes;
+  int kk; /* min(top_k, L) */
+} sy_moe_ht_handle_layout_t;
+
+/* The configuration with its defaults applied (expert_alignment 0 -> 1, num_sms 0 -> 16). */
+SY_HD sy_moe_ht_config_t sy__moe_ht_defaults(sy_moe_ht_config_t c) {
+  if (c.expert_alignment == 0) c.expert_alignment = 1;
+  if (c.num_sms == 0) c.num_sms = SY_MOE_HT_DEFAULT_SMS;
+  return c;
+}
+
+SY_HD int64_t sy__moe_ht_round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* The most rows a contiguous layout can need on one rank: every token of every rank names min(top_k, L) of
+ * its experts, plus each expert's padding. */
+SY_HD int64_t sy__moe_ht_max_rows(const sy_moe_ht_config_t *c, int world_size) {
+  const int64_t L = c->num_experts / world_size;
+  const int64_t kk = c->top_k < L ? c->top_k : L;
+  const int64_t per_expert = (int64_t)world_size * c->max_tokens; /* a token names an expert at most once */
+  int64_t rows = (int64_t)world_size * c->max_tokens * kk;
+  if (rows > per_expert * L) rows = per_expert * L;
+  return rows + L * (c->expert_alignment - 1);
+}
+
+SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_t *c, int world_size) {
+  sy_moe_ht_handle_layout_t h;
+  const size_t T = (size_t)c->max_tokens, k = (size_t)c->top_k, W = (size_t)world_size;
+  const size_t L = (size_t)(c->num_experts / world_size);
+  h.kk = (int)(k < L ? k : L);
+  size_t at = sizeof(sy_moe_ht_handle_header_t);
+  h.ids = at, at += T * k * 4;
+  h.pos = at, at += T * k * 4;
+  h.send_tokens = at, at += W * 4;
+  h.recv_counts = at, at += W * L * 4;
+  h.recv_tokens = at, at += W * 4;
+  h.offsets = at, at += (L + 1) * 4;
+  h.chan_tokens = at, at += W * (size_t)c->num_sms * 4;
+  at = (at + 15) / 16 * 16;
+  h.recv_rows = at, at += W * T * (size_t)h.kk * 4;
+  h.bytes = (at + 255) / 256 * 256;
+  return h;
+}
+
+/* offsets[0..L] from recv_counts [W][L]: expert e's rows summed over sources, rounded up to the alignment. */
+SY_HD void sy__moe_ht_offsets(const int32_t *recv_counts, int world_size, int L, int alignment, int32_t *offsets) {
+  int64_t at = 0;
+  for (int e = 0; e < L; e++) {
+    offsets[e] = (int32_t)at;
+    int64_t n = 0;
+    for (int s = 0; s < world_size; s++) n += recv_counts[(size_t)s * L + e];
+    at += sy__moe_ht_round_up(n, alignment);
+  }
+  offsets[L] = (int32_t)at;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
