@@ -213,6 +213,13 @@ static const sy_backend_ops_t cuda_ops = {
     .moe_check_combine = NULL, /* the combine kernel checks its arguments on the device */
     .moe_dispatch = sy__cuda_moe_dispatch,
     .moe_combine = sy__cuda_moe_combine,
+    /* the high-throughput MoE: not yet (core/moe_ht.c answers SY_ERR_UNSUPPORTED where an entry is NULL) */
+    .moe_ht_create = NULL,
+    .moe_ht_destroy = NULL,
+    .moe_ht_layout = NULL,
+    .moe_ht_dispatch = NULL,
+    .moe_ht_combine = NULL,
+    .moe_ht_combine_backward = NULL,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */
