@@ -16,7 +16,8 @@
  *   offsets      [L + 1] the contiguous layout's first row of each local expert (counts rounded up to the
  *                alignment, summed), [L] the rows needed
  *   chan_tokens  [world_size][channels] (cuda backend) tokens each source sends here per channel; channels =
- *                the configuration's num_sms. The host backend leaves it 0
+ *                the configuration's num_sms (an upper bound). The host backend leaves it 0
+ *   send_chan    [world_size][channels] (cuda backend) tokens this rank sends to each rank per channel
  *   recv_rows    [world_size][max_tokens][kk] written by the dispatch: for source s's i-th token here (in the
  *                source's token order) the rows it filled, its experts here in ascending k, -1 after; kk =
  *                min(top_k, L). The combines read it.
@@ -50,7 +51,7 @@ typedef struct sy_moe_ht_handle_header {
 } sy_moe_ht_handle_header_t;
 
 typedef struct sy_moe_ht_handle_layout {
-  size_t ids, pos, send_tokens, recv_counts, recv_tokens, offsets, chan_tokens, recv_rows; /* byte offsets */
+  size_t ids, pos, send_tokens, recv_counts, recv_tokens, offsets, chan_tokens, send_chan, recv_rows; /* bytes */
   size_t bytes;
   int kk; /* min(top_k, L) */
 } sy_moe_ht_handle_layout_t;
@@ -88,6 +89,7 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
   h.recv_tokens = at, at += W * 4;
   h.offsets = at, at += (L + 1) * 4;
   h.chan_tokens = at, at += W * (size_t)c->num_sms * 4;
+  h.send_chan = at, at += W * (size_t)c->num_sms * 4;
   at = (at + 15) / 16 * 16;
   h.recv_rows = at, at += W * T * (size_t)h.kk * 4;
   h.bytes = (at + 255) / 256 * 256;
