@@ -142,10 +142,12 @@ typedef struct sy_backend_ops {
   /* MoE high throughput (src/core/moe_ht.c). */
   sy_status_t (*moe_ht_create)(sy_comm_t comm, struct sy_moe_ht *moe);
   void (*moe_ht_destroy)(sy_comm_t comm, struct sy_moe_ht *moe);
-  sy_status_t (*moe_ht_layout)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call, cudaStream_t stream);
+  sy_status_t (*moe_ht_layout)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                               cudaStream_t stream);
   sy_status_t (*moe_ht_dispatch)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
                                  cudaStream_t stream);
-  sy_status_t (*moe_ht_combine)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call, cudaStream_t stream);
+  sy_status_t (*moe_ht_combine)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                cudaStream_t stream);
   sy_status_t (*moe_ht_combine_backward)(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
                                          cudaStream_t stream);
 } sy_backend_ops_t;

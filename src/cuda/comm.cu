@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda/backend.h"
+#include "cuda/moe_ht/ht.cuh"
 
 namespace sy {
 
@@ -213,13 +214,12 @@ static const sy_backend_ops_t cuda_ops = {
     .moe_check_combine = NULL, /* the combine kernel checks its arguments on the device */
     .moe_dispatch = sy__cuda_moe_dispatch,
     .moe_combine = sy__cuda_moe_combine,
-    /* the high-throughput MoE: not yet (core/moe_ht.c answers SY_ERR_UNSUPPORTED where an entry is NULL) */
-    .moe_ht_create = NULL,
-    .moe_ht_destroy = NULL,
-    .moe_ht_layout = NULL,
-    .moe_ht_dispatch = NULL,
-    .moe_ht_combine = NULL,
-    .moe_ht_combine_backward = NULL,
+    .moe_ht_create = sy__cuda_moe_ht_create,
+    .moe_ht_destroy = sy__cuda_moe_ht_destroy,
+    .moe_ht_layout = sy__cuda_moe_ht_layout,
+    .moe_ht_dispatch = sy__cuda_moe_ht_dispatch,
+    .moe_ht_combine = sy__cuda_moe_ht_combine,
+    .moe_ht_combine_backward = NULL, /* not yet on the GPU: core/moe_ht.c answers SY_ERR_UNSUPPORTED */
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */

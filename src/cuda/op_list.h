@@ -25,6 +25,20 @@ SY_CUDA_OP(OP_MOE_COMBINE_RECV, "moe combine_recv", "moe combine_recv (waiting f
 SY_CUDA_OP(OP_MOE_COMBINE_ARGS, "moe combine_recv",
            "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (peer = -1: num_tokens, "
            "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)")
+SY_CUDA_OP(OP_MOE_HT_IDS, "moe_ht layout",
+           "moe_ht layout: an expert id outside [-1, num_experts) or repeated within its token (peer = the token, "
+           "expected = k, saw = the id); the entry was treated as -1")
+SY_CUDA_OP(OP_MOE_HT_EXCHANGE, "moe_ht layout",
+           "moe_ht layout (waiting for a rank's counts, or for its ack of the "
+           "previous layout's; expected/saw = layout numbers)")
+SY_CUDA_OP(OP_MOE_HT_HANDLE, "moe_ht",
+           "moe_ht: the handle was not written by this object's layout, or num_tokens differs from its layout's "
+           "(expected = the handle's num_tokens or object, saw = the call's)")
+SY_CUDA_OP(OP_MOE_HT_ROWS, "moe_ht dispatch",
+           "moe_ht dispatch: the layout needs more rows than recv.rows, or an expert more than recv.expert_stride "
+           "(peer = the local expert or -1; expected = the bound, saw = what is needed); no row was written")
+SY_CUDA_OP(OP_MOE_HT_SEND, "moe_ht send", "moe_ht (a sender waiting for room in a receiver's ring)")
+SY_CUDA_OP(OP_MOE_HT_RECV, "moe_ht recv", "moe_ht (a receiver waiting for a sender's messages)")
 
 /* SY_CUDA_PHASE(id, trace name): thread 0 of a block marks each phase's begin and end (SY_TRACE_FILE). */
 SY_CUDA_PHASE(PH_KERNEL, "kernel")         /* the whole kernel, per block */

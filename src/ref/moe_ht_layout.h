@@ -35,17 +35,17 @@
 extern "C" {
 #endif
 
-#define SY_MOE_HT_HANDLE_MAGIC   0x4d4f4548u /* "HEOM" */
-#define SY_MOE_HT_DEFAULT_SMS    16
-#define SY_MOE_HT_MAX_ALIGNMENT  1024
+#define SY_MOE_HT_HANDLE_MAGIC  0x4d4f4548u /* "HEOM" */
+#define SY_MOE_HT_DEFAULT_SMS   16
+#define SY_MOE_HT_MAX_ALIGNMENT 1024
 
 typedef struct sy_moe_ht_handle_header {
-  uint32_t magic;      /* SY_MOE_HT_HANDLE_MAGIC once a layout wrote it */
-  uint32_t object;     /* the object's id (sy_moe_ht.id) */
-  int32_t num_tokens;  /* the layout's */
-  int32_t rows;        /* rows the contiguous layout needs here (offsets[L]) */
-  uint64_t layout;     /* the object's layout call number that wrote it (1, 2, ...) */
-  int32_t dispatched;  /* the dispatch (its rows and recv_rows) that used it: the object's dispatch number, 0: none */
+  uint32_t magic;        /* SY_MOE_HT_HANDLE_MAGIC once a layout wrote it */
+  uint32_t object;       /* the object's id (sy_moe_ht.id) */
+  int32_t num_tokens;    /* the layout's */
+  int32_t rows;          /* rows the contiguous layout needs here (offsets[L]) */
+  uint64_t layout;       /* the object's layout call number that wrote it (1, 2, ...) */
+  int32_t dispatched;    /* the dispatch (its rows and recv_rows) that used it: the object's dispatch number, 0: none */
   int32_t expert_stride; /* the recv.expert_stride of that dispatch */
   int32_t reserved[8];
 } sy_moe_ht_handle_header_t;
@@ -94,6 +94,39 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
   h.recv_rows = at, at += W * T * (size_t)h.kk * 4;
   h.bytes = (at + 255) / 256 * 256;
   return h;
+}
+
+/* The symmetric workspace of the cuda backend (cuda/moe_ht/ht.cuh says what each part is): counters, the count
+ * exchange, and W x C rings of SY_MOE_HT_RING_SLOTS messages; the host backend reserves none. channels C =
+ * max(1, num_sms / 2). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
+ * hidden / 128 fp32 scales). */
+#define SY_MOE_HT_RING_SLOTS 64
+typedef struct sy_moe_ht_ws_layout {
+  size_t tail, head, stamp, ack, xdata, ring, bytes;
+  size_t xdata_words, msg_bytes, payload_offset, scales_offset;
+  int channels;
+} sy_moe_ht_ws_layout_t;
+
+SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, int world_size) {
+  sy_moe_ht_ws_layout_t w;
+  const size_t W = (size_t)world_size, L = (size_t)(c->num_experts / world_size);
+  const size_t kk = (size_t)c->top_k < L ? (size_t)c->top_k : L;
+  w.channels = c->num_sms / 2 > 1 ? c->num_sms / 2 : 1;
+  const size_t C = (size_t)w.channels;
+  w.payload_offset = 16 + kk * 16;
+  w.scales_offset = w.payload_offset + (size_t)c->hidden;
+  w.msg_bytes = (w.payload_offset + (size_t)c->hidden * 2 + 15) / 16 * 16; /* the bf16 row is the largest */
+  w.xdata_words = L + C + 1;
+  size_t at = 0;
+  w.tail = at, at += W * C * 8;
+  w.head = at, at += W * C * 8;
+  w.stamp = at, at += W * 8;
+  w.ack = at, at += W * 8;
+  w.xdata = at, at += (W * w.xdata_words * 4 + 15) / 16 * 16;
+  at = (at + 255) / 256 * 256;
+  w.ring = at, at += W * C * SY_MOE_HT_RING_SLOTS * w.msg_bytes;
+  w.bytes = (at + 255) / 256 * 256;
+  return w;
 }
 
 /* offsets[0..L] from recv_counts [W][L]: expert e's rows summed over sources, rounded up to the alignment. */

@@ -1,0 +1,226 @@
+/*
+ * combine.cu — sy_moe_ht_combine on the GPU: one kernel of 2 C blocks, the dispatch's rings run backwards.
+ *   blocks [0, C)   send (the experts' side): block c answers, for every source s, the messages it received
+ *                   from s on channel c, in their order: a warp per message adds w_r x y_r over the message's rows
+ *                   (recv_rows: ascending k) with fused multiply-adds from +0, rounds to bf16 and writes the
+ *                   partial, with each row's value (row_values), into ring (me -> s, c). Sources are served
+ *                   round robin and a full ring is skipped, not waited for, so no ring's owner waits on a block
+ *                   that waits on another owner.
+ *   blocks [C, 2C)  receive (the owner): block C + c walks channel c's tokens in order, HT_BATCH at a time;
+ *                   thread 0 finds each token's ranks (ascending) and its message index in each rank's ring and
+ *                   waits (bounded) for them; a warp per token adds the partials in ascending rank order from +0
+ *                   in fp32 and rounds once, and puts the row values back at their (token, k).
+ */
+#include "cuda/moe_ht/ht.cuh"
+
+using namespace sy;
+
+namespace {
+
+__device__ __forceinline__ void bf16x8_to_float(uint4 v, float *x) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  for (int i = 0; i < 4; i++) {
+    x[2 * i] = sy__bf16_to_float((uint16_t)(w[i] & 0xffff));
+    x[2 * i + 1] = sy__bf16_to_float((uint16_t)(w[i] >> 16));
+  }
+}
+
+__device__ __forceinline__ uint4 float8_to_bf16(const float *x) {
+  uint32_t w[4];
+  for (int i = 0; i < 4; i++)
+    w[i] = (uint32_t)sy__float_to_bf16(x[2 * i]) | ((uint32_t)sy__float_to_bf16(x[2 * i + 1]) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* A warp: the partial of one received message into its ring slot m. */
+__device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows) {
+  const int lane = threadIdx.x & 31;
+  const int row = lane < P.kk ? rows[lane] : -1;
+  const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
+  const float w = row >= 0 && P.row_weights ? P.row_weights[row] : 1.0f;
+  if (lane < n) {
+    const float v = P.row_values ? P.row_values[row] : 0.0f;
+    ((int4 *)(m + 16))[lane] = make_int4(__float_as_int(v), 0, 0, 0);
+  }
+  if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
+  const size_t bytes = (size_t)P.hidden * 2;
+  const char *in = (const char *)P.tokens;
+  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < n; i++) {
+      const int r = __shfl_sync(0xffffffffu, row, i);
+      const float wr = __shfl_sync(0xffffffffu, w, i);
+      float y[8];
+      bf16x8_to_float(__ldg((const uint4 *)(in + (size_t)r * bytes + off)), y);
+      for (int j = 0; j < 8; j++) acc[j] = fmaf(wr, y[j], acc[j]);
+    }
+    *(uint4 *)(m + P.wl.payload_offset + off) = float8_to_bf16(acc);
+  }
+}
+
+__device__ void send_part(const ht_params &P, int c, char *smem) {
+  const int W = P.world_size, C = P.C, me = P.ctx.rank;
+  uint64_t *base = (uint64_t *)smem;     /* [W] */
+  int32_t *left = (int32_t *)(base + W); /* [W] */
+  int32_t *done = left + W, *mbase = done + W;
+  const int32_t *chan = hsec(P, P.hl.chan_tokens), *recv_rows = hsec(P, P.hl.recv_rows);
+  for (int s = threadIdx.x; s < W; s += blockDim.x) {
+    base[s] = P.sent[(size_t)s * C + c];
+    left[s] = chan[(size_t)s * C + c];
+    done[s] = 0;
+    int b = 0;
+    for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
+    mbase[s] = b;
+  }
+  __shared__ int nb, pending, stalled;
+  __shared__ uint64_t since;
+  if (threadIdx.x == 0) stalled = 0, since = 0;
+  for (;;) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      pending = 0;
+      for (int s = 0; s < W; s++) pending += left[s];
+    }
+    __syncthreads();
+    if (pending == 0 || stalled) break;
+    bool progress = false;
+    for (int s = 0; s < W; s++) {
+      if (left[s] == 0) continue;
+      if (threadIdx.x == 0) {
+        const uint64_t head = ld_acquire_sys(head_word(P, P.ws, s, c));
+        const uint64_t room = head + HT_SLOTS - base[s];
+        nb = (int)min((uint64_t)min(left[s], HT_BATCH), room);
+      }
+      __syncthreads();
+      if (nb == 0) continue;
+      progress = true;
+      char *peer = ht_peer(P, s);
+      for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) {
+        const int index = mbase[s] + done[s] + j;
+        send_partial(P, ring_slot(P, peer, me, c, base[s] + j), index,
+                     recv_rows + ((size_t)s * P.T + index) * P.kk);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        fence_acq_rel(s != me);
+        base[s] += nb;
+        left[s] -= nb;
+        done[s] += nb;
+        st_relaxed_sys(tail_word(P, peer, me, c), base[s]);
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      const uint64_t now = global_timer_ns();
+      if (progress || since == 0) since = now;
+      else if (aborted(P.ctx)) stalled = 1;
+      else if (now - since > P.ctx.timeout_ns) {
+        int s = 0;
+        while (s < W && left[s] == 0) s++;
+        report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, s, 0, base[s] + 1 - HT_SLOTS,
+                     ld_acquire_sys(head_word(P, P.ws, s, c)));
+        stalled = 1;
+      }
+    }
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < W; s += blockDim.x) P.sent[(size_t)s * C + c] = base[s];
+}
+
+struct recv_batch {
+  int nr[HT_BATCH];
+  int rank[HT_BATCH][32];
+  uint64_t index[HT_BATCH][32];
+};
+
+/* A warp: token t's sum over its ranks' partials, and its row values back to their k. */
+__device__ void reduce_token(const ht_params &P, int c, int t, const int *rank, const uint64_t *index, int nr) {
+  const int lane = threadIdx.x & 31;
+  const size_t bytes = (size_t)P.hidden * 2;
+  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < nr; i++) {
+      float x[8];
+      bf16x8_to_float(*(const uint4 *)(ring_slot(P, P.ws, rank[i], c, index[i]) + P.wl.payload_offset + off), x);
+      for (int j = 0; j < 8; j++) acc[j] = acc[j] + x[j];
+    }
+    *(uint4 *)((char *)P.out + (size_t)t * bytes + off) = float8_to_bf16(acc);
+  }
+  if (!P.token_values || lane >= P.K) return;
+  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
+  const int e = ids[lane];
+  float v = 0.0f;
+  if (e >= 0) {
+    const int p = e / P.L;
+    int before = 0; /* the entry's place among t's entries on rank p, in k order */
+    for (int k = 0; k < lane; k++) before += ids[k] >= 0 && ids[k] / P.L == p;
+    for (int i = 0; i < nr; i++)
+      if (rank[i] == p) v = __int_as_float(((const int4 *)(ring_slot(P, P.ws, p, c, index[i]) + 16))[before].x);
+  }
+  P.token_values[(size_t)t * P.K + lane] = v;
+}
+
+__device__ void recv_part(const ht_params &P, int c, char *smem) {
+  const int W = P.world_size, C = P.C, me = P.ctx.rank, L = P.L;
+  uint64_t *cons = (uint64_t *)smem; /* [W] */
+  __shared__ recv_batch B;
+  __shared__ int touched[HT_BATCH * 32], ntouched, failed;
+  for (int p = threadIdx.x; p < W; p += blockDim.x) cons[p] = P.consumed[(size_t)p * C + c];
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
+  const int32_t *ids = hsec(P, P.hl.ids);
+  for (int t0 = begin; t0 < end; t0 += HT_BATCH) {
+    const int nb = min(HT_BATCH, end - t0);
+    if (threadIdx.x == 0) {
+      ntouched = 0;
+      for (int j = 0; j < nb; j++) {
+        int nr = 0;
+        for (int k = 0; k < P.K; k++) { /* the token's ranks, ascending (insertion) */
+          const int e = ids[(size_t)(t0 + j) * P.K + k];
+          if (e < 0) continue;
+          const int p = e / L;
+          int at = 0;
+          while (at < nr && B.rank[j][at] < p) at++;
+          if (at < nr && B.rank[j][at] == p) continue;
+          for (int i = nr; i > at; i--) B.rank[j][i] = B.rank[j][i - 1];
+          B.rank[j][at] = p;
+          nr++;
+        }
+        B.nr[j] = nr;
+        for (int i = 0; i < nr; i++) {
+          const int p = B.rank[j][i];
+          B.index[j][i] = cons[p]++;
+          bool listed = false;
+          for (int q = 0; q < ntouched; q++) listed |= touched[q] == p;
+          if (!listed) touched[ntouched++] = p;
+        }
+      }
+      for (int q = 0; q < ntouched && !failed; q++) {
+        const int p = touched[q];
+        if (!ht_wait(P, tail_word(P, P.ws, p, c), cons[p], OP_MOE_HT_RECV, p)) failed = 1;
+      }
+    }
+    __syncthreads();
+    if (failed) return;
+    for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) reduce_token(P, c, t0 + j, B.rank[j], B.index[j], B.nr[j]);
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int q = 0; q < ntouched; q++) {
+        const int p = touched[q];
+        st_release_sys(head_word(P, ht_peer(P, p), me, c), cons[p]);
+      }
+    __syncthreads();
+  }
+  for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
+}
+
+} // namespace
+
+__global__ void __launch_bounds__(HT_THREADS) sy_ht_combine(ht_params P) {
+  pdl_begin();
+  extern __shared__ __align__(16) char smem[];
+  if (!ht_handle_ok(P)) return;
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem);
+  else recv_part(P, blockIdx.x - P.C, smem);
+}

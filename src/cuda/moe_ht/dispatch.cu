@@ -1,0 +1,318 @@
+/*
+ * dispatch.cu — sy_moe_ht_dispatch on the GPU: one kernel of 2 C blocks (C = channels).
+ *   blocks [0, C)   send: block c walks channel c's tokens in order, HT_BATCH at a time. Thread 0 gives each
+ *                   (token, destination rank) its ring index and waits (bounded) until each destination's ring
+ *                   has room; then a warp per token writes its message into every destination's ring (header,
+ *                   entries, payload: bf16 as is, FP8 quantised per 128 elements with a group per warp pass, or
+ *                   the given E4M3 bytes and scales), reading each 512-byte piece of the token once for all
+ *                   destinations; then one fence and a tail store per destination.
+ *   blocks [C, 2C)  receive: block C + c walks the sources round robin and takes what ring (s -> me, c) holds,
+ *                   HT_BATCH at a time, a warp per message: each entry's row is rowbase[s][e] + position (the
+ *                   handle's offsets and counts: rows of expert e from sources before s), and the payload goes
+ *                   to every row of the token here (the expansion), with its scales, {s, token} and weight; the
+ *                   rows are remembered in the handle (recv_rows) for the combines. Then the head store that
+ *                   gives the sender its slots back. It also writes the padding rows of its experts and (block C)
+ *                   the offsets and counts.
+ * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
+ * consumed without writing a row, so no sender waits in vain.
+ */
+#include "cuda/moe_ht/ht.cuh"
+
+using namespace sy;
+
+namespace {
+
+struct send_batch {
+  int ndst[HT_BATCH];
+  int dst[HT_BATCH][32];
+  uint64_t slot[HT_BATCH][32];
+};
+
+/* A warp writes token t's message into each destination's ring: header and entries, then the payload in 512-byte
+ * pieces (bf16: 16 bytes a lane; FP8: a 128-element group a pass, 4 elements a lane). */
+__device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
+  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
+  const int e = lane < P.K ? ids[lane] : -1;
+  const float w = (lane < P.K && P.weights) ? P.weights[(size_t)t * P.K + lane] : 0.0f;
+  for (int j = 0; j < nd; j++) {
+    char *m = ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]);
+    const bool here = e >= 0 && e / L == dst[j];
+    const unsigned mask = __ballot_sync(0xffffffffu, here);
+    if (here) {
+      const int i = __popc(mask & ((1u << lane) - 1u));
+      ((int4 *)(m + 16))[i] = make_int4(e - dst[j] * L, pos[lane], __float_as_int(w), lane);
+    }
+    if (lane == 0) *(int4 *)m = make_int4(t, __popc(mask), 0, 0);
+  }
+  const size_t po = P.wl.payload_offset, so = P.wl.scales_offset;
+  if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
+    const size_t row = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
+    const char *src = (const char *)P.tokens + (size_t)t * row;
+    for (size_t off = (size_t)lane * 16; off < row; off += 512) {
+      const uint4 v = __ldg((const uint4 *)(src + off));
+      for (int j = 0; j < nd; j++) *(uint4 *)(ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]) + po + off) = v;
+    }
+    if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
+      const int groups = P.hidden / SY_MOE_FP8_GROUP;
+      for (int g = lane; g < groups; g += 32) {
+        const float s = P.token_scales[(size_t)t * groups + g];
+        for (int j = 0; j < nd; j++) ((float *)(ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]) + so))[g] = s;
+      }
+    }
+    return;
+  }
+  const int ue8m0 = P.wire == SY_MOE_WIRE_FP8_UE8M0;
+  const uint16_t *src = (const uint16_t *)P.tokens + (size_t)t * P.hidden;
+  for (int g = 0; g < P.hidden / SY_MOE_FP8_GROUP; g++) {
+    const uint2 raw = __ldg((const uint2 *)(src + g * 128 + lane * 4));
+    float x[4] = {sy__bf16_to_float((uint16_t)(raw.x & 0xffff)), sy__bf16_to_float((uint16_t)(raw.x >> 16)),
+                  sy__bf16_to_float((uint16_t)(raw.y & 0xffff)), sy__bf16_to_float((uint16_t)(raw.y >> 16))};
+    float amax = 0.0f;
+    for (int i = 0; i < 4; i++) amax = fmaxf(amax, fabsf(x[i]));
+    for (int d = 16; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+    const float scale = sy__fp8_scale(amax, ue8m0);
+    uint32_t q = 0;
+    for (int i = 0; i < 4; i++) q |= (uint32_t)sy__fp8_quantize(x[i], scale) << (8 * i);
+    for (int j = 0; j < nd; j++) {
+      char *m = ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]);
+      ((uint32_t *)(m + po + g * 128))[lane] = q;
+      if (lane == 0) ((float *)(m + so))[g] = scale;
+    }
+  }
+}
+
+__device__ void send_part(const ht_params &P, int c, char *smem) {
+  const int W = P.world_size, C = P.C, me = P.ctx.rank, L = P.L;
+  uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
+  __shared__ send_batch B;
+  __shared__ int touched[HT_BATCH * 32], ntouched, failed;
+  for (int d = threadIdx.x; d < W; d += blockDim.x) base[d] = P.sent[(size_t)d * C + c];
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
+  const int32_t *ids = hsec(P, P.hl.ids);
+  for (int t0 = begin; t0 < end; t0 += HT_BATCH) {
+    const int nb = min(HT_BATCH, end - t0);
+    if (threadIdx.x == 0) {
+      ntouched = 0;
+      for (int j = 0; j < nb; j++) {
+        int nd = 0;
+        for (int k = 0; k < P.K; k++) {
+          const int e = ids[(size_t)(t0 + j) * P.K + k];
+          if (e < 0) continue;
+          const int d = e / L;
+          bool seen = false;
+          for (int i = 0; i < nd; i++) seen |= B.dst[j][i] == d;
+          if (seen) continue;
+          B.dst[j][nd] = d;
+          B.slot[j][nd++] = base[d]++;
+          bool listed = false;
+          for (int i = 0; i < ntouched; i++) listed |= touched[i] == d;
+          if (!listed) touched[ntouched++] = d;
+        }
+        B.ndst[j] = nd;
+      }
+      /* room: index base[d] - 1 must be below head + R */
+      for (int i = 0; i < ntouched && !failed; i++) {
+        const int d = touched[i];
+        if (base[d] > HT_SLOTS && !ht_wait(P, head_word(P, P.ws, d, c), base[d] - HT_SLOTS, OP_MOE_HT_SEND, d))
+          failed = 1;
+      }
+    }
+    __syncthreads();
+    if (failed) return;
+    for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j]);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      bool remote = false;
+      for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
+      fence_acq_rel(remote);
+      for (int i = 0; i < ntouched; i++) {
+        const int d = touched[i];
+        st_relaxed_sys(tail_word(P, ht_peer(P, d), me, c), base[d]);
+      }
+    }
+    __syncthreads();
+  }
+  for (int d = threadIdx.x; d < W; d += blockDim.x) P.sent[(size_t)d * C + c] = base[d];
+}
+
+/* A warp expands one message from source s into its rows. */
+__device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
+                             bool write) {
+  const int lane = threadIdx.x & 31;
+  const int4 h = *(const int4 *)m;
+  const int t = h.x, n = h.y;
+  int row = -1;
+  float w = 0.0f;
+  if (lane < n) {
+    const int4 en = ((const int4 *)(m + 16))[lane];
+    row = rowbase[(size_t)s * P.L + en.x] + en.y;
+    w = __int_as_float(en.z);
+  }
+  if (lane < P.kk) rows_out[lane] = lane < n ? row : -1;
+  if (!write) return;
+  if (lane < n) {
+    P.recv.src[(size_t)row * 2] = s;
+    P.recv.src[(size_t)row * 2 + 1] = t;
+    P.recv.weights[row] = w;
+  }
+  const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
+  const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
+  const char *src = m + P.wl.payload_offset;
+  char *dst = (char *)P.recv.tokens;
+  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
+    const uint4 v = *(const uint4 *)(src + off);
+    for (int i = 0; i < n; i++) {
+      const int r = __shfl_sync(0xffffffffu, row, i);
+      *(uint4 *)(dst + (size_t)r * bytes + off) = v;
+    }
+  }
+  if (fp8) {
+    const int groups = P.hidden / SY_MOE_FP8_GROUP;
+    const float *sc = (const float *)(m + P.wl.scales_offset);
+    for (int i = 0; i < n; i++) {
+      const int r = __shfl_sync(0xffffffffu, row, i);
+      for (int g = lane; g < groups; g += 32) P.recv.scales[(size_t)g * P.recv.rows + r] = sc[g];
+    }
+  }
+}
+
+/* Offsets of this call's layout (contiguous from the handle, or the masked stride), the rows check, and the
+ * padding rows of the experts this block owns. Returns whether rows may be written. */
+__device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
+  const int W = P.world_size, L = P.L;
+  const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
+  const int stride = P.recv.expert_stride;
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int64_t at = stride ? (int64_t)e * stride : offsets[e], n = 0;
+    for (int s = 0; s < W; s++) {
+      rowbase[(size_t)s * L + e] = (int32_t)(at + n);
+      n += counts[(size_t)s * L + e];
+    }
+    const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
+    if ((stride && n > stride) || end > P.recv.rows) {
+      bad = 1;
+      if (c == 0)
+        report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_ROWS, stride && n > stride ? e : -1, 0,
+                     stride && n > stride ? (uint64_t)stride : (uint64_t)P.recv.rows,
+                     stride && n > stride ? (uint64_t)n : (uint64_t)end);
+    }
+  }
+  __syncthreads();
+  if (bad) return false;
+  for (int e = c; e < L; e += P.C) { /* padding rows: src {-1, -1}, weight 0 */
+    int64_t n = 0;
+    for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
+    const int64_t first = (stride ? (int64_t)e * stride : offsets[e]) + n;
+    const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
+    for (int64_t r = first + threadIdx.x; r < end; r += blockDim.x) {
+      P.recv.src[r * 2] = -1;
+      P.recv.src[r * 2 + 1] = -1;
+      P.recv.weights[r] = 0.0f;
+    }
+  }
+  if (c == 0) {
+    for (int e = threadIdx.x; e <= L; e += blockDim.x)
+      P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
+    for (int e = threadIdx.x; e < L; e += blockDim.x) {
+      int32_t n = 0;
+      for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
+      P.recv.expert_counts[e] = n;
+    }
+  }
+  return true;
+}
+
+__device__ void recv_part(const ht_params &P, int c, char *smem) {
+  const int W = P.world_size, C = P.C, me = P.ctx.rank;
+  uint64_t *cons = (uint64_t *)smem;            /* [W] */
+  int32_t *left = (int32_t *)(cons + W);        /* [W] messages of this call still to come */
+  int32_t *done = left + W;                     /* [W] messages taken in this call */
+  int32_t *mbase = done + W;                    /* [W] the first message index of this channel at s */
+  int32_t *rowbase = mbase + W;                 /* [W][L] */
+  const int32_t *chan = hsec(P, P.hl.chan_tokens);
+  for (int s = threadIdx.x; s < W; s += blockDim.x) {
+    cons[s] = P.consumed[(size_t)s * C + c];
+    left[s] = chan[(size_t)s * C + c];
+    done[s] = 0;
+    int b = 0;
+    for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
+    mbase[s] = b;
+  }
+  const bool write = recv_setup(P, c, rowbase);
+  __shared__ int nb, pending, stalled;
+  __shared__ uint64_t since;
+  int32_t *recv_rows = hsec(P, P.hl.recv_rows);
+  if (threadIdx.x == 0) stalled = 0, since = 0;
+  for (;;) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      pending = 0;
+      for (int s = 0; s < W; s++) pending += left[s];
+    }
+    __syncthreads();
+    if (pending == 0 || stalled) break;
+    bool progress = false;
+    for (int s = 0; s < W; s++) {
+      if (left[s] == 0) continue; /* uniform: left[] changes only between barriers */
+      if (threadIdx.x == 0) {
+        const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
+        nb = (int)min((uint64_t)min(left[s], HT_BATCH), avail);
+      }
+      __syncthreads();
+      if (nb == 0) continue;
+      progress = true;
+      for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) {
+        const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
+        int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
+        recv_message(P, m, s, rowbase, rows, write);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        cons[s] += nb;
+        left[s] -= nb;
+        done[s] += nb;
+        st_release_sys(head_word(P, ht_peer(P, s), me, c), cons[s]);
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) { /* bounded: no message from any pending source for the timeout */
+      const uint64_t now = global_timer_ns();
+      if (progress || since == 0) since = now;
+      else if (aborted(P.ctx)) stalled = 1;
+      else if (now - since > P.ctx.timeout_ns) {
+        int s = 0;
+        while (s < W && left[s] == 0) s++;
+        report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1, ld_acquire_sys(tail_word(P, P.ws, s, c)));
+        stalled = 1;
+      }
+    }
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < W; s += blockDim.x) P.consumed[(size_t)s * C + c] = cons[s];
+}
+
+} // namespace
+
+__device__ bool sy::ht_handle_ok(const ht_params &P) {
+  const sy_moe_ht_handle_header_t *h = (const sy_moe_ht_handle_header_t *)P.handle;
+  const bool ok = h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object && h->num_tokens == P.num_tokens;
+  if (!ok && blockIdx.x == 0 && threadIdx.x == 0)
+    report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, -1, 0,
+                 h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object ? (uint64_t)h->num_tokens : h->object,
+                 h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object ? (uint64_t)P.num_tokens : P.object);
+  return ok;
+}
+
+__global__ void __launch_bounds__(HT_THREADS) sy_ht_dispatch(ht_params P) {
+  pdl_begin();
+  extern __shared__ __align__(16) char smem[];
+  if (!ht_handle_ok(P)) return;
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem);
+  else recv_part(P, blockIdx.x - P.C, smem);
+}

@@ -1,0 +1,140 @@
+/*
+ * ht.cuh — the MoE high-throughput kernels' shared part: the workspace, the parameters every kernel gets, and
+ * the rings.
+ *
+ * Workspace (symmetric, zeroed at create; W ranks, C channels, R slots per ring):
+ *   tail[s][c]    at receiver r: messages source s has written into ring (s -> r, c) so far (s stores, release)
+ *   head[d][c]    at sender s: messages receiver d has consumed from ring (s -> d, c) so far (d stores, release)
+ *   stamp[s]      at r: the layout call whose counts source s wrote into xdata[s] (s stores, release)
+ *   ack[d]        at s: the layout call whose counts from s receiver d has read (d stores): s writes the next
+ *                 layout's counts into d's xdata only after d's ack of the previous
+ *   xdata[s]      at r: [L + C + 1] int32 from s: its rows for each of r's experts, its tokens to r per channel,
+ *                 its tokens to r
+ *   ring[s][c]    at r: R slots of msg_bytes from source s, channel c
+ * Every counter only grows over the object's life: a ring (s -> d, c) carries the dispatch's tokens from s to
+ * d and the combine's partials from s to d alike, one FIFO, and both ends count the messages of every call, so
+ * a call's messages follow the previous call's in the same ring without a reset or a barrier.
+ *
+ * Channels: a rank's tokens [0, num_tokens) are cut into C ranges, channel c holding [c N / C, (c + 1) N / C).
+ * Sending block c writes channel c's messages in token order into ring (me -> d, c) for every d; receiving
+ * block c reads ring (s -> me, c) for every s. A message: a 16-byte header {token, entries, 0, 0}, kk
+ * entries of 16 bytes {local expert, position, weight bits, k} (the combine: {row value bits, k, 0, 0}), then
+ * the payload (bf16 row; or E4M3 bytes and hidden / 128 fp32 scales).
+ */
+#ifndef SY_CUDA_MOE_HT_HT_CUH
+#define SY_CUDA_MOE_HT_HT_CUH
+
+#include <stdint.h>
+
+#include "cuda/backend.h"
+#include "cuda/device.cuh"
+#include "ref/convert.h"
+#include "ref/fp8.h"
+#include "ref/moe_ht_layout.h"
+
+namespace sy {
+
+constexpr int HT_THREADS = 256; /* 8 warps */
+constexpr int HT_WARPS = HT_THREADS / 32;
+constexpr int HT_BATCH = 16;  /* messages a block writes or reads between two counter updates */
+constexpr int HT_SLOTS = SY_MOE_HT_RING_SLOTS; /* R: slots per ring */
+constexpr int HT_PEER_TAB = 8;
+constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
+
+typedef sy_moe_ht_ws_layout_t ht_ws_layout;
+
+struct ht_local {
+  uint64_t layouts; /* layout calls done */
+  uint64_t pad_[7];
+  /* then sent[W][C] and consumed[W][C], uint64 */
+};
+
+struct ht_params {
+  dev_ctx ctx;
+  char *ws;
+  char *peer_ws[HT_PEER_TAB]; /* W <= HT_PEER_TAB: each rank's workspace as this GPU reaches it */
+  ht_ws_layout wl;
+  ht_local *local;
+  uint64_t *sent, *consumed; /* [W][C] */
+  uint32_t *masks;           /* layout scratch: [E][ceil(max_tokens / 32)] token bits per expert */
+  int32_t *word_prefix;      /* [E][ceil(max_tokens / 32)] */
+  int32_t *expert_count;     /* [E] this rank's entries per expert */
+  char *handle;
+  sy_moe_ht_handle_layout_t hl;
+  int32_t *host_counts;      /* device alias of the mapped [2 L + 1] (exact mode), else NULL */
+  volatile uint64_t *host_stamp;
+  uint32_t object;
+  int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
+  /* the call */
+  int num_tokens;
+  const void *expert_ids;
+  int id64;
+  const void *tokens;
+  const float *token_scales;
+  const float *weights;
+  sy_moe_ht_recv_t recv;
+  const float *row_weights, *row_values;
+  void *out;
+  float *token_values;
+};
+
+__device__ __forceinline__ char *ht_peer(const ht_params &P, int p) {
+  if (P.world_size <= HT_PEER_TAB) return P.peer_ws[p];
+  return nvshmem_ptr_cold(P.ws, p);
+}
+
+template <typename T> __device__ __forceinline__ T *ht_at(char *base, size_t off) { return (T *)(base + off); }
+
+__device__ __forceinline__ int32_t *hsec(const ht_params &P, size_t off) { return (int32_t *)(P.handle + off); }
+
+__device__ __forceinline__ int chan_begin(int c, int n, int C) { return (int)((int64_t)c * n / C); }
+
+/* The ring slot of message `index` of (source s -> this rank's peer, channel c), in `base`'s workspace. */
+__device__ __forceinline__ char *ring_slot(const ht_params &P, char *base, int s, int c, uint64_t index) {
+  return base + P.wl.ring + (((size_t)s * P.C + c) * HT_SLOTS + (size_t)(index % HT_SLOTS)) * P.wl.msg_bytes;
+}
+
+__device__ __forceinline__ uint64_t *tail_word(const ht_params &P, char *base, int s, int c) {
+  return ht_at<uint64_t>(base, P.wl.tail) + (size_t)s * P.C + c;
+}
+
+__device__ __forceinline__ uint64_t *head_word(const ht_params &P, char *base, int d, int c) {
+  return ht_at<uint64_t>(base, P.wl.head) + (size_t)d * P.C + c;
+}
+
+/* The bounded wait of one thread for *word >= want, with the op and peer an error names. */
+__device__ __forceinline__ bool ht_wait(const ht_params &P, const uint64_t *word, uint64_t want, int op, int peer) {
+  return wait_geq(P.ctx, word, want, op, peer, 0);
+}
+
+/* Expert id (t, k) of the call (either index type); -1 stays -1. */
+__device__ __forceinline__ int64_t ht_id(const ht_params &P, int t, int k) {
+  const size_t i = (size_t)t * P.K + k;
+  return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
+}
+
+/* The handle belongs to this object's layout of num_tokens tokens (every block checks; block 0 reports). */
+__device__ bool ht_handle_ok(const ht_params &P);
+
+} // namespace sy
+
+extern "C" {
+sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *moe);
+void sy__cuda_moe_ht_destroy(sy_comm_t comm, struct sy_moe_ht *moe);
+sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                   cudaStream_t stream);
+sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                     cudaStream_t stream);
+sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                    cudaStream_t stream);
+}
+
+/* kernels (layout.cu, dispatch.cu, combine.cu) */
+__global__ void sy_ht_layout_count(sy::ht_params P);
+__global__ void sy_ht_layout_prefix(sy::ht_params P);
+__global__ void sy_ht_layout_pos(sy::ht_params P);
+__global__ void sy_ht_layout_exchange(sy::ht_params P);
+__global__ void sy_ht_dispatch(sy::ht_params P);
+__global__ void sy_ht_combine(sy::ht_params P);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * launch.cu — the host side of the MoE high-throughput kernels: create (the workspace, the device-local state,
+ * the layout scratch, the mapped counts of the exact mode; every peer must be load/store reachable for now),
+ * destroy, and the launches (layout: four kernels and, in the exact mode, the bounded host wait; dispatch and
+ * combine: one kernel each).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/moe_ht/ht.cuh"
+
+using namespace sy;
+
+struct ht_gpu {
+  ht_ws_layout wl;
+  sy_moe_ht_handle_layout_t hl;
+  char *ws;
+  char *peer_ws[HT_PEER_TAB];
+  char *local_blob; /* ht_local, sent, consumed, masks, word_prefix, expert_count */
+  ht_local *local;
+  uint64_t *sent, *consumed;
+  uint32_t *masks;
+  int32_t *word_prefix, *expert_count;
+  size_t mask_bytes;
+  char *mapped; /* host: [2 L + 1] int32, then the stamp */
+  int32_t *mapped_counts_dev;
+  uint64_t *mapped_stamp_dev;
+  size_t smem;
+};
+
+static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
+  if (g->local_blob) cudaFree(g->local_blob);
+  if (g->mapped) cudaFreeHost(g->mapped);
+  if (free_ws && g->ws) sy_mem_free(comm, g->ws);
+  free(g);
+}
+
+static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g) {
+  const sy_moe_ht_config_t *c = &moe->config;
+  const size_t W = (size_t)comm->world_size, C = (size_t)g->wl.channels, E = (size_t)c->num_experts;
+  const size_t words = ((size_t)c->max_tokens + 31) / 32;
+  g->mask_bytes = align_up(E * words * 4, 256);
+  const size_t local_bytes = align_up(sizeof(ht_local), 256) + align_up(2 * W * C * 8, 256) + 2 * g->mask_bytes +
+                             align_up(E * 4, 256);
+  SY_CUDA_CHECK(cudaMalloc((void **)&g->local_blob, local_bytes));
+  SY_CUDA_CHECK(cudaMemset(g->local_blob, 0, local_bytes));
+  char *p = g->local_blob;
+  g->local = (ht_local *)p, p += align_up(sizeof(ht_local), 256);
+  g->sent = (uint64_t *)p, g->consumed = g->sent + W * C, p += align_up(2 * W * C * 8, 256);
+  g->masks = (uint32_t *)p, p += g->mask_bytes;
+  g->word_prefix = (int32_t *)p, p += g->mask_bytes;
+  g->expert_count = (int32_t *)p;
+  const size_t L = (size_t)moe->local_experts;
+  SY_CUDA_CHECK(cudaHostAlloc((void **)&g->mapped, align_up((2 * L + 1) * 4, 8) + 8, cudaHostAllocMapped));
+  memset(g->mapped, 0, align_up((2 * L + 1) * 4, 8) + 8);
+  SY_CUDA_CHECK(cudaHostGetDevicePointer((void **)&g->mapped_counts_dev, g->mapped, 0));
+  g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
+  const size_t recv_smem = W * 20 + E * 4, send_smem = W * 20;
+  g->smem = recv_smem > send_smem ? recv_smem : send_smem;
+  SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_dispatch, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
+  SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *moe) {
+  cuda_state *st = state_of(comm);
+  const int W = comm->world_size;
+  if (W > HT_MAX_WORLD) {
+    SY_WARN("sy_moe_ht_create: the cuda backend's high-throughput MoE runs on at most %d ranks (world size %d)",
+            HT_MAX_WORLD, W);
+    return SY_ERR_UNSUPPORTED;
+  }
+  ht_gpu *g = (ht_gpu *)calloc(1, sizeof *g);
+  if (!g) return SY_ERR_NO_MEMORY;
+  g->wl = sy__moe_ht_ws_layout(&moe->config, W);
+  g->hl = sy__moe_ht_handle_layout(&moe->config, W);
+  sy_status_t s = sy_mem_alloc(comm, g->wl.bytes, (void **)&g->ws); /* collective */
+  if (s != SY_SUCCESS) {
+    free(g);
+    return s;
+  }
+  int reach = 1; /* the kernels store into every peer's rings: puts are not written yet */
+  for (int p = 0; p < W; p++) {
+    char *q = p == comm->rank ? g->ws : st->ctx.force_put ? NULL : (char *)nvshmem_ptr(g->ws, p);
+    if (!q) reach = 0;
+    if (p < HT_PEER_TAB) g->peer_ws[p] = q;
+  }
+  s = create_local(comm, moe, g);
+  if (s == SY_SUCCESS) {
+    const cudaError_t err = cudaMemset(g->ws, 0, g->wl.ring);
+    if (err == cudaSuccess) cudaDeviceSynchronize();
+    else s = cuda_error(err, "cudaMemset(moe_ht workspace)", __FILE__, __LINE__);
+  }
+  /* every rank's verdict, after a barrier that orders every rank's zeroed counters before anyone writes one */
+  nvshmem_barrier_all();
+  int mine[2] = {s == SY_SUCCESS, reach}, *all = (int *)malloc(sizeof(int) * 2 * (size_t)W);
+  sy_status_t ag = all ? sy_comm_allgather_host(comm, mine, all, sizeof mine) : SY_ERR_NO_MEMORY;
+  int all_ok = ag == SY_SUCCESS, all_reach = 1;
+  for (int r = 0; all && ag == SY_SUCCESS && r < W; r++) {
+    all_ok &= all[2 * r];
+    all_reach &= all[2 * r + 1];
+  }
+  free(all);
+  if (s == SY_SUCCESS && !all_ok) s = ag != SY_SUCCESS ? ag : SY_ERR_INTERNAL;
+  if (s == SY_SUCCESS && !all_reach) {
+    SY_WARN("sy_moe_ht_create: some peer is not load/store reachable (or SY_FORCE_PUT is set); the cuda "
+            "high-throughput MoE stores into its peers' rings and has no NVSHMEM put path yet");
+    s = SY_ERR_UNSUPPORTED;
+  }
+  if (s != SY_SUCCESS) {
+    free_gpu(comm, g, true);
+    return s;
+  }
+  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes",
+          g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes);
+  moe->backend_state = g;
+  return SY_SUCCESS;
+}
+
+extern "C" void sy__cuda_moe_ht_destroy(sy_comm_t comm, struct sy_moe_ht *moe) {
+  ht_gpu *g = (ht_gpu *)moe->backend_state;
+  if (!g) return;
+  cudaDeviceSynchronize();
+  free_gpu(comm, g, comm->error == SY_SUCCESS); /* after an error the communicator frees the workspace */
+  moe->backend_state = NULL;
+}
+
+static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, const sy_moe_ht_call_t *call,
+                 ht_params *P) {
+  const sy_moe_ht_config_t *c = &moe->config;
+  memset(P, 0, sizeof *P);
+  P->ctx = state_of(comm)->ctx;
+  P->ws = g->ws;
+  memcpy(P->peer_ws, g->peer_ws, sizeof P->peer_ws);
+  P->wl = g->wl;
+  P->local = g->local;
+  P->sent = g->sent;
+  P->consumed = g->consumed;
+  P->masks = g->masks;
+  P->word_prefix = g->word_prefix;
+  P->expert_count = g->expert_count;
+  P->handle = (char *)call->handle;
+  P->hl = g->hl;
+  P->object = moe->id;
+  P->world_size = comm->world_size;
+  P->L = moe->local_experts;
+  P->E = c->num_experts;
+  P->T = c->max_tokens;
+  P->K = c->top_k;
+  P->kk = g->hl.kk;
+  P->hidden = c->hidden;
+  P->wire = (int)c->wire;
+  P->alignment = c->expert_alignment;
+  P->C = g->wl.channels;
+  P->num_tokens = call->num_tokens;
+  P->expert_ids = call->expert_ids;
+  P->id64 = call->id_type == SY_INDEX_INT64;
+  P->tokens = call->tokens;
+  P->token_scales = call->token_scales;
+  P->weights = call->weights;
+  if (call->recv) P->recv = *call->recv;
+  P->row_weights = call->row_weights;
+  P->row_values = call->row_values;
+  P->out = call->out;
+  P->token_values = call->token_values;
+}
+
+/* The exact mode: waits (bounded by the communicator's timeout) until the layout kernel has stamped the mapped
+ * counts with a layout number past `before`, then copies them out. */
+static sy_status_t wait_counts(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g, uint64_t before, int32_t *out) {
+  const size_t L = (size_t)moe->local_experts;
+  volatile uint64_t *stamp = (volatile uint64_t *)(g->mapped + align_up((2 * L + 1) * 4, 8));
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (uint32_t polls = 0; *stamp <= before; polls++) {
+    if ((polls & 1023u) == 1023u) {
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      const uint64_t ms = (uint64_t)(now.tv_sec - t0.tv_sec) * 1000 + (uint64_t)((now.tv_nsec - t0.tv_nsec) / 1000000);
+      if (ms > comm->timeout_ms + 1000) {
+        SY_WARN("sy_moe_ht_layout: the counts did not arrive within %llu ms (a peer that never entered the call, "
+                "or an earlier kernel on the stream that does not end)",
+                (unsigned long long)(comm->timeout_ms + 1000));
+        return SY_ERR_TIMEOUT;
+      }
+      const sy_status_t e = sy__comm_health(comm);
+      if (e != SY_SUCCESS) return e;
+    }
+  }
+  __sync_synchronize();
+  memcpy(out, g->mapped, (2 * L + 1) * 4);
+  return SY_SUCCESS;
+}
+
+extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                              cudaStream_t stream) {
+  ht_gpu *g = (ht_gpu *)moe->backend_state;
+  if (call->host_counts) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    SY_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) {
+      SY_WARN("sy_moe_ht_layout: host_counts (the exact mode) waits on the host and cannot be captured in a CUDA "
+              "graph; pass NULL (the worst case) in a graph");
+      return SY_ERR_INVALID_ARG;
+    }
+  }
+  ht_params P;
+  fill(comm, moe, g, call, &P);
+  const size_t L = (size_t)moe->local_experts;
+  const uint64_t before = *(volatile uint64_t *)(g->mapped + align_up((2 * L + 1) * 4, 8));
+  if (call->host_counts) {
+    P.host_counts = g->mapped_counts_dev;
+    P.host_stamp = g->mapped_stamp_dev;
+  }
+  const int N = call->num_tokens;
+  SY_CUDA_CHECK(cudaMemsetAsync(g->masks, 0, g->mask_bytes, stream));
+  SY_CUDA_CHECK(cudaMemsetAsync(g->expert_count, 0, (size_t)moe->config.num_experts * 4, stream));
+  SY_CUDA_CHECK(cudaMemsetAsync((char *)call->handle + g->hl.send_chan, 0,
+                                (size_t)comm->world_size * (size_t)moe->config.num_sms * 4, stream));
+  if (N > 0) {
+    const int blocks = (N + HT_THREADS - 1) / HT_THREADS;
+    SY_CHECK(launch_pdl(sy_ht_layout_count, blocks, HT_THREADS, 0, stream, P));
+    SY_CHECK(launch_pdl(sy_ht_layout_prefix, moe->config.num_experts, HT_THREADS, 0, stream, P));
+    SY_CHECK(launch_pdl(sy_ht_layout_pos, blocks, HT_THREADS, 0, stream, P));
+  }
+  SY_CHECK(launch_pdl(sy_ht_layout_exchange, 1, HT_THREADS, 0, stream, P));
+  if (!call->host_counts) return SY_SUCCESS;
+  return wait_counts(comm, moe, g, before, call->host_counts);
+}
+
+extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                                cudaStream_t stream) {
+  ht_gpu *g = (ht_gpu *)moe->backend_state;
+  ht_params P;
+  fill(comm, moe, g, call, &P);
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
+}
+
+extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                               cudaStream_t stream) {
+  ht_gpu *g = (ht_gpu *)moe->backend_state;
+  ht_params P;
+  fill(comm, moe, g, call, &P);
+  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
+}

@@ -1,0 +1,157 @@
+/*
+ * layout.cu — sy_moe_ht_layout on the GPU: four small kernels, no host round trip.
+ *   count     a thread per token: its ids checked (a bad one reported and counted as -1) and copied into the
+ *             handle, its bit set in each named expert's token mask, the expert's entry count, and per
+ *             destination rank (a token once per rank) the channel's send count
+ *   prefix    a block per expert: the popcounts of its mask words, prefix-summed (word_prefix)
+ *   pos       a thread per token: each entry's position = word_prefix + the popcount of the earlier bits of
+ *             its word — how many earlier tokens of this rank name the same expert
+ *   exchange  one block: to each rank its counts (after that rank's ack of the previous layout), from each
+ *             rank its counts (then the ack), the offsets, the handle's header, and the exact mode's host copy
+ * The scratch (masks, counts) is zeroed by cudaMemsetAsync before count.
+ */
+#include "cuda/moe_ht/ht.cuh"
+
+using namespace sy;
+
+__global__ void sy_ht_layout_count(ht_params P) {
+  pdl_begin();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= P.num_tokens) return;
+  int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
+  int ranks[32], nr = 0;
+  for (int k = 0; k < P.K; k++) {
+    int64_t e = ht_id(P, t, k);
+    bool bad = e < -1 || e >= P.E;
+    for (int j = 0; j < k && !bad && e >= 0; j++) bad = ids[j] == e;
+    if (bad) {
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_IDS, t, 0, (uint64_t)k, (uint64_t)e);
+      e = -1;
+    }
+    ids[k] = (int32_t)e;
+    if (e < 0) continue;
+    atomicOr(P.masks + (size_t)e * ((P.T + 31) / 32) + t / 32, 1u << (t % 32));
+    atomicAdd(P.expert_count + e, 1);
+    const int r = (int)(e / P.L);
+    bool seen = false;
+    for (int j = 0; j < nr; j++) seen |= ranks[j] == r;
+    if (!seen) ranks[nr++] = r;
+  }
+  int c = (int)((int64_t)t * P.C / P.num_tokens);
+  while (c + 1 < P.C && chan_begin(c + 1, P.num_tokens, P.C) <= t) c++;
+  while (c > 0 && chan_begin(c, P.num_tokens, P.C) > t) c--;
+  int32_t *send_chan = hsec(P, P.hl.send_chan);
+  for (int j = 0; j < nr; j++) atomicAdd(send_chan + (size_t)ranks[j] * P.C + c, 1);
+}
+
+__global__ void sy_ht_layout_prefix(ht_params P) {
+  pdl_begin();
+  const int e = blockIdx.x, words = (P.num_tokens + 31) / 32, stride = (P.T + 31) / 32;
+  const uint32_t *mask = P.masks + (size_t)e * stride;
+  int32_t *prefix = P.word_prefix + (size_t)e * stride;
+  __shared__ int32_t carry;
+  __shared__ int32_t warp_sum[HT_WARPS];
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < words; base += blockDim.x) {
+    const int w = base + threadIdx.x;
+    const int v = w < words ? __popc(mask[w]) : 0;
+    int incl = v; /* inclusive scan in the warp, then over warps */
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, incl, d);
+      if ((threadIdx.x & 31) >= d) incl += o;
+    }
+    if ((threadIdx.x & 31) == 31) warp_sum[threadIdx.x / 32] = incl;
+    __syncthreads();
+    int before = carry;
+    for (int j = 0; j < (int)threadIdx.x / 32; j++) before += warp_sum[j];
+    if (w < words) prefix[w] = before + incl - v;
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry = before + incl;
+    __syncthreads();
+  }
+}
+
+__global__ void sy_ht_layout_pos(ht_params P) {
+  pdl_begin();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= P.num_tokens) return;
+  const int stride = (P.T + 31) / 32;
+  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
+  int32_t *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
+  for (int k = 0; k < P.K; k++) {
+    const int e = ids[k];
+    if (e < 0) {
+      pos[k] = -1;
+      continue;
+    }
+    const size_t w = (size_t)e * stride + t / 32;
+    pos[k] = P.word_prefix[w] + __popc(P.masks[w] & ((1u << (t % 32)) - 1u));
+  }
+}
+
+/* One block. Threads stride over ranks: first as senders of this rank's counts (to d), then as readers of the
+ * counts from s; then thread 0 finishes the handle. */
+__global__ void sy_ht_layout_exchange(ht_params P) {
+  pdl_begin();
+  const uint64_t n = P.local->layouts + 1;
+  const int W = P.world_size, L = P.L, C = P.C, me = P.ctx.rank;
+  const size_t xw = P.wl.xdata_words;
+  int32_t *send_tokens = hsec(P, P.hl.send_tokens), *send_chan = hsec(P, P.hl.send_chan);
+  bool ok = true;
+  for (int d = threadIdx.x; d < W; d += blockDim.x) {
+    int32_t total = 0;
+    for (int c = 0; c < C; c++) total += send_chan[(size_t)d * C + c];
+    send_tokens[d] = total;
+    /* d has read the previous layout's counts from us */
+    if (!ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.ack) + d, n - 1, OP_MOE_HT_EXCHANGE, d)) {
+      ok = false;
+      continue;
+    }
+    char *peer = ht_peer(P, d);
+    int32_t *x = ht_at<int32_t>(peer, P.wl.xdata) + (size_t)me * xw;
+    for (int e = 0; e < L; e++) x[e] = P.expert_count[(size_t)d * L + e];
+    for (int c = 0; c < C; c++) x[L + c] = send_chan[(size_t)d * C + c];
+    x[L + C] = total;
+    st_release_sys(ht_at<uint64_t>(peer, P.wl.stamp) + me, n);
+  }
+  int32_t *recv_counts = hsec(P, P.hl.recv_counts), *recv_tokens = hsec(P, P.hl.recv_tokens);
+  int32_t *chan_tokens = hsec(P, P.hl.chan_tokens);
+  for (int s = threadIdx.x; s < W && ok; s += blockDim.x) {
+    if (!ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.stamp) + s, n, OP_MOE_HT_EXCHANGE, s)) {
+      ok = false;
+      break;
+    }
+    const int32_t *x = ht_at<int32_t>(P.ws, P.wl.xdata) + (size_t)s * xw;
+    for (int e = 0; e < L; e++) recv_counts[(size_t)s * L + e] = x[e];
+    for (int c = 0; c < C; c++) chan_tokens[(size_t)s * C + c] = x[L + c];
+    recv_tokens[s] = x[L + C];
+    /* the reads above before the ack that lets s overwrite them */
+    st_release_sys(ht_at<uint64_t>(ht_peer(P, s), P.wl.ack) + me, n);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int32_t *offsets = hsec(P, P.hl.offsets);
+  sy__moe_ht_offsets(recv_counts, W, L, P.alignment, offsets);
+  sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
+  h->object = P.object;
+  h->num_tokens = P.num_tokens;
+  h->rows = offsets[L];
+  h->layout = n;
+  h->dispatched = 0;
+  h->expert_stride = 0;
+  h->magic = SY_MOE_HT_HANDLE_MAGIC;
+  P.local->layouts = n;
+  if (P.host_counts) {
+    for (int e = 0; e < L; e++) {
+      int32_t sum = 0;
+      for (int s = 0; s < W; s++) sum += recv_counts[(size_t)s * L + e];
+      P.host_counts[e] = sum;
+      P.host_counts[L + e] = offsets[e];
+    }
+    P.host_counts[2 * L] = offsets[L];
+    __threadfence_system();
+    *P.host_stamp = n;
+    __threadfence_system();
+  }
+}
