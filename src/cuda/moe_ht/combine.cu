@@ -92,10 +92,12 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
         nb = (int)min((uint64_t)min(left[s], HT_BATCH), room);
       }
       __syncthreads();
-      if (nb == 0) continue;
+      const int n = nb;
+      __syncthreads(); /* every thread has read nb before thread 0 writes the next source's */
+      if (n == 0) continue;
       progress = true;
       char *peer = ht_peer(P, s);
-      for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) {
+      for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
         const int index = mbase[s] + done[s] + j;
         send_partial(P, ring_slot(P, peer, me, c, base[s] + j), index,
                      recv_rows + ((size_t)s * P.T + index) * P.kk);
@@ -103,9 +105,9 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
       __syncthreads();
       if (threadIdx.x == 0) {
         fence_acq_rel(s != me);
-        base[s] += nb;
-        left[s] -= nb;
-        done[s] += nb;
+        base[s] += n;
+        left[s] -= n;
+        done[s] += n;
         st_relaxed_sys(tail_word(P, peer, me, c), base[s]);
       }
       __syncthreads();
@@ -141,7 +143,7 @@ __device__ void reduce_token(const ht_params &P, int c, int t, const int *rank, 
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < nr; i++) {
       float x[8];
-      bf16x8_to_float(*(const uint4 *)(ring_slot(P, P.ws, rank[i], c, index[i]) + P.wl.payload_offset + off), x);
+      bf16x8_to_float(__ldcg((const uint4 *)(ring_slot(P, P.ws, rank[i], c, index[i]) + P.wl.payload_offset + off)), x);
       for (int j = 0; j < 8; j++) acc[j] = acc[j] + x[j];
     }
     *(uint4 *)((char *)P.out + (size_t)t * bytes + off) = float8_to_bf16(acc);
@@ -155,7 +157,7 @@ __device__ void reduce_token(const ht_params &P, int c, int t, const int *rank, 
     int before = 0; /* the entry's place among t's entries on rank p, in k order */
     for (int k = 0; k < lane; k++) before += ids[k] >= 0 && ids[k] / P.L == p;
     for (int i = 0; i < nr; i++)
-      if (rank[i] == p) v = __int_as_float(((const int4 *)(ring_slot(P, P.ws, p, c, index[i]) + 16))[before].x);
+      if (rank[i] == p) v = __int_as_float(__ldcg((const int4 *)(ring_slot(P, P.ws, p, c, index[i]) + 16) + before).x);
   }
   P.token_values[(size_t)t * P.K + lane] = v;
 }

@@ -142,12 +142,12 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
                              bool write) {
   const int lane = threadIdx.x & 31;
-  const int4 h = *(const int4 *)m;
+  const int4 h = __ldcg((const int4 *)m); /* ring slots are rewritten within a kernel: past L1 */
   const int t = h.x, n = h.y;
   int row = -1;
   float w = 0.0f;
   if (lane < n) {
-    const int4 en = ((const int4 *)(m + 16))[lane];
+    const int4 en = __ldcg((const int4 *)(m + 16) + lane);
     row = rowbase[(size_t)s * P.L + en.x] + en.y;
     w = __int_as_float(en.z);
   }
@@ -163,7 +163,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   const char *src = m + P.wl.payload_offset;
   char *dst = (char *)P.recv.tokens;
   for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
-    const uint4 v = *(const uint4 *)(src + off);
+    const uint4 v = __ldcg((const uint4 *)(src + off));
     for (int i = 0; i < n; i++) {
       const int r = __shfl_sync(0xffffffffu, row, i);
       *(uint4 *)(dst + (size_t)r * bytes + off) = v;
@@ -174,7 +174,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
     const float *sc = (const float *)(m + P.wl.scales_offset);
     for (int i = 0; i < n; i++) {
       const int r = __shfl_sync(0xffffffffu, row, i);
-      for (int g = lane; g < groups; g += 32) P.recv.scales[(size_t)g * P.recv.rows + r] = sc[g];
+      for (int g = lane; g < groups; g += 32) P.recv.scales[(size_t)g * P.recv.rows + r] = __ldcg(sc + g);
     }
   }
 }
@@ -265,18 +265,20 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
         nb = (int)min((uint64_t)min(left[s], HT_BATCH), avail);
       }
       __syncthreads();
-      if (nb == 0) continue;
+      const int n = nb;
+      __syncthreads(); /* every thread has read nb before thread 0 writes the next source's */
+      if (n == 0) continue;
       progress = true;
-      for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) {
+      for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
         recv_message(P, m, s, rowbase, rows, write);
       }
       __syncthreads();
       if (threadIdx.x == 0) {
-        cons[s] += nb;
-        left[s] -= nb;
-        done[s] += nb;
+        cons[s] += n;
+        left[s] -= n;
+        done[s] += n;
         st_release_sys(head_word(P, ht_peer(P, s), me, c), cons[s]);
       }
       __syncthreads();
