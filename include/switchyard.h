@@ -340,7 +340,7 @@ typedef struct sy_attn_config {
   { sizeof(sy_attn_config_t), 0, 0, 0 }
 
 /* Symmetric memory sy_attn_create reserves for a configuration: the KV backward's replica staging. The cuda
- * backend adds 40 bytes per rank of control words on top; leave that much room in SY_HEAP_SIZE too. */
+ * backend adds 56 bytes per rank of control words on top; leave that much room in SY_HEAP_SIZE too. */
 SY_API sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config, size_t *bytes);
 
 /* Collective. Reserves what the operation needs; calls of one object follow each other on streams with no
@@ -354,9 +354,12 @@ SY_API sy_status_t sy_attn_destroy(sy_attn_t attn);
  * rank). Rows of sequences whose destination is -1 are not sent.
  * Every rank must pass a plan built from the same description, with the same row sizes. Each call compares
  * the plans' fingerprints (a hash of the description): where ranks disagree, the host backend returns
- * SY_ERR_MISMATCH from the call on every rank, copies nothing, and logs the ranks whose plans differ. The same
- * holds for the three directions below. The cuda backend does not compare them yet: there plans that differ
- * are caught only where a pair's row counts differ (SY_ERR_TIMEOUT or wrong rows otherwise). */
+ * SY_ERR_MISMATCH from the call on every rank, copies nothing, and logs the ranks whose plans differ; the cuda
+ * backend compares per pair (the fingerprint with the call's directions and row sizes), moves no rows between
+ * two ranks that disagree, and reports SY_ERR_MISMATCH asynchronously (sy_comm_async_error, then every later
+ * call) on both, naming the peer; the call ends without waiting for the rows that were not sent, and serves the
+ * pairs that agree. Calls already enqueued behind it (or in a graph) still run and stay correct where their
+ * plans agree. The same holds for the three directions below. */
 SY_API sy_status_t sy_attn_q_forward(sy_attn_t attn, sy_attn_plan_t plan, const void *q, size_t q_row_bytes,
                                      void *q_recv, cudaStream_t stream);
 /* Q forward plus each KV sequence to every replica rank listed for it. kv_recv: symmetric, kv_recv_rows rows. */

@@ -120,7 +120,7 @@ static size_t staging_bytes(const sy_attn_config_t *config) {
 }
 
 /* Only the KV backward's replica staging. A backend reserves its own control words (a few per rank) on top
- * of this, in its attn_create; the cuda backend's are (sizeof mail + 8) * world_size bytes, 256-aligned. */
+ * of this, in its attn_create; the cuda backend's are (48 bytes of mail + 8) * world_size bytes, 256-aligned. */
 sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *config_in, size_t *bytes) {
   static const char *fn = "sy_attn_workspace_size";
   SY_COMM_QUERY_GUARD(comm, fn); /* a function of the configuration: answers after an error too */

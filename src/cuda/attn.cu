@@ -5,17 +5,29 @@
  * receiver, channel)'s bytes with its own signal (ref/pieces.h: a function of the bytes, the world size, the
  * channel count and SY_A2A_CHUNK, so both sides agree without talking).
  *   block 0       posts mail to every sender p: "entered call n; channel 0's rows go at this offset (from the
- *                 communicator's control region), channel 1's at that one"                [receiver half, start]
+ *                 communicator's control region), channel 1's at that one; my call's fingerprint is f"
+ *                                                                                          [receiver half, start]
  *   all blocks    take the pieces, (peer, channel) after (peer, channel) over peers rank + 1, rank + 2, ...
  *                 (exec/work_queue.cuh: tickets where there are more pieces than blocks, unless SY_PIECE_ORDER is
  *                 static; else the static bit-reversed order); before a block's first piece for a peer, wait
- *                 (bounded) for that peer's mail (kept per peer in shared memory); per piece, walk the pair's
- *                 segments (ascending destination rows) and copy — large copies with the whole block, small ones
- *                 one warp each — with direct stores (peer load/store reachable) or NVSHMEM puts; then one counter
- *                 update at the receiver
+ *                 (bounded) for that peer's mail (kept per peer in shared memory) and compare its fingerprint with
+ *                 ours; per piece, walk the pair's segments (ascending destination rows) and copy — large copies
+ *                 with the whole block, small ones one warp each — with direct stores (peer load/store reachable)
+ *                 or NVSHMEM puts; then one counter update at the receiver
  *   receiver      waits (bounded) until each source's counter reaches its expected total (block 0; for the KV
  *                 backward every block, which then sums its share of the tokens)
  *   last block    advances the call number and the expected counter bases (counters only grow: no reset).
+ * The call's fingerprint is the plan's (a hash of its description, plan/attn_plan.h) mixed with the call's shape
+ * (channels, directions, row sizes). A sender whose receiver mailed another one sends that pair no rows: it
+ * reports SY_ERR_MISMATCH, and the block holding the pair's first piece adds ATTN_MISMATCH_FLAG to the receiver's
+ * counter, once, in place of all the pair's pieces (the other pieces add nothing), so the receiver's wait ends and
+ * it reports too (and skips the KV backward's reduce). Plans that agree on every pair's counts but not on where the
+ * rows are would otherwise write past the receiver's rows or read past ours.
+ * Counters after a flagged pair: the counter grew by exactly ATTN_MISMATCH_FLAG, whatever either plan says the
+ * pair's pieces are (plans that differ may differ in those counts too), and the receiver's last block advances
+ * that source's base by the same (block 0 tells it through its arrival, ATTN_DONE_FLAGGED), not by the pieces it
+ * expected: so the next call, already enqueued before the host saw the error, expects from every source what it
+ * will send, on both ranks.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,6 +50,20 @@ constexpr uint32_t ATTN_MAX_PIECES = 1024;
 constexpr uint64_t ATTN_SMALL_COPY = 2048; /* copies below this (a segment's part of a piece) are one warp's */
 constexpr int ATTN_PARAM_W = 8;   /* up to this world size the per-peer row counts travel as kernel parameters */
 constexpr int ATTN_SEG_CAP = 256; /* a pair with up to this many segments has them staged in shared memory */
+/* Added once to a receiver's counter in place of a flagged pair's pieces: more than any source's pieces in one call
+ * (so the receiver tells it from pieces: its counter reaches base + ATTN_MISMATCH_FLAG exactly), small enough that
+ * counters growing by it on every call (a graph replayed after the error) do not wrap within 2^44 calls. */
+constexpr uint64_t ATTN_MISMATCH_FLAG = 1ull << 20;
+static_assert(ATTN_MISMATCH_FLAG > 2 * (uint64_t)ATTN_MAX_PIECES, "the mismatch flag must exceed a call's pieces");
+/* Added by block 0 to blocks_done beside its arrival when a source flagged a mismatch; the last block then
+ * advances the bases by what each source added (attn_advance_flagged). Far above any grid. */
+constexpr unsigned ATTN_DONE_FLAGGED = 1u << 31;
+
+/* One receiver's mail at a sender: 3 values, 2 self-validating words each (device.cuh): where channel 0's rows
+ * go, where channel 1's go (offsets from the control region), the call's fingerprint. */
+struct attn_mail {
+  uint64_t word[6];
+};
 
 /* Device copy of one direction's send lists. segs: 4 int64 per segment {src_row, dst_row, rows, cum}, cum =
  * rows of the same peer before this segment. */
@@ -58,14 +84,14 @@ struct attn_plan_dev {
 /* Device-local state of one attention object. */
 struct attn_local {
   uint64_t calls;
-  unsigned blocks_done;
-  unsigned tickets; /* pieces handed out in this call (the ticket order); the last block resets it */
-  uint64_t base[1]; /* [W]: pieces expected from each source before this call */
+  unsigned blocks_done; /* blocks done with this call, plus ATTN_DONE_FLAGGED when a source flagged a mismatch */
+  unsigned tickets;     /* pieces handed out in this call (the ticket order); the last block resets it */
+  uint64_t base[1];     /* [W]: pieces expected from each source before this call */
 };
 
 struct attn_gpu {
   char *ctrl; /* symmetric: mail[W] then data[W] */
-  a2a_mail *mail;
+  attn_mail *mail;
   uint64_t *data;
   attn_local *local;
 };
@@ -84,13 +110,14 @@ enum { REDUCE_NONE = 0, REDUCE_SUM = 1, REDUCE_UNSUMMED = 2 };
 
 struct attn_params {
   dev_ctx ctx;
-  a2a_mail *mail;
+  attn_mail *mail;
   uint64_t *data;
   attn_local *local;
   int nch;
   attn_chan ch[2];
-  uint64_t max_piece; /* SY_A2A_CHUNK: the largest piece */
-  uint32_t stride;    /* the ticket order's (the kernel instance with TICKETS; exec/work_queue.cuh) */
+  uint64_t max_piece;   /* SY_A2A_CHUNK: the largest piece */
+  uint64_t fingerprint; /* the call's (call_fingerprint): every pair's two ends must mail the same */
+  uint32_t stride;      /* the ticket order's (the kernel instance with TICKETS; exec/work_queue.cuh) */
   /* KV backward post-process */
   int reduce, dtype, num_seqs, C;
   int64_t num_tokens;
@@ -210,6 +237,33 @@ __device__ __forceinline__ void copy_segments(const dev_ctx &ctx, const attn_cha
   }
 }
 
+/* Sender, thread 0 of the block holding the pair's first piece (channel 0, piece 0; every pair has it: an empty
+ * pair still has one piece): receiver p mailed another call fingerprint (theirs) than ours. Reports
+ * SY_ERR_MISMATCH and adds ATTN_MISMATCH_FLAG to p's counter of us, the pair's one add in this call: the blocks
+ * holding its other pieces add nothing (count_mapped: that word where p is load/store reachable, else NULL: a
+ * signal). Out of line, as every cold path (report_error_at's comment): it takes fields, not the context. */
+static __device__ __noinline__ void attn_mismatch_send(dev_state *state, error_slot *slot, int rank,
+                                                       uint64_t timeout_ns, uint64_t *count_at_peer,
+                                                       uint64_t *count_mapped, int p, uint64_t call, uint64_t mine,
+                                                       uint64_t theirs) {
+  report_error_at(state, slot, rank, timeout_ns, SY_ERR_MISMATCH, OP_ATTN_MISMATCH, p, call, mine, theirs);
+  if (count_mapped) red_add_release(count_mapped, ATTN_MISMATCH_FLAG, p != rank);
+  else signal_add_cold(count_at_peer, ATTN_MISMATCH_FLAG, p, false);
+}
+
+/* The last block, after a call in which some source flagged a mismatch (block 0 saw it): a source's counter grew by
+ * ATTN_MISMATCH_FLAG exactly where it flagged (its one add, seen by block 0's wait, which this read follows through
+ * blocks_done), else by the pieces block 0 waited for; each base grows by the same, so that the next call waits
+ * for what that call's senders add. Out of line: cold. */
+template <int MAXW>
+static __device__ __noinline__ void attn_advance_flagged(const attn_params &P) {
+  for (int s = threadIdx.x; s < P.ctx.world_size; s += blockDim.x) {
+    const uint64_t base = P.local->base[s];
+    const bool flagged = ld_acquire_sys(P.data + s) >= base + ATTN_MISMATCH_FLAG;
+    P.local->base[s] = base + (flagged ? ATTN_MISMATCH_FLAG : attn_expected<MAXW>(P, s));
+  }
+}
+
 /* TICKETS: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
  * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "instruction fetch"). TRACE: the
  * trace points (SY_TRACE_FILE), likewise. */
@@ -221,11 +275,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   __shared__ uint64_t call_s;
   __shared__ uint32_t prefix_s[2 * MAXW + 1]; /* pieces over (k, channel), k -> peer (me + 1 + k) % W */
-  /* per peer, once the block has its mail: destinations of both channels (from the control region), state (1
-   * send, 0 skip: failed wait; -1 not yet waited for) and control region if load/store reachable */
+  /* per peer, once the block has its mail: destinations of both channels (from the control region; on a
+   * mismatch [0] holds the receiver's fingerprint), state (1 send, 0 skip: failed wait, -1 mismatch, -2 not yet
+   * waited for) and control region if load/store reachable */
   __shared__ int64_t delta_s[MAXW][2];
   __shared__ int state_s[MAXW];
   __shared__ char *peer_base_s[MAXW];
+  __shared__ int flagged_s; /* a sender flagged a mismatch instead of sending (the reduce is skipped) */
   __shared__ int64_t seg_s[4 * ATTN_SEG_CAP]; /* the current pair's segments, where it has at most ATTN_SEG_CAP */
 
   for (int i = threadIdx.x; i < W * nch; i += blockDim.x) {
@@ -233,8 +289,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     prefix_s[i + 1] =
         attn_piece_count((uint64_t)send_rows_of<MAXW>(P.ch[c], p) * P.ch[c].row_bytes, W * nch, P.max_piece);
   }
-  for (int p = threadIdx.x; p < W; p += blockDim.x) state_s[p] = -1;
-  if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1;
+  for (int p = threadIdx.x; p < W; p += blockDim.x) state_s[p] = -2;
+  if (threadIdx.x == 0) call_s = ld_relaxed_gpu(&P.local->calls) + 1, flagged_s = 0;
   __syncthreads();
   if (threadIdx.x == 0) {
     prefix_s[0] = 0;
@@ -246,8 +302,9 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_READY, PH_POST_READY, true, -1, call);
-    const uint64_t d0 = (uint64_t)(P.ch[0].dst - ctx.ctrl), d1 = nch > 1 ? (uint64_t)(P.ch[1].dst - ctx.ctrl) : 0;
-    for (int p = threadIdx.x; p < W; p += blockDim.x) post_mail(ctx, P.mail, p, call, d0, d1);
+    const uint64_t v[3] = {(uint64_t)(P.ch[0].dst - ctx.ctrl), nch > 1 ? (uint64_t)(P.ch[1].dst - ctx.ctrl) : 0,
+                           P.fingerprint};
+    for (int p = threadIdx.x; p < W; p += blockDim.x) post_mail_words<3>(ctx, P.mail[me].word, p, call, v);
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_READY, PH_POST_READY, false, -1, call);
   }
 
@@ -284,7 +341,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
         else last = mid - 1;
       }
     }
-    if (state_s[p] < 0) { /* the block's first piece for p: its mail (every thread reads -1 before thread 0 writes) */
+    if (state_s[p] == -2) { /* the block's first piece for p: its mail (every thread reads -2 before thread 0 writes) */
       /* The piece's source lines on their way into L2 while the mail travels. */
       for (int64_t g = first; hi > lo && g < ng; g++) {
         const uint64_t seg_lo = (uint64_t)segs[4 * g + 3] * rb, seg_hi = seg_lo + (uint64_t)segs[4 * g + 2] * rb;
@@ -295,17 +352,26 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
       __syncthreads();
       if (threadIdx.x == 0) {
         trace<TRACE>(ctx, OP_ATTN_READY, PH_WAIT_READY, true, p, call);
-        uint64_t v0 = 0, v1 = 0;
-        const int ok = wait_mail(ctx, P.mail, p, call, OP_ATTN_READY, &v0, &v1) ? 1 : 0;
-        delta_s[p][0] = (int64_t)v0;
-        delta_s[p][1] = (int64_t)v1;
+        uint64_t v[3] = {0, 0, 0};
+        int ok = wait_mail_words<3>(ctx, P.mail[p].word, p, call, OP_ATTN_READY, v) ? 1 : 0;
+        if (ok && v[2] != P.fingerprint) ok = -1, v[0] = v[2]; /* reported by the pair's first piece, below */
+        delta_s[p][0] = (int64_t)v[0];
+        delta_s[p][1] = (int64_t)v[1];
         peer_base_s[p] = peer_ctrl(ctx, ctx.ctrl, p);
         state_s[p] = ok;
         trace<TRACE>(ctx, OP_ATTN_READY, PH_WAIT_READY, false, p, call);
       }
       __syncthreads();
     }
-    if (!state_s[p]) return;
+    if (state_s[p] <= 0) { /* a failed wait, or a mismatch: no rows for p; its first piece's block flags it */
+      if (state_s[p] < 0 && c == 0 && j == 0 && threadIdx.x == 0) {
+        uint64_t *count_at_peer = P.data + me;
+        uint64_t *mapped = peer_base_s[p] ? (uint64_t *)(peer_base_s[p] + ((char *)count_at_peer - ctx.ctrl)) : nullptr;
+        attn_mismatch_send(ctx.state, ctx.slot, me, ctx.timeout_ns, count_at_peer, mapped, p, call, P.fingerprint,
+                           (uint64_t)delta_s[p][0]);
+      }
+      return;
+    }
     char *peer_base = peer_base_s[p];
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_COPY, true, p, call);
     if (hi > lo) copy_segments(ctx, ch, segs, first, ng, lo, hi, delta_s[p][c], peer_base, p);
@@ -325,24 +391,35 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
 
   if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
-    for (int s = threadIdx.x; s < W; s += blockDim.x)
-      wait_geq(ctx, P.data + s, P.local->base[s] + attn_expected<MAXW>(P, s), OP_ATTN_DATA, s, call);
+    for (int s = threadIdx.x; s < W; s += blockDim.x) {
+      const uint64_t base = P.local->base[s], want = base + attn_expected<MAXW>(P, s);
+      const uint64_t seen = wait_geq_seen(ctx, P.data + s, want, OP_ATTN_DATA, s, call);
+      if (seen >= base + ATTN_MISMATCH_FLAG) { /* s sent the mismatch flag, not rows */
+        flagged_s = 1;
+        if (blockIdx.x == 0) report_error(ctx, SY_ERR_MISMATCH, OP_ATTN_MISMATCH_RECV, s, call, P.fingerprint, 0);
+      }
+    }
     __syncthreads();
     if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
-    if (P.reduce != REDUCE_NONE && !aborted(ctx)) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
+    if (P.reduce != REDUCE_NONE && !aborted(ctx) && !flagged_s) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
   }
 
   /* The last block advances the call number and the expected counter bases, a thread per source; the next call
-   * reads them after the kernel boundary. One acquire-release atomic, no separate fences. */
+   * reads them after the kernel boundary. One acquire-release atomic, no separate fences. Block 0's arrival carries
+   * ATTN_DONE_FLAGGED where a source flagged a mismatch (last_s 2): that source's base grows by the flag. */
   __shared__ int last_s;
   __syncthreads();
   if (threadIdx.x == 0) {
     trace<TRACE>(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
-    last_s = atom_add_acq_rel_gpu(&P.local->blocks_done, 1u) == gridDim.x - 1;
+    const unsigned arrive = blockIdx.x == 0 && flagged_s ? 1u + ATTN_DONE_FLAGGED : 1u;
+    const unsigned done = atom_add_acq_rel_gpu(&P.local->blocks_done, arrive) + arrive;
+    last_s = (done & ~ATTN_DONE_FLAGGED) != gridDim.x ? 0 : done & ATTN_DONE_FLAGGED ? 2 : 1;
   }
   __syncthreads();
   if (last_s) {
-    for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
+    if (last_s == 1)
+      for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
+    else attn_advance_flagged<MAXW>(P);
     if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
       piece_queue_reset(queue);
@@ -363,6 +440,25 @@ static sy_status_t launch(cuda_state *st, attn_params &P, bool dynamic, int bloc
 using namespace sy;
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
+
+/* splitmix64's finalizer over h plus a word. */
+static uint64_t mix_word(uint64_t h, uint64_t word) {
+  uint64_t x = h + 0x9e3779b97f4a7c15ull + word;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* What a call mails and compares (the kernel's header): the plan's fingerprint and the call's shape — its
+ * channels' directions and row sizes, which both ends of a pair must share as well. */
+static uint64_t call_fingerprint(const struct sy_attn_plan *plan, const sy_attn_call_t *call) {
+  uint64_t h = mix_word(plan->fingerprint, (uint64_t)call->num_channels);
+  for (int c = 0; c < call->num_channels; c++) {
+    h = mix_word(h, (uint64_t)call->ch[c].dir);
+    h = mix_word(h, (uint64_t)call->ch[c].row_bytes);
+  }
+  return h;
+}
 
 static void plan_device_free(void *device) {
   attn_plan_dev *d = (attn_plan_dev *)device;
@@ -444,14 +540,14 @@ extern "C" sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn
   const int W = comm->world_size;
   attn_gpu *g = (attn_gpu *)calloc(1, sizeof *g);
   if (!g) return SY_ERR_NO_MEMORY;
-  const size_t ctrl_bytes = (size_t)W * (sizeof(a2a_mail) + sizeof(uint64_t));
+  const size_t ctrl_bytes = (size_t)W * (sizeof(attn_mail) + sizeof(uint64_t));
   sy_status_t s = sy_mem_alloc(comm, ctrl_bytes, (void **)&g->ctrl);
   if (s != SY_SUCCESS) {
     free(g);
     return s;
   }
-  g->mail = (a2a_mail *)g->ctrl;
-  g->data = (uint64_t *)(g->ctrl + (size_t)W * sizeof(a2a_mail));
+  g->mail = (attn_mail *)g->ctrl;
+  g->data = (uint64_t *)(g->ctrl + (size_t)W * sizeof(attn_mail));
   const size_t local_bytes = sizeof(attn_local) + sizeof(uint64_t) * (size_t)W;
   cudaError_t err = cudaMalloc((void **)&g->local, local_bytes);
   if (err == cudaSuccess) err = cudaMemset(g->local, 0, local_bytes);
@@ -495,6 +591,7 @@ extern "C" sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, c
   P.local = g->local;
   P.nch = call->num_channels;
   P.max_piece = st->max_piece;
+  P.fingerprint = call_fingerprint(plan, call);
   uint64_t pieces = 0;
   for (int c = 0; c < P.nch; c++) {
     const int d = call->ch[c].dir;

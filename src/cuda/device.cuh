@@ -151,11 +151,32 @@ __device__ inline bool wait_geq(const dev_ctx &ctx, const uint64_t *counter, uin
   }
 }
 
-/* Mail: "receiver `me` entered call n; here are two 64-bit values" (the all-to-all: where the sender's
- * bytes go and how many; attention dispatch: where each channel's rows go), posted by the receiver into
- * slot `me` of mail[] at sender p as four self-validating 8-byte words — 32 bits of payload and the low 32
- * bits of n in each — with plain stores and no fence. The sender knows the mail is whole when all four
- * words carry n. */
+/* The same, returning the value it saw: >= expected on success, below it otherwise (for a caller that reads
+ * more from the counter than "arrived": the attention kernel's mismatch flag). A function of its own, so that
+ * the other kernels' waits keep their code. */
+__device__ inline uint64_t wait_geq_seen(const dev_ctx &ctx, const uint64_t *counter, uint64_t expected, int op,
+                                         int peer, uint64_t call) {
+  uint64_t seen = ld_acquire_sys(counter);
+  if (seen >= expected) return seen;
+  const uint64_t start = global_timer_ns();
+  for (uint32_t polls = 1;; polls++) {
+    seen = ld_acquire_sys(counter);
+    if (seen >= expected) return seen;
+    if ((polls & 1023u) == 0) {
+      if (aborted(ctx)) return seen;
+      if (global_timer_ns() - start > ctx.timeout_ns) {
+        report_error(ctx, SY_ERR_TIMEOUT, op, peer, call, expected, seen);
+        return seen;
+      }
+    }
+  }
+}
+
+/* Mail: "receiver `me` entered call n; here are V 64-bit values" (the all-to-all: where the sender's bytes go
+ * and how many; attention dispatch: where each channel's rows go and the call's fingerprint), posted by the
+ * receiver into slot `me` of the mail at sender p as 2 V self-validating 8-byte words — 32 bits of payload and
+ * the low 32 bits of n in each — with plain stores and no fence. The sender knows the mail is whole when all
+ * its words carry n. */
 /* NVSHMEM's calls, out of line: cold on a kernel's path wherever every peer is load/store reachable, and a
  * never-taken branch over inlined code costs the jump around it an instruction fetch (bench/NOTES.md,
  * "Instruction fetch"). The _block ones are called by every thread of a block, the _warp one by a whole warp. */
@@ -195,6 +216,62 @@ __device__ __forceinline__ char *peer_ctrl(const dev_ctx &ctx, const void *a, in
   return nvshmem_ptr_cold(a, p);
 }
 
+/* Receiver: posts V values to sender p. slot: our mail slot's 2 V words (this rank's address of the slot that
+ * p reads as ours). */
+template <int V>
+__device__ inline void post_mail_words(const dev_ctx &ctx, uint64_t *slot, int p, uint64_t call,
+                                       const uint64_t (&v)[V]) {
+  const uint64_t c = (uint32_t)call;
+  uint64_t w[2 * V];
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    w[2 * i] = (v[i] << 32) | c;
+    w[2 * i + 1] = (v[i] & 0xFFFFFFFF00000000ull) | c;
+  }
+  uint64_t *remote = (uint64_t *)peer_ctrl(ctx, slot, p);
+  if (remote) {
+    volatile uint64_t *r = remote;
+#pragma unroll
+    for (int k = 0; k < 2 * V; k++) r[k] = w[k];
+  } else {
+    for (int k = 0; k < 2 * V; k++) p_u64_cold(slot + k, w[k], p);
+  }
+}
+
+/* Sender: waits (bounded) until receiver p's mail for `call` (its 2 V words here) is whole, then returns its V
+ * values. */
+template <int V>
+__device__ inline bool wait_mail_words(const dev_ctx &ctx, const uint64_t *words, int p, uint64_t call, int op,
+                                       uint64_t (&v)[V]) {
+  const volatile uint64_t *m = words;
+  const uint32_t c = (uint32_t)call;
+  uint64_t w[2 * V];
+  uint64_t start = 0;
+  for (uint32_t polls = 0;; polls++) {
+    int whole = 1;
+#pragma unroll
+    for (int k = 0; k < 2 * V; k++) {
+      w[k] = m[k];
+      whole &= (uint32_t)w[k] == c;
+    }
+    if (whole) break;
+    if ((polls & 1023u) == 1023u) {
+      if (aborted(ctx)) return false;
+      const uint64_t now = global_timer_ns();
+      if (!start) start = now;
+      else if (now - start > ctx.timeout_ns) {
+        report_error(ctx, SY_ERR_TIMEOUT, op, p, call, call, (uint32_t)w[0]);
+        return false;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; i++) v[i] = (w[2 * i] >> 32) | (w[2 * i + 1] & 0xFFFFFFFF00000000ull);
+  return true;
+}
+
+/* The all-to-all's mail: two values (written out rather than through the templates above, whose code for V = 2
+ * differs: the all-to-all's kernel stays as measured). */
 __device__ inline void post_mail(const dev_ctx &ctx, a2a_mail *mail, int p, uint64_t call, uint64_t v0, uint64_t v1) {
   a2a_mail *slot = mail + ctx.rank; /* our slot, at p */
   const uint64_t c = (uint32_t)call;

@@ -14,6 +14,13 @@ SY_CUDA_OP(OP_A2A_MISMATCH, "alltoallv",
            "alltoallv (a pair disagrees on its byte count; expected = this rank's, saw = the peer's)")
 SY_CUDA_OP(OP_ATTN_READY, "attn", "attention dispatch (waiting for the receiver to enter the call)")
 SY_CUDA_OP(OP_ATTN_DATA, "attn", "attention dispatch (waiting for a sender's rows)")
+SY_CUDA_OP(OP_ATTN_MISMATCH, "attn",
+           "attention dispatch: this rank and the peer hold plans of different descriptions, or call with other "
+           "directions or row sizes (expected = this rank's call fingerprint, saw = the peer's); no rows were sent "
+           "to the peer")
+SY_CUDA_OP(OP_ATTN_MISMATCH_RECV, "attn",
+           "attention dispatch: the peer found its plan or call differs from this rank's and sent no rows "
+           "(expected = this rank's call fingerprint)")
 SY_CUDA_OP(OP_MOE_IDS, "moe dispatch_send",
            "moe dispatch_send: an expert id outside [-1, num_experts) or repeated within its token (peer = the "
            "token, expected = k, saw = the id); the entry was treated as -1")

@@ -10,12 +10,17 @@
  *    unsummed;
  *  - 1,000 back-to-back Q forwards cycling through 10 plans, no barrier or host sync in between;
  *  - the four directions back to back on two plans (C = 2), then the same eight calls captured once in a CUDA
- *    graph and replayed, every call's outputs checked.
+ *    graph and replayed, every call's outputs checked;
+ *  - last (the error is sticky), at W >= 2: rank 1's plan from another description (one pair agreeing on its row
+ *    count but not on where the rows are, one disagreeing on the count too): SY_ERR_MISMATCH on every rank, no
+ *    rows between rank 1 and the others, the rest delivered, no hang; and the next call, enqueued before the error
+ *    was seen, with plans that agree, delivers bit for bit (the flagged call left the counters consistent).
  * Plans, payload rows and gradients come from tests/workload (the GPU tests' draw).
  */
 #include "gpu_test.h"
 
 #define POISON 0xEE
+#define MAX_W  256 /* the cuda backend's most ranks */
 
 /* ---- plan descriptions ------------------------------------------------------------------------------ */
 
@@ -506,15 +511,115 @@ static void back_to_back_q_forwards(sy_comm_t comm, int rank, int W, cudaStream_
   free(h);
 }
 
+/* A plan description for mismatched_plans: every rank r owns one sequence of MM_LEN tokens, Q and its one KV
+ * replica sent to rank r + 1. Rank 1's variant differs on the two pairs rank 1 is part of: rank 0 owns an unsent
+ * 1-token sequence ahead of its sent one (the pair 0 -> 1 agrees on its row count but not on where the rows are),
+ * and rank 1's sequence has MM_LEN / 2 tokens (the pair 1 -> 2 % W disagrees on its count, and up to W = 8 on
+ * its pieces, too). */
+enum { MM_LEN = 16 };
+
+typedef struct {
+  int num_seqs[MAX_W], dst[MAX_W], dst0[2];
+  int64_t tokens[MAX_W], len[MAX_W], len0[2];
+  const int *dsts[MAX_W];
+  const int64_t *lens[MAX_W];
+  sy_attn_plan_desc_t d;
+} mm_desc_t;
+
+static void mm_desc(mm_desc_t *m, int W, int variant) {
+  for (int r = 0; r < W; r++) {
+    m->num_seqs[r] = 1, m->tokens[r] = m->len[r] = MM_LEN, m->dst[r] = (r + 1) % W;
+    m->dsts[r] = &m->dst[r], m->lens[r] = &m->len[r];
+  }
+  if (variant) {
+    m->dst0[0] = -1, m->dst0[1] = 1, m->len0[0] = 1, m->len0[1] = MM_LEN;
+    m->num_seqs[0] = 2, m->tokens[0] = 1 + MM_LEN, m->dsts[0] = m->dst0, m->lens[0] = m->len0;
+    m->tokens[1] = m->len[1] = MM_LEN / 2;
+  }
+  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
+  d.world_size = W, d.max_replicas = 1, d.num_seqs = m->num_seqs, d.num_tokens = m->tokens;
+  d.seq_lens = m->lens, d.q_dst = m->dsts, d.kv_dst = m->dsts; /* C = 1: the replica goes where Q goes */
+  m->d = d;
+}
+
+/* Rank 1 holds a plan of another description (mm_desc) in a Q forward, then every rank the same plan in a KV
+ * backward (unsummed); both calls captured in one CUDA graph, so that the second is enqueued before the first can
+ * report (the error is sticky: once the host has seen it, no call is accepted) — the case of calls in flight when a
+ * mismatch happens. Rows are 4 KiB, so each pair moves in several pieces, taken by several blocks.
+ * The Q forward: rank 1 disagrees with every rank, so every rank reports SY_ERR_MISMATCH (as the sender of a
+ * disagreeing pair, and its receiver); no rows travel between rank 1 and the others; the call ends without waiting
+ * for them; pairs that agree (W >= 3) still deliver.
+ * The KV backward must then deliver every rank's gradient bit for bit: it waits for counter bases the flagged call
+ * advanced. Had a flagged pair left the receiver's counter ahead of its base, the wait would not wait for the rows
+ * (the gradient copied from a staging not yet written, or skipped on a flag seen again); had it left it behind, the
+ * wait would time out and the abort skip the gradient. Either way it would not be the rows sent. */
+static void mismatched_plans(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
+  const size_t rb = 4096, cap = 2 * MM_LEN * rb;
+  mm_desc_t base, mine;
+  mm_desc(&base, W, 0);
+  mm_desc(&mine, W, rank == 1);
+  sy_attn_plan_t agreed, own;
+  GT_OK(sy_attn_plan_create(comm, &base.d, &agreed));
+  GT_OK(sy_attn_plan_create(comm, &mine.d, &own));
+  sy_attn_config_t cfg = SY_ATTN_CONFIG_INIT;
+  cfg.max_tokens = 2 * MM_LEN, cfg.max_replicas = 1, cfg.max_kv_grad_row_bytes = rb;
+  sy_attn_t attn;
+  GT_OK(sy_attn_create(comm, &cfg, &attn));
+  uint8_t *h = (uint8_t *)malloc(cap), *want = (uint8_t *)malloc(cap), *x, *grad_rows, *grad_out, *recv;
+  GT_CUDA(cudaMalloc((void **)&x, cap));
+  GT_CUDA(cudaMalloc((void **)&grad_rows, cap));
+  GT_CUDA(cudaMalloc((void **)&grad_out, cap));
+  GT_OK(sy_mem_alloc(comm, cap, (void **)&recv));
+  wl_payload_fill_odd(h, MM_LEN, rb, 31, rank, 0); /* Q rows (rank 1's variant sends the first half) */
+  GT_CUDA(cudaMemcpy(x, h, MM_LEN * rb, cudaMemcpyHostToDevice));
+  wl_payload_fill_odd(h, MM_LEN, rb, 32, rank, 1); /* the gradients of the MM_LEN KV rows from rank - 1 */
+  GT_CUDA(cudaMemcpy(grad_rows, h, MM_LEN * rb, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemset(recv, POISON, cap));
+  GT_CUDA(cudaMemset(grad_out, POISON, cap));
+  GT_CUDA(cudaDeviceSynchronize());
+  GT_OK(sy_comm_barrier(comm, stream));
+  GT_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  GT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  GT_OK(sy_attn_q_forward(attn, own, x, rb, recv, stream)); /* the kernel finds the mismatch */
+  GT_OK(sy_attn_kv_backward(attn, agreed, grad_rows, rb, SY_DTYPE_BF16, SY_ATTN_UNSUMMED, grad_out, stream));
+  GT_CUDA(cudaStreamEndCapture(stream, &graph));
+  GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const double t0 = gt_now_s();
+  GT_CUDA(cudaGraphLaunch(exec, stream));
+  GT_CUDA(cudaStreamSynchronize(stream));
+  const double dt = gt_now_s() - t0;
+  sy_status_t async = SY_SUCCESS;
+  char detail[256] = "";
+  GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
+  if (async != SY_ERR_MISMATCH)
+    GT_FAIL("mismatched plans: async error %s, want SY_ERR_MISMATCH", sy_status_name(async));
+  else printf("[test rank %d] mismatch reported, both calls done in %.1f ms: %s\n", rank, dt * 1e3, detail);
+  const int from = (rank + W - 1) % W, back_from = (rank + 1) % W; /* this rank's one sender of each call */
+  GT_CUDA(cudaMemcpy(h, recv, cap, cudaMemcpyDeviceToHost));
+  memset(want, POISON, cap);
+  if (from != 1 && rank != 1) wl_payload_fill_odd(want, MM_LEN, rb, 31, from, 0);
+  gt_compare(from == 1 || rank == 1 ? "mismatched pair: q_recv (no rows)" : "agreeing pair: q_recv", h, want, cap);
+  GT_CUDA(cudaMemcpy(h, grad_out, cap, cudaMemcpyDeviceToHost));
+  memset(want, POISON, cap);
+  wl_payload_fill_odd(want, MM_LEN, rb, 32, back_from, 1);
+  gt_compare("the next call, plans agreeing: KV backward's gradient", h, want, cap);
+  GT_CUDA(cudaGraphExecDestroy(exec));
+  GT_CUDA(cudaGraphDestroy(graph));
+  GT_CUDA(cudaFree(x));
+  GT_CUDA(cudaFree(grad_rows));
+  GT_CUDA(cudaFree(grad_out));
+  sy_attn_destroy(attn); /* accepted after the error; the symmetric buffer goes with the communicator */
+  sy_attn_plan_destroy(agreed);
+  sy_attn_plan_destroy(own);
+  free(h), free(want);
+}
+
 int main(void) {
-  gt_require_gpu("test_gpu_attn");
   setenv("SY_HEAP_SIZE", "4G", 0); /* outputs and the KV staging of the largest cases */
-  sy_comm_t comm = NULL;
-  GT_OK(sy_comm_init(&comm, NULL));
   int rank, W;
-  GT_OK(sy_comm_rank(comm, &rank));
-  GT_OK(sy_comm_size(comm, &W));
-  gt_rank = rank;
+  sy_comm_t comm = gt_init("test_gpu_attn", &rank, &W);
   sy_backend_t backend;
   GT_OK(sy_comm_backend(comm, &backend));
   if (backend != SY_BACKEND_CUDA)
@@ -531,6 +636,7 @@ int main(void) {
   char detail[256];
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
   if (async != SY_SUCCESS) GT_FAIL("async error: %s: %s", sy_status_name(async), detail);
+  if (W >= 2 && async == SY_SUCCESS) mismatched_plans(comm, rank, W, stream);
   GT_CUDA(cudaStreamDestroy(stream));
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_attn");
