@@ -219,7 +219,7 @@ static const sy_backend_ops_t cuda_ops = {
     .moe_ht_layout = sy__cuda_moe_ht_layout,
     .moe_ht_dispatch = sy__cuda_moe_ht_dispatch,
     .moe_ht_combine = sy__cuda_moe_ht_combine,
-    .moe_ht_combine_backward = NULL, /* not yet on the GPU: core/moe_ht.c answers SY_ERR_UNSUPPORTED */
+    .moe_ht_combine_backward = sy__cuda_moe_ht_combine_backward,
 };
 
 /* ---- init ------------------------------------------------------------------------------------------------ */

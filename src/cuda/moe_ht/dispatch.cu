@@ -179,6 +179,60 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   }
 }
 
+/* The combine's backward: a warp turns one message (the owner's grad_out row g) into the gradient of each row
+ * it reached in the forward dispatch (the handle's recv_rows): bf16(w_r x g) or g, and the 32-lane dot product of
+ * g with rows_in[r] (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot). */
+__device__ void recv_grad(const ht_params &P, const char *m, const int32_t *rows) {
+  const int lane = threadIdx.x & 31;
+  const int row = lane < P.kk ? rows[lane] : -1;
+  const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
+  const float w = row >= 0 && P.row_weights ? P.row_weights[row] : 1.0f;
+  const size_t bytes = (size_t)P.hidden * 2;
+  const char *g = m + P.wl.payload_offset;
+  char *out = (char *)P.out;
+  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
+    const uint4 v = __ldcg((const uint4 *)(g + off));
+    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+    for (int i = 0; i < n; i++) {
+      const int r = __shfl_sync(0xffffffffu, row, i);
+      const float wr = __shfl_sync(0xffffffffu, w, i);
+      uint4 o = v;
+      if (P.row_weights) {
+        uint32_t q[4];
+        for (int j = 0; j < 4; j++)
+          q[j] = (uint32_t)sy__float_to_bf16(wr * sy__bf16_to_float((uint16_t)(in[j] & 0xffff))) |
+                 ((uint32_t)sy__float_to_bf16(wr * sy__bf16_to_float((uint16_t)(in[j] >> 16))) << 16);
+        o = make_uint4(q[0], q[1], q[2], q[3]);
+      }
+      *(uint4 *)(out + (size_t)r * bytes + off) = o;
+    }
+  }
+  if (!P.grad_row_weights) return;
+  const uint16_t *gh = (const uint16_t *)g;
+  for (int i = 0; i < n; i++) {
+    const int r = __shfl_sync(0xffffffffu, row, i);
+    const uint16_t *y = (const uint16_t *)P.rows_in + (size_t)r * P.hidden;
+    float acc = 0.0f;
+    for (int h = lane; h < P.hidden; h += 32) acc = fmaf(sy__bf16_to_float(__ldcg(gh + h)), sy__bf16_to_float(y[h]), acc);
+    for (int d = 16; d >= 1; d >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, d);
+    if (lane == 0) P.grad_row_weights[r] = acc;
+  }
+}
+
+/* The combine's backward: grad_row_weights of the padding rows of the experts block c owns, 0. */
+__device__ void grad_padding(const ht_params &P, int c) {
+  if (!P.grad_row_weights) return;
+  const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
+  const int stride = P.recv.expert_stride;
+  for (int e = c; e < P.L; e += P.C) {
+    int64_t n = 0;
+    for (int s = 0; s < P.world_size; s++) n += counts[(size_t)s * P.L + e];
+    const int64_t first = (stride ? (int64_t)e * stride : offsets[e]) + n;
+    const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
+    for (int64_t r = first + threadIdx.x; r < end; r += blockDim.x) P.grad_row_weights[r] = 0.0f;
+  }
+}
+
 /* Offsets of this call's layout (contiguous from the handle, or the masked stride), the rows check, and the
  * padding rows of the experts this block owns. Returns whether rows may be written. */
 __device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
@@ -244,7 +298,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
     for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
     mbase[s] = b;
   }
-  const bool write = recv_setup(P, c, rowbase);
+  const bool write = P.mode == HT_DISPATCH ? recv_setup(P, c, rowbase) : true;
+  if (P.mode == HT_COMBINE_BACKWARD) grad_padding(P, c);
   __shared__ int nb, pending, stalled;
   __shared__ uint64_t since;
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
@@ -272,7 +327,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
       for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        recv_message(P, m, s, rowbase, rows, write);
+        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write);
+        else recv_grad(P, m, rows);
       }
       __syncthreads();
       if (threadIdx.x == 0) {

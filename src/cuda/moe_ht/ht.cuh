@@ -66,6 +66,7 @@ struct ht_params {
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
   /* the call */
+  int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;
   const void *expert_ids;
   int id64;
@@ -74,9 +75,13 @@ struct ht_params {
   const float *weights;
   sy_moe_ht_recv_t recv;
   const float *row_weights, *row_values;
-  void *out;
+  void *out;          /* combine: [num_tokens][hidden]; combine_backward: grad_rows */
   float *token_values;
+  const void *rows_in; /* combine_backward: the combine's input (for grad_row_weights) */
+  float *grad_row_weights;
 };
+
+enum { HT_DISPATCH = 0, HT_COMBINE_BACKWARD = 1 };
 
 __device__ __forceinline__ char *ht_peer(const ht_params &P, int p) {
   if (P.world_size <= HT_PEER_TAB) return P.peer_ws[p];
@@ -127,6 +132,8 @@ sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht *moe, cons
                                      cudaStream_t stream);
 sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
                                     cudaStream_t stream);
+sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                             cudaStream_t stream);
 }
 
 /* kernels (layout.cu, dispatch.cu, combine.cu) */

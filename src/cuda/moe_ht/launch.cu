@@ -167,6 +167,8 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->row_values = call->row_values;
   P->out = call->out;
   P->token_values = call->token_values;
+  P->rows_in = call->rows_in;
+  P->grad_row_weights = call->grad_row_weights;
 }
 
 /* The exact mode: waits (bounded by the communicator's timeout) until the layout kernel has stamped the mapped
@@ -245,4 +247,17 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_params P;
   fill(comm, moe, g, call, &P);
   return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
+}
+
+/* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
+extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct sy_moe_ht *moe,
+                                                        const sy_moe_ht_call_t *call, cudaStream_t stream) {
+  ht_gpu *g = (ht_gpu *)moe->backend_state;
+  ht_params P;
+  fill(comm, moe, g, call, &P);
+  P.mode = HT_COMBINE_BACKWARD;
+  P.wire = SY_MOE_WIRE_BF16;
+  P.weights = NULL;
+  P.token_scales = NULL;
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
 }
