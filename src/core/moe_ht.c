@@ -1,0 +1,398 @@
+/*
+ * moe_ht.c — the public entry points of the MoE high-throughput mode (sy_moe_ht_*): the object (its
+ * configuration, its sizes) and the four calls of a step (layout, dispatch, combine, the combine's backward).
+ * Each checks everything it can see at the boundary, once, naming the argument, and hands the backend a call
+ * pack it can trust (sy_moe_ht_call_t); a rejected call changes nothing. What only the handle or the peers know
+ * (invalid ids, a handle of another object or layout, rows that do not fit) the backends check: the host backend
+ * on every rank before anything is written, the cuda backend on the device. Failures a backend reports for the
+ * collective as a whole (a timed-out wait, ranks that disagree) are sticky, as in comm.c.
+ */
+#include "internal.h"
+#include "ref/moe_ht_layout.h"
+#include "ref/moe_ht_ref.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int mul_size(size_t a, size_t b, size_t *out) {
+  if (a && b > SIZE_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+static uint32_t next_object_id; /* process-wide; an object's id is its creation number, from 1 */
+
+/* ---- the object --------------------------------------------------------------------------------------------- */
+
+/* Copies the caller's config (a newer caller's larger struct: its known prefix), applies the defaults and checks
+ * it, naming the field. */
+static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_moe_ht_config_t *config,
+                               const char *fn) {
+  SY_ARG_CHECK(in != NULL, fn, "config is NULL (it has no defaults: set max_tokens, hidden, top_k, num_experts)");
+  SY_ARG_CHECK(in->size >= sizeof(sy_moe_ht_config_t), fn,
+               "config->size=%zu is too small (initialise the config with SY_MOE_HT_CONFIG_INIT)", in->size);
+  sy_moe_ht_config_t c = *in;
+  c.size = sizeof c;
+  const int W = comm->world_size;
+  SY_ARG_CHECK(c.max_tokens >= 1, fn, "config->max_tokens=%d must be >= 1", c.max_tokens);
+  SY_ARG_CHECK(c.wire == SY_MOE_WIRE_FP8 || c.wire == SY_MOE_WIRE_FP8_UE8M0 || c.wire == SY_MOE_WIRE_BF16 ||
+                   c.wire == SY_MOE_WIRE_FP8_GIVEN,
+               fn, "config->wire=%d is not a sy_moe_wire_t (SY_MOE_WIRE_FP8, _FP8_UE8M0, _BF16, _FP8_GIVEN)",
+               (int)c.wire);
+  const int multiple = c.wire == SY_MOE_WIRE_BF16 ? 8 : SY_MOE_FP8_GROUP;
+  SY_ARG_CHECK(c.hidden >= 1 && c.hidden % multiple == 0, fn, "config->hidden=%d is not a positive multiple of %d (%s)",
+               c.hidden, multiple, c.wire == SY_MOE_WIRE_BF16 ? "the BF16 wire's 16-byte rows" : "the FP8 scale group");
+  SY_ARG_CHECK(c.top_k >= 1 && c.top_k <= 32, fn, "config->top_k=%d outside [1, 32]", c.top_k);
+  SY_ARG_CHECK(c.num_experts >= 1 && c.num_experts % W == 0, fn,
+               "config->num_experts=%d is not a positive multiple of the world size %d", c.num_experts, W);
+  SY_ARG_CHECK(c.top_k <= c.num_experts, fn,
+               "config->top_k=%d exceeds config->num_experts=%d: a token names top_k distinct experts", c.top_k,
+               c.num_experts);
+  SY_ARG_CHECK(c.expert_alignment >= 0 && c.expert_alignment <= SY_MOE_HT_MAX_ALIGNMENT, fn,
+               "config->expert_alignment=%d outside [0, %d] (0: 1)", c.expert_alignment, SY_MOE_HT_MAX_ALIGNMENT);
+  SY_ARG_CHECK(c.num_sms >= 0 && c.num_sms <= 1024, fn, "config->num_sms=%d outside [0, 1024] (0: %d)", c.num_sms,
+               SY_MOE_HT_DEFAULT_SMS);
+  SY_ARG_CHECK(c.flags == 0, fn, "config->flags=0x%x: no flag is defined yet (pass 0)", c.flags);
+  c = sy__moe_ht_defaults(c);
+  /* Rows are int32 (src pairs, offsets, the handle's rows); the row buffers and the handle need a size_t. */
+  const int64_t max_rows = sy__moe_ht_max_rows(&c, W);
+  SY_ARG_CHECK(max_rows <= INT32_MAX, fn,
+               "config: max_tokens=%d x world size %d x min(top_k=%d, %d local experts) + padding to "
+               "expert_alignment=%d = %lld rows exceeds 2^31 - 1",
+               c.max_tokens, W, c.top_k, c.num_experts / W, c.expert_alignment, (long long)max_rows);
+  size_t row_bytes, handle_rows;
+  SY_ARG_CHECK(mul_size((size_t)max_rows, (size_t)c.hidden * 2, &row_bytes) &&
+                   mul_size((size_t)W * (size_t)c.max_tokens, (size_t)c.top_k * 4, &handle_rows),
+               fn, "config: max_tokens=%d, hidden=%d, top_k=%d, num_experts=%d on %d ranks: the sizes overflow",
+               c.max_tokens, c.hidden, c.top_k, c.num_experts, W);
+  *config = c;
+  return SY_SUCCESS;
+}
+
+/* The symmetric memory an object reserves. The host backend reserves none: its ranks read each other's buffers
+ * inside each call's exchange. The cuda backend's rings are its own (cuda/moe_ht/); until it has the mode, the
+ * answer is SY_ERR_UNSUPPORTED. */
+static sy_status_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c, size_t *bytes, const char *fn) {
+  (void)c;
+  if (comm->backend == SY_BACKEND_HOST) {
+    *bytes = 0;
+    return SY_SUCCESS;
+  }
+  SY_WARN("%s: the %s backend has no high-throughput MoE yet", fn, comm->ops->name);
+  return SY_ERR_UNSUPPORTED;
+}
+
+sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config_in, size_t *bytes) {
+  static const char *fn = "sy_moe_ht_workspace_size";
+  SY_COMM_QUERY_GUARD(comm, fn); /* a function of the configuration: answers after an error too */
+  SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
+  sy_moe_ht_config_t config;
+  SY_CHECK(read_config(comm, config_in, &config, fn));
+  return workspace_bytes(comm, &config, bytes, fn);
+}
+
+/* Whether the backend has the entry a call needs; SY_ERR_UNSUPPORTED naming the backend otherwise. */
+static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
+  if (entry) return SY_SUCCESS;
+  SY_WARN("%s: the %s backend has no high-throughput MoE yet", fn, comm->ops->name);
+  return SY_ERR_UNSUPPORTED;
+}
+
+/* Collective: every rank must configure alike, compared over the host allgather before any backend reserves
+ * anything (a rank whose configuration differs fails the create everywhere, nothing created). */
+static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, const char *fn) {
+  const int W = comm->world_size;
+  sy_moe_ht_config_t *all = calloc((size_t)W, sizeof *all);
+  if (!all) return SY_ERR_NO_MEMORY;
+  sy_status_t s = comm->ops->allgather_host(comm, c, all, sizeof *c);
+  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
+    const sy_moe_ht_config_t *o = &all[r];
+    if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
+        o->num_experts != c->num_experts || o->wire != c->wire || o->expert_alignment != c->expert_alignment ||
+        o->num_sms != c->num_sms || o->flags != c->flags) {
+      SY_WARN(
+          "%s: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d expert_alignment=%d "
+          "num_sms=%d flags=0x%x, this rank %d / %d / %d / %d / %d / %d / %d / 0x%x; nothing created",
+          fn, r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->expert_alignment, o->num_sms,
+          o->flags, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire, c->expert_alignment, c->num_sms,
+          c->flags);
+      s = SY_ERR_MISMATCH;
+    }
+  }
+  free(all);
+  return s;
+}
+
+sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in, sy_moe_ht_t *moe_out) {
+  static const char *fn = "sy_moe_ht_create";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(moe_out != NULL, fn, "moe is NULL");
+  *moe_out = NULL;
+  sy_moe_ht_config_t config;
+  SY_CHECK(read_config(comm, config_in, &config, fn));
+  SY_CHECK(backend_has(comm, comm->ops->moe_ht_create != NULL, fn));
+  SY_CHECK(same_config_everywhere(comm, &config, fn));
+  struct sy_moe_ht *moe = calloc(1, sizeof *moe);
+  if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
+  moe->comm = comm;
+  moe->config = config;
+  moe->id = __atomic_add_fetch(&next_object_id, 1, __ATOMIC_RELAXED);
+  moe->local_experts = config.num_experts / comm->world_size;
+  moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
+  sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
+  if (st != SY_SUCCESS) {
+    free(moe);
+    return sy__comm_record(comm, st, fn);
+  }
+  *moe_out = moe;
+  return SY_SUCCESS;
+}
+
+/* Collective. Accepted after an error. */
+sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
+  if (!moe) return SY_SUCCESS;
+  sy_comm_t comm = moe->comm;
+  sy__log_set_rank(comm->rank);
+  sy__comm_health(comm);
+  if (comm->ops->moe_ht_destroy) comm->ops->moe_ht_destroy(comm, moe);
+  free(moe);
+  return SY_SUCCESS;
+}
+
+static void fill_sizes(const struct sy_moe_ht *moe, sy_moe_ht_sizes_t *s) {
+  const sy_moe_ht_config_t *c = &moe->config;
+  memset(s, 0, sizeof *s);
+  s->size = sizeof *s;
+  s->local_experts = moe->local_experts;
+  s->max_rows = moe->max_rows;
+  s->handle_bytes = sy__moe_ht_handle_layout(c, moe->comm->world_size).bytes;
+  s->row_bytes = (size_t)c->hidden * sy__moe_ht_wire_elem(c->wire);
+  s->scale_bytes = sy__moe_ht_fp8(c->wire) ? (size_t)(c->hidden / SY_MOE_FP8_GROUP) * sizeof(float) : 0;
+}
+
+/* Reads what the object was created with: answers after an error too. */
+sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes) {
+  static const char *fn = "sy_moe_ht_sizes";
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  SY_COMM_QUERY_GUARD(moe->comm, fn);
+  SY_ARG_CHECK(sizes != NULL, fn, "sizes is NULL");
+  SY_ARG_CHECK(sizes->size >= sizeof(sy_moe_ht_sizes_t), fn,
+               "sizes->size=%zu is too small (initialise it with SY_MOE_HT_SIZES_INIT)", sizes->size);
+  const size_t size = sizes->size; /* a newer caller's larger struct: its known prefix is filled */
+  fill_sizes(moe, sizes);
+  sizes->size = size;
+  return SY_SUCCESS;
+}
+
+/* ---- the calls of a step ------------------------------------------------------------------------------------ */
+
+/* The object, the communicator's health, the stream, the backend's entry, the handle and num_tokens. */
+static sy_status_t check_call(sy_moe_ht_t moe, int entry, const void *handle, int num_tokens, cudaStream_t stream,
+                              const char *fn) {
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  SY_COMM_GUARD(moe->comm, fn);
+  SY_CHECK(sy__check_stream(moe->comm, stream, fn));
+  SY_CHECK(backend_has(moe->comm, entry, fn));
+  SY_ARG_CHECK(handle != NULL, fn, "handle is NULL");
+  SY_ARG_CHECK(num_tokens >= 0 && num_tokens <= moe->config.max_tokens, fn,
+               "num_tokens=%d outside [0, config.max_tokens=%d]", num_tokens, moe->config.max_tokens);
+  return SY_SUCCESS;
+}
+
+static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a && b && a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+/* A buffer a call writes (or reads), for the overlap checks: what writes must not overlap anything else. */
+typedef struct span {
+  const char *name;
+  const void *ptr;
+  size_t bytes;
+  int written;
+} span_t;
+
+static sy_status_t check_overlaps(const span_t *spans, int n, const char *fn) {
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      SY_ARG_CHECK(!(spans[i].written || spans[j].written) ||
+                       !overlap(spans[i].ptr, spans[i].bytes, spans[j].ptr, spans[j].bytes),
+                   fn, "%s=%p (%zu bytes) and %s=%p (%zu bytes) overlap", spans[i].name, spans[i].ptr, spans[i].bytes,
+                   spans[j].name, spans[j].ptr, spans[j].bytes);
+  return SY_SUCCESS;
+}
+
+/* recv's shape, and (the dispatch, which writes it) its buffers. Each combine reads the dispatch's recv. */
+static sy_status_t check_recv(sy_moe_ht_t moe, const sy_moe_ht_recv_t *recv, int dispatch, const char *fn) {
+  SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
+  const int L = moe->local_experts, fp8 = sy__moe_ht_fp8(moe->config.wire);
+  SY_ARG_CHECK(recv->rows >= 0, fn, "recv->rows=%d is negative", recv->rows);
+  SY_ARG_CHECK(recv->expert_stride >= 0, fn, "recv->expert_stride=%d is negative (0: the contiguous layout)",
+               recv->expert_stride);
+  SY_ARG_CHECK((int64_t)recv->expert_stride * L <= recv->rows, fn,
+               "recv->expert_stride=%d x %d local experts exceeds recv->rows=%d (the masked layout's last expert "
+               "ends at row L x expert_stride)",
+               recv->expert_stride, L, recv->rows);
+  SY_ARG_CHECK(recv->src != NULL, fn, "recv->src is NULL");
+  SY_ARG_CHECK(recv->expert_offsets != NULL, fn, "recv->expert_offsets is NULL");
+  SY_ARG_CHECK(recv->expert_counts != NULL, fn, "recv->expert_counts is NULL");
+  if (!dispatch) return SY_SUCCESS;
+  SY_ARG_CHECK(recv->weights != NULL, fn, "recv->weights is NULL");
+  SY_ARG_CHECK(recv->tokens != NULL || recv->rows == 0, fn, "recv->tokens is NULL while recv->rows=%d", recv->rows);
+  SY_ARG_CHECK(!fp8 || recv->scales != NULL || recv->rows == 0, fn, "recv->scales is NULL with an FP8 wire");
+  SY_ARG_CHECK(fp8 || recv->scales == NULL, fn, "recv->scales=%p with the BF16 wire, which has no scales (pass NULL)",
+               (void *)recv->scales);
+  return SY_SUCCESS;
+}
+
+/* Runs the backend's call; a failure of the collective is the communicator's. */
+static sy_status_t run(sy_moe_ht_t moe, sy_status_t st, uint64_t *counter, const char *fn) {
+  st = sy__comm_record(moe->comm, st, fn);
+  if (st == SY_SUCCESS && counter) ++*counter;
+  return st;
+}
+
+static sy_status_t check_index_type(sy_index_type_t id_type, const char *fn) {
+  SY_ARG_CHECK(id_type == SY_INDEX_INT32 || id_type == SY_INDEX_INT64, fn,
+               "id_type=%d is not a sy_index_type_t (SY_INDEX_INT32, SY_INDEX_INT64)", (int)id_type);
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_moe_ht_layout(sy_moe_ht_t moe, const void *expert_ids, sy_index_type_t id_type, int num_tokens,
+                             void *handle, int32_t *host_counts, cudaStream_t stream) {
+  static const char *fn = "sy_moe_ht_layout";
+  SY_CHECK(check_call(moe, moe && moe->comm->ops->moe_ht_layout, handle, num_tokens, stream, fn));
+  SY_CHECK(check_index_type(id_type, fn));
+  SY_ARG_CHECK(expert_ids != NULL || num_tokens == 0, fn, "expert_ids is NULL while num_tokens=%d", num_tokens);
+  const sy_moe_ht_config_t *c = &moe->config;
+  const size_t id_bytes = (size_t)num_tokens * (size_t)c->top_k * (id_type == SY_INDEX_INT64 ? 8 : 4);
+  const span_t spans[3] = {{"handle", handle, sy__moe_ht_handle_layout(c, moe->comm->world_size).bytes, 1},
+                           {"host_counts", host_counts, (2 * (size_t)moe->local_experts + 1) * sizeof(int32_t), 1},
+                           {"expert_ids", expert_ids, id_bytes, 0}};
+  SY_CHECK(check_overlaps(spans, 3, fn));
+  sy_moe_ht_call_t call;
+  memset(&call, 0, sizeof call);
+  call.handle = handle;
+  call.num_tokens = num_tokens;
+  call.expert_ids = expert_ids;
+  call.id_type = id_type;
+  call.host_counts = host_counts;
+  sy_comm_t comm = moe->comm;
+  return run(moe, comm->ops->moe_ht_layout(comm, moe, &call, stream), &moe->layouts, fn);
+}
+
+sy_status_t sy_moe_ht_dispatch(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *tokens,
+                               const float *token_scales, const float *weights, const sy_moe_ht_recv_t *recv,
+                               cudaStream_t stream) {
+  static const char *fn = "sy_moe_ht_dispatch";
+  SY_CHECK(check_call(moe, moe && moe->comm->ops->moe_ht_dispatch, handle, num_tokens, stream, fn));
+  const sy_moe_ht_config_t *c = &moe->config;
+  const int given = c->wire == SY_MOE_WIRE_FP8_GIVEN;
+  SY_ARG_CHECK(tokens != NULL || num_tokens == 0, fn, "tokens is NULL while num_tokens=%d", num_tokens);
+  SY_ARG_CHECK(!given || token_scales != NULL || num_tokens == 0, fn,
+               "token_scales is NULL while num_tokens=%d with SY_MOE_WIRE_FP8_GIVEN (the scales travel with the "
+               "tokens)",
+               num_tokens);
+  SY_ARG_CHECK(given || token_scales == NULL, fn,
+               "token_scales=%p without SY_MOE_WIRE_FP8_GIVEN (this wire takes bf16 tokens: pass NULL)",
+               (const void *)token_scales);
+  SY_CHECK(check_recv(moe, recv, 1, fn));
+  const int L = moe->local_experts;
+  const size_t rows = (size_t)recv->rows, T = (size_t)num_tokens, K = (size_t)c->top_k, H = (size_t)c->hidden;
+  sy_moe_ht_sizes_t z;
+  fill_sizes(moe, &z);
+  const span_t spans[10] = {{"recv->tokens", recv->tokens, rows * z.row_bytes, 1},
+                            {"recv->scales", recv->scales, rows * z.scale_bytes, 1},
+                            {"recv->src", recv->src, rows * 8, 1},
+                            {"recv->weights", recv->weights, rows * 4, 1},
+                            {"recv->expert_offsets", recv->expert_offsets, ((size_t)L + 1) * 4, 1},
+                            {"recv->expert_counts", recv->expert_counts, (size_t)L * 4, 1},
+                            {"handle", handle, z.handle_bytes, 1},
+                            {"tokens", tokens, T * H * (given ? 1 : 2), 0},
+                            {"token_scales", token_scales, T * (H / SY_MOE_FP8_GROUP) * 4, 0},
+                            {"weights", weights, T * K * 4, 0}};
+  SY_CHECK(check_overlaps(spans, 10, fn));
+  sy_moe_ht_call_t call;
+  memset(&call, 0, sizeof call);
+  call.handle = (void *)handle; /* the dispatch records its rows in the handle (recv_rows) for the combines */
+  call.num_tokens = num_tokens;
+  call.tokens = tokens;
+  call.token_scales = token_scales;
+  call.weights = weights;
+  call.recv = recv;
+  sy_comm_t comm = moe->comm;
+  return run(moe, comm->ops->moe_ht_dispatch(comm, moe, &call, stream), &moe->dispatches, fn);
+}
+
+sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
+                              const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
+                              void *out, float *token_values, cudaStream_t stream) {
+  static const char *fn = "sy_moe_ht_combine";
+  SY_CHECK(check_call(moe, moe && moe->comm->ops->moe_ht_combine, handle, num_tokens, stream, fn));
+  SY_CHECK(check_recv(moe, recv, 0, fn));
+  const size_t rows = (size_t)recv->rows, T = (size_t)num_tokens, H = (size_t)moe->config.hidden;
+  SY_ARG_CHECK(rows_in != NULL || rows == 0, fn, "rows_in is NULL while recv->rows=%zu", rows);
+  SY_ARG_CHECK(out != NULL || num_tokens == 0, fn, "out is NULL while num_tokens=%d", num_tokens);
+  /* Both or neither; a rank with no rows (no tokens) may leave out the one it would not use. */
+  const int values = row_values != NULL || token_values != NULL;
+  SY_ARG_CHECK(!values || row_values != NULL || rows == 0, fn,
+               "row_values is NULL while token_values=%p and recv->rows=%zu (pass both, or neither)",
+               (void *)token_values, rows);
+  SY_ARG_CHECK(!values || token_values != NULL || num_tokens == 0, fn,
+               "token_values is NULL while row_values=%p and num_tokens=%d (pass both, or neither)",
+               (const void *)row_values, num_tokens);
+  const span_t spans[6] = {{"out", out, T * H * 2, 1},
+                           {"token_values", token_values, T * (size_t)moe->config.top_k * 4, 1},
+                           {"rows_in", rows_in, rows * H * 2, 0},
+                           {"row_weights", row_weights, rows * 4, 0},
+                           {"row_values", row_values, rows * 4, 0},
+                           {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0}};
+  SY_CHECK(check_overlaps(spans, 6, fn));
+  sy_moe_ht_call_t call;
+  memset(&call, 0, sizeof call);
+  call.handle = (void *)handle;
+  call.num_tokens = num_tokens;
+  call.tokens = rows_in;
+  call.recv = recv;
+  call.row_weights = row_weights;
+  call.row_values = row_values;
+  call.out = out;
+  call.token_values = token_values;
+  sy_comm_t comm = moe->comm;
+  return run(moe, comm->ops->moe_ht_combine(comm, moe, &call, stream), NULL, fn);
+}
+
+sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *grad_out,
+                                       const sy_moe_ht_recv_t *recv, const float *row_weights, const void *rows_in,
+                                       void *grad_rows, float *grad_row_weights, cudaStream_t stream) {
+  static const char *fn = "sy_moe_ht_combine_backward";
+  SY_CHECK(check_call(moe, moe && moe->comm->ops->moe_ht_combine_backward, handle, num_tokens, stream, fn));
+  SY_CHECK(check_recv(moe, recv, 0, fn));
+  const size_t rows = (size_t)recv->rows, T = (size_t)num_tokens, H = (size_t)moe->config.hidden;
+  SY_ARG_CHECK(grad_out != NULL || num_tokens == 0, fn, "grad_out is NULL while num_tokens=%d", num_tokens);
+  SY_ARG_CHECK(grad_rows != NULL || rows == 0, fn, "grad_rows is NULL while recv->rows=%zu", rows);
+  SY_ARG_CHECK(rows_in != NULL || grad_row_weights == NULL || rows == 0, fn,
+               "rows_in is NULL while grad_row_weights=%p and recv->rows=%zu (the weights' gradient reads the "
+               "combine's input)",
+               (void *)grad_row_weights, rows);
+  const span_t spans[6] = {{"grad_rows", grad_rows, rows * H * 2, 1},
+                           {"grad_row_weights", grad_row_weights, rows * 4, 1},
+                           {"grad_out", grad_out, T * H * 2, 0},
+                           {"rows_in", grad_row_weights ? rows_in : NULL, rows * H * 2, 0},
+                           {"row_weights", row_weights, rows * 4, 0},
+                           {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0}};
+  SY_CHECK(check_overlaps(spans, 6, fn));
+  sy_moe_ht_call_t call;
+  memset(&call, 0, sizeof call);
+  call.handle = (void *)handle;
+  call.num_tokens = num_tokens;
+  call.tokens = grad_out;
+  call.recv = recv;
+  call.row_weights = row_weights;
+  call.out = grad_rows;
+  call.rows_in = grad_row_weights ? rows_in : NULL;
+  call.grad_row_weights = grad_row_weights;
+  sy_comm_t comm = moe->comm;
+  return run(moe, comm->ops->moe_ht_combine_backward(comm, moe, &call, stream), NULL, fn);
+}
