@@ -293,13 +293,12 @@ static const sy_backend_ops_t host_ops = {
     .moe_combine_send = sy__host_moe_combine_send,
     .moe_combine_recv = sy__host_moe_combine_recv,
     .moe_check_combine = sy__host_moe_check_combine,
-    /* the high-throughput MoE: not yet (core/moe_ht.c answers SY_ERR_UNSUPPORTED where an entry is NULL) */
-    .moe_ht_create = NULL,
-    .moe_ht_destroy = NULL,
-    .moe_ht_layout = NULL,
-    .moe_ht_dispatch = NULL,
-    .moe_ht_combine = NULL,
-    .moe_ht_combine_backward = NULL,
+    .moe_ht_create = sy__host_moe_ht_create,
+    .moe_ht_destroy = sy__host_moe_ht_destroy,
+    .moe_ht_layout = sy__host_moe_ht_layout,
+    .moe_ht_dispatch = sy__host_moe_ht_dispatch,
+    .moe_ht_combine = sy__host_moe_ht_combine,
+    .moe_ht_combine_backward = sy__host_moe_ht_combine_backward,
 };
 
 /* ---- init: the rendezvous ------------------------------------------------------------------------------- */

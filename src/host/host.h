@@ -8,7 +8,7 @@
  * copy phase. No rank leaves a failed round while a peer is still in its copy phase, so no peer reads a buffer
  * its owner got back; copies go in bounded pieces that stop when the group aborts, which bounds that wait by one
  * piece. The files: group.c (formation, rounds, exchange, abort), comm.c (symmetric memory, signals, the backend
- * table, init), alltoall.c, attn.c, moe.c (the operations, plain C loops over src/ref's rules).
+ * table, init), alltoall.c, attn.c, moe.c, moe_ht.c (the operations, plain C loops over src/ref's rules).
  */
 #ifndef SY_HOST_HOST_H
 #define SY_HOST_HOST_H
@@ -23,17 +23,22 @@ typedef struct host_group host_group_t; /* group.c */
 typedef struct host_state host_state_t;
 
 /* The host backend's collectives (X(id, name)): every exchange names one, so that ranks inside different
- * collectives are told apart, and the name is what the logs say. sy_moe_create opens with core's host allgather
- * of its configuration, so a rank there is in allgather_host first. */
-#define SY_HOST_OP_LIST(X)                  \
-  X(SY_HOST_OP_BARRIER, "barrier")          \
-  X(SY_HOST_OP_MEM_ALLOC, "mem_alloc")      \
-  X(SY_HOST_OP_MEM_FREE, "mem_free")        \
-  X(SY_HOST_OP_ALLGATHER, "allgather_host") \
-  X(SY_HOST_OP_ALLTOALLV, "alltoallv")      \
-  X(SY_HOST_OP_ATTN_CREATE, "attn_create")  \
-  X(SY_HOST_OP_ATTN, "attn")                \
-  X(SY_HOST_OP_MOE_CREATE, "moe_create")
+ * collectives are told apart, and the name is what the logs say. sy_moe_create and sy_moe_ht_create open with
+ * core's host allgather of their configuration, so a rank there is in allgather_host first. */
+#define SY_HOST_OP_LIST(X)                         \
+  X(SY_HOST_OP_BARRIER, "barrier")                 \
+  X(SY_HOST_OP_MEM_ALLOC, "mem_alloc")             \
+  X(SY_HOST_OP_MEM_FREE, "mem_free")               \
+  X(SY_HOST_OP_ALLGATHER, "allgather_host")        \
+  X(SY_HOST_OP_ALLTOALLV, "alltoallv")             \
+  X(SY_HOST_OP_ATTN_CREATE, "attn_create")         \
+  X(SY_HOST_OP_ATTN, "attn")                       \
+  X(SY_HOST_OP_MOE_CREATE, "moe_create")           \
+  X(SY_HOST_OP_MOE_HT_CREATE, "moe_ht_create")     \
+  X(SY_HOST_OP_MOE_HT_LAYOUT, "moe_ht_layout")     \
+  X(SY_HOST_OP_MOE_HT_DISPATCH, "moe_ht_dispatch") \
+  X(SY_HOST_OP_MOE_HT_COMBINE, "moe_ht_combine")   \
+  X(SY_HOST_OP_MOE_HT_COMBINE_BACKWARD, "moe_ht_combine_backward")
 
 typedef enum sy_host_op {
 #define SY_HOST_OP_ENUM(id, name) id,
@@ -111,7 +116,7 @@ sy_status_t sy__host_sync(sy_comm_t comm, sy_host_op_t op);
 /* A further round inside the current collective, after its exchange ended (every rank is known to be in it). */
 sy_status_t sy__host_barrier(sy_comm_t comm);
 
-/* ---- the operations (alltoall.c, attn.c, moe.c), in the backend table of comm.c --------------------------- */
+/* ---- the operations (alltoall.c, attn.c, moe.c, moe_ht.c), in the backend table of comm.c ------------------- */
 
 sy_status_t sy__host_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cudaStream_t stream);
 
@@ -135,6 +140,17 @@ sy_status_t sy__host_moe_combine_recv(sy_comm_t comm, struct sy_moe *moe, const 
  * asks before its send half so a rejected call leaves every buffer as it was. */
 sy_status_t sy__host_moe_check_combine(sy_comm_t comm, struct sy_moe *moe, const sy_moe_dispatch_args_t *args,
                                        const char *fn);
+
+sy_status_t sy__host_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *moe);
+void sy__host_moe_ht_destroy(sy_comm_t comm, struct sy_moe_ht *moe);
+sy_status_t sy__host_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                   cudaStream_t stream);
+sy_status_t sy__host_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                     cudaStream_t stream);
+sy_status_t sy__host_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                    cudaStream_t stream);
+sy_status_t sy__host_moe_ht_combine_backward(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
+                                             cudaStream_t stream);
 
 #ifdef __cplusplus
 }
