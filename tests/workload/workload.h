@@ -99,6 +99,46 @@ void wl_moe_uniform_routing(int rank, int tokens, int num_experts, int top_k, in
 /* bf16 tokens [tokens][hidden]: finite, non-zero, in (-4, 4). */
 void wl_moe_uniform_tokens(int rank, int tokens, int hidden, uint16_t *x);
 
+/* ---- MoE high throughput: seeded steps (the tests) -------------------------------------------------------------
+ * Every value is a function of (seed, what, rank, position), so each rank regenerates every rank's inputs. */
+
+typedef enum wl_ht_route {
+  WL_HT_UNIFORM,     /* top_k distinct experts drawn uniformly, about one id in eight -1 */
+  WL_HT_ZIPF,        /* distinct experts drawn by Zipf's law (weight 1 / i for the i-th of a seeded order of the
+                        experts): a few hot experts, a long tail; about one id in eight -1 */
+  WL_HT_ONE_EXPERT,  /* every token to the one expert wl_moe_ht_target (at k = token % top_k), its other k -1 */
+  WL_HT_EMPTY_RANKS, /* uniform, and ranks r with r % 3 == seed % 2 dispatch no token (at W >= 2 one at least) */
+  WL_HT_SPARSE,      /* uniform over a seeded third of the experts only: the others get no rows (ids -1 where a
+                        token finds no free one of them) */
+  WL_HT_ROUTES
+} wl_ht_route_t;
+
+typedef struct wl_moe_ht {
+  uint64_t seed;
+  int world, num_experts, top_k, hidden, max_tokens;
+  wl_ht_route_t route;
+} wl_moe_ht_t;
+
+const char *wl_moe_ht_route_name(int route);
+/* Tokens rank `rank` dispatches (0 .. max_tokens): max_tokens one time in three, else any, 0 on empty ranks. */
+int wl_moe_ht_num_tokens(const wl_moe_ht_t *m, int rank);
+int64_t wl_moe_ht_target(const wl_moe_ht_t *m); /* WL_HT_ONE_EXPERT's expert */
+/* Expert ids [n][top_k] as int32, -1 for none, distinct within a token. */
+void wl_moe_ht_ids(const wl_moe_ht_t *m, int rank, int n, int32_t *ids);
+/* Row `row` (hidden bf16) of rank `rank`'s buffer `which` (the caller's numbering: tokens, expert outputs,
+ * gradients). exact: integers in [-3, 3], so that every sum and product of a few of them (with
+ * wl_moe_ht_value's exact values) is exact in bf16 and fp32; else finite values with a magnitude per 128-element
+ * group (2^-27 .. 2^22), one element in 64 zero, one in 50 subnormal. And rows [0, rows). */
+void wl_moe_ht_row(const wl_moe_ht_t *m, int which, int rank, int64_t row, int exact, uint16_t *out);
+void wl_moe_ht_rows(const wl_moe_ht_t *m, int which, int rank, int64_t rows, int exact, uint16_t *out);
+/* Value `index` of rank `rank`'s fp32 buffer `which` (weights, per-row values). exact: +-0.5, +-1 or +-2; else
+ * a full mantissa in (-1, 1), one in seven scaled by 2^-12. And [0, count). */
+float wl_moe_ht_value(const wl_moe_ht_t *m, int which, int rank, int64_t index, int exact);
+void wl_moe_ht_values(const wl_moe_ht_t *m, int which, int rank, int64_t count, int exact, float *out);
+/* SY_MOE_WIRE_FP8_GIVEN's tokens: E4M3 bytes [rows][hidden] (no NaN) and fp32 scales [rows][hidden / 128]
+ * (positive, 2^-10 .. 2^10 with a mantissa), rank `rank`'s buffer `which`. */
+void wl_moe_ht_fp8(const wl_moe_ht_t *m, int which, int rank, int64_t rows, uint8_t *q, float *scales);
+
 /* ---- attention plan descriptions ------------------------------------------------------------------------------ */
 
 typedef enum wl_attn_kind {
