@@ -31,11 +31,11 @@
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.
  * - After a recorded error the communicator does no more work: every call that would move data, wait, allocate,
  *   build or enqueue anything returns the recorded error. What still answers: the destroy calls
- *   (sy_comm_destroy, sy_attn_destroy, sy_attn_plan_destroy, sy_moe_destroy), sy_comm_async_error, and the
- *   queries that only read facts fixed when the communicator or the object was made, so that a caller can still
- *   say who failed: sy_comm_rank, sy_comm_size, sy_comm_backend, sy_comm_device, sy_attn_workspace_size,
- *   sy_moe_workspace_size, sy_moe_recv_sizes, sy_attn_plan_info and sy_attn_plan_seqs (and the calls that take
- *   no communicator). sy_comm_peer_ptr returns the error (a peer's address is a way to touch that peer).
+ *   (sy_comm_destroy, sy_attn_destroy, sy_attn_plan_destroy, sy_moe_destroy, sy_moe_ht_destroy),
+ *   sy_comm_async_error, and the queries that only read facts fixed when the communicator or the object was
+ *   made, so that a caller can still say who failed: sy_comm_rank, sy_comm_size, sy_comm_backend, sy_comm_device,
+ *   sy_attn_workspace_size, sy_moe_workspace_size, sy_moe_recv_sizes, sy_moe_ht_workspace_size, sy_moe_ht_sizes,
+ *   sy_attn_plan_info and sy_attn_plan_seqs (and the calls that take no communicator). sy_comm_peer_ptr returns the error (a peer's address is a way to touch that peer).
  * - Sizes are in bytes unless a name says otherwise.
  */
 #ifndef SWITCHYARD_H
@@ -608,8 +608,9 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* of recv, ordered by source rank, then source token; a token that names e reaches it once. offsets[0]=0 */
 /* and offsets[e + 1] = offsets[e] + counts[e] rounded up to expert_alignment (contiguous layout), or, with */
 /* recv.expert_stride > 0, offsets[e] = e * expert_stride (the masked layout of masked grouped GEMMs; every*/
-/* count must fit the stride). Rows between an expert's count and the next offset are padding: their      */
-/* tokens and scales are left as they were, their src is {-1, -1} and their weight 0.                     */
+/* count must fit the stride, and L x expert_stride the rows). Rows between an expert's count and the next */
+/* offset are padding: their tokens and scales are left as they were, their src is {-1, -1} and their     */
+/* weight 0. Rows from offsets[L] (L x expert_stride) to recv.rows are left as they were.                 */
 /*                                                                                                        */
 /* Wires: as sy_moe (FP8 per-128 E4M3 with fp32 or UE8M0 scales quantised in the kernel, bit for bit as   */
 /* the low-latency mode; BF16 as is) and SY_MOE_WIRE_FP8_GIVEN (tokens already E4M3, scales given).       */
@@ -631,6 +632,15 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* A layout that needs more rows than recv.rows, or an expert count above recv.expert_stride, is an error */
 /* of the dispatch (SY_ERR_INVALID_ARG, asynchronously on the cuda backend; nothing past recv.rows is    */
 /* written). sy_moe_ht_sizes gives max_rows, the most any layout can need.                                */
+/*                                                                                                        */
+/* Handles: a call may use the handle of any earlier layout of its object (several steps may be in        */
+/* flight), but every rank passes its handle of the same layout call. The dispatch records its rows in    */
+/* the handle (hence the handle is written by sy_moe_ht_layout and sy_moe_ht_dispatch, read by the        */
+/* combines); a combine reads the rows of the handle's last dispatch, so pass that dispatch's recv.       */
+/* Errors that only the handle or the peers reveal (the ids; a handle of another object, of no layout, or */
+/* of another layout call than the peers'; num_tokens not the layout's; rows that do not fit; a combine   */
+/* before any dispatch of the handle or with another expert_stride) are SY_ERR_INVALID_ARG: on the host   */
+/* backend on every rank, before anything is written; on the cuda backend asynchronously.                 */
 /*                                                                                                        */
 /* SM budget: the communication kernels of a call hold at most config.num_sms SMs (default 16), so expert */
 /* GEMMs can run beside them on the other SMs.                                                            */
@@ -676,7 +686,8 @@ typedef struct sy_moe_ht_sizes {
 #define SY_MOE_HT_SIZES_INIT \
   { sizeof(sy_moe_ht_sizes_t), 0, 0, 0, 0, 0 }
 
-/* Symmetric memory sy_moe_ht_create reserves (the rings, the counters), to size SY_HEAP_SIZE. */
+/* Symmetric memory sy_moe_ht_create reserves (the rings, the counters), to size SY_HEAP_SIZE. The host backend
+ * reserves none (its ranks read each other's buffers). */
 SY_API sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config, size_t *bytes);
 /* Collective. Checks the configuration (naming the field) and reserves the workspace. A configuration whose
  * max_rows would exceed 2^31 - 1 is rejected. */
@@ -695,26 +706,31 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
 SY_API sy_status_t sy_moe_ht_layout(sy_moe_ht_t moe, const void *expert_ids, sy_index_type_t id_type, int num_tokens,
                                     void *handle, int32_t *host_counts, cudaStream_t stream);
 /* tokens: [num_tokens][hidden] bf16 (E4M3 bytes with SY_MOE_WIRE_FP8_GIVEN); token_scales: fp32
- * [num_tokens][hidden / 128] with SY_MOE_WIRE_FP8_GIVEN, else NULL; weights: fp32 [num_tokens][top_k] (the
- * routing weights the rows carry), or NULL (rows get 0). num_tokens: the layout's (in every call below too; a
- * handle holds its layout's num_tokens and object, and a call that disagrees is SY_ERR_INVALID_ARG: on the
- * host backend before anything is sent, on the cuda backend asynchronously). */
+ * [num_tokens][hidden / 128] with SY_MOE_WIRE_FP8_GIVEN, else NULL (a pointer is rejected); weights: fp32
+ * [num_tokens][top_k] (the routing weights the rows carry), or NULL (rows get 0). num_tokens: the layout's (in
+ * every call below too; a handle holds its layout's num_tokens and object, and a call that disagrees is
+ * SY_ERR_INVALID_ARG: on the host backend before anything is sent, on the cuda backend asynchronously). recv:
+ * tokens (NULL allowed with rows 0), scales (FP8 wires; NULL on BF16), src, weights, expert_offsets and
+ * expert_counts are written; every buffer a call writes may overlap no other buffer of the call. With
+ * num_tokens 0, tokens, token_scales and weights may be NULL (in every call below, the token-sized buffers). */
 SY_API sy_status_t sy_moe_ht_dispatch(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *tokens,
                                       const float *token_scales, const float *weights, const sy_moe_ht_recv_t *recv,
                                       cudaStream_t stream);
 /* rows_in: bf16 [recv.rows][hidden] in the layout of the dispatch (the experts' outputs, or in the backward
- * pass the rows' gradient); recv: that dispatch's recv (its src, offsets and counts are read; tokens, scales
- * and weights are not); row_weights: fp32 [recv.rows] (e.g. recv.weights) or NULL (unweighted); out: bf16
- * [num_tokens][hidden]. row_values / token_values (both NULL, or both given): fp32 per row, carried back to
- * the row's (token, k) into token_values [num_tokens][top_k] (0 where k names no expert): e.g. the gradient of
- * the row weights back to the routing weights. */
+ * pass the rows' gradient); recv: that dispatch's recv (its rows and expert_stride as then; its src, offsets
+ * and counts may be read; tokens, scales and weights are not); row_weights: fp32 [recv.rows] (e.g.
+ * recv.weights) or NULL (unweighted); out: bf16 [num_tokens][hidden]. row_values / token_values (both NULL, or
+ * both given; a rank with recv.rows 0 may leave out row_values, one with num_tokens 0 token_values): fp32 per
+ * row, carried back to the row's (token, k) into token_values [num_tokens][top_k] (0 where k names no expert,
+ * or where the row's rank passed no row_values): e.g. the gradient of the row weights back to the routing
+ * weights. */
 SY_API sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
                                      const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
                                      void *out, float *token_values, cudaStream_t stream);
 /* The combine's backward. grad_out: bf16 [num_tokens][hidden]; writes grad_rows: bf16 [recv.rows][hidden],
  * row r = bf16(w_r x grad_out[t]) (w_r = row_weights[r], or grad_out[t] as is with row_weights NULL; padding
- * rows left as they were; the product in fp32, rounded once), and, when grad_row_weights != NULL, fp32
- * [recv.rows] (padding rows 0): the dot product of grad_out[t] and rows_in[r] (the combine's input, needed
+ * rows and rows past the last expert's left as they were; the product in fp32, rounded once), and, when
+ * grad_row_weights != NULL, fp32 [recv.rows] (padding rows 0, rows past the last expert's left): the dot product of grad_out[t] and rows_in[r] (the combine's input, needed
  * then only) in a fixed order: 32 partial sums, the l-th (l = 0..31) adding grad_out[t][h] x rows_in[r][h] for
  * h = l, l + 32, l + 64, ... in ascending order with fused multiply-adds from +0; then for d = 16, 8, 4, 2, 1
  * each s_l = s_l + s_(l xor d); the result is s_0. */
