@@ -70,17 +70,10 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
   return SY_SUCCESS;
 }
 
-/* The symmetric memory an object reserves. The host backend reserves none: its ranks read each other's buffers
- * inside each call's exchange. The cuda backend's rings are its own (cuda/moe_ht/); until it has the mode, the
- * answer is SY_ERR_UNSUPPORTED. */
-static sy_status_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c, size_t *bytes, const char *fn) {
-  (void)c;
-  if (comm->backend == SY_BACKEND_HOST) {
-    *bytes = 0;
-    return SY_SUCCESS;
-  }
-  SY_WARN("%s: the %s backend has no high-throughput MoE yet", fn, comm->ops->name);
-  return SY_ERR_UNSUPPORTED;
+/* The symmetric memory an object reserves: the cuda backend's rings and counters (sy__moe_ht_ws_layout); the
+ * host backend reserves none (its ranks read each other's buffers inside each call's exchange). */
+static size_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c) {
+  return comm->backend == SY_BACKEND_HOST ? 0 : sy__moe_ht_ws_layout(c, comm->world_size).bytes;
 }
 
 sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config_in, size_t *bytes) {
@@ -89,7 +82,8 @@ sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *c
   SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
   sy_moe_ht_config_t config;
   SY_CHECK(read_config(comm, config_in, &config, fn));
-  return workspace_bytes(comm, &config, bytes, fn);
+  *bytes = workspace_bytes(comm, &config);
+  return SY_SUCCESS;
 }
 
 /* Whether the backend has the entry a call needs; SY_ERR_UNSUPPORTED naming the backend otherwise. */
