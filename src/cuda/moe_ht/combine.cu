@@ -99,8 +99,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
       char *peer = ht_peer(P, s);
       for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
         const int index = mbase[s] + done[s] + j;
-        send_partial(P, ring_slot(P, peer, me, c, base[s] + j), index,
-                     recv_rows + ((size_t)s * P.T + index) * P.kk);
+        send_partial(P, ring_slot(P, peer, me, c, base[s] + j), index, recv_rows + ((size_t)s * P.T + index) * P.kk);
       }
       __syncthreads();
       if (threadIdx.x == 0) {

@@ -213,7 +213,8 @@ __device__ void recv_grad(const ht_params &P, const char *m, const int32_t *rows
     const int r = __shfl_sync(0xffffffffu, row, i);
     const uint16_t *y = (const uint16_t *)P.rows_in + (size_t)r * P.hidden;
     float acc = 0.0f;
-    for (int h = lane; h < P.hidden; h += 32) acc = fmaf(sy__bf16_to_float(__ldcg(gh + h)), sy__bf16_to_float(y[h]), acc);
+    for (int h = lane; h < P.hidden; h += 32)
+      acc = fmaf(sy__bf16_to_float(__ldcg(gh + h)), sy__bf16_to_float(y[h]), acc);
     for (int d = 16; d >= 1; d >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, d);
     if (lane == 0) P.grad_row_weights[r] = acc;
   }
@@ -271,8 +272,7 @@ __device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
     }
   }
   if (c == 0) {
-    for (int e = threadIdx.x; e <= L; e += blockDim.x)
-      P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
+    for (int e = threadIdx.x; e <= L; e += blockDim.x) P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
     for (int e = threadIdx.x; e < L; e += blockDim.x) {
       int32_t n = 0;
       for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
@@ -284,11 +284,11 @@ __device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
 
 __device__ void recv_part(const ht_params &P, int c, char *smem) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
-  uint64_t *cons = (uint64_t *)smem;            /* [W] */
-  int32_t *left = (int32_t *)(cons + W);        /* [W] messages of this call still to come */
-  int32_t *done = left + W;                     /* [W] messages taken in this call */
-  int32_t *mbase = done + W;                    /* [W] the first message index of this channel at s */
-  int32_t *rowbase = mbase + W;                 /* [W][L] */
+  uint64_t *cons = (uint64_t *)smem;     /* [W] */
+  int32_t *left = (int32_t *)(cons + W); /* [W] messages of this call still to come */
+  int32_t *done = left + W;              /* [W] messages taken in this call */
+  int32_t *mbase = done + W;             /* [W] the first message index of this channel at s */
+  int32_t *rowbase = mbase + W;          /* [W][L] */
   const int32_t *chan = hsec(P, P.hl.chan_tokens);
   for (int s = threadIdx.x; s < W; s += blockDim.x) {
     cons[s] = P.consumed[(size_t)s * C + c];
@@ -346,7 +346,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
       else if (now - since > P.ctx.timeout_ns) {
         int s = 0;
         while (s < W && left[s] == 0) s++;
-        report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1, ld_acquire_sys(tail_word(P, P.ws, s, c)));
+        report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
+                     ld_acquire_sys(tail_word(P, P.ws, s, c)));
         stalled = 1;
       }
     }

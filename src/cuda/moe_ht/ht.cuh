@@ -36,7 +36,7 @@ namespace sy {
 
 constexpr int HT_THREADS = 256; /* 8 warps */
 constexpr int HT_WARPS = HT_THREADS / 32;
-constexpr int HT_BATCH = 16;  /* messages a block writes or reads between two counter updates */
+constexpr int HT_BATCH = 16;                   /* messages a block writes or reads between two counter updates */
 constexpr int HT_SLOTS = SY_MOE_HT_RING_SLOTS; /* R: slots per ring */
 constexpr int HT_PEER_TAB = 8;
 constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
@@ -61,7 +61,7 @@ struct ht_params {
   int32_t *expert_count;     /* [E] this rank's entries per expert */
   char *handle;
   sy_moe_ht_handle_layout_t hl;
-  int32_t *host_counts;      /* device alias of the mapped [2 L + 1] (exact mode), else NULL */
+  int32_t *host_counts; /* device alias of the mapped [2 L + 1] (exact mode), else NULL */
   volatile uint64_t *host_stamp;
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
@@ -75,7 +75,7 @@ struct ht_params {
   const float *weights;
   sy_moe_ht_recv_t recv;
   const float *row_weights, *row_values;
-  void *out;          /* combine: [num_tokens][hidden]; combine_backward: grad_rows */
+  void *out; /* combine: [num_tokens][hidden]; combine_backward: grad_rows */
   float *token_values;
   const void *rows_in; /* combine_backward: the combine's input (for grad_row_weights) */
   float *grad_row_weights;
@@ -88,7 +88,10 @@ __device__ __forceinline__ char *ht_peer(const ht_params &P, int p) {
   return nvshmem_ptr_cold(P.ws, p);
 }
 
-template <typename T> __device__ __forceinline__ T *ht_at(char *base, size_t off) { return (T *)(base + off); }
+template <typename T>
+__device__ __forceinline__ T *ht_at(char *base, size_t off) {
+  return (T *)(base + off);
+}
 
 __device__ __forceinline__ int32_t *hsec(const ht_params &P, size_t off) { return (int32_t *)(P.handle + off); }
 

@@ -44,8 +44,8 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   const size_t W = (size_t)comm->world_size, C = (size_t)g->wl.channels, E = (size_t)c->num_experts;
   const size_t words = ((size_t)c->max_tokens + 31) / 32;
   g->mask_bytes = align_up(E * words * 4, 256);
-  const size_t local_bytes = align_up(sizeof(ht_local), 256) + align_up(2 * W * C * 8, 256) + 2 * g->mask_bytes +
-                             align_up(E * 4, 256);
+  const size_t local_bytes =
+      align_up(sizeof(ht_local), 256) + align_up(2 * W * C * 8, 256) + 2 * g->mask_bytes + align_up(E * 4, 256);
   SY_CUDA_CHECK(cudaMalloc((void **)&g->local_blob, local_bytes));
   SY_CUDA_CHECK(cudaMemset(g->local_blob, 0, local_bytes));
   char *p = g->local_blob;
@@ -107,8 +107,9 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   free(all);
   if (s == SY_SUCCESS && !all_ok) s = ag != SY_SUCCESS ? ag : SY_ERR_INTERNAL;
   if (s == SY_SUCCESS && !all_reach) {
-    SY_WARN("sy_moe_ht_create: some peer is not load/store reachable (or SY_FORCE_PUT is set); the cuda "
-            "high-throughput MoE stores into its peers' rings and has no NVSHMEM put path yet");
+    SY_WARN(
+        "sy_moe_ht_create: some peer is not load/store reachable (or SY_FORCE_PUT is set); the cuda "
+        "high-throughput MoE stores into its peers' rings and has no NVSHMEM put path yet");
     s = SY_ERR_UNSUPPORTED;
   }
   if (s != SY_SUCCESS) {
@@ -183,9 +184,10 @@ static sy_status_t wait_counts(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g,
       clock_gettime(CLOCK_MONOTONIC, &now);
       const uint64_t ms = (uint64_t)(now.tv_sec - t0.tv_sec) * 1000 + (uint64_t)((now.tv_nsec - t0.tv_nsec) / 1000000);
       if (ms > comm->timeout_ms + 1000) {
-        SY_WARN("sy_moe_ht_layout: the counts did not arrive within %llu ms (a peer that never entered the call, "
-                "or an earlier kernel on the stream that does not end)",
-                (unsigned long long)(comm->timeout_ms + 1000));
+        SY_WARN(
+            "sy_moe_ht_layout: the counts did not arrive within %llu ms (a peer that never entered the call, "
+            "or an earlier kernel on the stream that does not end)",
+            (unsigned long long)(comm->timeout_ms + 1000));
         return SY_ERR_TIMEOUT;
       }
       const sy_status_t e = sy__comm_health(comm);
@@ -204,8 +206,9 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     SY_CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
     if (cs != cudaStreamCaptureStatusNone) {
-      SY_WARN("sy_moe_ht_layout: host_counts (the exact mode) waits on the host and cannot be captured in a CUDA "
-              "graph; pass NULL (the worst case) in a graph");
+      SY_WARN(
+          "sy_moe_ht_layout: host_counts (the exact mode) waits on the host and cannot be captured in a CUDA "
+          "graph; pass NULL (the worst case) in a graph");
       return SY_ERR_INVALID_ARG;
     }
   }
