@@ -171,9 +171,25 @@ static void bufs_alloc(const ht_run_t *R, int host, size_t handle_bytes, ht_bufs
 }
 
 static void bufs_free(int host, ht_bufs_t *b) {
-  void *all[] = {b->grad_out, b->out2, b->grad_rows, b->grad_w, b->ids,        b->tokens,        b->scales,         b->weights,         b->handle,
-                 b->out,        b->values,        b->rows_in,        b->row_values,      b->recv.tokens,
-                 b->recv.scales, b->recv.src,     b->recv.weights,   b->recv.expert_offsets, b->recv.expert_counts};
+  void *all[] = {b->grad_out,
+                 b->out2,
+                 b->grad_rows,
+                 b->grad_w,
+                 b->ids,
+                 b->tokens,
+                 b->scales,
+                 b->weights,
+                 b->handle,
+                 b->out,
+                 b->values,
+                 b->rows_in,
+                 b->row_values,
+                 b->recv.tokens,
+                 b->recv.scales,
+                 b->recv.src,
+                 b->recv.weights,
+                 b->recv.expert_offsets,
+                 b->recv.expert_counts};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]) {
       if (host) free(all[i]);
@@ -206,20 +222,39 @@ static void load_round(const ht_run_t *R, int host, const ht_inputs_t *in, ht_bu
 }
 
 /* layout, dispatch, combine of one round on `stream` (NULL on the host backend). */
+/* SY_TEST_TRACE=1: every call synchronised and named on stderr (where a hang is) */
+static int trace_on(void) {
+  static int on = -1;
+  if (on < 0) on = getenv("SY_TEST_TRACE") && atoi(getenv("SY_TEST_TRACE"));
+  return on;
+}
+
+static void step(const char *what, cudaStream_t stream) {
+  if (!trace_on()) return;
+  if (stream) GT_CUDA(cudaStreamSynchronize(stream));
+  fprintf(stderr, "[test rank %d] %s done\n", gt_rank, what);
+}
+
 static void run_round(const ht_run_t *R, sy_moe_ht_t moe, int n, ht_bufs_t *b, int32_t *host_counts,
                       cudaStream_t stream) {
   const ht_case_t *c = R->c;
-  GT_OK(sy_moe_ht_layout(moe, n ? b->ids : NULL, c->id64 ? SY_INDEX_INT64 : SY_INDEX_INT32, n, b->handle,
-                         host_counts, stream));
-  GT_OK(sy_moe_ht_dispatch(moe, b->handle, n, n ? b->tokens : NULL,
-                           c->wire == SY_MOE_WIRE_FP8_GIVEN ? b->scales : NULL, n ? b->weights : NULL, &b->recv,
-                           stream));
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (stream) cudaStreamIsCapturing(stream, &cs);
+  const cudaStream_t sync = cs == cudaStreamCaptureStatusNone ? stream : NULL;
+  GT_OK(sy_moe_ht_layout(moe, n ? b->ids : NULL, c->id64 ? SY_INDEX_INT64 : SY_INDEX_INT32, n, b->handle, host_counts,
+                         stream));
+  step("layout", sync);
+  GT_OK(sy_moe_ht_dispatch(moe, b->handle, n, n ? b->tokens : NULL, c->wire == SY_MOE_WIRE_FP8_GIVEN ? b->scales : NULL,
+                           n ? b->weights : NULL, &b->recv, stream));
+  step("dispatch", sync);
   GT_OK(sy_moe_ht_combine(moe, b->handle, n, b->rows_in, &b->recv, b->recv.weights, b->row_values, b->out, b->values,
                           stream));
+  step("combine", sync);
   /* the dispatch's backward (rows_in standing for the rows' gradient) and the combine's */
   GT_OK(sy_moe_ht_combine(moe, b->handle, n, b->rows_in, &b->recv, NULL, NULL, b->out2, NULL, stream));
   GT_OK(sy_moe_ht_combine_backward(moe, b->handle, n, n ? b->grad_out : NULL, &b->recv, b->recv.weights, b->rows_in,
                                    b->grad_rows, b->grad_w, stream));
+  step("combine_backward", sync);
 }
 
 static void take(const ht_run_t *R, int host, const ht_bufs_t *b, ht_result_t *res) {
@@ -291,8 +326,15 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   R.world = world;
   R.groups = c->H / 128;
   R.row_bytes = c->wire == SY_MOE_WIRE_BF16 ? (size_t)c->H * 2 : (size_t)c->H;
-  R.m = (wl_moe_t){.seed = seed, .salt = c->salt, .world = world, .num_experts = c->E, .top_k = c->K,
-                   .hidden = c->H, .max_tokens = c->T, .route = c->route, .specials = c->specials,
+  R.m = (wl_moe_t){.seed = seed,
+                   .salt = c->salt,
+                   .world = world,
+                   .num_experts = c->E,
+                   .top_k = c->K,
+                   .hidden = c->H,
+                   .max_tokens = c->T,
+                   .route = c->route,
+                   .specials = c->specials,
                    .draw = WL_DRAW_GPU};
   const sy_moe_ht_config_t cfg = config_of(c, c->T);
   sy_moe_ht_t moe = NULL;
@@ -303,7 +345,9 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   R.stride = c->masked ? world * c->T : 0;
   R.rows = c->masked ? L * R.stride : sz.max_rows;
   R.want = (ht_result_t *)calloc((size_t)ROUNDS * world, sizeof(ht_result_t));
+  if (trace_on()) fprintf(stderr, "[test rank %d] %s: oracle\n", rank, c->name);
   gt_run_host(world, oracle, &R);
+  if (trace_on()) fprintf(stderr, "[test rank %d] %s: oracle done\n", rank, c->name);
   ht_bufs_t b;
   bufs_alloc(&R, 0, sz.handle_bytes, &b);
   size_t wrong = 0;
@@ -319,7 +363,8 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     take(&R, 0, &b, &got);
     const ht_result_t *w = &R.want[round * world + rank];
     wrong += compare("rows", c, round, got.tokens, w->tokens, (size_t)R.rows * R.row_bytes);
-    if (c->wire != SY_MOE_WIRE_BF16) wrong += compare("scales", c, round, got.scales, w->scales, (size_t)R.rows * R.groups * 4);
+    if (c->wire != SY_MOE_WIRE_BF16)
+      wrong += compare("scales", c, round, got.scales, w->scales, (size_t)R.rows * R.groups * 4);
     wrong += compare("src", c, round, got.src, w->src, (size_t)R.rows * 8);
     wrong += compare("weights", c, round, got.weights, w->weights, (size_t)R.rows * 4);
     wrong += compare("offsets", c, round, got.offsets, w->offsets, (size_t)(L + 1) * 4);
@@ -369,7 +414,10 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   char detail[256] = "";
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
   if (async != SY_SUCCESS) GT_FAIL("%s: asynchronous error %s: %s", c->name, sy_status_name(async), detail);
-  if (rank == 0) printf("  %-26s %s (%d rows max, %d channels)\n", c->name, wrong ? "WRONG" : "ok", R.rows, (c->sms / 2 > 1 ? c->sms / 2 : 1));
+  if (rank == 0)
+    printf("  %-26s %s (%d rows max, %d channels)\n", c->name, wrong ? "WRONG" : "ok", R.rows,
+           (c->sms / 2 > 1 ? c->sms / 2 : 1));
+  fflush(stdout);
   bufs_free(0, &b);
   for (int i = 0; i < ROUNDS * world; i++) result_free(&R.want[i]);
   free(R.want);
