@@ -158,9 +158,9 @@ if [ -n "${GPU_CHECK_ONLY:-}" ]; then note "cpu tests (ctest unit/)" "not run" "
 elif (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
 else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
-declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="")
-declare -A smoke_args=([alltoall]="-e 1M" [attn]="-t 128 -T 4096" [moe-ll]="--tokens 1,128")
-entries=(alltoall attn moe-ll)
+declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="" [moe-ht]="")
+declare -A smoke_args=([alltoall]="-e 1M" [attn]="-t 128 -T 4096" [moe-ll]="--tokens 1,128" [moe-ht]="--tokens 256")
+entries=(alltoall attn moe-ll moe-ht)
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
     if [ "$n" -gt "$gpus" ] && [ "${GPU_CHECK_SHARED:-0}" != 0 ]; then
@@ -242,7 +242,7 @@ echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
-    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch|# kernel time)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
+    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch|# kernel time|#   ceiling)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
 done
 for f in "$logs"/soak.n*.log; do

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""results-table.py BENCH.json [...] — sy-bench's --json output (alltoall, attn, moe-ll) as the Markdown tables
+"""results-table.py BENCH.json [...] — sy-bench's --json output (alltoall, attn, moe-ll, moe-ht) as the Markdown tables
 bench/RESULTS.md uses, one per file, so a device run's figures go into RESULTS.md as measured, not retyped.
 tools/gpu-check.sh writes OUTDIR/results.md with it. A value that was not measured prints as "-". "µs" columns
 are CUDA-event times, "kernel" columns CUPTI kernel times (the device time a call's kernels held alone). moe-ll's
 DS, DR, CS, CR: dispatch_send, dispatch_recv, combine_send, combine_recv called as separate halves, in kernel time
-where the run measured it, else between events."""
+where the run measured it, else between events. moe-ht: one row per call; GB/s on kernel time where measured
+(`deepep`: rows received, one per (token, rank), own rank included; `link`: without the own rank; `hbm`: bytes read
++ written), `% ceil` the call's HBM GB/s over the device-to-device copy's (world 1), `x NCCL` NCCL's time / ours."""
 import json
 import sys
 
@@ -65,6 +67,31 @@ def moe(rows):
     return table(head, out)
 
 
+def moe_ht(rows):
+    head = ["tokens", "_wire", "_call", "µs", "kernel", "host µs", "deepep GB/s", "link GB/s", "hbm GB/s", "% ceil",
+            "SMs", "#wrong", "NCCL µs", "NCCL kernel", "x NCCL"]
+    out = []
+    for r in rows:
+        n, ours = r["nccl"], r["supported"]
+        absent = n.get("absent")
+        out.append([r["tokens_per_rank"], r["wire"], r["call"], num(r["time_us"] if ours else None),
+                    num(r.get("kernel_us") if ours else None), num(r["host_us"] if ours else None),
+                    num(r["deepep_GBs"], 1), num(r["link_GBs"], 1), num(r["hbm_GBs"], 1),
+                    num(r["pct_of_ceiling"], 1), r["num_sms"], r["wrong"],
+                    num(None if absent else n["time_us"]), num(None if absent else n.get("kernel_us")),
+                    num(r["speedup_nccl"])])
+    text = table(head, out)
+    ceilings = {}
+    for r in rows:
+        c = r.get("ceiling") or {}
+        if not c.get("absent") and c.get("hbm_GBs"):
+            ceilings[(r["tokens_per_rank"], r["wire"])] = c
+    for (tokens, wire), c in sorted(ceilings.items()):
+        text += (f"\n\nCeiling, {tokens} tokens, {wire}: a {c['copy_bytes'] / 2**20:.1f} MiB device-to-device copy, "
+                 f"{num(c['time_us'])} µs, {num(c['hbm_GBs'], 1)} GB/s read + write.")
+    return text
+
+
 def main(paths):
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
@@ -76,7 +103,7 @@ def main(paths):
         if not rows:
             print(f"<!-- {path}: no rows -->\n")
             continue
-        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe}.get(doc.get("entry"))
+        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe, "moe-ht": moe_ht}.get(doc.get("entry"))
         if kind is None:
             print(f"<!-- {path}: unknown entry {doc.get('entry')!r} -->\n")
             continue

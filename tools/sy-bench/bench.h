@@ -30,12 +30,14 @@ typedef struct bench_opts {
   const char *json_path;
   int64_t min_tokens, max_tokens; /* token-based entries (attn): tokens per rank */
   unsigned tokens_given;          /* BENCH_MIN_TOKENS_GIVEN | BENCH_MAX_TOKENS_GIVEN: set on the command line */
-  int num_token_list;             /* --tokens: entries with a list of sizes (moe-ll); 0: the entry's default */
+  int num_token_list;             /* --tokens: entries with a list of sizes (moe-ll, moe-ht); 0: the entry's default */
   int64_t token_list[BENCH_MAX_TOKEN_LIST];
-  const char *wire_only, *mode_only; /* moe-ll --wire / --mode: run only that wire ("fp8", "bf16") or mode */
+  const char *wire_only, *mode_only; /* --wire (moe-ll, moe-ht), --mode (moe-ll): only that wire or mode */
   double soak_s;                     /* soak: seconds to run (--soak) */
   uint64_t seed;                     /* soak: the first round's seed (--seed) */
   size_t soak_growth;                /* soak: memory growth allowed, bytes (--soak-growth) */
+  int alignment;                     /* moe-ht: expert alignment (--alignment); 0: the entry's default */
+  int num_sms;                       /* moe-ht: the SM budget (--num-sms); 0: the entry's default */
 } bench_opts_t;
 
 /* One measured variant at one size. */
@@ -74,6 +76,8 @@ int bench_attn(bench_ctx_t *ctx);
 size_t bench_attn_heap(const bench_opts_t *opts);
 int bench_moe(bench_ctx_t *ctx);
 size_t bench_moe_heap(const bench_opts_t *opts);
+int bench_moe_ht(bench_ctx_t *ctx);
+size_t bench_moe_ht_heap(const bench_opts_t *opts);
 int bench_soak(bench_ctx_t *ctx); /* soak.c: not a benchmark; every operation checked, memory watched */
 size_t bench_soak_heap(const bench_opts_t *opts);
 

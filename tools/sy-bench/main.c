@@ -23,6 +23,8 @@ static const bench_entry_t entries[] = {
      bench_attn_heap},
     {"moe-ll", "MoE low-latency dispatch and combine (hidden 7168, top-8 of 256 experts), vs NCCL send/recv", bench_moe,
      bench_moe_heap},
+    {"moe-ht", "MoE high-throughput calls of a step, forward and backward (hidden 7168, top-8 of 256), vs NCCL, a copy",
+     bench_moe_ht, bench_moe_ht_heap},
     {"soak", "every operation again and again, random shapes, each result checked, memory watched (--soak SECONDS)",
      bench_soak, bench_soak_heap},
 };
@@ -195,10 +197,13 @@ static void usage(FILE *f) {
           "      --json FILE           also write the rows as JSON\n"
           "  -t, --min-tokens N        token-based entries: fewest tokens per rank (default 8K)\n"
           "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host);\n"
-          "                            moe-ll: keeps the sizes of its list inside [-t, -T]\n"
-          "      --tokens N[,N...]     moe-ll: tokens per rank to run (default 1,32,128,256)\n"
-          "      --wire fp8|bf16       moe-ll: only that dispatch wire (default both)\n"
+          "                            moe-ll, moe-ht: keep the sizes of their lists inside [-t, -T]\n"
+          "      --tokens N[,N...]     moe-ll, moe-ht: tokens per rank to run (default 1,32,128,256;\n"
+          "                            moe-ht 4096,8192)\n"
+          "      --wire fp8|bf16       moe-ll, moe-ht: only that dispatch wire (default both)\n"
           "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
+          "      --alignment N         moe-ht: each local expert's rows padded to a multiple of N (default 128)\n"
+          "      --num-sms N           moe-ht: the SMs its kernels may hold (default 16)\n"
           "      --soak SECONDS        the entry soak for this long (default 60): exit non-zero on any wrong element,\n"
           "                            failed call or memory growth past --soak-growth SIZE (default 32M)\n"
           "      --seed N              soak: the first round's seed (default 0x50a4)\n"
@@ -369,8 +374,9 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 }
 
 int main(int argc, char **argv) {
-  bench_opts_t opts = {NULL,   SY_BACKEND_AUTO, 4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0,
-                       0x50a4, (size_t)32 << 20};
+  bench_opts_t opts = {
+      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0,
+      0x50a4, (size_t)32 << 20, 0, 0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -418,7 +424,9 @@ int main(int argc, char **argv) {
       opts.soak_s = strtod(v, &end);
       if (*end || !(opts.soak_s > 0 && opts.soak_s <= 1e7))
         bad = fprintf(stderr, "sy-bench: --soak %s: want a positive number of seconds\n", v) > 0;
-    } else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
+    } else if (!strcmp(a, "--alignment")) bad = parse_int_arg(a, v, 1, &opts.alignment);
+    else if (!strcmp(a, "--num-sms")) bad = parse_int_arg(a, v, 1, &opts.num_sms);
+    else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
     else if (!strcmp(a, "--seed")) {
       char *end;
       opts.seed = strtoull(v, &end, 0);

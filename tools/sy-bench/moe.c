@@ -68,15 +68,6 @@ static int token_sizes(const bench_opts_t *o, int64_t *out) {
   return kept;
 }
 
-/* 256, or the multiple of the world size nearest to it (ties go up), with room for TOP_K distinct experts. */
-static int experts_for(int world) {
-  if (NUM_EXPERTS % world == 0) return NUM_EXPERTS;
-  const int lo = NUM_EXPERTS / world * world, hi = lo + world;
-  int experts = lo >= TOP_K && NUM_EXPERTS - lo < hi - NUM_EXPERTS ? lo : hi;
-  while (experts < TOP_K) experts += world;
-  return experts;
-}
-
 static sy_moe_config_t make_config(int64_t tokens, int experts, sy_moe_wire_t wire, unsigned flags) {
   sy_moe_config_t c = SY_MOE_CONFIG_INIT;
   c.max_tokens = (int)tokens;
@@ -103,7 +94,7 @@ size_t bench_moe_heap(const bench_opts_t *opts) {
   for (int i = 0; i < n; i++)
     for (int w = 0; w < NUM_WIRES; w++)
       for (int m = 0; m < NUM_MODES; m++) {
-        const sy_moe_config_t c = make_config(sizes[i], experts_for(world), wires[w], modes[m]);
+        const sy_moe_config_t c = make_config(sizes[i], moe_experts_for(world), wires[w], modes[m]);
         sy_moe_layout_t layout;
         if (sizes[i] <= INT32_MAX && sy__moe_layout(&c, world, &layout) == SY_SUCCESS && layout.total > most)
           most = layout.total;
@@ -508,7 +499,7 @@ int bench_moe(bench_ctx_t *ctx) {
                 (long long)most, W);
     return 1;
   }
-  const int experts = experts_for(W), L = experts / W;
+  const int experts = moe_experts_for(W), L = experts / W;
 
   moe_bench_t b;
   memset(&b, 0, sizeof b);

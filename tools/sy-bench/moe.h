@@ -1,7 +1,8 @@
 /*
  * moe.h — what the files of sy-bench's entry `moe-ll` share (moe.c: the sizes, the expectation, the entry;
  * moe_time.c: the timed operations): the shape of the problem, the buffers and NCCL pairs of the configuration
- * being timed, memory on either backend, and the timing functions.
+ * being timed, memory on either backend, and the timing functions. The entry `moe-ht` (moe_ht*.c) takes the
+ * shape, the memory helpers and the NCCL pairs from here too.
  */
 #ifndef SY_BENCH_MOE_H
 #define SY_BENCH_MOE_H
@@ -12,6 +13,16 @@
 #include "bench.h"
 
 enum { HIDDEN = 7168, TOP_K = 8, NUM_EXPERTS = 256 };
+
+/* 256 experts, or the multiple of the world size nearest to it (ties go up), with room for TOP_K distinct
+ * experts (moe-ll and moe-ht alike). */
+static inline int moe_experts_for(int world) {
+  if (NUM_EXPERTS % world == 0) return NUM_EXPERTS;
+  const int lo = NUM_EXPERTS / world * world, hi = lo + world;
+  int experts = lo >= TOP_K && NUM_EXPERTS - lo < hi - NUM_EXPERTS ? lo : hi;
+  while (experts < TOP_K) experts += world;
+  return experts;
+}
 
 typedef struct moe_bench {
   sy_moe_t moe;

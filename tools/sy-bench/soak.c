@@ -1,7 +1,9 @@
 /*
  * soak.c — sy-bench's soak mode, `sy-bench --soak SECONDS` (the entry `soak`): round after round one operation
- * drawn from the round's seed (the all-to-all, the attention dispatch, the MoE dispatch + combine; each with
- * random shapes: soak_a2a_attn.c, soak_moe.c), every result compared with src/ref's reference, until SECONDS have
+ * drawn from the round's seed (the all-to-all, the attention dispatch, the MoE dispatch + combine, the MoE
+ * high-throughput step where the backend has it; each with random shapes: soak_a2a_attn.c, soak_moe.c,
+ * soak_moe_ht.c), every result compared with src/ref's reference (the high-throughput step: with the
+ * expectation sy-bench moe-ht computes from the header), until SECONDS have
  * passed. Memory is sampled every few seconds — the process's resident set (/proc/self/statm, after
  * malloc_trim), what malloc has handed out (mallinfo2) and, on the cuda backend, the device's used memory
  * (cudaMemGetInfo, the whole device's: ranks sharing a GPU see each other's) — and its growth measured from a
@@ -111,7 +113,7 @@ size_t bench_soak_heap(const bench_opts_t *opts) {
   if (opts->backend != SY_BACKEND_HOST)
     world = sy__launch_info_from_env(&info) == SY_SUCCESS && info.world_size >= 1 ? info.world_size : 8;
   return soak_a2a_heap(world, opts->backend) + soak_attn_heap(world, opts->backend) +
-         soak_moe_heap(world, opts->backend) + ((size_t)64 << 20);
+         soak_moe_heap(world, opts->backend) + soak_moe_ht_heap(world, opts->backend) + ((size_t)64 << 20);
 }
 
 static long long sum_over_ranks(bench_ctx_t *ctx, long long v) {
@@ -136,7 +138,8 @@ static void sample(bench_ctx_t *ctx, watch_t *w, double t, const soak_stats_t *s
   malloc_trim(0); /* free pages go back first, so that the resident set measures what is held, not the arenas' slack */
   mem_sample_t m = {t, rss_mib(), heap_mib(), device_used_mib(ctx)};
   w->last = m;
-  if (!w->have_base && t >= w->warm_until && st->calls[SOAK_A2A] && st->calls[SOAK_ATTN] && st->calls[SOAK_MOE]) {
+  if (!w->have_base && t >= w->warm_until && st->calls[SOAK_A2A] && st->calls[SOAK_ATTN] && st->calls[SOAK_MOE] &&
+      (st->calls[SOAK_MOE_HT] || st->moe_ht_off)) {
     w->base = w->peak = m;
     w->have_base = 1;
   }
@@ -146,20 +149,26 @@ static void sample(bench_ctx_t *ctx, watch_t *w, double t, const soak_stats_t *s
     if (m.dev_mib > w->peak.dev_mib) w->peak.dev_mib = m.dev_mib;
   }
   bench_print(ctx,
-              "# %7.1f s: %lld rounds (alltoall %lld, attention %lld, moe %lld), wrong %lld; rss %.1f MiB, heap in "
-              "use %.1f MiB, device %.1f MiB used%s\n",
-              t, rounds, st->calls[SOAK_A2A], st->calls[SOAK_ATTN], st->calls[SOAK_MOE],
-              st->wrong[SOAK_A2A] + st->wrong[SOAK_ATTN] + st->wrong[SOAK_MOE], m.rss_mib, m.heap_mib, m.dev_mib,
-              w->have_base && w->base.t == t ? " (baseline)" : "");
+              "# %7.1f s: %lld rounds (alltoall %lld, attention %lld, moe %lld, moe-ht %lld), wrong %lld; rss %.1f "
+              "MiB, heap in use %.1f MiB, device %.1f MiB used%s\n",
+              t, rounds, st->calls[SOAK_A2A], st->calls[SOAK_ATTN], st->calls[SOAK_MOE], st->calls[SOAK_MOE_HT],
+              st->wrong[SOAK_A2A] + st->wrong[SOAK_ATTN] + st->wrong[SOAK_MOE] + st->wrong[SOAK_MOE_HT], m.rss_mib,
+              m.heap_mib, m.dev_mib, w->have_base && w->base.t == t ? " (baseline)" : "");
 }
 
-static int one_round(bench_ctx_t *ctx, soak_a2a_t *a2a, soak_attn_t *attn, soak_moe_t *moe, uint64_t seed, int op,
-                     soak_stats_t *st) {
+static int one_round(bench_ctx_t *ctx, soak_a2a_t *a2a, soak_attn_t *attn, soak_moe_t *moe, soak_moe_ht_t *moe_ht,
+                     uint64_t seed, int op, soak_stats_t *st) {
   switch (op) {
     case SOAK_A2A: return soak_a2a_round(ctx, a2a, seed, st);
     case SOAK_ATTN: return soak_attn_round(ctx, attn, seed, st);
+    case SOAK_MOE_HT: return soak_moe_ht_round(ctx, moe_ht, seed, st);
     default: return soak_moe_round(ctx, moe, seed, st);
   }
+}
+
+static const char *op_name(int op) {
+  static const char *const names[SOAK_OPS] = {"alltoall", "attention", "moe", "moe-ht"};
+  return op >= 0 && op < SOAK_OPS ? names[op] : "?";
 }
 
 /* The report's lines and JSON row; returns non-zero when memory grew past the limit on any rank. */
@@ -172,7 +181,7 @@ static int report(bench_ctx_t *ctx, const soak_stats_t *st, const watch_t *w, do
   const double dev_growth = bench_allreduce_max_d(ctx, w->last.dev_mib - base.dev_mib);
   long long wrong[SOAK_OPS];
   for (int op = 0; op < SOAK_OPS; op++) wrong[op] = sum_over_ranks(ctx, st->wrong[op]);
-  const long long all_wrong = wrong[SOAK_A2A] + wrong[SOAK_ATTN] + wrong[SOAK_MOE];
+  const long long all_wrong = wrong[SOAK_A2A] + wrong[SOAK_ATTN] + wrong[SOAK_MOE] + wrong[SOAK_MOE_HT];
   bench_print(ctx,
               "# soak: %.1f s, %lld rounds: alltoall %lld calls; attention %lld (q forward %lld, q+kv forward %lld, "
               "q reverse %lld, kv backward %lld; %lld placed plans); moe %lld dispatch+combine rounds (fp8 %lld, "
@@ -181,9 +190,19 @@ static int report(bench_ctx_t *ctx, const soak_stats_t *st, const watch_t *w, do
               st->attn_dirs[SOAK_QKV_FWD], st->attn_dirs[SOAK_Q_REV], st->attn_dirs[SOAK_KV_BWD], st->attn_placed,
               st->calls[SOAK_MOE], st->moe_wires[0], st->moe_wires[1], st->moe_wires[2], st->moe_per_expert,
               st->moe_halves, st->moe_recreated);
+  if (st->moe_ht_off)
+    bench_print(ctx, "# soak: moe-ht left out: sy_moe_ht_create answers %s on the %s backend\n",
+                sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
+  else
+    bench_print(ctx,
+                "# soak: moe-ht %lld steps (fp8 %lld, fp8-ue8m0 %lld, bf16 %lld; exact counts %lld; unweighted "
+                "combines %lld; objects created again %lld)\n",
+                st->calls[SOAK_MOE_HT], st->moe_ht_wires[0], st->moe_ht_wires[1], st->moe_ht_wires[2], st->moe_ht_exact,
+                st->moe_ht_unit, st->moe_ht_recreated);
   bench_print(ctx,
-              "# soak: wrong elements %lld (alltoall %lld, attention %lld, moe %lld), over all ranks; errors %lld\n",
-              all_wrong, wrong[SOAK_A2A], wrong[SOAK_ATTN], wrong[SOAK_MOE], errors);
+              "# soak: wrong elements %lld (alltoall %lld, attention %lld, moe %lld, moe-ht %lld), over all ranks; "
+              "errors %lld\n",
+              all_wrong, wrong[SOAK_A2A], wrong[SOAK_ATTN], wrong[SOAK_MOE], wrong[SOAK_MOE_HT], errors);
   bench_print(ctx,
               "# soak: memory from %.1f s (%s) to %.1f s: rss %.1f -> %.1f MiB (%+.1f, peak %+.1f), heap in use %.1f "
               "-> %.1f MiB (%+.1f), device used %.1f -> %.1f MiB (%+.1f, peak %+.1f)\n",
@@ -197,11 +216,12 @@ static int report(bench_ctx_t *ctx, const soak_stats_t *st, const watch_t *w, do
   if (grew) bench_print(ctx, "# soak: MEMORY GREW past the limit (--soak-growth)\n");
   bench_json(ctx,
              "{\"entry\": \"soak\", \"backend\": \"%s\", \"world\": %d, \"seconds\": %.1f, \"rounds\": %lld, "
-             "\"calls\": {\"alltoall\": %lld, \"attn\": %lld, \"moe\": %lld}, \"wrong\": %lld, \"errors\": %lld, "
+             "\"calls\": {\"alltoall\": %lld, \"attn\": %lld, \"moe\": %lld, \"moe_ht\": %lld}, \"wrong\": %lld, "
+             "\"errors\": %lld, "
              "\"rss_growth_MiB\": %.2f, \"heap_growth_MiB\": %.2f, \"device_growth_MiB\": %.2f, "
              "\"growth_limit_MiB\": %.1f, \"seed\": %llu}",
              sy_backend_name(ctx->backend), ctx->world, seconds, rounds, st->calls[SOAK_A2A], st->calls[SOAK_ATTN],
-             st->calls[SOAK_MOE], all_wrong, errors, rss_growth, heap_growth, dev_growth, limit,
+             st->calls[SOAK_MOE], st->calls[SOAK_MOE_HT], all_wrong, errors, rss_growth, heap_growth, dev_growth, limit,
              (unsigned long long)ctx->opts->seed);
   return grew;
 }
@@ -215,10 +235,13 @@ int bench_soak(bench_ctx_t *ctx) {
   soak_a2a_t *a2a = NULL;
   soak_attn_t *attn = NULL;
   soak_moe_t *moe = NULL;
+  soak_moe_ht_t *moe_ht = NULL;
   int rc = soak_a2a_open(ctx, &a2a);
   rc = rc || soak_attn_open(ctx, &attn);
   rc = rc || soak_moe_open(ctx, &moe);
   rc = (int)bench_allreduce_max(ctx, rc);
+  if (!rc) rc = soak_moe_ht_open(ctx, &moe_ht); /* collective; every rank learns the same availability */
+  st.moe_ht_off = !soak_moe_ht_available(moe_ht);
   watch_t w;
   memset(&w, 0, sizeof w);
   w.interval = seconds / 20 < 1 ? 1 : seconds / 20 > 10 ? 10 : seconds / 20;
@@ -234,17 +257,15 @@ int bench_soak(bench_ctx_t *ctx) {
   const int samples = soak_gpu(ctx) || ctx->rank == 0; /* host threads share one process: rank 0 samples it */
   for (int stop = rc; !stop; rounds++) {
     const uint64_t seed = wl_mix(o->seed + (uint64_t)rounds);
-    const int op = (int)soak_pick(seed, 0, SOAK_OPS);
-    const int failed = one_round(ctx, a2a, attn, moe, seed, op, &st) != 0 || soak_sync(ctx);
+    /* without the high-throughput mode the draw is among the others, as before it existed */
+    const int op = (int)soak_pick(seed, 0, st.moe_ht_off ? SOAK_MOE_HT : SOAK_OPS);
+    const int failed = one_round(ctx, a2a, attn, moe, moe_ht, seed, op, &st) != 0 || soak_sync(ctx);
     if (failed) {
       sy_status_t async = SY_SUCCESS;
       char detail[256] = "";
       sy_comm_async_error(ctx->comm, &async, detail, sizeof detail);
       fprintf(stderr, "sy-bench soak: rank %d: round %lld (%s, seed 0x%llx) failed: %s %s\n", ctx->rank, rounds,
-              op == SOAK_A2A    ? "alltoall"
-              : op == SOAK_ATTN ? "attention"
-                                : "moe",
-              (unsigned long long)seed, sy_status_name(async), detail);
+              op_name(op), (unsigned long long)seed, sy_status_name(async), detail);
       errors++;
     }
     const double t = bench_now_s() - t0;
@@ -257,7 +278,8 @@ int bench_soak(bench_ctx_t *ctx) {
   if (samples) sample(ctx, &w, bench_now_s() - t0, &st, rounds);
   errors = sum_over_ranks(ctx, errors);
   const int grew = report(ctx, &st, &w, bench_now_s() - t0, rounds, errors);
-  ctx->total_wrong += st.wrong[SOAK_A2A] + st.wrong[SOAK_ATTN] + st.wrong[SOAK_MOE];
+  ctx->total_wrong += st.wrong[SOAK_A2A] + st.wrong[SOAK_ATTN] + st.wrong[SOAK_MOE] + st.wrong[SOAK_MOE_HT];
+  soak_moe_ht_close(ctx, moe_ht);
   soak_moe_close(ctx, moe);
   soak_attn_close(ctx, attn);
   soak_a2a_close(ctx, a2a);

@@ -6,6 +6,8 @@
  *                    directions, row sizes, element types)
  *   soak_moe.c       the MoE dispatch and combine (random token counts, routings, wires, modes, index types,
  *                    one call or halves; objects destroyed and created again now and then)
+ *   soak_moe_ht.c    the MoE high-throughput step (layout, dispatch, combine, both backwards; random token counts,
+ *                    routings, wires, alignments, index types, exact or worst-case counts), where the backend has it
  * Every choice of a round comes from its seed (soak_pick), the same on every rank, so every rank knows what
  * every other rank passes and regenerates it for the reference (tests/workload's generators).
  */
@@ -18,7 +20,7 @@
 #include "bench.h"
 #include "workload.h"
 
-enum { SOAK_A2A, SOAK_ATTN, SOAK_MOE, SOAK_OPS };
+enum { SOAK_A2A, SOAK_ATTN, SOAK_MOE, SOAK_MOE_HT, SOAK_OPS };
 enum { SOAK_Q_FWD, SOAK_QKV_FWD, SOAK_Q_REV, SOAK_KV_BWD, SOAK_ATTN_DIRS };
 #define SOAK_POISON 0xEE
 
@@ -28,6 +30,8 @@ typedef struct soak_stats {
   long long calls[SOAK_OPS], wrong[SOAK_OPS];
   long long attn_dirs[SOAK_ATTN_DIRS], attn_placed;
   long long moe_wires[3], moe_per_expert, moe_halves, moe_recreated;
+  long long moe_ht_wires[3], moe_ht_exact, moe_ht_unit, moe_ht_recreated;
+  int moe_ht_off; /* the backend has no high-throughput mode: its rounds are left out */
   int rank;
   int reported; /* mismatches printed so far (the first few are) */
 } soak_stats_t;
@@ -57,6 +61,7 @@ int soak_sync(bench_ctx_t *ctx);
 typedef struct soak_a2a soak_a2a_t;
 typedef struct soak_attn soak_attn_t;
 typedef struct soak_moe soak_moe_t;
+typedef struct soak_moe_ht soak_moe_ht_t;
 
 size_t soak_a2a_heap(int world, sy_backend_t backend);
 int soak_a2a_open(bench_ctx_t *ctx, soak_a2a_t **out);
@@ -72,5 +77,11 @@ size_t soak_moe_heap(int world, sy_backend_t backend);
 int soak_moe_open(bench_ctx_t *ctx, soak_moe_t **out);
 int soak_moe_round(bench_ctx_t *ctx, soak_moe_t *s, uint64_t seed, soak_stats_t *st);
 void soak_moe_close(bench_ctx_t *ctx, soak_moe_t *s);
+
+size_t soak_moe_ht_heap(int world, sy_backend_t backend);
+int soak_moe_ht_open(bench_ctx_t *ctx, soak_moe_ht_t **out); /* 0 also where the backend lacks the mode */
+int soak_moe_ht_available(const soak_moe_ht_t *s);
+int soak_moe_ht_round(bench_ctx_t *ctx, soak_moe_ht_t *s, uint64_t seed, soak_stats_t *st);
+void soak_moe_ht_close(bench_ctx_t *ctx, soak_moe_ht_t *s);
 
 #endif
