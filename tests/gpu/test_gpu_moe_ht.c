@@ -232,7 +232,7 @@ static int trace_on(void) {
 static void step(const char *what, cudaStream_t stream) {
   if (!trace_on()) return;
   if (stream) GT_CUDA(cudaStreamSynchronize(stream));
-  fprintf(stderr, "[test rank %d] %s done\n", gt_rank, what);
+  fprintf(stderr, "[test rank %d] %.3f s: %s done\n", gt_rank, gt_now_s(), what);
 }
 
 static void run_round(const ht_run_t *R, sy_moe_ht_t moe, int n, ht_bufs_t *b, int32_t *host_counts,
@@ -345,9 +345,9 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   R.stride = c->masked ? world * c->T : 0;
   R.rows = c->masked ? L * R.stride : sz.max_rows;
   R.want = (ht_result_t *)calloc((size_t)ROUNDS * world, sizeof(ht_result_t));
-  if (trace_on()) fprintf(stderr, "[test rank %d] %s: oracle\n", rank, c->name);
+  if (trace_on()) fprintf(stderr, "[test rank %d] %.3f s: %s: oracle\n", rank, gt_now_s(), c->name);
   gt_run_host(world, oracle, &R);
-  if (trace_on()) fprintf(stderr, "[test rank %d] %s: oracle done\n", rank, c->name);
+  if (trace_on()) fprintf(stderr, "[test rank %d] %.3f s: %s: oracle finished\n", rank, gt_now_s(), c->name);
   ht_bufs_t b;
   bufs_alloc(&R, 0, sz.handle_bytes, &b);
   size_t wrong = 0;
@@ -432,7 +432,9 @@ int main(void) {
   if (rank == 0) printf("test_gpu_moe_ht: world %d, seed %llu\n", world, (unsigned long long)seed);
   cudaStream_t stream;
   GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(comm, rank, world, &cases[i], seed, stream);
+  const char *only = getenv("SY_TEST_CASE"); /* one case by its index */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream);
   cudaStreamDestroy(stream);
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_moe_ht");

@@ -34,6 +34,7 @@ typedef struct bench_opts {
   int64_t token_list[BENCH_MAX_TOKEN_LIST];
   const char *wire_only, *mode_only; /* --wire (moe-ll, moe-ht), --mode (moe-ll): only that wire or mode */
   double soak_s;                     /* soak: seconds to run (--soak) */
+  int soak_no_moe_ht;                /* soak: leave the high-throughput MoE out (--soak-without-moe-ht) */
   uint64_t seed;                     /* soak: the first round's seed (--seed) */
   size_t soak_growth;                /* soak: memory growth allowed, bytes (--soak-growth) */
   int alignment;                     /* moe-ht: expert alignment (--alignment); 0: the entry's default */

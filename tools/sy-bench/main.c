@@ -194,6 +194,7 @@ static void usage(FILE *f) {
           "  -w, --warmup N            untimed calls first (default 5), then more to fill 20 ms\n"
           "  -c, --check 0|1           check results against the CPU reference (default 1)\n"
           "      --no-nccl             skip the NCCL baseline\n"
+          "      --soak-without-moe-ht the soak leaves the high-throughput MoE out\n"
           "      --json FILE           also write the rows as JSON\n"
           "  -t, --min-tokens N        token-based entries: fewest tokens per rank (default 8K)\n"
           "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host);\n"
@@ -375,7 +376,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 
 int main(int argc, char **argv) {
   bench_opts_t opts = {
-      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0,
+      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
       0x50a4, (size_t)32 << 20, 0, 0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
@@ -386,6 +387,9 @@ int main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--no-nccl")) {
       opts.nccl = 0;
+      continue;
+    } else if (!strcmp(a, "--soak-without-moe-ht")) {
+      opts.soak_no_moe_ht = 1;
       continue;
     } else if (a[0] != '-') {
       if (opts.entry) {

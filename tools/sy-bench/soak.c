@@ -190,7 +190,9 @@ static int report(bench_ctx_t *ctx, const soak_stats_t *st, const watch_t *w, do
               st->attn_dirs[SOAK_QKV_FWD], st->attn_dirs[SOAK_Q_REV], st->attn_dirs[SOAK_KV_BWD], st->attn_placed,
               st->calls[SOAK_MOE], st->moe_wires[0], st->moe_wires[1], st->moe_wires[2], st->moe_per_expert,
               st->moe_halves, st->moe_recreated);
-  if (st->moe_ht_off)
+  if (st->moe_ht_off && ctx->opts->soak_no_moe_ht)
+    bench_print(ctx, "# soak: moe-ht left out (--soak-without-moe-ht)\n");
+  else if (st->moe_ht_off)
     bench_print(ctx, "# soak: moe-ht left out: sy_moe_ht_create answers %s on the %s backend\n",
                 sy_status_name(SY_ERR_UNSUPPORTED), sy_backend_name(ctx->backend));
   else
@@ -241,7 +243,7 @@ int bench_soak(bench_ctx_t *ctx) {
   rc = rc || soak_moe_open(ctx, &moe);
   rc = (int)bench_allreduce_max(ctx, rc);
   if (!rc) rc = soak_moe_ht_open(ctx, &moe_ht); /* collective; every rank learns the same availability */
-  st.moe_ht_off = !soak_moe_ht_available(moe_ht);
+  st.moe_ht_off = !soak_moe_ht_available(moe_ht) || o->soak_no_moe_ht;
   watch_t w;
   memset(&w, 0, sizeof w);
   w.interval = seconds / 20 < 1 ? 1 : seconds / 20 > 10 ? 10 : seconds / 20;
