@@ -45,16 +45,20 @@ __device__ void send_partial(const ht_params &P, char *m, int index, const int32
   if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
   const size_t bytes = (size_t)P.hidden * 2;
   const char *in = (const char *)P.tokens;
-  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
+  /* every lane runs every pass (the shuffles need the whole warp); a lane past the row's end loads and stores nothing */
+  for (size_t pass = 0; pass < bytes; pass += 512) {
+    const size_t off = pass + (size_t)lane * 16;
+    const bool on = off < bytes;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < n; i++) {
       const int r = __shfl_sync(0xffffffffu, row, i);
       const float wr = __shfl_sync(0xffffffffu, w, i);
+      if (!on) continue;
       float y[8];
       bf16x8_to_float(__ldg((const uint4 *)(in + (size_t)r * bytes + off)), y);
       for (int j = 0; j < 8; j++) acc[j] = fmaf(wr, y[j], acc[j]);
     }
-    *(uint4 *)(m + P.wl.payload_offset + off) = float8_to_bf16(acc);
+    if (on) *(uint4 *)(m + P.wl.payload_offset + off) = float8_to_bf16(acc);
   }
 }
 

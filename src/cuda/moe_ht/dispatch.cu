@@ -162,11 +162,14 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
   const char *src = m + P.wl.payload_offset;
   char *dst = (char *)P.recv.tokens;
-  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
-    const uint4 v = __ldcg((const uint4 *)(src + off));
+  /* every lane runs every pass (the shuffles need the whole warp); a lane past the row's end copies nothing */
+  for (size_t pass = 0; pass < bytes; pass += 512) {
+    const size_t off = pass + (size_t)lane * 16;
+    const bool on = off < bytes;
+    const uint4 v = on ? __ldcg((const uint4 *)(src + off)) : make_uint4(0, 0, 0, 0);
     for (int i = 0; i < n; i++) {
       const int r = __shfl_sync(0xffffffffu, row, i);
-      *(uint4 *)(dst + (size_t)r * bytes + off) = v;
+      if (on) *(uint4 *)(dst + (size_t)r * bytes + off) = v;
     }
   }
   if (fp8) {
@@ -190,12 +193,15 @@ __device__ void recv_grad(const ht_params &P, const char *m, const int32_t *rows
   const size_t bytes = (size_t)P.hidden * 2;
   const char *g = m + P.wl.payload_offset;
   char *out = (char *)P.out;
-  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
-    const uint4 v = __ldcg((const uint4 *)(g + off));
+  for (size_t pass = 0; pass < bytes; pass += 512) { /* every lane every pass, as in recv_message */
+    const size_t off = pass + (size_t)lane * 16;
+    const bool on = off < bytes;
+    const uint4 v = on ? __ldcg((const uint4 *)(g + off)) : make_uint4(0, 0, 0, 0);
     const uint32_t in[4] = {v.x, v.y, v.z, v.w};
     for (int i = 0; i < n; i++) {
       const int r = __shfl_sync(0xffffffffu, row, i);
       const float wr = __shfl_sync(0xffffffffu, w, i);
+      if (!on) continue;
       uint4 o = v;
       if (P.row_weights) {
         uint32_t q[4];
