@@ -39,7 +39,9 @@ static const ht_case_t cases[] = {
 };
 /* clang-format on */
 
-enum { ROUNDS = 3 };
+/* ROUNDS rounds enqueued back to back, then (worst-case cases) REPLAYS replays of a graph captured from round 0,
+ * each over new inputs: round ROUNDS + i's routing and payload for round 0's num_tokens */
+enum { ROUNDS = 3, REPLAYS = 2 };
 
 /* One rank's outputs of one round (host memory). */
 typedef struct {
@@ -52,7 +54,7 @@ typedef struct {
   int world, rows, stride, groups;
   size_t row_bytes;
   wl_moe_t m;
-  ht_result_t *want; /* [ROUNDS][world] from the oracle */
+  ht_result_t *want; /* [ROUNDS + REPLAYS][world] from the oracle */
 } ht_run_t;
 
 static sy_moe_ht_config_t config_of(const ht_case_t *c, int T) {
@@ -72,10 +74,11 @@ typedef struct {
   uint16_t *rows_in, *grad_out;
 } ht_inputs_t;
 
+/* Round `round`'s inputs; rounds past ROUNDS (the graph's replays) keep round 0's num_tokens. */
 static void make_inputs(const ht_run_t *R, int round, int rank, ht_inputs_t *in) {
   const ht_case_t *c = R->c;
   const int T = c->T, K = c->K, H = c->H;
-  in->n = wl_moe_num_tokens(&R->m, round, rank);
+  in->n = wl_moe_num_tokens(&R->m, round < ROUNDS ? round : 0, rank);
   int64_t *ids = (int64_t *)calloc((size_t)T * K + 1, 8);
   wl_moe_ids(&R->m, round, rank, in->n, ids);
   in->ids = calloc((size_t)T * K + 1, c->id64 ? 8 : 4);
@@ -296,7 +299,7 @@ static void oracle(int rank, sy_comm_t comm, void *arg) {
   GT_OK(sy_moe_ht_sizes(moe, &sz));
   ht_bufs_t b;
   bufs_alloc(R, 1, sz.handle_bytes, &b);
-  for (int round = 0; round < ROUNDS; round++) {
+  for (int round = 0; round < ROUNDS + (R->c->exact ? 0 : REPLAYS); round++) {
     ht_inputs_t in;
     make_inputs(R, round, rank, &in);
     load_round(R, 1, &in, &b);
@@ -313,6 +316,28 @@ static size_t compare(const char *what, const ht_case_t *c, int round, const voi
   char label[160];
   snprintf(label, sizeof label, "%s, round %d: %s", c->name, round, what);
   return gt_compare(label, (const uint8_t *)got, (const uint8_t *)want, n);
+}
+
+/* Every output of one round against the oracle's; returns the wrong bytes. */
+static size_t compare_all(const ht_run_t *R, int round, const ht_result_t *got, const ht_result_t *w,
+                          const int32_t *host) {
+  const ht_case_t *c = R->c;
+  const int L = c->E / R->world;
+  size_t wrong = 0;
+  wrong += compare("rows", c, round, got->tokens, w->tokens, (size_t)R->rows * R->row_bytes);
+  if (c->wire != SY_MOE_WIRE_BF16)
+    wrong += compare("scales", c, round, got->scales, w->scales, (size_t)R->rows * R->groups * 4);
+  wrong += compare("src", c, round, got->src, w->src, (size_t)R->rows * 8);
+  wrong += compare("weights", c, round, got->weights, w->weights, (size_t)R->rows * 4);
+  wrong += compare("offsets", c, round, got->offsets, w->offsets, (size_t)(L + 1) * 4);
+  wrong += compare("counts", c, round, got->counts, w->counts, (size_t)L * 4);
+  wrong += compare("combine out", c, round, got->out, w->out, (size_t)c->T * c->H * 2);
+  wrong += compare("token values", c, round, got->values, w->values, (size_t)c->T * c->K * 4);
+  wrong += compare("dispatch backward", c, round, got->out2, w->out2, (size_t)c->T * c->H * 2);
+  wrong += compare("combine backward rows", c, round, got->grad_rows, w->grad_rows, (size_t)R->rows * c->H * 2);
+  wrong += compare("combine backward weights", c, round, got->grad_w, w->grad_w, (size_t)R->rows * 4);
+  if (host) wrong += compare("host counts", c, round, host, w->host, (size_t)(2 * L + 1) * 4);
+  return wrong;
 }
 
 static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, uint64_t seed, cudaStream_t stream) {
@@ -344,7 +369,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   const int L = c->E / world;
   R.stride = c->masked ? world * c->T : 0;
   R.rows = c->masked ? L * R.stride : sz.max_rows;
-  R.want = (ht_result_t *)calloc((size_t)ROUNDS * world, sizeof(ht_result_t));
+  R.want = (ht_result_t *)calloc((size_t)(ROUNDS + REPLAYS) * world, sizeof(ht_result_t));
   if (trace_on()) fprintf(stderr, "[test rank %d] %.3f s: %s: oracle\n", rank, gt_now_s(), c->name);
   gt_run_host(world, oracle, &R);
   if (trace_on()) fprintf(stderr, "[test rank %d] %.3f s: %s: oracle finished\n", rank, gt_now_s(), c->name);
@@ -361,20 +386,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     ht_result_t got;
     memset(&got, 0, sizeof got);
     take(&R, 0, &b, &got);
-    const ht_result_t *w = &R.want[round * world + rank];
-    wrong += compare("rows", c, round, got.tokens, w->tokens, (size_t)R.rows * R.row_bytes);
-    if (c->wire != SY_MOE_WIRE_BF16)
-      wrong += compare("scales", c, round, got.scales, w->scales, (size_t)R.rows * R.groups * 4);
-    wrong += compare("src", c, round, got.src, w->src, (size_t)R.rows * 8);
-    wrong += compare("weights", c, round, got.weights, w->weights, (size_t)R.rows * 4);
-    wrong += compare("offsets", c, round, got.offsets, w->offsets, (size_t)(L + 1) * 4);
-    wrong += compare("counts", c, round, got.counts, w->counts, (size_t)L * 4);
-    wrong += compare("combine out", c, round, got.out, w->out, (size_t)c->T * c->H * 2);
-    wrong += compare("token values", c, round, got.values, w->values, (size_t)c->T * c->K * 4);
-    wrong += compare("dispatch backward", c, round, got.out2, w->out2, (size_t)c->T * c->H * 2);
-    wrong += compare("combine backward rows", c, round, got.grad_rows, w->grad_rows, (size_t)R.rows * c->H * 2);
-    wrong += compare("combine backward weights", c, round, got.grad_w, w->grad_w, (size_t)R.rows * 4);
-    if (c->exact) wrong += compare("host counts", c, round, host, w->host, (size_t)(2 * L + 1) * 4);
+    wrong += compare_all(&R, round, &got, &R.want[round * world + rank], c->exact ? host : NULL);
     result_free(&got);
     free_inputs(&in);
   }
@@ -390,20 +402,16 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     GT_CUDA(cudaStreamEndCapture(stream, &graph));
     GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     free_inputs(&in);
-    for (int replay = 0; replay < 2; replay++) {
-      /* round 0 and 2 have the same num_tokens only by chance: replay round 0's inputs (changed routing
-       * would need a new num_tokens), twice, each checked */
-      make_inputs(&R, 0, rank, &in);
+    for (int replay = 0; replay < REPLAYS; replay++) {
+      const int round = ROUNDS + replay; /* new routing and payload, round 0's num_tokens */
+      make_inputs(&R, round, rank, &in);
       load_round(&R, 0, &in, &b);
       GT_CUDA(cudaGraphLaunch(exec, stream));
       GT_CUDA(cudaStreamSynchronize(stream));
       ht_result_t got;
       memset(&got, 0, sizeof got);
       take(&R, 0, &b, &got);
-      const ht_result_t *w = &R.want[rank];
-      wrong += compare("graph rows", c, 0, got.tokens, w->tokens, (size_t)R.rows * R.row_bytes);
-      wrong += compare("graph combine out", c, 0, got.out, w->out, (size_t)c->T * c->H * 2);
-      wrong += compare("graph token values", c, 0, got.values, w->values, (size_t)c->T * c->K * 4);
+      wrong += compare_all(&R, round, &got, &R.want[round * world + rank], NULL);
       result_free(&got);
       free_inputs(&in);
     }
@@ -419,7 +427,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
            (c->sms / 2 > 1 ? c->sms / 2 : 1));
   fflush(stdout);
   bufs_free(0, &b);
-  for (int i = 0; i < ROUNDS * world; i++) result_free(&R.want[i]);
+  for (int i = 0; i < (ROUNDS + REPLAYS) * world; i++) result_free(&R.want[i]);
   free(R.want);
   GT_OK(sy_moe_ht_destroy(moe));
 }
