@@ -89,6 +89,7 @@ for n in "${counts[@]}"; do
   SY_FORCE_PUT=1 run test_gpu_ring.put "$n" "$root/build/tests/gpu/test_gpu_ring"
   SY_FORCE_PUT=1 run test_gpu_attn.put "$n" "$root/build/tests/gpu/test_gpu_attn"
   SY_FORCE_PUT=1 run test_gpu_moe.put "$n" "$root/build/tests/gpu/test_gpu_moe"
+  SY_FORCE_PUT=1 run test_gpu_moe_ht.put "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   SY_FORCE_PUT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.put "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
   # eight blocks per call: every call with more than eight pieces takes the ticket order (alltoall, attention)
   SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_alltoall.tickets "$n" "$root/build/tests/gpu/test_gpu_alltoall"

@@ -32,8 +32,9 @@ __device__ __forceinline__ uint4 float8_to_bf16(const float *x) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* A warp: the partial of one received message into its ring slot m. */
-__device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows) {
+/* A warp: the partial of one received message into m: its ring slot at the owner, or (put path) this warp's
+ * staging, put to the slot's symmetric address `remote` at owner s afterwards. */
+__device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows, char *remote, int s) {
   const int lane = threadIdx.x & 31;
   const int row = lane < P.kk ? rows[lane] : -1;
   const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
@@ -60,6 +61,9 @@ __device__ void send_partial(const ht_params &P, char *m, int index, const int32
     }
     if (on) *(uint4 *)(m + P.wl.payload_offset + off) = float8_to_bf16(acc);
   }
+  if (!remote) return;
+  __syncwarp();
+  ht_put_warp(remote, m, P.wl.payload_offset + bytes, s);
 }
 
 __device__ void send_part(const ht_params &P, int c, char *smem) {
@@ -103,15 +107,17 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
       char *peer = ht_peer(P, s);
       for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
         const int index = mbase[s] + done[s] + j;
-        send_partial(P, ring_slot(P, peer, me, c, base[s] + j), index, recv_rows + ((size_t)s * P.T + index) * P.kk);
+        char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
+        send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
+                     peer ? nullptr : slot, s);
       }
       __syncthreads();
       if (threadIdx.x == 0) {
-        fence_acq_rel(s != me);
+        if (peer) fence_acq_rel(s != me);
         base[s] += n;
         left[s] -= n;
         done[s] += n;
-        st_relaxed_sys(tail_word(P, peer, me, c), base[s]);
+        ht_publish(P, s, c, base[s]);
       }
       __syncthreads();
     }
@@ -166,7 +172,7 @@ __device__ void reduce_token(const ht_params &P, int c, int t, const int *rank, 
 }
 
 __device__ void recv_part(const ht_params &P, int c, char *smem) {
-  const int W = P.world_size, C = P.C, me = P.ctx.rank, L = P.L;
+  const int W = P.world_size, C = P.C, L = P.L;
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   __shared__ recv_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed;
@@ -213,7 +219,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
     if (threadIdx.x == 0)
       for (int q = 0; q < ntouched; q++) {
         const int p = touched[q];
-        st_release_sys(head_word(P, ht_peer(P, p), me, c), cons[p]);
+        ht_give_back(P, p, c, cons[p]);
       }
     __syncthreads();
   }

@@ -28,40 +28,11 @@ struct send_batch {
   uint64_t slot[HT_BATCH][32];
 };
 
-/* A warp writes token t's message into each destination's ring: header and entries, then the payload in 512-byte
- * pieces (bf16: 16 bytes a lane; FP8: a 128-element group a pass, 4 elements a lane). */
-__device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd) {
-  const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
-  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
-  const int e = lane < P.K ? ids[lane] : -1;
-  const float w = (lane < P.K && P.weights) ? P.weights[(size_t)t * P.K + lane] : 0.0f;
-  for (int j = 0; j < nd; j++) {
-    char *m = ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]);
-    const bool here = e >= 0 && e / L == dst[j];
-    const unsigned mask = __ballot_sync(0xffffffffu, here);
-    if (here) {
-      const int i = __popc(mask & ((1u << lane) - 1u));
-      ((int4 *)(m + 16))[i] = make_int4(e - dst[j] * L, pos[lane], __float_as_int(w), lane);
-    }
-    if (lane == 0) *(int4 *)m = make_int4(t, __popc(mask), 0, 0);
-  }
+/* FP8 in the kernel: a 128-element group per pass, 4 elements a lane, stored for every destination. */
+template <typename Body>
+__device__ void quantise_token(const ht_params &P, int t, int nd, Body body_of) {
+  const int lane = threadIdx.x & 31;
   const size_t po = P.wl.payload_offset, so = P.wl.scales_offset;
-  if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
-    const size_t row = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
-    const char *src = (const char *)P.tokens + (size_t)t * row;
-    for (size_t off = (size_t)lane * 16; off < row; off += 512) {
-      const uint4 v = __ldg((const uint4 *)(src + off));
-      for (int j = 0; j < nd; j++) *(uint4 *)(ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]) + po + off) = v;
-    }
-    if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
-      const int groups = P.hidden / SY_MOE_FP8_GROUP;
-      for (int g = lane; g < groups; g += 32) {
-        const float s = P.token_scales[(size_t)t * groups + g];
-        for (int j = 0; j < nd; j++) ((float *)(ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]) + so))[g] = s;
-      }
-    }
-    return;
-  }
   const int ue8m0 = P.wire == SY_MOE_WIRE_FP8_UE8M0;
   const uint16_t *src = (const uint16_t *)P.tokens + (size_t)t * P.hidden;
   for (int g = 0; g < P.hidden / SY_MOE_FP8_GROUP; g++) {
@@ -75,10 +46,70 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
     uint32_t q = 0;
     for (int i = 0; i < 4; i++) q |= (uint32_t)sy__fp8_quantize(x[i], scale) << (8 * i);
     for (int j = 0; j < nd; j++) {
-      char *m = ring_slot(P, ht_peer(P, dst[j]), me, c, slot[j]);
-      ((uint32_t *)(m + po + g * 128))[lane] = q;
-      if (lane == 0) ((float *)(m + so))[g] = scale;
+      char *b = body_of(j);
+      ((uint32_t *)(b + g * 128))[lane] = q;
+      if (lane == 0) ((float *)(b + (so - po)))[g] = scale;
     }
+  }
+}
+
+/* A warp writes token t's message into each destination's ring: header and entries, then the payload in 512-byte
+ * pieces (bf16: 16 bytes a lane; FP8: a 128-element group a pass, 4 elements a lane). */
+__device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
+  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
+  const int e = lane < P.K ? ids[lane] : -1;
+  const float w = (lane < P.K && P.weights) ? P.weights[(size_t)t * P.K + lane] : 0.0f;
+  const size_t po = P.wl.payload_offset, so = P.wl.scales_offset, pay = P.wl.msg_bytes - po;
+  char *stage = P.staging ? ht_stage(P) : nullptr;
+  bool puts = false;
+  /* where destination j's header and payload go: its ring slot, or (put path) this warp's staging: the payload
+   * once for every put destination, a header each */
+  auto head_of = [&](int j) -> char * {
+    char *pb = ht_peer(P, dst[j]);
+    return pb ? ring_slot(P, pb, me, c, slot[j]) : stage + pay + (size_t)j * po;
+  };
+  auto body_of = [&](int j) -> char * {
+    char *pb = ht_peer(P, dst[j]);
+    return pb ? ring_slot(P, pb, me, c, slot[j]) + po : stage;
+  };
+  for (int j = 0; j < nd; j++) {
+    char *m = head_of(j);
+    puts |= ht_peer(P, dst[j]) == nullptr;
+    const bool here = e >= 0 && e / L == dst[j];
+    const unsigned mask = __ballot_sync(0xffffffffu, here);
+    if (here) {
+      const int i = __popc(mask & ((1u << lane) - 1u));
+      ((int4 *)(m + 16))[i] = make_int4(e - dst[j] * L, pos[lane], __float_as_int(w), lane);
+    }
+    if (lane == 0) *(int4 *)m = make_int4(t, __popc(mask), 0, 0);
+  }
+  if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
+    const size_t row = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
+    const char *src = (const char *)P.tokens + (size_t)t * row;
+    for (size_t off = (size_t)lane * 16; off < row; off += 512) {
+      const uint4 v = __ldg((const uint4 *)(src + off));
+      for (int j = 0; j < nd; j++) *(uint4 *)(body_of(j) + off) = v;
+    }
+    if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
+      const int groups = P.hidden / SY_MOE_FP8_GROUP;
+      for (int g = lane; g < groups; g += 32) {
+        const float s = P.token_scales[(size_t)t * groups + g];
+        for (int j = 0; j < nd; j++) ((float *)(body_of(j) + (so - po)))[g] = s;
+      }
+    }
+  } else {
+    quantise_token(P, t, nd, body_of);
+  }
+  if (!puts) return;
+  __syncwarp();
+  const size_t used =
+      P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (so - po) + (size_t)(P.hidden / SY_MOE_FP8_GROUP) * 4;
+  for (int j = 0; j < nd; j++) {
+    if (ht_peer(P, dst[j])) continue;
+    char *remote = ring_slot(P, P.ws, me, c, slot[j]); /* the slot's symmetric address */
+    ht_put_warp(remote, stage + pay + (size_t)j * po, po, dst[j]);
+    ht_put_warp(remote + po, stage, used, dst[j]);
   }
 }
 
@@ -128,10 +159,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
       bool remote = false;
       for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
       fence_acq_rel(remote);
-      for (int i = 0; i < ntouched; i++) {
-        const int d = touched[i];
-        st_relaxed_sys(tail_word(P, ht_peer(P, d), me, c), base[d]);
-      }
+      for (int i = 0; i < ntouched; i++) ht_publish(P, touched[i], c, base[touched[i]]);
     }
     __syncthreads();
   }
@@ -289,7 +317,7 @@ __device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
 }
 
 __device__ void recv_part(const ht_params &P, int c, char *smem) {
-  const int W = P.world_size, C = P.C, me = P.ctx.rank;
+  const int W = P.world_size, C = P.C;
   uint64_t *cons = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(cons + W); /* [W] messages of this call still to come */
   int32_t *done = left + W;              /* [W] messages taken in this call */
@@ -341,7 +369,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
         cons[s] += n;
         left[s] -= n;
         done[s] += n;
-        st_release_sys(head_word(P, ht_peer(P, s), me, c), cons[s]);
+        ht_give_back(P, s, c, cons[s]);
       }
       __syncthreads();
     }

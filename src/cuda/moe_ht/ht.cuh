@@ -56,6 +56,8 @@ struct ht_params {
   ht_ws_layout wl;
   ht_local *local;
   uint64_t *sent, *consumed; /* [W][C] */
+  char *staging;             /* NULL where every peer is load/store reachable; else a slot per (block, warp) */
+  size_t stage_bytes;        /* a slot: msg_bytes - payload_offset of payload, then 32 headers of payload_offset */
   uint32_t *masks;           /* layout scratch: [E][ceil(max_tokens / 32)] token bits per expert */
   int32_t *word_prefix;      /* [E][ceil(max_tokens / 32)] */
   int32_t *expert_count;     /* [E] this rank's entries per expert */
@@ -83,9 +85,28 @@ struct ht_params {
 
 enum { HT_DISPATCH = 0, HT_COMBINE_BACKWARD = 1 };
 
+/* Peer p's workspace as this GPU reaches it, or NULL: NVSHMEM puts (a peer not load/store reachable, or
+ * SY_FORCE_PUT). */
 __device__ __forceinline__ char *ht_peer(const ht_params &P, int p) {
   if (P.world_size <= HT_PEER_TAB) return P.peer_ws[p];
+  if (P.ctx.force_put && p != P.ctx.rank) return nullptr;
   return nvshmem_ptr_cold(P.ws, p);
+}
+
+/* The put path, out of line (cold wherever every peer is load/store reachable). A warp's staging slot. */
+__device__ __forceinline__ char *ht_stage(const ht_params &P) {
+  return P.staging + ((size_t)blockIdx.x * HT_WARPS + threadIdx.x / 32) * P.stage_bytes;
+}
+
+/* The whole warp: bytes from this GPU's src to the symmetric dst at p; returns once src may be reused. */
+static __device__ __noinline__ void ht_put_warp(void *dst, const void *src, size_t bytes, int p) {
+  nvshmemx_putmem_warp(dst, src, bytes, p);
+}
+
+/* One thread, after the block's puts (bar.sync): their completion, then p's counter set to v. */
+static __device__ __noinline__ void ht_signal_set(uint64_t *sig, uint64_t v, int p) {
+  nvshmem_quiet();
+  nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_SET, p);
 }
 
 template <typename T>
@@ -108,6 +129,22 @@ __device__ __forceinline__ uint64_t *tail_word(const ht_params &P, char *base, i
 
 __device__ __forceinline__ uint64_t *head_word(const ht_params &P, char *base, int d, int c) {
   return ht_at<uint64_t>(base, P.wl.head) + (size_t)d * P.C + c;
+}
+
+/* A receiver hands `consumed` back to sender s: its head word for (me, c), by a release store or a put (after
+ * the block's reads of the slots: bar.sync first). */
+__device__ __forceinline__ void ht_give_back(const ht_params &P, int s, int c, uint64_t consumed) {
+  char *sp = ht_peer(P, s);
+  if (sp) st_release_sys(head_word(P, sp, P.ctx.rank, c), consumed);
+  else p_u64_cold(head_word(P, P.ws, P.ctx.rank, c), consumed, s);
+}
+
+/* A sender publishes `sent` as its tail at receiver d for channel c, after the block's stores or puts (bar.sync
+ * first; for stores the caller has fenced). */
+__device__ __forceinline__ void ht_publish(const ht_params &P, int d, int c, uint64_t sent) {
+  char *dp = ht_peer(P, d);
+  if (dp) st_relaxed_sys(tail_word(P, dp, P.ctx.rank, c), sent);
+  else ht_signal_set(tail_word(P, P.ws, P.ctx.rank, c), sent, d);
 }
 
 /* The bounded wait of one thread for *word >= want, with the op and peer an error names. */

@@ -1,6 +1,7 @@
 /*
  * launch.cu — the host side of the MoE high-throughput kernels: create (the workspace, the device-local state,
- * the layout scratch, the mapped counts of the exact mode; every peer must be load/store reachable for now),
+ * the layout scratch, the mapped counts of the exact mode, the put path's staging where some peer is not
+ * load/store reachable or SY_FORCE_PUT is set),
  * destroy, and the launches (layout: four kernels and, in the exact mode, the bounded host wait; dispatch and
  * combine: one kernel each).
  */
@@ -23,7 +24,10 @@ struct ht_gpu {
   uint32_t *masks;
   int32_t *word_prefix, *expert_count;
   size_t mask_bytes;
-  char *mapped; /* host: [2 L + 1] int32, then the stamp */
+  char *mapped;  /* host: [2 L + 1] int32, then the stamp */
+  char *staging; /* the put path: a slot per (block, warp); NULL where every peer is reachable */
+  size_t stage_bytes;
+  bool staging_registered;
   int32_t *mapped_counts_dev;
   uint64_t *mapped_stamp_dev;
   size_t smem;
@@ -33,6 +37,8 @@ static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
+  if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
+  if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
   if (g->mapped) cudaFreeHost(g->mapped);
   if (free_ws && g->ws) sy_mem_free(comm, g->ws);
@@ -83,13 +89,31 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     free(g);
     return s;
   }
-  int reach = 1; /* the kernels store into every peer's rings: puts are not written yet */
+  /* Stores where a peer is load/store reachable, NVSHMEM puts from a staging slot per (block, warp) elsewhere (or
+   * everywhere but here with SY_FORCE_PUT); the staging is registered only where a peer is really remote. */
+  bool need_puts = false, remote_peer = false;
   for (int p = 0; p < W; p++) {
-    char *q = p == comm->rank ? g->ws : st->ctx.force_put ? NULL : (char *)nvshmem_ptr(g->ws, p);
-    if (!q) reach = 0;
+    char *q = p == comm->rank ? g->ws : (char *)nvshmem_ptr(g->ws, p);
+    remote_peer = remote_peer || !q;
+    if (p != comm->rank && st->ctx.force_put) q = NULL;
+    need_puts = need_puts || !q;
     if (p < HT_PEER_TAB) g->peer_ws[p] = q;
   }
   s = create_local(comm, moe, g);
+  if (s == SY_SUCCESS && need_puts) {
+    g->stage_bytes = align_up(g->wl.msg_bytes + 32 * g->wl.payload_offset, 256);
+    const size_t bytes = (size_t)2 * g->wl.channels * HT_WARPS * g->stage_bytes;
+    const cudaError_t err = cudaMalloc((void **)&g->staging, bytes);
+    if (err != cudaSuccess) s = cuda_error(err, "cudaMalloc(moe_ht put staging)", __FILE__, __LINE__);
+    else if (remote_peer) {
+      if (nvshmemx_buffer_register(g->staging, bytes) != 0) {
+        SY_WARN("sy_moe_ht_create: nvshmemx_buffer_register of %zu bytes of put staging failed", bytes);
+        s = SY_ERR_NVSHMEM;
+      } else {
+        g->staging_registered = true;
+      }
+    }
+  }
   if (s == SY_SUCCESS) {
     const cudaError_t err = cudaMemset(g->ws, 0, g->wl.ring);
     if (err == cudaSuccess) cudaDeviceSynchronize();
@@ -97,27 +121,19 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   /* every rank's verdict, after a barrier that orders every rank's zeroed counters before anyone writes one */
   nvshmem_barrier_all();
-  int mine[2] = {s == SY_SUCCESS, reach}, *all = (int *)malloc(sizeof(int) * 2 * (size_t)W);
-  sy_status_t ag = all ? sy_comm_allgather_host(comm, mine, all, sizeof mine) : SY_ERR_NO_MEMORY;
-  int all_ok = ag == SY_SUCCESS, all_reach = 1;
-  for (int r = 0; all && ag == SY_SUCCESS && r < W; r++) {
-    all_ok &= all[2 * r];
-    all_reach &= all[2 * r + 1];
-  }
+  int mine = s == SY_SUCCESS, *all = (int *)malloc(sizeof(int) * (size_t)W);
+  sy_status_t ag = all ? sy_comm_allgather_host(comm, &mine, all, sizeof mine) : SY_ERR_NO_MEMORY;
+  int all_ok = ag == SY_SUCCESS;
+  for (int r = 0; all && ag == SY_SUCCESS && r < W; r++) all_ok &= all[r];
   free(all);
   if (s == SY_SUCCESS && !all_ok) s = ag != SY_SUCCESS ? ag : SY_ERR_INTERNAL;
-  if (s == SY_SUCCESS && !all_reach) {
-    SY_WARN(
-        "sy_moe_ht_create: some peer is not load/store reachable (or SY_FORCE_PUT is set); the cuda "
-        "high-throughput MoE stores into its peers' rings and has no NVSHMEM put path yet");
-    s = SY_ERR_UNSUPPORTED;
-  }
   if (s != SY_SUCCESS) {
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes",
-          g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes);
+  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s",
+          g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
+          g->staging ? "puts to some peers" : "stores to every peer");
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -141,6 +157,8 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->local = g->local;
   P->sent = g->sent;
   P->consumed = g->consumed;
+  P->staging = g->staging;
+  P->stage_bytes = g->stage_bytes;
   P->masks = g->masks;
   P->word_prefix = g->word_prefix;
   P->expert_count = g->expert_count;

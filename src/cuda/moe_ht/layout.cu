@@ -90,6 +90,19 @@ __global__ void sy_ht_layout_pos(ht_params P) {
   }
 }
 
+/* The exchange's put path (out of line): rank d's counts from this rank, then, ordered after them by a fence,
+ * the stamp. */
+static __device__ __noinline__ void counts_put(const ht_params &P, int d, uint64_t n, int32_t total) {
+  const int L = P.L, C = P.C, me = P.ctx.rank;
+  const int32_t *send_chan = hsec(P, P.hl.send_chan);
+  int *x = ht_at<int>(P.ws, P.wl.xdata) + (size_t)me * P.wl.xdata_words; /* its symmetric address */
+  for (int e = 0; e < L; e++) nvshmem_int_p(x + e, P.expert_count[(size_t)d * L + e], d);
+  for (int c = 0; c < C; c++) nvshmem_int_p(x + L + c, send_chan[(size_t)d * C + c], d);
+  nvshmem_int_p(x + L + C, total, d);
+  nvshmem_fence();
+  nvshmem_uint64_p(ht_at<uint64_t>(P.ws, P.wl.stamp) + me, n, d);
+}
+
 /* One block. Threads stride over ranks: first as senders of this rank's counts (to d), then as readers of the
  * counts from s; then thread 0 finishes the handle. */
 __global__ void sy_ht_layout_exchange(ht_params P) {
@@ -109,6 +122,10 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
       continue;
     }
     char *peer = ht_peer(P, d);
+    if (!peer) {
+      counts_put(P, d, n, total);
+      continue;
+    }
     int32_t *x = ht_at<int32_t>(peer, P.wl.xdata) + (size_t)me * xw;
     for (int e = 0; e < L; e++) x[e] = P.expert_count[(size_t)d * L + e];
     for (int c = 0; c < C; c++) x[L + c] = send_chan[(size_t)d * C + c];
@@ -127,7 +144,9 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
     for (int c = 0; c < C; c++) chan_tokens[(size_t)s * C + c] = x[L + c];
     recv_tokens[s] = x[L + C];
     /* the reads above before the ack that lets s overwrite them */
-    st_release_sys(ht_at<uint64_t>(ht_peer(P, s), P.wl.ack) + me, n);
+    char *sp = ht_peer(P, s);
+    if (sp) st_release_sys(ht_at<uint64_t>(sp, P.wl.ack) + me, n);
+    else p_u64_cold(ht_at<uint64_t>(P.ws, P.wl.ack) + me, n, s);
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
