@@ -41,6 +41,9 @@ SY_CUDA_OP(OP_MOE_HT_EXCHANGE, "moe_ht layout",
 SY_CUDA_OP(OP_MOE_HT_HANDLE, "moe_ht",
            "moe_ht: the handle was not written by this object's layout, or num_tokens differs from its layout's "
            "(expected = the handle's num_tokens or object, saw = the call's)")
+SY_CUDA_OP(OP_MOE_HT_NOT_DISPATCHED, "moe_ht combine",
+           "moe_ht combine: no dispatch recorded rows in this handle, or it had another recv.expert_stride (peer = "
+           "whether one did; expected = its stride, saw = the call's)")
 SY_CUDA_OP(OP_MOE_HT_ROWS, "moe_ht dispatch",
            "moe_ht dispatch: the layout needs more rows than recv.rows, or an expert more than recv.expert_stride "
            "(peer = the local expert or -1; expected = the bound, saw = what is needed); no row was written")

@@ -231,7 +231,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
 __global__ void __launch_bounds__(HT_THREADS) sy_ht_combine(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
-  if (!ht_handle_ok(P)) return;
+  if (!ht_handle_ok(P, true)) return;
   if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem);
   else recv_part(P, blockIdx.x - P.C, smem);
 }

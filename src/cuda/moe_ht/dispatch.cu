@@ -392,20 +392,32 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
 
 } // namespace
 
-__device__ bool sy::ht_handle_ok(const ht_params &P) {
+__device__ bool sy::ht_handle_ok(const ht_params &P, bool dispatched) {
   const sy_moe_ht_handle_header_t *h = (const sy_moe_ht_handle_header_t *)P.handle;
-  const bool ok = h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object && h->num_tokens == P.num_tokens;
-  if (!ok && blockIdx.x == 0 && threadIdx.x == 0)
-    report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, -1, 0,
-                 h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object ? (uint64_t)h->num_tokens : h->object,
-                 h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object ? (uint64_t)P.num_tokens : P.object);
-  return ok;
+  const bool mine = h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object;
+  const bool ok = mine && h->num_tokens == P.num_tokens;
+  /* the combines read the rows the handle's dispatch recorded, in that dispatch's layout */
+  const bool rows = !dispatched || (h->dispatched != 0 && h->expert_stride == P.recv.expert_stride);
+  if ((!ok || !rows) && blockIdx.x == 0 && threadIdx.x == 0) {
+    if (!ok)
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, -1, 0, mine ? (uint64_t)h->num_tokens : h->object,
+                   mine ? (uint64_t)P.num_tokens : P.object);
+    else
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_NOT_DISPATCHED, h->dispatched, 0, (uint64_t)h->expert_stride,
+                   (uint64_t)P.recv.expert_stride);
+  }
+  return ok && rows;
 }
 
 __global__ void __launch_bounds__(HT_THREADS) sy_ht_dispatch(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
-  if (!ht_handle_ok(P)) return;
+  if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
   if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem);
   else recv_part(P, blockIdx.x - P.C, smem);
+  if (P.mode == HT_DISPATCH && blockIdx.x == (unsigned)P.C && threadIdx.x == 0) { /* for the combines' check */
+    sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
+    h->expert_stride = P.recv.expert_stride;
+    h->dispatched = 1;
+  }
 }

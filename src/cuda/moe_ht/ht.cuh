@@ -158,8 +158,9 @@ __device__ __forceinline__ int64_t ht_id(const ht_params &P, int t, int k) {
   return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
 }
 
-/* The handle belongs to this object's layout of num_tokens tokens (every block checks; block 0 reports). */
-__device__ bool ht_handle_ok(const ht_params &P);
+/* The handle belongs to this object's layout of num_tokens tokens and, with `dispatched` (the combines), a
+ * dispatch recorded its rows with this recv's layout (every block checks; block 0 reports). */
+__device__ bool ht_handle_ok(const ht_params &P, bool dispatched);
 
 } // namespace sy
 
