@@ -222,6 +222,8 @@ static void load_round(const ht_run_t *R, int host, const ht_inputs_t *in, ht_bu
   fill_byte(host, b->recv.expert_counts, 0xA5, L * 4);
   fill_byte(host, b->out, 0xA5, T * H * 2);
   fill_byte(host, b->values, 0xA5, T * K * 4);
+  /* cudaMemcpy and cudaMemset run on the legacy stream, which the test's non-blocking stream does not wait for */
+  if (!host) GT_CUDA(cudaDeviceSynchronize());
 }
 
 /* layout, dispatch, combine of one round on `stream` (NULL on the host backend). */
