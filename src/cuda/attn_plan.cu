@@ -86,4 +86,3 @@ extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_
   plan->device_free = plan_device_free;
   return SY_SUCCESS;
 }
-
