@@ -265,13 +265,14 @@ sy_status_t sy_moe_ht_layout(sy_moe_ht_t moe, const void *expert_ids, sy_index_t
                            {"host_counts", host_counts, (2 * (size_t)moe->local_experts + 1) * sizeof(int32_t), 1},
                            {"expert_ids", expert_ids, id_bytes, 0}};
   SY_CHECK(check_overlaps(spans, 3, fn));
-  sy_moe_ht_call_t call;
-  memset(&call, 0, sizeof call);
-  call.handle = handle;
-  call.num_tokens = num_tokens;
-  call.expert_ids = expert_ids;
-  call.id_type = id_type;
-  call.host_counts = host_counts;
+  /* the fields a call does not set are 0 */
+  const sy_moe_ht_call_t call = {
+      .handle = handle,
+      .num_tokens = num_tokens,
+      .expert_ids = expert_ids,
+      .id_type = id_type,
+      .host_counts = host_counts,
+  };
   sy_comm_t comm = moe->comm;
   return run(moe, comm->ops->moe_ht_layout(comm, moe, &call, stream), &moe->layouts, fn);
 }
@@ -307,14 +308,15 @@ sy_status_t sy_moe_ht_dispatch(sy_moe_ht_t moe, const void *handle, int num_toke
                             {"token_scales", token_scales, T * (H / SY_MOE_FP8_GROUP) * 4, 0},
                             {"weights", weights, T * K * 4, 0}};
   SY_CHECK(check_overlaps(spans, 10, fn));
-  sy_moe_ht_call_t call;
-  memset(&call, 0, sizeof call);
-  call.handle = (void *)handle; /* the dispatch records its rows in the handle (recv_rows) for the combines */
-  call.num_tokens = num_tokens;
-  call.tokens = tokens;
-  call.token_scales = token_scales;
-  call.weights = weights;
-  call.recv = recv;
+  /* the fields a call does not set are 0 */
+  const sy_moe_ht_call_t call = {
+      .handle = (void *)handle, /* the dispatch records its rows in the handle (recv_rows) for the combines */
+      .num_tokens = num_tokens,
+      .tokens = tokens,
+      .token_scales = token_scales,
+      .weights = weights,
+      .recv = recv,
+  };
   sy_comm_t comm = moe->comm;
   return run(moe, comm->ops->moe_ht_dispatch(comm, moe, &call, stream), &moe->dispatches, fn);
 }
@@ -343,16 +345,17 @@ sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_token
                            {"row_values", row_values, rows * 4, 0},
                            {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0}};
   SY_CHECK(check_overlaps(spans, 6, fn));
-  sy_moe_ht_call_t call;
-  memset(&call, 0, sizeof call);
-  call.handle = (void *)handle;
-  call.num_tokens = num_tokens;
-  call.tokens = rows_in;
-  call.recv = recv;
-  call.row_weights = row_weights;
-  call.row_values = row_values;
-  call.out = out;
-  call.token_values = token_values;
+  /* the fields a call does not set are 0 */
+  const sy_moe_ht_call_t call = {
+      .handle = (void *)handle,
+      .num_tokens = num_tokens,
+      .tokens = rows_in,
+      .recv = recv,
+      .row_weights = row_weights,
+      .row_values = row_values,
+      .out = out,
+      .token_values = token_values,
+  };
   sy_comm_t comm = moe->comm;
   return run(moe, comm->ops->moe_ht_combine(comm, moe, &call, stream), NULL, fn);
 }
@@ -377,16 +380,17 @@ sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handle, int 
                            {"row_weights", row_weights, rows * 4, 0},
                            {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0}};
   SY_CHECK(check_overlaps(spans, 6, fn));
-  sy_moe_ht_call_t call;
-  memset(&call, 0, sizeof call);
-  call.handle = (void *)handle;
-  call.num_tokens = num_tokens;
-  call.tokens = grad_out;
-  call.recv = recv;
-  call.row_weights = row_weights;
-  call.out = grad_rows;
-  call.rows_in = grad_row_weights ? rows_in : NULL;
-  call.grad_row_weights = grad_row_weights;
+  /* the fields a call does not set are 0 */
+  const sy_moe_ht_call_t call = {
+      .handle = (void *)handle,
+      .num_tokens = num_tokens,
+      .tokens = grad_out,
+      .recv = recv,
+      .row_weights = row_weights,
+      .out = grad_rows,
+      .rows_in = grad_row_weights ? rows_in : NULL,
+      .grad_row_weights = grad_row_weights,
+  };
   sy_comm_t comm = moe->comm;
   return run(moe, comm->ops->moe_ht_combine_backward(comm, moe, &call, stream), NULL, fn);
 }
