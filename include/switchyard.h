@@ -731,10 +731,11 @@ SY_API sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int nu
 /* The combine's backward. grad_out: bf16 [num_tokens][hidden]; writes grad_rows: bf16 [recv.rows][hidden],
  * row r = bf16(w_r x grad_out[t]) (w_r = row_weights[r], or grad_out[t] as is with row_weights NULL; padding
  * rows and rows past the last expert's left as they were; the product in fp32, rounded once), and, when
- * grad_row_weights != NULL, fp32 [recv.rows] (padding rows 0, rows past the last expert's left): the dot product of grad_out[t] and rows_in[r] (the combine's input, needed
- * then only) in a fixed order: 32 partial sums, the l-th (l = 0..31) adding grad_out[t][h] x rows_in[r][h] for
- * h = l, l + 32, l + 64, ... in ascending order with fused multiply-adds from +0; then for d = 16, 8, 4, 2, 1
- * each s_l = s_l + s_(l xor d); the result is s_0. */
+ * grad_row_weights != NULL, fp32 [recv.rows] (padding rows 0, rows past the last expert's left): the dot
+ * product of grad_out[t] and rows_in[r] (the combine's input, needed then only) in a fixed order: 32 partial
+ * sums, the l-th (l = 0..31) adding grad_out[t][h] x rows_in[r][h] for the h with (h / 8) mod 32 = l (h = 8l ..
+ * 8l + 7, then 256 + 8l .., ...) in ascending order with fused multiply-adds from +0; then for d = 16, 8, 4,
+ * 2, 1 each s_l = s_l + s_(l xor d); the result is s_0 (a NaN is the canonical 0x7FFFFFFF). */
 SY_API sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *grad_out,
                                               const sy_moe_ht_recv_t *recv, const float *row_weights,
                                               const void *rows_in, void *grad_rows, float *grad_row_weights,

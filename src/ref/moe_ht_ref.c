@@ -34,12 +34,15 @@ void sy__moe_ht_scale_row(float w, const uint16_t *g, uint16_t *out, int hidden)
 float sy__moe_ht_dot(const uint16_t *a, const uint16_t *b, int hidden) {
   float s[32], t[32];
   for (int l = 0; l < 32; l++) s[l] = 0.0f;
-  for (int h = 0; h < hidden; h++) s[h % 32] = fmaf(sy__bf16_to_float(a[h]), sy__bf16_to_float(b[h]), s[h % 32]);
+  for (int h = 0; h < hidden; h++) {
+    const int l = (h / 8) % 32;
+    s[l] = fmaf(sy__bf16_to_float(a[h]), sy__bf16_to_float(b[h]), s[l]);
+  }
   for (int d = 16; d >= 1; d /= 2) {
     for (int l = 0; l < 32; l++) t[l] = s[l] + s[l ^ d];
     memcpy(s, t, sizeof s);
   }
-  return s[0];
+  return s[0] != s[0] ? sy__bits_to_float(0x7FFFFFFFu) : s[0];
 }
 
 /* ---- the global walk ---------------------------------------------------------------------------------------------- */

@@ -38,8 +38,10 @@ void sy__moe_ht_encode_token(sy_moe_wire_t wire, const void *token, const float 
 void sy__moe_ht_scale_row(float w, const uint16_t *g, uint16_t *out, int hidden);
 
 /* The weights' gradient of one row: the dot product of two bf16 vectors in the header's order: 32 partial sums,
- * the l-th adding a[h] x b[h] for h = l, l + 32, ... with fused multiply-adds from +0; then for d = 16, 8, 4, 2,
- * 1 every s_l = s_l + s_(l xor d) at once; the result s_0. */
+ * the l-th adding a[h] x b[h] for the h with (h / 8) mod 32 = l (the 8 elements of every 32nd 16-byte piece: a
+ * GPU lane's vector loads), ascending, with fused multiply-adds from +0; then for d = 16, 8, 4, 2, 1 every
+ * s_l = s_l + s_(l xor d) at once; the result s_0, a NaN as the canonical 0x7FFFFFFF (the GPU's FFMA and FADD
+ * give it; x86 keeps an operand's payload). */
 float sy__moe_ht_dot(const uint16_t *a, const uint16_t *b, int hidden);
 
 /* ---- the reference of whole calls ----------------------------------------------------------------------------- */

@@ -343,11 +343,18 @@ static inline void check_combine(const ht_case_t *c, const world_t *wd, const na
 /* The header's dot product, written out: 32 lanes of fmaf in ascending h, then the butterfly. */
 static inline float ht_dot(const uint16_t *a, const uint16_t *b, int H) {
   float s[32] = {0}, u[32];
+  /* switchyard.h: partial sum l takes h = 8l .. 8l + 7, then 256 + 8l .., ... ascending */
   for (int l = 0; l < 32; l++)
-    for (int h = l; h < H; h += 32) s[l] = fmaf(sy__bf16_to_float(a[h]), sy__bf16_to_float(b[h]), s[l]);
+    for (int piece = l * 8; piece < H; piece += 256)
+      for (int h = piece; h < piece + 8 && h < H; h++)
+        s[l] = fmaf(sy__bf16_to_float(a[h]), sy__bf16_to_float(b[h]), s[l]);
   for (int d = 16; d >= 1; d /= 2) {
     for (int l = 0; l < 32; l++) u[l] = s[l] + s[l ^ d];
     memcpy(s, u, sizeof s);
+  }
+  if (s[0] != s[0]) { /* a NaN is the canonical 0x7FFFFFFF */
+    const uint32_t nan = 0x7FFFFFFFu;
+    memcpy(&s[0], &nan, 4);
   }
   return s[0];
 }

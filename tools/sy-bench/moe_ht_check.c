@@ -108,13 +108,14 @@ void moe_ht_fill_rows(const moe_ht_shape_t *sh, const moe_ht_inputs_t *in, const
   free(fill);
 }
 
-/* The combine_backward's order: 32 lanes, lane l over h = l, l + 32, ... with fmaf from +0, then the butterfly
- * s_l = s_l + s_(l xor d) for d = 16 .. 1; s_0. */
+/* The combine_backward's order: 32 lanes, lane l over h = 8l .. 8l + 7, 256 + 8l .., ... with fmaf from +0, then
+ * the butterfly s_l = s_l + s_(l xor d) for d = 16 .. 1; s_0 (the inputs here hold no NaN). */
 static float dot32(const uint16_t *a, const uint16_t *b, int H) {
   float s[32], n[32];
   for (int l = 0; l < 32; l++) {
     s[l] = 0.0f;
-    for (int h = l; h < H; h += 32) s[l] = fmaf(bf(a[h]), bf(b[h]), s[l]);
+    for (int piece = 8 * l; piece < H; piece += 256)
+      for (int h = piece; h < piece + 8 && h < H; h++) s[l] = fmaf(bf(a[h]), bf(b[h]), s[l]);
   }
   for (int d = 16; d >= 1; d /= 2) {
     for (int l = 0; l < 32; l++) n[l] = s[l] + s[l ^ d];

@@ -1,17 +1,20 @@
 /*
- * combine.cu — sy_moe_ht_combine on the GPU: one kernel of 2 C blocks, the dispatch's rings run backwards.
- *   blocks [0, C)   send (the experts' side): block c answers, for every source s, the messages it received
- *                   from s on channel c, in their order: a warp per message adds w_r x y_r over the message's rows
- *                   (recv_rows: ascending k) with fused multiply-adds from +0, rounds to bf16 and writes the
- *                   partial, with each row's value (row_values), into ring (me -> s, c). Sources are served
- *                   round robin and a full ring is skipped, not waited for, so no ring's owner waits on a block
- *                   that waits on another owner.
- *   blocks [C, 2C)  receive (the owner): block C + c walks channel c's tokens in order, HT_BATCH at a time;
- *                   thread 0 finds each token's ranks (ascending) and its message index in each rank's ring and
- *                   waits (bounded) for them; a warp per token adds the partials in ascending rank order from +0
- *                   in fp32 and rounds once, and puts the row values back at their (token, k).
+ * combine.cu — sy_moe_ht_combine on the GPU: one kernel of 2 C blocks of 16 warps, the dispatch's rings run
+ * backwards.
+ *   blocks [0, C)   send (the experts' side): block c answers, for every other source s, the messages it
+ *                   received from s on channel c, in their order: a warp per message adds w_r x y_r over the
+ *                   message's rows (recv_rows: ascending k) with fused multiply-adds from +0, rounds to bf16 and
+ *                   writes the partial, with each row's value (row_values), into ring (me -> s, c). Sources are
+ *                   served round robin and a full ring is skipped, not waited for, so no ring's owner waits on a
+ *                   block that waits on another owner. Then it sums the channel's second-half tokens whose
+ *                   experts are all here (their partial made here, rows.cuh: chan_mid).
+ *   blocks [C, 2C)  receive (the owner): block C + c walks channel c's tokens in order, HT_BATCH at a time; warp
+ *                   0 finds each token's ranks (ascending, a lane a token), thread 0 its message index in each
+ *                   other rank's ring, and waits (bounded) for them; a warp per token adds the partials in
+ *                   ascending rank order from +0 in fp32 (this rank's partial made from its rows, in the same
+ *                   rounding) and rounds once, and puts the row values back at their (token, k).
  */
-#include "cuda/moe_ht/ht.cuh"
+#include "cuda/moe_ht/rows.cuh"
 
 using namespace sy;
 
@@ -32,6 +35,30 @@ __device__ __forceinline__ uint4 float8_to_bf16(const float *x) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* A warp, each lane's 16-byte piece at `off` (on: inside the row): acc += w_i x y_i over the n rows (lanes
+ * [0, n) of row and w) in lane order, fused multiply-adds; 8 rows' loads in flight. */
+__device__ __forceinline__ void partial_piece(const char *in, size_t bytes, int row, float w, int n, size_t off,
+                                              bool on, float *acc) {
+  for (int i0 = 0; i0 < n; i0 += 8) {
+    uint4 v[8];
+    float wi[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int r = __shfl_sync(0xffffffffu, row, (i0 + j) & 31);
+      wi[j] = __shfl_sync(0xffffffffu, w, (i0 + j) & 31);
+      v[j] = make_uint4(0, 0, 0, 0);
+      if (on && i0 + j < n) v[j] = __ldg((const uint4 *)(in + (size_t)r * bytes + off));
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      if (i0 + j >= n) continue;
+      float y[8];
+      bf16x8_to_float(v[j], y);
+      for (int q = 0; q < 8; q++) acc[q] = fmaf(wi[j], y[q], acc[q]);
+    }
+  }
+}
+
 /* A warp: the partial of one received message into m: its ring slot at the owner, or (put path) this warp's
  * staging, put to the slot's symmetric address `remote` at owner s afterwards. */
 __device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows, char *remote, int s) {
@@ -45,20 +72,11 @@ __device__ void send_partial(const ht_params &P, char *m, int index, const int32
   }
   if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
   const size_t bytes = (size_t)P.hidden * 2;
-  const char *in = (const char *)P.tokens;
-  /* every lane runs every pass (the shuffles need the whole warp); a lane past the row's end loads and stores nothing */
-  for (size_t pass = 0; pass < bytes; pass += 512) {
+  for (size_t pass = 0; pass < bytes; pass += 512) { /* uniform: the shuffles need the whole warp */
     const size_t off = pass + (size_t)lane * 16;
     const bool on = off < bytes;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int i = 0; i < n; i++) {
-      const int r = __shfl_sync(0xffffffffu, row, i);
-      const float wr = __shfl_sync(0xffffffffu, w, i);
-      if (!on) continue;
-      float y[8];
-      bf16x8_to_float(__ldg((const uint4 *)(in + (size_t)r * bytes + off)), y);
-      for (int j = 0; j < 8; j++) acc[j] = fmaf(wr, y[j], acc[j]);
-    }
+    partial_piece((const char *)P.tokens, bytes, row, w, n, off, on, acc);
     if (on) *(uint4 *)(m + P.wl.payload_offset + off) = float8_to_bf16(acc);
   }
   if (!remote) return;
@@ -66,7 +84,64 @@ __device__ void send_partial(const ht_params &P, char *m, int index, const int32
   ht_put_warp(remote, m, P.wl.payload_offset + bytes, s);
 }
 
-__device__ void send_part(const ht_params &P, int c, char *smem) {
+/* A warp: token t's sum over its nr ranks' partials (rank[] ascending; index[]: the message's index in each
+ * other rank's ring (me excluded): this rank's partial is made here from its rows, rounded to bf16 as a ring's
+ * would be), and its row values back to their k. */
+__device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, const int *rank, const uint64_t *index,
+                                             int nr, const int32_t *rowbase_me, bool rows_ok) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank;
+  const size_t bytes = (size_t)P.hidden * 2, po = P.wl.payload_offset;
+  bool has_me = false;
+  for (int i = 0; i < nr; i++) has_me |= rank[i] == me;
+  int srow = -1, sk = -1, ns = 0;
+  if (has_me && rows_ok) ns = self_rows(P, rowbase_me, t, srow, sk);
+  const float sw = srow >= 0 && P.row_weights ? P.row_weights[srow] : 1.0f;
+  const char *slot = lane < nr && rank[lane] != me ? ring_slot(P, P.ws, rank[lane], c, index[lane]) + po : nullptr;
+  for (size_t pass = 0; pass < bytes; pass += 512) { /* uniform */
+    const size_t off = pass + (size_t)lane * 16;
+    const bool on = off < bytes;
+    float mine[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (has_me) {
+      partial_piece((const char *)P.tokens, bytes, srow, sw, ns, off, on, mine);
+      bf16x8_to_float(float8_to_bf16(mine), mine);
+    }
+    for (int i0 = 0; i0 < nr; i0 += 8) {
+      uint4 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const char *sp = (const char *)__shfl_sync(0xffffffffu, (unsigned long long)slot, (i0 + j) & 31);
+        v[j] = make_uint4(0, 0, 0, 0);
+        if (on && sp && i0 + j < nr) v[j] = __ldcg((const uint4 *)(sp + off));
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        if (i0 + j >= nr) continue;
+        float x[8];
+        bf16x8_to_float(v[j], x);
+        const bool self = rank[i0 + j] == me;
+        for (int q = 0; q < 8; q++) acc[q] = acc[q] + (self ? mine[q] : x[q]);
+      }
+    }
+    if (on) *(uint4 *)((char *)P.out + (size_t)t * bytes + off) = float8_to_bf16(acc);
+  }
+  if (!P.token_values || lane >= P.K) return;
+  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
+  const int e = ids[lane];
+  float v = 0.0f;
+  if (e >= 0 && e / P.L == me) {
+    const int32_t *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
+    if (P.row_values && rows_ok) v = P.row_values[rowbase_me[e - me * P.L] + pos[lane]];
+  } else if (e >= 0) {
+    const int p = e / P.L;
+    int before = 0; /* the entry's place among t's entries on rank p, in k order */
+    for (int k = 0; k < lane; k++) before += ids[k] >= 0 && ids[k] / P.L == p;
+    for (int i = 0; i < nr; i++)
+      if (rank[i] == p) v = __int_as_float(__ldcg((const int4 *)(ring_slot(P, P.ws, p, c, index[i]) + 16) + before).x);
+  }
+  P.token_values[(size_t)t * P.K + lane] = v;
+}
+
+__device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(base + W); /* [W] */
@@ -74,7 +149,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
   const int32_t *chan = hsec(P, P.hl.chan_tokens), *recv_rows = hsec(P, P.hl.recv_rows);
   for (int s = threadIdx.x; s < W; s += blockDim.x) {
     base[s] = P.sent[(size_t)s * C + c];
-    left[s] = chan[(size_t)s * C + c];
+    left[s] = s == me ? 0 : chan[(size_t)s * C + c]; /* this rank's own tokens take no ring */
     done[s] = 0;
     int b = 0;
     for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
@@ -105,7 +180,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
       if (n == 0) continue;
       progress = true;
       char *peer = ht_peer(P, s);
-      for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
+      for (int j = threadIdx.x / 32; j < n; j += HT_DWARPS) {
         const int index = mbase[s] + done[s] + j;
         char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
         send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
@@ -136,85 +211,80 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
   }
   __syncthreads();
   for (int s = threadIdx.x; s < W; s += blockDim.x) P.sent[(size_t)s * C + c] = base[s];
+  /* the channel's second-half tokens whose experts are all here: their whole sum */
+  const int only[1] = {me};
+  const uint64_t none[1] = {0};
+  for (int t = chan_mid(c, P.num_tokens, C) + threadIdx.x / 32; !stalled && t < chan_begin(c + 1, P.num_tokens, C);
+       t += HT_DWARPS)
+    if (self_only(P, t)) reduce_token(P, c, t, only, none, 1, rowbase_me, rows_ok);
 }
 
 struct recv_batch {
   int nr[HT_BATCH];
+  int skip[HT_BATCH];
   int rank[HT_BATCH][32];
   uint64_t index[HT_BATCH][32];
 };
 
-/* A warp: token t's sum over its ranks' partials, and its row values back to their k. */
-__device__ void reduce_token(const ht_params &P, int c, int t, const int *rank, const uint64_t *index, int nr) {
-  const int lane = threadIdx.x & 31;
-  const size_t bytes = (size_t)P.hidden * 2;
-  for (size_t off = (size_t)lane * 16; off < bytes; off += 512) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int i = 0; i < nr; i++) {
-      float x[8];
-      bf16x8_to_float(__ldcg((const uint4 *)(ring_slot(P, P.ws, rank[i], c, index[i]) + P.wl.payload_offset + off)), x);
-      for (int j = 0; j < 8; j++) acc[j] = acc[j] + x[j];
+/* Warp 0: the batch's tokens' ranks, ascending (a lane a token), and which tokens the sending block sums (the
+ * second half's tokens with every expert here); then thread 0 gives each (token, other rank) its message's
+ * index in that rank's ring, in token order, and lists the ranks touched. */
+__device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t *cons, recv_batch &B, int *touched,
+                           int &ntouched) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank;
+  if (threadIdx.x >= 32) return;
+  if (lane < nb) {
+    const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
+    int nr = 0;
+    for (int k = 0; k < P.K; k++) { /* insertion, distinct */
+      const int e = ids[k];
+      if (e < 0) continue;
+      const int p = e / P.L;
+      int at = 0;
+      while (at < nr && B.rank[lane][at] < p) at++;
+      if (at < nr && B.rank[lane][at] == p) continue;
+      for (int i = nr; i > at; i--) B.rank[lane][i] = B.rank[lane][i - 1];
+      B.rank[lane][at] = p;
+      nr++;
     }
-    *(uint4 *)((char *)P.out + (size_t)t * bytes + off) = float8_to_bf16(acc);
+    B.nr[lane] = nr;
+    B.skip[lane] = t0 + lane >= mid && nr == 1 && B.rank[lane][0] == me;
   }
-  if (!P.token_values || lane >= P.K) return;
-  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
-  const int e = ids[lane];
-  float v = 0.0f;
-  if (e >= 0) {
-    const int p = e / P.L;
-    int before = 0; /* the entry's place among t's entries on rank p, in k order */
-    for (int k = 0; k < lane; k++) before += ids[k] >= 0 && ids[k] / P.L == p;
-    for (int i = 0; i < nr; i++)
-      if (rank[i] == p) v = __int_as_float(__ldcg((const int4 *)(ring_slot(P, P.ws, p, c, index[i]) + 16) + before).x);
-  }
-  P.token_values[(size_t)t * P.K + lane] = v;
+  __syncwarp();
+  if (lane != 0) return;
+  ntouched = 0;
+  for (int j = 0; j < nb; j++)
+    for (int i = 0; i < B.nr[j] && !B.skip[j]; i++) {
+      const int p = B.rank[j][i];
+      if (p == me) continue;
+      B.index[j][i] = cons[p]++;
+      bool listed = false;
+      for (int q = 0; q < ntouched; q++) listed |= touched[q] == p;
+      if (!listed) touched[ntouched++] = p;
+    }
 }
 
-__device__ void recv_part(const ht_params &P, int c, char *smem) {
-  const int W = P.world_size, C = P.C, L = P.L;
+__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
+  const int W = P.world_size, C = P.C;
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   __shared__ recv_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed;
   for (int p = threadIdx.x; p < W; p += blockDim.x) cons[p] = P.consumed[(size_t)p * C + c];
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
-  const int32_t *ids = hsec(P, P.hl.ids);
-  for (int t0 = begin; t0 < end; t0 += HT_BATCH) {
+  const int end = chan_begin(c + 1, P.num_tokens, C), mid = chan_mid(c, P.num_tokens, C);
+  for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
-    if (threadIdx.x == 0) {
-      ntouched = 0;
-      for (int j = 0; j < nb; j++) {
-        int nr = 0;
-        for (int k = 0; k < P.K; k++) { /* the token's ranks, ascending (insertion) */
-          const int e = ids[(size_t)(t0 + j) * P.K + k];
-          if (e < 0) continue;
-          const int p = e / L;
-          int at = 0;
-          while (at < nr && B.rank[j][at] < p) at++;
-          if (at < nr && B.rank[j][at] == p) continue;
-          for (int i = nr; i > at; i--) B.rank[j][i] = B.rank[j][i - 1];
-          B.rank[j][at] = p;
-          nr++;
-        }
-        B.nr[j] = nr;
-        for (int i = 0; i < nr; i++) {
-          const int p = B.rank[j][i];
-          B.index[j][i] = cons[p]++;
-          bool listed = false;
-          for (int q = 0; q < ntouched; q++) listed |= touched[q] == p;
-          if (!listed) touched[ntouched++] = p;
-        }
-      }
+    plan_batch(P, t0, nb, mid, cons, B, touched, ntouched);
+    if (threadIdx.x == 0)
       for (int q = 0; q < ntouched && !failed; q++) {
         const int p = touched[q];
         if (!ht_wait(P, tail_word(P, P.ws, p, c), cons[p], OP_MOE_HT_RECV, p)) failed = 1;
       }
-    }
     __syncthreads();
     if (failed) return;
-    for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) reduce_token(P, c, t0 + j, B.rank[j], B.index[j], B.nr[j]);
+    for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
+      if (!B.skip[j]) reduce_token(P, c, t0 + j, B.rank[j], B.index[j], B.nr[j], rowbase_me, rows_ok);
     __syncthreads();
     if (threadIdx.x == 0)
       for (int q = 0; q < ntouched; q++) {
@@ -228,10 +298,14 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
 
 } // namespace
 
-__global__ void __launch_bounds__(HT_THREADS) sy_ht_combine(ht_params P) {
+/* Shared memory: [W] uint64 and 3 [W] int32 of per-source state, then rowbase [W][L]. */
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   if (!ht_handle_ok(P, true)) return;
-  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem);
-  else recv_part(P, blockIdx.x - P.C, smem);
+  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 20);
+  const bool rows_ok = rows_setup(P, rowbase);
+  const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase_me, rows_ok);
+  else recv_part(P, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
 }

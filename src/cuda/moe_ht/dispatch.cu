@@ -1,22 +1,24 @@
 /*
- * dispatch.cu — sy_moe_ht_dispatch on the GPU: one kernel of 2 C blocks (C = channels).
- *   blocks [0, C)   send: block c walks channel c's tokens in order, HT_BATCH at a time. Thread 0 gives each
- *                   (token, destination rank) its ring index and waits (bounded) until each destination's ring
- *                   has room; then a warp per token writes its message into every destination's ring (header,
- *                   entries, payload: bf16 as is, FP8 quantised per 128 elements with a group per warp pass, or
- *                   the given E4M3 bytes and scales), reading each 512-byte piece of the token once for all
- *                   destinations; then one fence and a tail store per destination.
- *   blocks [C, 2C)  receive: block C + c walks the sources round robin and takes what ring (s -> me, c) holds,
- *                   HT_BATCH at a time, a warp per message: each entry's row is rowbase[s][e] + position (the
- *                   handle's offsets and counts: rows of expert e from sources before s), and the payload goes
- *                   to every row of the token here (the expansion), with its scales, {s, token} and weight; the
- *                   rows are remembered in the handle (recv_rows) for the combines. Then the head store that
- *                   gives the sender its slots back. It also writes the padding rows of its experts and (block C)
- *                   the offsets and counts.
+ * dispatch.cu — sy_moe_ht_dispatch on the GPU: one kernel of 2 C blocks (C = channels) of 16 warps.
+ *   blocks [0, C)   send: block c walks channel c's tokens in order, HT_BATCH at a time. Warp 0 finds each
+ *                   token's destination ranks other than this one (a lane a token), thread 0 gives each (token,
+ *                   destination) its ring index and waits (bounded) until each destination's ring has room; then
+ *                   a warp per token writes its message into every destination's ring (header, entries, payload:
+ *                   bf16 as is, FP8 quantised, or the given E4M3 bytes and scales) and, for the tokens of the
+ *                   channel's second half, its own rows here, reading the token once for all (rows.cuh); then
+ *                   one fence and a tail store per destination.
+ *   blocks [C, 2C)  receive: block C + c first writes the own rows of the channel's first half, then walks the
+ *                   other sources round robin and takes what ring (s -> me, c) holds, HT_BATCH at a time, a warp
+ *                   per message: each entry's row is rowbase[s][e] + position (the handle's offsets and counts:
+ *                   rows of expert e from sources before s), and the payload goes to every row of the token here
+ *                   (the expansion), with its scales, {s, token} and weight; the rows are remembered in the
+ *                   handle (recv_rows) for the combines. Then the head store that gives the sender its slots
+ *                   back. It also writes the padding rows of its experts and (block C) the offsets and counts.
+ * The combine's backward is this kernel with grad_out as a bf16 token: the receiving side writes gradients.
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
-#include "cuda/moe_ht/ht.cuh"
+#include "cuda/moe_ht/rows.cuh"
 
 using namespace sy;
 
@@ -28,34 +30,62 @@ struct send_batch {
   uint64_t slot[HT_BATCH][32];
 };
 
-/* FP8 in the kernel: a 128-element group per pass, 4 elements a lane, stored for every destination. */
-template <typename Body>
-__device__ void quantise_token(const ht_params &P, int t, int nd, Body body_of) {
+/* The combine's backward, a warp: the owner's grad_out row g (a ring slot: CG; or this rank's own grad_out) into
+ * the gradient of each of n rows (lanes [0, n) of `row`): bf16(w_r x g) or g as is, and the dot product of g
+ * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
+ * partial sum takes the 8 elements of every 32nd 16-byte piece, the lanes' sums meet by a butterfly. */
+template <bool CG>
+__device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   const int lane = threadIdx.x & 31;
-  const size_t po = P.wl.payload_offset, so = P.wl.scales_offset;
-  const int ue8m0 = P.wire == SY_MOE_WIRE_FP8_UE8M0;
-  const uint16_t *src = (const uint16_t *)P.tokens + (size_t)t * P.hidden;
-  for (int g = 0; g < P.hidden / SY_MOE_FP8_GROUP; g++) {
-    const uint2 raw = __ldg((const uint2 *)(src + g * 128 + lane * 4));
-    float x[4] = {sy__bf16_to_float((uint16_t)(raw.x & 0xffff)), sy__bf16_to_float((uint16_t)(raw.x >> 16)),
-                  sy__bf16_to_float((uint16_t)(raw.y & 0xffff)), sy__bf16_to_float((uint16_t)(raw.y >> 16))};
-    float amax = 0.0f;
-    for (int i = 0; i < 4; i++) amax = fmaxf(amax, fabsf(x[i]));
-    for (int d = 16; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-    const float scale = sy__fp8_scale(amax, ue8m0);
-    uint32_t q = 0;
-    for (int i = 0; i < 4; i++) q |= (uint32_t)sy__fp8_quantize(x[i], scale) << (8 * i);
-    for (int j = 0; j < nd; j++) {
-      char *b = body_of(j);
-      ((uint32_t *)(b + g * 128))[lane] = q;
-      if (lane == 0) ((float *)(b + (so - po)))[g] = scale;
+  const size_t bytes = (size_t)P.hidden * 2;
+  const bool dot = P.grad_row_weights != nullptr;
+  for (int i = 0; i < n; i++) {
+    const int r = __shfl_sync(0xffffffffu, row, i);
+    const float w = P.row_weights ? P.row_weights[r] : 1.0f;
+    char *o = (char *)P.out + (size_t)r * bytes;
+    const char *y = dot ? (const char *)P.rows_in + (size_t)r * bytes : nullptr;
+    float acc = 0.0f;
+    for (size_t base = (size_t)lane * 16; base < bytes; base += HT_UNROLL * 512) {
+      uint4 v[HT_UNROLL], yv[HT_UNROLL];
+#pragma unroll
+      for (int u = 0; u < HT_UNROLL; u++) {
+        if (base + u * 512 >= bytes) continue;
+        v[u] = ld16<CG>(g + base + u * 512);
+        if (dot) yv[u] = __ldg((const uint4 *)(y + base + u * 512));
+      }
+#pragma unroll
+      for (int u = 0; u < HT_UNROLL; u++) {
+        if (base + u * 512 >= bytes) continue;
+        const uint32_t in[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        uint4 out = v[u];
+        if (P.row_weights) {
+          uint32_t q[4];
+          for (int j = 0; j < 4; j++)
+            q[j] = (uint32_t)sy__float_to_bf16(w * sy__bf16_to_float((uint16_t)(in[j] & 0xffff))) |
+                   ((uint32_t)sy__float_to_bf16(w * sy__bf16_to_float((uint16_t)(in[j] >> 16))) << 16);
+          out = make_uint4(q[0], q[1], q[2], q[3]);
+        }
+        *(uint4 *)(o + base + u * 512) = out;
+        if (!dot) continue;
+        const uint32_t yw[4] = {yv[u].x, yv[u].y, yv[u].z, yv[u].w};
+        for (int j = 0; j < 4; j++) {
+          acc = fmaf(sy__bf16_to_float((uint16_t)(in[j] & 0xffff)), sy__bf16_to_float((uint16_t)(yw[j] & 0xffff)), acc);
+          acc = fmaf(sy__bf16_to_float((uint16_t)(in[j] >> 16)), sy__bf16_to_float((uint16_t)(yw[j] >> 16)), acc);
+        }
+      }
     }
+    if (!dot) continue;
+    for (int d = 16; d >= 1; d >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, d);
+    if (lane == 0) P.grad_row_weights[r] = acc;
   }
 }
 
-/* A warp writes token t's message into each destination's ring: header and entries, then the payload in 512-byte
- * pieces (bf16: 16 bytes a lane; FP8: a 128-element group a pass, 4 elements a lane). */
-__device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd) {
+/* A warp: token t's messages into the rings of its nd destinations (slot[j] of ring (me -> dst[j], c)) and,
+ * with `self`, its own rows here (the dispatch's rows, or the combine's backward's gradients), the token read
+ * once for all of them (bf16 as is; FP8 quantised once; or the given E4M3 bytes and scales). sk: the warp's
+ * sinks (shared memory). */
+__device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd, bool self,
+                           const int32_t *rowbase_me, ht_sink *sk) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
   const int e = lane < P.K ? ids[lane] : -1;
@@ -63,19 +93,12 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
   const size_t po = P.wl.payload_offset, so = P.wl.scales_offset, pay = P.wl.msg_bytes - po;
   char *stage = P.staging ? ht_stage(P) : nullptr;
   bool puts = false;
-  /* where destination j's header and payload go: its ring slot, or (put path) this warp's staging: the payload
-   * once for every put destination, a header each */
-  auto head_of = [&](int j) -> char * {
-    char *pb = ht_peer(P, dst[j]);
-    return pb ? ring_slot(P, pb, me, c, slot[j]) : stage + pay + (size_t)j * po;
-  };
-  auto body_of = [&](int j) -> char * {
-    char *pb = ht_peer(P, dst[j]);
-    return pb ? ring_slot(P, pb, me, c, slot[j]) + po : stage;
-  };
+  int ns = 0;
+  __syncwarp(); /* the previous token's sinks are read */
   for (int j = 0; j < nd; j++) {
-    char *m = head_of(j);
-    puts |= ht_peer(P, dst[j]) == nullptr;
+    char *pb = ht_peer(P, dst[j]);
+    /* its ring slot; or (put path) a header of this warp's staging, the payload once for every put destination */
+    char *m = pb ? ring_slot(P, pb, me, c, slot[j]) : stage + pay + (size_t)j * po;
     const bool here = e >= 0 && e / L == dst[j];
     const unsigned mask = __ballot_sync(0xffffffffu, here);
     if (here) {
@@ -83,24 +106,38 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
       ((int4 *)(m + 16))[i] = make_int4(e - dst[j] * L, pos[lane], __float_as_int(w), lane);
     }
     if (lane == 0) *(int4 *)m = make_int4(t, __popc(mask), 0, 0);
-  }
-  if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
-    const size_t row = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
-    const char *src = (const char *)P.tokens + (size_t)t * row;
-    for (size_t off = (size_t)lane * 16; off < row; off += 512) {
-      const uint4 v = __ldg((const uint4 *)(src + off));
-      for (int j = 0; j < nd; j++) *(uint4 *)(body_of(j) + off) = v;
+    if (pb || !puts) {
+      char *body = pb ? m + po : stage;
+      if (lane == 0) sk[ns] = ht_sink{body, (float *)(body + (so - po)), 1};
+      ns++;
     }
+    puts |= pb == nullptr;
+  }
+  int row = -1, k = -1, nself = 0;
+  if (self) nself = self_rows(P, rowbase_me, t, row, k);
+  const bool grads = P.mode == HT_COMBINE_BACKWARD;
+  if (!grads && lane < nself) {
+    P.recv.src[(size_t)row * 2] = me;
+    P.recv.src[(size_t)row * 2 + 1] = t;
+    P.recv.weights[row] = P.weights ? P.weights[(size_t)t * P.K + k] : 0.0f;
+    const size_t rb = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
+    sk[ns + lane] = ht_sink{(char *)P.recv.tokens + (size_t)row * rb, P.recv.scales ? P.recv.scales + row : nullptr,
+                            (int64_t)P.recv.rows};
+  }
+  if (!grads) ns += nself;
+  __syncwarp();
+  if (ns == 0) {
+  } else if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
+    const size_t bytes = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
+    warp_copy<false>((const char *)P.tokens + (size_t)t * bytes, bytes, sk, ns);
     if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
       const int groups = P.hidden / SY_MOE_FP8_GROUP;
-      for (int g = lane; g < groups; g += 32) {
-        const float s = P.token_scales[(size_t)t * groups + g];
-        for (int j = 0; j < nd; j++) ((float *)(body_of(j) + (so - po)))[g] = s;
-      }
+      warp_copy_scales<false>(P.token_scales + (size_t)t * groups, groups, sk, ns);
     }
   } else {
-    quantise_token(P, t, nd, body_of);
+    warp_quantise((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns);
   }
+  if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
   __syncwarp();
   const size_t used =
@@ -113,49 +150,64 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
   }
 }
 
-__device__ void send_part(const ht_params &P, int c, char *smem) {
-  const int W = P.world_size, C = P.C, me = P.ctx.rank, L = P.L;
+/* Warp 0: the batch's tokens' destination ranks other than this one (each once, in k order), a lane a token; then
+ * thread 0 gives each (token, destination) its ring index, in token order, and lists the destinations touched. */
+__device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, send_batch &B, int *touched,
+                           int &ntouched) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank;
+  if (threadIdx.x >= 32) return;
+  if (lane < nb) {
+    const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
+    int nd = 0;
+    for (int k = 0; k < P.K; k++) {
+      const int e = ids[k];
+      if (e < 0 || e / P.L == me) continue;
+      const int d = e / P.L;
+      bool seen = false;
+      for (int i = 0; i < nd; i++) seen |= B.dst[lane][i] == d;
+      if (!seen) B.dst[lane][nd++] = d;
+    }
+    B.ndst[lane] = nd;
+  }
+  __syncwarp();
+  if (lane != 0) return;
+  ntouched = 0;
+  for (int j = 0; j < nb; j++)
+    for (int i = 0; i < B.ndst[j]; i++) {
+      const int d = B.dst[j][i];
+      B.slot[j][i] = base[d]++;
+      bool listed = false;
+      for (int q = 0; q < ntouched; q++) listed |= touched[q] == d;
+      if (!listed) touched[ntouched++] = d;
+    }
+}
+
+__device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok,
+                          ht_sink *sinks) {
+  const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
   __shared__ send_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed;
   for (int d = threadIdx.x; d < W; d += blockDim.x) base[d] = P.sent[(size_t)d * C + c];
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
-  const int32_t *ids = hsec(P, P.hl.ids);
-  for (int t0 = begin; t0 < end; t0 += HT_BATCH) {
+  const int end = chan_begin(c + 1, P.num_tokens, C), mid = chan_mid(c, P.num_tokens, C);
+  ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
+  for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
-    if (threadIdx.x == 0) {
-      ntouched = 0;
-      for (int j = 0; j < nb; j++) {
-        int nd = 0;
-        for (int k = 0; k < P.K; k++) {
-          const int e = ids[(size_t)(t0 + j) * P.K + k];
-          if (e < 0) continue;
-          const int d = e / L;
-          bool seen = false;
-          for (int i = 0; i < nd; i++) seen |= B.dst[j][i] == d;
-          if (seen) continue;
-          B.dst[j][nd] = d;
-          B.slot[j][nd++] = base[d]++;
-          bool listed = false;
-          for (int i = 0; i < ntouched; i++) listed |= touched[i] == d;
-          if (!listed) touched[ntouched++] = d;
-        }
-        B.ndst[j] = nd;
-      }
-      /* room: index base[d] - 1 must be below head + R */
+    plan_batch(P, t0, nb, base, B, touched, ntouched);
+    if (threadIdx.x == 0) /* room: index base[d] - 1 must be below head + R */
       for (int i = 0; i < ntouched && !failed; i++) {
         const int d = touched[i];
         if (base[d] > HT_SLOTS && !ht_wait(P, head_word(P, P.ws, d, c), base[d] - HT_SLOTS, OP_MOE_HT_SEND, d))
           failed = 1;
       }
-    }
     __syncthreads();
     if (failed) return;
-    for (int j = threadIdx.x / 32; j < nb; j += HT_WARPS) send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j]);
+    for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
+      send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && ntouched) {
       bool remote = false;
       for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
       fence_acq_rel(remote);
@@ -166,9 +218,9 @@ __device__ void send_part(const ht_params &P, int c, char *smem) {
   for (int d = threadIdx.x; d < W; d += blockDim.x) P.sent[(size_t)d * C + c] = base[d];
 }
 
-/* A warp expands one message from source s into its rows. */
+/* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
-                             bool write) {
+                             bool write, ht_sink *sk) {
   const int lane = threadIdx.x & 31;
   const int4 h = __ldcg((const int4 *)m); /* ring slots are rewritten within a kernel: past L1 */
   const int t = h.x, n = h.y;
@@ -179,79 +231,30 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
     row = rowbase[(size_t)s * P.L + en.x] + en.y;
     w = __int_as_float(en.z);
   }
-  if (lane < P.kk) rows_out[lane] = lane < n ? row : -1;
+  if (lane < P.kk) rows_out[lane] = lane < n && write ? row : -1;
   if (!write) return;
+  const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
+  const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
+  __syncwarp(); /* the previous message's sinks are read */
   if (lane < n) {
     P.recv.src[(size_t)row * 2] = s;
     P.recv.src[(size_t)row * 2 + 1] = t;
     P.recv.weights[row] = w;
+    sk[lane] =
+        ht_sink{(char *)P.recv.tokens + (size_t)row * bytes, fp8 ? P.recv.scales + row : nullptr, (int64_t)P.recv.rows};
   }
-  const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
-  const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
-  const char *src = m + P.wl.payload_offset;
-  char *dst = (char *)P.recv.tokens;
-  /* every lane runs every pass (the shuffles need the whole warp); a lane past the row's end copies nothing */
-  for (size_t pass = 0; pass < bytes; pass += 512) {
-    const size_t off = pass + (size_t)lane * 16;
-    const bool on = off < bytes;
-    const uint4 v = on ? __ldcg((const uint4 *)(src + off)) : make_uint4(0, 0, 0, 0);
-    for (int i = 0; i < n; i++) {
-      const int r = __shfl_sync(0xffffffffu, row, i);
-      if (on) *(uint4 *)(dst + (size_t)r * bytes + off) = v;
-    }
-  }
-  if (fp8) {
-    const int groups = P.hidden / SY_MOE_FP8_GROUP;
-    const float *sc = (const float *)(m + P.wl.scales_offset);
-    for (int i = 0; i < n; i++) {
-      const int r = __shfl_sync(0xffffffffu, row, i);
-      for (int g = lane; g < groups; g += 32) P.recv.scales[(size_t)g * P.recv.rows + r] = __ldcg(sc + g);
-    }
-  }
+  __syncwarp();
+  warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
+  if (fp8) warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), P.hidden / SY_MOE_FP8_GROUP, sk, n);
 }
 
-/* The combine's backward: a warp turns one message (the owner's grad_out row g) into the gradient of each row
- * it reached in the forward dispatch (the handle's recv_rows): bf16(w_r x g) or g, and the 32-lane dot product of
- * g with rows_in[r] (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot). */
+/* The combine's backward: a warp turns one message (the owner's grad_out row) into the gradient of each row it
+ * reached in the forward dispatch (the handle's recv_rows). */
 __device__ void recv_grad(const ht_params &P, const char *m, const int32_t *rows) {
   const int lane = threadIdx.x & 31;
   const int row = lane < P.kk ? rows[lane] : -1;
   const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
-  const float w = row >= 0 && P.row_weights ? P.row_weights[row] : 1.0f;
-  const size_t bytes = (size_t)P.hidden * 2;
-  const char *g = m + P.wl.payload_offset;
-  char *out = (char *)P.out;
-  for (size_t pass = 0; pass < bytes; pass += 512) { /* every lane every pass, as in recv_message */
-    const size_t off = pass + (size_t)lane * 16;
-    const bool on = off < bytes;
-    const uint4 v = on ? __ldcg((const uint4 *)(g + off)) : make_uint4(0, 0, 0, 0);
-    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
-    for (int i = 0; i < n; i++) {
-      const int r = __shfl_sync(0xffffffffu, row, i);
-      const float wr = __shfl_sync(0xffffffffu, w, i);
-      if (!on) continue;
-      uint4 o = v;
-      if (P.row_weights) {
-        uint32_t q[4];
-        for (int j = 0; j < 4; j++)
-          q[j] = (uint32_t)sy__float_to_bf16(wr * sy__bf16_to_float((uint16_t)(in[j] & 0xffff))) |
-                 ((uint32_t)sy__float_to_bf16(wr * sy__bf16_to_float((uint16_t)(in[j] >> 16))) << 16);
-        o = make_uint4(q[0], q[1], q[2], q[3]);
-      }
-      *(uint4 *)(out + (size_t)r * bytes + off) = o;
-    }
-  }
-  if (!P.grad_row_weights) return;
-  const uint16_t *gh = (const uint16_t *)g;
-  for (int i = 0; i < n; i++) {
-    const int r = __shfl_sync(0xffffffffu, row, i);
-    const uint16_t *y = (const uint16_t *)P.rows_in + (size_t)r * P.hidden;
-    float acc = 0.0f;
-    for (int h = lane; h < P.hidden; h += 32)
-      acc = fmaf(sy__bf16_to_float(__ldcg(gh + h)), sy__bf16_to_float(y[h]), acc);
-    for (int d = 16; d >= 1; d >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, d);
-    if (lane == 0) P.grad_row_weights[r] = acc;
-  }
+  grad_write<true>(P, m + P.wl.payload_offset, row, n);
 }
 
 /* The combine's backward: grad_row_weights of the padding rows of the experts block c owns, 0. */
@@ -268,33 +271,13 @@ __device__ void grad_padding(const ht_params &P, int c) {
   }
 }
 
-/* Offsets of this call's layout (contiguous from the handle, or the masked stride), the rows check, and the
- * padding rows of the experts this block owns. Returns whether rows may be written. */
-__device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
+/* The dispatch's padding rows of the experts receiving block c owns (src {-1, -1}, weight 0) and (c = 0) the
+ * offsets and counts. */
+__device__ void recv_outputs(const ht_params &P, int c) {
   const int W = P.world_size, L = P.L;
   const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
   const int stride = P.recv.expert_stride;
-  __shared__ int bad;
-  if (threadIdx.x == 0) bad = 0;
-  __syncthreads();
-  for (int e = threadIdx.x; e < L; e += blockDim.x) {
-    int64_t at = stride ? (int64_t)e * stride : offsets[e], n = 0;
-    for (int s = 0; s < W; s++) {
-      rowbase[(size_t)s * L + e] = (int32_t)(at + n);
-      n += counts[(size_t)s * L + e];
-    }
-    const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
-    if ((stride && n > stride) || end > P.recv.rows) {
-      bad = 1;
-      if (c == 0)
-        report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_ROWS, stride && n > stride ? e : -1, 0,
-                     stride && n > stride ? (uint64_t)stride : (uint64_t)P.recv.rows,
-                     stride && n > stride ? (uint64_t)n : (uint64_t)end);
-    }
-  }
-  __syncthreads();
-  if (bad) return false;
-  for (int e = c; e < L; e += P.C) { /* padding rows: src {-1, -1}, weight 0 */
+  for (int e = c; e < L; e += P.C) {
     int64_t n = 0;
     for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
     const int64_t first = (stride ? (int64_t)e * stride : offsets[e]) + n;
@@ -305,35 +288,38 @@ __device__ bool recv_setup(const ht_params &P, int c, int32_t *rowbase) {
       P.recv.weights[r] = 0.0f;
     }
   }
-  if (c == 0) {
-    for (int e = threadIdx.x; e <= L; e += blockDim.x) P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
-    for (int e = threadIdx.x; e < L; e += blockDim.x) {
-      int32_t n = 0;
-      for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
-      P.recv.expert_counts[e] = n;
-    }
+  if (c != 0) return;
+  for (int e = threadIdx.x; e <= L; e += blockDim.x) P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int32_t n = 0;
+    for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
+    P.recv.expert_counts[e] = n;
   }
-  return true;
 }
 
-__device__ void recv_part(const ht_params &P, int c, char *smem) {
-  const int W = P.world_size, C = P.C;
+__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks) {
+  const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *cons = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(cons + W); /* [W] messages of this call still to come */
   int32_t *done = left + W;              /* [W] messages taken in this call */
   int32_t *mbase = done + W;             /* [W] the first message index of this channel at s */
-  int32_t *rowbase = mbase + W;          /* [W][L] */
   const int32_t *chan = hsec(P, P.hl.chan_tokens);
   for (int s = threadIdx.x; s < W; s += blockDim.x) {
     cons[s] = P.consumed[(size_t)s * C + c];
-    left[s] = chan[(size_t)s * C + c];
+    left[s] = s == me ? 0 : chan[(size_t)s * C + c]; /* this rank's own tokens take no ring */
     done[s] = 0;
     int b = 0;
     for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
     mbase[s] = b;
   }
-  const bool write = P.mode == HT_DISPATCH ? recv_setup(P, c, rowbase) : true;
+  ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
+  if (P.mode == HT_DISPATCH && rows_ok) recv_outputs(P, c);
   if (P.mode == HT_COMBINE_BACKWARD) grad_padding(P, c);
+  /* this rank's own tokens of the channel's first half: their rows (or gradients) straight from the tokens */
+  const int mid = chan_mid(c, P.num_tokens, C);
+  for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
+    send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
+  const bool write = P.mode != HT_DISPATCH || rows_ok;
   __shared__ int nb, pending, stalled;
   __shared__ uint64_t since;
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
@@ -358,10 +344,10 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
       __syncthreads(); /* every thread has read nb before thread 0 writes the next source's */
       if (n == 0) continue;
       progress = true;
-      for (int j = threadIdx.x / 32; j < n; j += HT_WARPS) {
+      for (int j = threadIdx.x / 32; j < n; j += HT_DWARPS) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write);
+        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
         else recv_grad(P, m, rows);
       }
       __syncthreads();
@@ -392,29 +378,16 @@ __device__ void recv_part(const ht_params &P, int c, char *smem) {
 
 } // namespace
 
-__device__ bool sy::ht_handle_ok(const ht_params &P, bool dispatched) {
-  const sy_moe_ht_handle_header_t *h = (const sy_moe_ht_handle_header_t *)P.handle;
-  const bool mine = h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object;
-  const bool ok = mine && h->num_tokens == P.num_tokens;
-  /* the combines read the rows the handle's dispatch recorded, in that dispatch's layout */
-  const bool rows = !dispatched || (h->dispatched != 0 && h->expert_stride == P.recv.expert_stride);
-  if ((!ok || !rows) && blockIdx.x == 0 && threadIdx.x == 0) {
-    if (!ok)
-      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, -1, 0, mine ? (uint64_t)h->num_tokens : h->object,
-                   mine ? (uint64_t)P.num_tokens : P.object);
-    else
-      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_NOT_DISPATCHED, h->dispatched, 0, (uint64_t)h->expert_stride,
-                   (uint64_t)P.recv.expert_stride);
-  }
-  return ok && rows;
-}
-
-__global__ void __launch_bounds__(HT_THREADS) sy_ht_dispatch(ht_params P) {
+/* Shared memory: [W] uint64 and 3 [W] int32 of per-source state, then rowbase [W][L]; and each warp's sinks. */
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
+  __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
-  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem);
-  else recv_part(P, blockIdx.x - P.C, smem);
+  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 20);
+  const bool rows_ok = rows_setup(P, rowbase);
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks);
+  else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks);
   if (P.mode == HT_DISPATCH && blockIdx.x == (unsigned)P.C && threadIdx.x == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;

@@ -34,8 +34,10 @@
 
 namespace sy {
 
-constexpr int HT_THREADS = 256; /* 8 warps */
+constexpr int HT_THREADS = 256; /* the layout's kernels: 8 warps */
 constexpr int HT_WARPS = HT_THREADS / 32;
+constexpr int HT_DTHREADS = 512; /* the data kernels (dispatch, combine): 16 warps, one block an SM */
+constexpr int HT_DWARPS = HT_DTHREADS / 32;
 constexpr int HT_BATCH = 16;                   /* messages a block writes or reads between two counter updates */
 constexpr int HT_SLOTS = SY_MOE_HT_RING_SLOTS; /* R: slots per ring */
 constexpr int HT_PEER_TAB = 8;
@@ -95,7 +97,7 @@ __device__ __forceinline__ char *ht_peer(const ht_params &P, int p) {
 
 /* The put path, out of line (cold wherever every peer is load/store reachable). A warp's staging slot. */
 __device__ __forceinline__ char *ht_stage(const ht_params &P) {
-  return P.staging + ((size_t)blockIdx.x * HT_WARPS + threadIdx.x / 32) * P.stage_bytes;
+  return P.staging + ((size_t)blockIdx.x * HT_DWARPS + threadIdx.x / 32) * P.stage_bytes;
 }
 
 /* The whole warp: bytes from this GPU's src to the symmetric dst at p; returns once src may be reused. */
@@ -157,10 +159,6 @@ __device__ __forceinline__ int64_t ht_id(const ht_params &P, int t, int k) {
   const size_t i = (size_t)t * P.K + k;
   return P.id64 ? ((const int64_t *)P.expert_ids)[i] : (int64_t)((const int32_t *)P.expert_ids)[i];
 }
-
-/* The handle belongs to this object's layout of num_tokens tokens and, with `dispatched` (the combines), a
- * dispatch recorded its rows with this recv's layout (every block checks; block 0 reports). */
-__device__ bool ht_handle_ok(const ht_params &P, bool dispatched);
 
 } // namespace sy
 

@@ -102,7 +102,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   s = create_local(comm, moe, g);
   if (s == SY_SUCCESS && need_puts) {
     g->stage_bytes = align_up(g->wl.msg_bytes + 32 * g->wl.payload_offset, 256);
-    const size_t bytes = (size_t)2 * g->wl.channels * HT_WARPS * g->stage_bytes;
+    const size_t bytes = (size_t)2 * g->wl.channels * HT_DWARPS * g->stage_bytes;
     const cudaError_t err = cudaMalloc((void **)&g->staging, bytes);
     if (err != cudaSuccess) s = cuda_error(err, "cudaMalloc(moe_ht put staging)", __FILE__, __LINE__);
     else if (remote_peer) {
@@ -259,7 +259,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
-  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
@@ -267,7 +267,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
-  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
+  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }
 
 /* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
@@ -280,5 +280,5 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   P.wire = SY_MOE_WIRE_BF16;
   P.weights = NULL;
   P.token_scales = NULL;
-  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_THREADS, g->smem, stream, P);
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }

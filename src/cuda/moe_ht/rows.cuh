@@ -1,0 +1,189 @@
+/*
+ * rows.cuh — the MoE high-throughput kernels' warp-wide data movement: a payload copied or quantised once into
+ * several places (sinks: ring slots, put staging, rows here), and a token's own rows here.
+ *
+ * Bytes in flight decide these kernels' speed (one block of 16 warps an SM): a lane keeps HT_UNROLL 16-byte
+ * loads in flight before it stores, and an FP8 pass quantises 2 x 512 elements (16 a lane, a 128-element group
+ * per 8 lanes).
+ *
+ * A rank's own tokens never go through a ring: the block that holds the token writes its rows here directly
+ * (their rows are rowbase[me][e] + pos, ref/moe_ht_layout.h), and the combine sums them where it needs them.
+ */
+#ifndef SY_CUDA_MOE_HT_ROWS_CUH
+#define SY_CUDA_MOE_HT_ROWS_CUH
+
+#include "cuda/moe_ht/ht.cuh"
+
+namespace sy {
+
+/* Where one copy of a payload goes: its bytes and (FP8) its scales, group g at scale[g * scale_stride]. */
+struct ht_sink {
+  char *body;
+  float *scale;
+  int64_t scale_stride;
+};
+
+constexpr int HT_MAX_SINKS = 64; /* a token's ring messages (<= top_k) and its rows here (<= top_k) */
+constexpr int HT_UNROLL = 4;     /* 16-byte loads a lane keeps in flight */
+
+template <bool CG>
+__device__ __forceinline__ uint4 ld16(const void *p) {
+  return CG ? __ldcg((const uint4 *)p) : __ldg((const uint4 *)p);
+}
+
+/* The whole warp: `bytes` (a multiple of 16) from src into each of the n sinks' bodies. CG: src was written in
+ * this kernel (a ring slot), so its loads go past L1. */
+template <bool CG>
+__device__ __forceinline__ void warp_copy(const char *src, size_t bytes, const ht_sink *s, int n) {
+  const size_t lane16 = (size_t)(threadIdx.x & 31) * 16;
+  for (size_t base = lane16; base < bytes; base += HT_UNROLL * 512) {
+    uint4 v[HT_UNROLL];
+#pragma unroll
+    for (int u = 0; u < HT_UNROLL; u++)
+      if (base + u * 512 < bytes) v[u] = ld16<CG>(src + base + u * 512);
+    for (int i = 0; i < n; i++) {
+      char *d = s[i].body;
+#pragma unroll
+      for (int u = 0; u < HT_UNROLL; u++)
+        if (base + u * 512 < bytes) *(uint4 *)(d + base + u * 512) = v[u];
+    }
+  }
+}
+
+/* The whole warp: `groups` fp32 scales from sc into each sink's scales. */
+template <bool CG>
+__device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, const ht_sink *s, int n) {
+  for (int g = threadIdx.x & 31; g < groups; g += 32) {
+    const float v = CG ? __ldcg(sc + g) : __ldg(sc + g);
+    for (int i = 0; i < n; i++) s[i].scale[g * s[i].scale_stride] = v;
+  }
+}
+
+/* The whole warp: a bf16 token of `hidden` elements (a multiple of 128) as E4M3 with an fp32 scale per 128
+ * elements (ref/fp8.h: amax by fmaxf from +0, sy__fp8_scale, sy__fp8_quantize) into each sink. */
+__device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
+  const int lane = threadIdx.x & 31;
+  for (int base = 0; base < hidden; base += 2 * 512) { /* uniform: every lane runs every pass (the shuffles) */
+    uint4 raw[2][2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int el = base + u * 512 + lane * 16;
+      raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
+      if (el < hidden) {
+        raw[u][0] = __ldg((const uint4 *)(src + el));
+        raw[u][1] = __ldg((const uint4 *)(src + el + 8));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
+      const uint32_t w[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
+                             raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
+      float x[16], amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        x[2 * i] = sy__bf16_to_float((uint16_t)(w[i] & 0xffff));
+        x[2 * i + 1] = sy__bf16_to_float((uint16_t)(w[i] >> 16));
+      }
+#pragma unroll
+      for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+      for (int d = 4; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+      const float scale = sy__fp8_scale(amax, ue8m0);
+      uint32_t q[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int i = 0; i < 16; i++) q[i / 4] |= (uint32_t)sy__fp8_quantize(x[i], scale) << (8 * (i % 4));
+      if (el >= hidden) continue;
+      const uint4 qv = make_uint4(q[0], q[1], q[2], q[3]);
+      for (int i = 0; i < n; i++) {
+        *(uint4 *)(s[i].body + el) = qv;
+        if ((lane & 7) == 0) s[i].scale[(el / SY_MOE_FP8_GROUP) * s[i].scale_stride] = scale;
+      }
+    }
+  }
+}
+
+/* Token t's entries on this rank (ascending k): returns their count n (uniform); lane i < n gets the i-th one's
+ * row (rowbase_me[local expert] + pos) and k, the other lanes -1. */
+__device__ __forceinline__ int self_rows(const ht_params &P, const int32_t *rowbase_me, int t, int &row, int &k) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank;
+  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
+  const int e = lane < P.K ? ids[lane] : -1;
+  const bool here = e >= 0 && e / P.L == me;
+  const unsigned mask = __ballot_sync(0xffffffffu, here);
+  const int r = here ? rowbase_me[e - me * P.L] + pos[lane] : -1;
+  const int n = __popc(mask);
+  const unsigned from = __fns(mask, 0, lane + 1); /* the (lane + 1)-th entry's k, or ~0 */
+  const int got = __shfl_sync(0xffffffffu, r, from & 31);
+  row = lane < n ? got : -1;
+  k = lane < n ? (int)from : -1;
+  return n;
+}
+
+/* Whether token t's experts are all on this rank, with at least one (its combine needs no other rank). */
+__device__ __forceinline__ bool self_only(const ht_params &P, int t) {
+  const int lane = threadIdx.x & 31, me = P.ctx.rank;
+  const int e = lane < P.K ? hsec(P, P.hl.ids)[(size_t)t * P.K + lane] : -1;
+  const unsigned here = __ballot_sync(0xffffffffu, e >= 0 && e / P.L == me);
+  const unsigned away = __ballot_sync(0xffffffffu, e >= 0 && e / P.L != me);
+  return here != 0 && away == 0;
+}
+
+/* The first token of channel c's half that the receiving block handles itself (its own rows or sums): channel
+ * c's tokens [begin, mid) go to receiving block C + c, [mid, end) to sending block c, so a rank's own work is
+ * split evenly between the two blocks of a channel. */
+__device__ __forceinline__ int chan_mid(int c, int n, int C) {
+  const int b = chan_begin(c, n, C), e = chan_begin(c + 1, n, C);
+  return b + (e - b) / 2;
+}
+
+/* This call's rowbase [W][L] in shared memory: (source s, local expert e)'s first row here, from the handle's
+ * counts and offsets (or the masked stride). Every block; returns whether the rows fit the caller's recv (block
+ * 0 reports when not). */
+__device__ __forceinline__ bool rows_setup(const ht_params &P, int32_t *rowbase) {
+  const int W = P.world_size, L = P.L;
+  const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
+  const int stride = P.recv.expert_stride;
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int64_t at = stride ? (int64_t)e * stride : offsets[e], n = 0;
+    for (int s = 0; s < W; s++) {
+      rowbase[(size_t)s * L + e] = (int32_t)(at + n);
+      n += counts[(size_t)s * L + e];
+    }
+    const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
+    if ((stride && n > stride) || end > P.recv.rows) {
+      bad = 1;
+      if (blockIdx.x == 0)
+        report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_ROWS, stride && n > stride ? e : -1, 0,
+                     stride && n > stride ? (uint64_t)stride : (uint64_t)P.recv.rows,
+                     stride && n > stride ? (uint64_t)n : (uint64_t)end);
+    }
+  }
+  __syncthreads();
+  return !bad;
+}
+
+/* The handle belongs to this object's layout of num_tokens tokens and, with `dispatched` (the combines), a
+ * dispatch recorded its rows with this recv's layout (every block checks; block 0 reports). */
+__device__ __forceinline__ bool ht_handle_ok(const ht_params &P, bool dispatched) {
+  const sy_moe_ht_handle_header_t *h = (const sy_moe_ht_handle_header_t *)P.handle;
+  const bool mine = h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object;
+  const bool ok = mine && h->num_tokens == P.num_tokens;
+  /* the combines read the rows the handle's dispatch recorded, in that dispatch's layout */
+  const bool rows = !dispatched || (h->dispatched != 0 && h->expert_stride == P.recv.expert_stride);
+  if ((!ok || !rows) && blockIdx.x == 0 && threadIdx.x == 0) {
+    if (!ok)
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, -1, 0, mine ? (uint64_t)h->num_tokens : h->object,
+                   mine ? (uint64_t)P.num_tokens : P.object);
+    else
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_NOT_DISPATCHED, h->dispatched, 0, (uint64_t)h->expert_stride,
+                   (uint64_t)P.recv.expert_stride);
+  }
+  return ok && rows;
+}
+
+} // namespace sy
+
+#endif
