@@ -12,6 +12,7 @@
 #ifndef SY_CUDA_MOE_HT_ROWS_CUH
 #define SY_CUDA_MOE_HT_ROWS_CUH
 
+#include "cuda/fp8.cuh"
 #include "cuda/moe_ht/ht.cuh"
 
 namespace sy {
@@ -60,7 +61,7 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
 }
 
 /* The whole warp: a bf16 token of `hidden` elements (a multiple of 128) as E4M3 with an fp32 scale per 128
- * elements (ref/fp8.h: amax by fmaxf from +0, sy__fp8_scale, sy__fp8_quantize) into each sink. */
+ * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; 2 x 512 elements a pass. */
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
   for (int base = 0; base < hidden; base += 2 * 512) { /* uniform: every lane runs every pass (the shuffles) */
@@ -77,25 +78,11 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
 #pragma unroll
     for (int u = 0; u < 2; u++) {
       const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
-      const uint32_t w[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
-                             raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
-      float x[16], amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        x[2 * i] = sy__bf16_to_float((uint16_t)(w[i] & 0xffff));
-        x[2 * i + 1] = sy__bf16_to_float((uint16_t)(w[i] >> 16));
-      }
-#pragma unroll
-      for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[i]));
-      for (int d = 4; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-      const float scale = sy__fp8_scale(amax, ue8m0);
-      uint32_t q[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int i = 0; i < 16; i++) q[i / 4] |= (uint32_t)sy__fp8_quantize(x[i], scale) << (8 * (i % 4));
+      float scale;
+      const uint4 q = quantise16(raw[u][0], raw[u][1], ue8m0, &scale);
       if (el >= hidden) continue;
-      const uint4 qv = make_uint4(q[0], q[1], q[2], q[3]);
       for (int i = 0; i < n; i++) {
-        *(uint4 *)(s[i].body + el) = qv;
+        *(uint4 *)(s[i].body + el) = q;
         if ((lane & 7) == 0) s[i].scale[(el / SY_MOE_FP8_GROUP) * s[i].scale_stride] = scale;
       }
     }
