@@ -3,8 +3,8 @@
  * several places (sinks: ring slots, put staging, rows here), and a token's own rows here.
  *
  * Bytes in flight decide these kernels' speed (one block of 16 warps an SM): a lane keeps HT_UNROLL 16-byte
- * loads in flight before it stores, and an FP8 pass quantises 2 x 512 elements (16 a lane, a 128-element group
- * per 8 lanes).
+ * loads in flight before it stores, and an FP8 pass loads 4 x 512 elements (16 a lane, a 128-element group
+ * per 8 lanes) before it quantises.
  *
  * A rank's own tokens never go through a ring: the block that holds the token writes its rows here directly
  * (their rows are rowbase[me][e] + pos, ref/moe_ht_layout.h), and the combine sums them where it needs them.
@@ -61,13 +61,15 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
 }
 
 /* The whole warp: a bf16 token of `hidden` elements (a multiple of 128) as E4M3 with an fp32 scale per 128
- * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; 2 x 512 elements a pass. */
+ * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; HT_QPASSES x 512 elements a
+ * pass, every load of the pass in flight before the first quantisation. */
+constexpr int HT_QPASSES = 4;
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
-  for (int base = 0; base < hidden; base += 2 * 512) { /* uniform: every lane runs every pass (the shuffles) */
-    uint4 raw[2][2];
+  for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
+    uint4 raw[HT_QPASSES][2];
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < HT_QPASSES; u++) {
       const int el = base + u * 512 + lane * 16;
       raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
       if (el < hidden) {
@@ -76,7 +78,7 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
       }
     }
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < HT_QPASSES; u++) {
       const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
       float scale;
       const uint4 q = quantise16(raw[u][0], raw[u][1], ue8m0, &scale);
