@@ -1,12 +1,13 @@
 /*
- * fp8.cuh — bf16 and FP8 values in the kernels: a bf16 half of a 32-bit word as fp32, and the FP8 E4M3
- * quantisation of 16 bf16 elements a lane (8 lanes a 128-element group) that the MoE modes share: the same
- * numbers as ref/fp8.h (sy__fp8_scale; IEEE division, then the hardware conversion cvt.rn.satfinite.e4m3x2,
+ * fp8.cuh — bf16 and FP8 values in the kernels: a bf16 half of a 32-bit word as fp32, two fp32 as bf16, and
+ * the FP8 E4M3 quantisation of 16 bf16 elements a lane (8 lanes a 128-element group) that the MoE modes share:
+ * the same numbers as ref/fp8.h (sy__fp8_scale; IEEE division, then the hardware conversion cvt.rn.satfinite.e4m3x2,
  * which test_gpu_fp8 checks against sy__fp8_e4m3_encode on every fp32 input).
  */
 #ifndef SY_CUDA_FP8_CUH
 #define SY_CUDA_FP8_CUH
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
 
@@ -16,6 +17,13 @@ namespace sy {
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
+
+/* Two fp32 as bf16 (lo in the low half): the hardware's round to nearest even, a NaN as the canonical 0x7FFF
+ * (ref/convert.h: sy__float_to_bf16, bit for bit). */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
 
 /* FP8 quantisation of a lane's 16 bf16 elements (a, b), 8 lanes per 128-element group: the group's scale
  * (amax / 448, or its power of two) into *scale and the 16 E4M3 codes. Every lane of the warp must call it (the

@@ -228,11 +228,6 @@ __device__ __forceinline__ int wait_dispatch(const moe_params &P, int *start, in
 
 /* ---- values ----------------------------------------------------------------------------------------------------- */
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
-
 /* Loads of workspace data that peers wrote: plain loads (not the non-coherent path), after the block's
  * pollers' acquire and a bar.sync. */
 __device__ __forceinline__ uint4 ld_plain(const void *p) { return *(const uint4 *)p; }

@@ -23,16 +23,13 @@ namespace {
 __device__ __forceinline__ void bf16x8_to_float(uint4 v, float *x) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   for (int i = 0; i < 4; i++) {
-    x[2 * i] = sy__bf16_to_float((uint16_t)(w[i] & 0xffff));
-    x[2 * i + 1] = sy__bf16_to_float((uint16_t)(w[i] >> 16));
+    x[2 * i] = bf16_lo(w[i]);
+    x[2 * i + 1] = bf16_hi(w[i]);
   }
 }
 
 __device__ __forceinline__ uint4 float8_to_bf16(const float *x) {
-  uint32_t w[4];
-  for (int i = 0; i < 4; i++)
-    w[i] = (uint32_t)sy__float_to_bf16(x[2 * i]) | ((uint32_t)sy__float_to_bf16(x[2 * i + 1]) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
 }
 
 /* A warp, each lane's 16-byte piece at `off` (on: inside the row): acc += w_i x y_i over the n rows (lanes
@@ -105,21 +102,24 @@ __device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, c
       partial_piece((const char *)P.tokens, bytes, srow, sw, ns, off, on, mine);
       bf16x8_to_float(float8_to_bf16(mine), mine);
     }
-    for (int i0 = 0; i0 < nr; i0 += 8) {
-      uint4 v[8];
+    for (int i0 = 0; i0 < nr; i0 += 4) { /* the ranks' partials, 4 loads in flight, added in rank order */
+      uint4 v[4];
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
+      for (int j = 0; j < 4; j++) {
         const char *sp = (const char *)__shfl_sync(0xffffffffu, (unsigned long long)slot, (i0 + j) & 31);
         v[j] = make_uint4(0, 0, 0, 0);
         if (on && sp && i0 + j < nr) v[j] = __ldcg((const uint4 *)(sp + off));
       }
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
+      for (int j = 0; j < 4; j++) {
         if (i0 + j >= nr) continue;
+        if (rank[i0 + j] == me) { /* uniform */
+          for (int q = 0; q < 8; q++) acc[q] = acc[q] + mine[q];
+          continue;
+        }
         float x[8];
         bf16x8_to_float(v[j], x);
-        const bool self = rank[i0 + j] == me;
-        for (int q = 0; q < 8; q++) acc[q] = acc[q] + (self ? mine[q] : x[q]);
+        for (int q = 0; q < 8; q++) acc[q] = acc[q] + x[q];
       }
     }
     if (on) *(uint4 *)((char *)P.out + (size_t)t * bytes + off) = float8_to_bf16(acc);

@@ -60,17 +60,15 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
         uint4 out = v[u];
         if (P.row_weights) {
           uint32_t q[4];
-          for (int j = 0; j < 4; j++)
-            q[j] = (uint32_t)sy__float_to_bf16(w * sy__bf16_to_float((uint16_t)(in[j] & 0xffff))) |
-                   ((uint32_t)sy__float_to_bf16(w * sy__bf16_to_float((uint16_t)(in[j] >> 16))) << 16);
+          for (int j = 0; j < 4; j++) q[j] = pack_bf16(w * bf16_lo(in[j]), w * bf16_hi(in[j]));
           out = make_uint4(q[0], q[1], q[2], q[3]);
         }
         *(uint4 *)(o + base + u * 512) = out;
         if (!dot) continue;
         const uint32_t yw[4] = {yv[u].x, yv[u].y, yv[u].z, yv[u].w};
         for (int j = 0; j < 4; j++) {
-          acc = fmaf(sy__bf16_to_float((uint16_t)(in[j] & 0xffff)), sy__bf16_to_float((uint16_t)(yw[j] & 0xffff)), acc);
-          acc = fmaf(sy__bf16_to_float((uint16_t)(in[j] >> 16)), sy__bf16_to_float((uint16_t)(yw[j] >> 16)), acc);
+          acc = fmaf(bf16_lo(in[j]), bf16_lo(yw[j]), acc);
+          acc = fmaf(bf16_hi(in[j]), bf16_hi(yw[j]), acc);
         }
       }
     }
