@@ -32,27 +32,54 @@ __device__ __forceinline__ uint4 float8_to_bf16(const float *x) {
   return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
 }
 
-/* A warp, each lane's 16-byte piece at `off` (on: inside the row): acc += w_i x y_i over the n rows (lanes
- * [0, n) of row and w) in lane order, fused multiply-adds; 8 rows' loads in flight. */
-__device__ __forceinline__ void partial_piece(const char *in, size_t bytes, int row, float w, int n, size_t off,
-                                              bool on, float *acc) {
-  for (int i0 = 0; i0 < n; i0 += 8) {
-    uint4 v[8];
-    float wi[8];
+/* A warp, PP 16-byte pieces a lane (at off, off + 512, ...; a piece past `bytes` is not loaded): acc[p] +=
+ * w_i x y_i over the n rows (lanes [0, n) of row and w) in lane order, fused multiply-adds; 8 loads in flight
+ * (8 / PP rows at a time). */
+template <int PP>
+__device__ __forceinline__ void partial_pieces(const char *in, size_t bytes, int row, float w, int n, size_t off,
+                                               float (*acc)[8]) {
+  constexpr int R = 8 / PP;
+  for (int i0 = 0; i0 < n; i0 += R) {
+    uint4 v[R][PP];
+    float wi[R];
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < R; j++) {
       const int r = __shfl_sync(0xffffffffu, row, (i0 + j) & 31);
       wi[j] = __shfl_sync(0xffffffffu, w, (i0 + j) & 31);
-      v[j] = make_uint4(0, 0, 0, 0);
-      if (on && i0 + j < n) v[j] = __ldg((const uint4 *)(in + (size_t)r * bytes + off));
+#pragma unroll
+      for (int p = 0; p < PP; p++) {
+        v[j][p] = make_uint4(0, 0, 0, 0);
+        if (off + p * 512 < bytes && i0 + j < n)
+          v[j][p] = __ldg((const uint4 *)(in + (size_t)r * bytes + off + p * 512));
+      }
     }
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < R; j++) {
       if (i0 + j >= n) continue;
-      float y[8];
-      bf16x8_to_float(v[j], y);
-      for (int q = 0; q < 8; q++) acc[q] = fmaf(wi[j], y[q], acc[q]);
+#pragma unroll
+      for (int p = 0; p < PP; p++) {
+        float y[8];
+        bf16x8_to_float(v[j][p], y);
+        for (int q = 0; q < 8; q++) acc[p][q] = fmaf(wi[j], y[q], acc[p][q]);
+      }
     }
+  }
+}
+
+/* A warp: the partial of message rows into the payload at m, PP pieces a lane a pass. */
+template <int PP>
+__device__ __forceinline__ void partial_into(const ht_params &P, char *m, int row, float w, int n) {
+  const size_t bytes = (size_t)P.hidden * 2, lane16 = (size_t)(threadIdx.x & 31) * 16;
+  for (size_t pass = 0; pass < bytes; pass += PP * 512) { /* uniform: the shuffles need the whole warp */
+    float acc[PP][8];
+#pragma unroll
+    for (int p = 0; p < PP; p++)
+      for (int q = 0; q < 8; q++) acc[p][q] = 0.0f;
+    partial_pieces<PP>((const char *)P.tokens, bytes, row, w, n, pass + lane16, acc);
+#pragma unroll
+    for (int p = 0; p < PP; p++)
+      if (pass + lane16 + p * 512 < bytes)
+        *(uint4 *)(m + P.wl.payload_offset + pass + lane16 + p * 512) = float8_to_bf16(acc[p]);
   }
 }
 
@@ -69,13 +96,10 @@ __device__ void send_partial(const ht_params &P, char *m, int index, const int32
   }
   if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
   const size_t bytes = (size_t)P.hidden * 2;
-  for (size_t pass = 0; pass < bytes; pass += 512) { /* uniform: the shuffles need the whole warp */
-    const size_t off = pass + (size_t)lane * 16;
-    const bool on = off < bytes;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    partial_piece((const char *)P.tokens, bytes, row, w, n, off, on, acc);
-    if (on) *(uint4 *)(m + P.wl.payload_offset + off) = float8_to_bf16(acc);
-  }
+  /* few rows (a token has top_k / W of them a rank, on average): more pieces of each in flight */
+  if (n <= 2) partial_into<4>(P, m, row, w, n);
+  else if (n <= 4) partial_into<2>(P, m, row, w, n);
+  else partial_into<1>(P, m, row, w, n);
   if (!remote) return;
   __syncwarp();
   ht_put_warp(remote, m, P.wl.payload_offset + bytes, s);
@@ -99,7 +123,7 @@ __device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, c
     const bool on = off < bytes;
     float mine[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (has_me) {
-      partial_piece((const char *)P.tokens, bytes, srow, sw, ns, off, on, mine);
+      partial_pieces<1>((const char *)P.tokens, bytes, srow, sw, ns, off, &mine);
       bf16x8_to_float(float8_to_bf16(mine), mine);
     }
     for (int i0 = 0; i0 < nr; i0 += 4) { /* the ranks' partials, 4 loads in flight, added in rank order */
@@ -155,50 +179,50 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
     mbase[s] = b;
   }
-  __shared__ int nb, pending, stalled;
+  int32_t *take = mbase + W; /* [W] messages this round answers for each source */
+  __shared__ int2 items[HT_ROUND];
+  __shared__ int nitems, pending, stalled;
   __shared__ uint64_t since;
   if (threadIdx.x == 0) stalled = 0, since = 0;
-  for (;;) {
+  for (int round = 0;; round++) {
+    __syncthreads();
+    for (int s = threadIdx.x; s < W; s += blockDim.x) { /* the room in every owner's ring, a thread each */
+      int k = 0;
+      if (left[s] > 0) {
+        const uint64_t room = ld_acquire_sys(head_word(P, P.ws, s, c)) + HT_SLOTS - base[s];
+        k = (int)min((uint64_t)min(left[s], HT_PER_PEER), room);
+      }
+      take[s] = k;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
       pending = 0;
       for (int s = 0; s < W; s++) pending += left[s];
+      nitems = plan_round(W, round % W, take, items);
     }
     __syncthreads();
     if (pending == 0 || stalled) break;
-    bool progress = false;
-    for (int s = 0; s < W; s++) {
-      if (left[s] == 0) continue;
-      if (threadIdx.x == 0) {
-        const uint64_t head = ld_acquire_sys(head_word(P, P.ws, s, c));
-        const uint64_t room = head + HT_SLOTS - base[s];
-        nb = (int)min((uint64_t)min(left[s], HT_BATCH), room);
-      }
-      __syncthreads();
-      const int n = nb;
-      __syncthreads(); /* every thread has read nb before thread 0 writes the next source's */
-      if (n == 0) continue;
-      progress = true;
+    const int n = nitems;
+    for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) {
+      const int s = items[i].x, j = items[i].y;
       char *peer = ht_peer(P, s);
-      for (int j = threadIdx.x / 32; j < n; j += HT_DWARPS) {
-        const int index = mbase[s] + done[s] + j;
-        char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
-        send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
-                     peer ? nullptr : slot, s);
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        if (peer) fence_acq_rel(s != me);
-        base[s] += n;
-        left[s] -= n;
-        done[s] += n;
+      const int index = mbase[s] + done[s] + j;
+      char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
+      send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
+                   peer ? nullptr : slot, s);
+    }
+    __syncthreads(); /* the round's partials are written: publish them, a thread an owner */
+    for (int s = threadIdx.x; s < W; s += blockDim.x)
+      if (take[s] > 0) {
+        if (ht_peer(P, s)) fence_acq_rel(s != me);
+        base[s] += take[s];
+        left[s] -= take[s];
+        done[s] += take[s];
         ht_publish(P, s, c, base[s]);
       }
-      __syncthreads();
-    }
     if (threadIdx.x == 0) {
       const uint64_t now = global_timer_ns();
-      if (progress || since == 0) since = now;
+      if (n > 0 || since == 0) since = now;
       else if (aborted(P.ctx)) stalled = 1;
       else if (now - since > P.ctx.timeout_ns) {
         int s = 0;
@@ -298,12 +322,12 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
 
 } // namespace
 
-/* Shared memory: [W] uint64 and 3 [W] int32 of per-source state, then rowbase [W][L]. */
+/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]. */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   if (!ht_handle_ok(P, true)) return;
-  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 20);
+  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
   if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase_me, rows_ok);

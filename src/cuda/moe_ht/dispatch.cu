@@ -34,6 +34,7 @@ struct send_batch {
  * the gradient of each of n rows (lanes [0, n) of `row`): bf16(w_r x g) or g as is, and the dot product of g
  * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
  * partial sum takes the 8 elements of every 32nd 16-byte piece, the lanes' sums meet by a butterfly. */
+constexpr int HT_GRAD_UNROLL = 4; /* g and rows_in: 8 loads a lane in flight */
 template <bool CG>
 __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   const int lane = threadIdx.x & 31;
@@ -45,16 +46,16 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
     char *o = (char *)P.out + (size_t)r * bytes;
     const char *y = dot ? (const char *)P.rows_in + (size_t)r * bytes : nullptr;
     float acc = 0.0f;
-    for (size_t base = (size_t)lane * 16; base < bytes; base += HT_UNROLL * 512) {
-      uint4 v[HT_UNROLL], yv[HT_UNROLL];
+    for (size_t base = (size_t)lane * 16; base < bytes; base += HT_GRAD_UNROLL * 512) {
+      uint4 v[HT_GRAD_UNROLL], yv[HT_GRAD_UNROLL];
 #pragma unroll
-      for (int u = 0; u < HT_UNROLL; u++) {
+      for (int u = 0; u < HT_GRAD_UNROLL; u++) {
         if (base + u * 512 >= bytes) continue;
         v[u] = ld16<CG>(g + base + u * 512);
         if (dot) yv[u] = __ldg((const uint4 *)(y + base + u * 512));
       }
 #pragma unroll
-      for (int u = 0; u < HT_UNROLL; u++) {
+      for (int u = 0; u < HT_GRAD_UNROLL; u++) {
         if (base + u * 512 >= bytes) continue;
         const uint32_t in[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
         uint4 out = v[u];
@@ -318,48 +319,49 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
     send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   const bool write = P.mode != HT_DISPATCH || rows_ok;
-  __shared__ int nb, pending, stalled;
+  int32_t *take = mbase + W; /* [W] messages this round takes from each source */
+  __shared__ int2 items[HT_ROUND];
+  __shared__ int nitems, pending, stalled;
   __shared__ uint64_t since;
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   if (threadIdx.x == 0) stalled = 0, since = 0;
-  for (;;) {
+  for (int round = 0;; round++) {
+    __syncthreads();
+    for (int s = threadIdx.x; s < W; s += blockDim.x) { /* every source's tail at once, a thread each */
+      int k = 0;
+      if (left[s] > 0) {
+        const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
+        k = (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
+      }
+      take[s] = k;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
       pending = 0;
       for (int s = 0; s < W; s++) pending += left[s];
+      nitems = plan_round(W, round % W, take, items);
     }
     __syncthreads();
     if (pending == 0 || stalled) break;
-    bool progress = false;
-    for (int s = 0; s < W; s++) {
-      if (left[s] == 0) continue; /* uniform: left[] changes only between barriers */
-      if (threadIdx.x == 0) {
-        const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
-        nb = (int)min((uint64_t)min(left[s], HT_BATCH), avail);
-      }
-      __syncthreads();
-      const int n = nb;
-      __syncthreads(); /* every thread has read nb before thread 0 writes the next source's */
-      if (n == 0) continue;
-      progress = true;
-      for (int j = threadIdx.x / 32; j < n; j += HT_DWARPS) {
-        const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
-        int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
-        else recv_grad(P, m, rows);
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        cons[s] += n;
-        left[s] -= n;
-        done[s] += n;
+    const int n = nitems;
+    for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) {
+      const int s = items[i].x, j = items[i].y;
+      const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
+      int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
+      if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
+      else recv_grad(P, m, rows);
+    }
+    __syncthreads(); /* the round's slots are read: hand them back, a thread a source */
+    for (int s = threadIdx.x; s < W; s += blockDim.x)
+      if (take[s] > 0) {
+        cons[s] += take[s];
+        left[s] -= take[s];
+        done[s] += take[s];
         ht_give_back(P, s, c, cons[s]);
       }
-      __syncthreads();
-    }
     if (threadIdx.x == 0) { /* bounded: no message from any pending source for the timeout */
       const uint64_t now = global_timer_ns();
-      if (progress || since == 0) since = now;
+      if (n > 0 || since == 0) since = now;
       else if (aborted(P.ctx)) stalled = 1;
       else if (now - since > P.ctx.timeout_ns) {
         int s = 0;
@@ -376,13 +378,13 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
 
 } // namespace
 
-/* Shared memory: [W] uint64 and 3 [W] int32 of per-source state, then rowbase [W][L]; and each warp's sinks. */
+/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
-  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 20);
+  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks);
   else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks);

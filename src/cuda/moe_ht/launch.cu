@@ -65,7 +65,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   memset(g->mapped, 0, align_up((2 * L + 1) * 4, 8) + 8);
   SY_CUDA_CHECK(cudaHostGetDevicePointer((void **)&g->mapped_counts_dev, g->mapped, 0));
   g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
-  const size_t recv_smem = W * 20 + E * 4, send_smem = W * 20;
+  const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_dispatch, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
   SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));

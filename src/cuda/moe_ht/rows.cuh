@@ -25,7 +25,7 @@ struct ht_sink {
 };
 
 constexpr int HT_MAX_SINKS = 64; /* a token's ring messages (<= top_k) and its rows here (<= top_k) */
-constexpr int HT_UNROLL = 4;     /* 16-byte loads a lane keeps in flight */
+constexpr int HT_UNROLL = 6;     /* 16-byte loads a lane keeps in flight (a copy) */
 
 template <bool CG>
 __device__ __forceinline__ uint4 ld16(const void *p) {
@@ -115,6 +115,20 @@ __device__ __forceinline__ bool self_only(const ht_params &P, int t) {
   const unsigned here = __ballot_sync(0xffffffffu, e >= 0 && e / P.L == me);
   const unsigned away = __ballot_sync(0xffffffffu, e >= 0 && e / P.L != me);
   return here != 0 && away == 0;
+}
+
+/* Thread 0: one round of a block that serves many peers' rings: take[p] (what peer p offers now, at most
+ * HT_PER_PEER) becomes what the round takes, HT_ROUND in all, peers served from `start` on (a rotating start, so
+ * none starves); item i of the round is {peer, the item's place among that peer's}. Returns the items. */
+__device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 *items) {
+  int n = 0;
+  for (int q = 0; q < W; q++) {
+    const int p = (start + q) % W;
+    const int k = min(take[p], HT_ROUND - n);
+    take[p] = k;
+    for (int j = 0; j < k; j++) items[n++] = make_int2(p, j);
+  }
+  return n;
 }
 
 /* The first token of channel c's half that the receiving block handles itself (its own rows or sums): channel
