@@ -105,49 +105,69 @@ __device__ void send_partial(const ht_params &P, char *m, int index, const int32
   ht_put_warp(remote, m, P.wl.payload_offset + bytes, s);
 }
 
+/* A warp, PP 16-byte pieces a lane a pass: token t's row, the sum over its nr ranks' partials (slot: lane i's
+ * the i-th rank's ring payload, NULL for this rank) in rank order from +0 in fp32, this rank's partial made
+ * here from its ns rows (srow, sw) and rounded to bf16 as a ring's would be. The first 4 ranks' loads are in
+ * flight before this rank's rows are loaded. */
+template <int PP>
+__device__ __forceinline__ void reduce_rows(const ht_params &P, int t, const int *rank, int nr, const char *slot,
+                                            int srow, float sw, int ns, bool has_me) {
+  const int me = P.ctx.rank;
+  const size_t bytes = (size_t)P.hidden * 2, lane16 = (size_t)(threadIdx.x & 31) * 16;
+  for (size_t pass = 0; pass < bytes; pass += PP * 512) { /* uniform */
+    const size_t off = pass + lane16;
+    float acc[PP][8], mine[PP][8];
+#pragma unroll
+    for (int p = 0; p < PP; p++)
+      for (int q = 0; q < 8; q++) acc[p][q] = mine[p][q] = 0.0f;
+    for (int i0 = 0; i0 < nr; i0 += 4) {
+      uint4 v[4][PP];
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const char *sp = (const char *)__shfl_sync(0xffffffffu, (unsigned long long)slot, (i0 + j) & 31);
+#pragma unroll
+        for (int p = 0; p < PP; p++) {
+          v[j][p] = make_uint4(0, 0, 0, 0);
+          if (sp && i0 + j < nr && off + p * 512 < bytes) v[j][p] = __ldcg((const uint4 *)(sp + off + p * 512));
+        }
+      }
+      if (i0 == 0 && has_me) {
+        partial_pieces<PP>((const char *)P.tokens, bytes, srow, sw, ns, off, mine);
+#pragma unroll
+        for (int p = 0; p < PP; p++) bf16x8_to_float(float8_to_bf16(mine[p]), mine[p]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (i0 + j >= nr) continue;
+        const bool self = rank[i0 + j] == me; /* uniform */
+#pragma unroll
+        for (int p = 0; p < PP; p++) {
+          float x[8];
+          bf16x8_to_float(v[j][p], x);
+          for (int q = 0; q < 8; q++) acc[p][q] = acc[p][q] + (self ? mine[p][q] : x[q]);
+        }
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < PP; p++)
+      if (off + p * 512 < bytes) *(uint4 *)((char *)P.out + (size_t)t * bytes + off + p * 512) = float8_to_bf16(acc[p]);
+  }
+}
+
 /* A warp: token t's sum over its nr ranks' partials (rank[] ascending; index[]: the message's index in each
- * other rank's ring (me excluded): this rank's partial is made here from its rows, rounded to bf16 as a ring's
- * would be), and its row values back to their k. */
+ * other rank's ring (me excluded): this rank's partial is made here from its rows), and its row values back to
+ * their k. */
 __device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, const int *rank, const uint64_t *index,
                                              int nr, const int32_t *rowbase_me, bool rows_ok) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
-  const size_t bytes = (size_t)P.hidden * 2, po = P.wl.payload_offset;
   bool has_me = false;
   for (int i = 0; i < nr; i++) has_me |= rank[i] == me;
   int srow = -1, sk = -1, ns = 0;
   if (has_me && rows_ok) ns = self_rows(P, rowbase_me, t, srow, sk);
   const float sw = srow >= 0 && P.row_weights ? P.row_weights[srow] : 1.0f;
-  const char *slot = lane < nr && rank[lane] != me ? ring_slot(P, P.ws, rank[lane], c, index[lane]) + po : nullptr;
-  for (size_t pass = 0; pass < bytes; pass += 512) { /* uniform */
-    const size_t off = pass + (size_t)lane * 16;
-    const bool on = off < bytes;
-    float mine[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (has_me) {
-      partial_pieces<1>((const char *)P.tokens, bytes, srow, sw, ns, off, &mine);
-      bf16x8_to_float(float8_to_bf16(mine), mine);
-    }
-    for (int i0 = 0; i0 < nr; i0 += 4) { /* the ranks' partials, 4 loads in flight, added in rank order */
-      uint4 v[4];
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const char *sp = (const char *)__shfl_sync(0xffffffffu, (unsigned long long)slot, (i0 + j) & 31);
-        v[j] = make_uint4(0, 0, 0, 0);
-        if (on && sp && i0 + j < nr) v[j] = __ldcg((const uint4 *)(sp + off));
-      }
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        if (i0 + j >= nr) continue;
-        if (rank[i0 + j] == me) { /* uniform */
-          for (int q = 0; q < 8; q++) acc[q] = acc[q] + mine[q];
-          continue;
-        }
-        float x[8];
-        bf16x8_to_float(v[j], x);
-        for (int q = 0; q < 8; q++) acc[q] = acc[q] + x[q];
-      }
-    }
-    if (on) *(uint4 *)((char *)P.out + (size_t)t * bytes + off) = float8_to_bf16(acc);
-  }
+  const char *slot =
+      lane < nr && rank[lane] != me ? ring_slot(P, P.ws, rank[lane], c, index[lane]) + P.wl.payload_offset : nullptr;
+  reduce_rows<1>(P, t, rank, nr, slot, srow, sw, ns, has_me);
   if (!P.token_values || lane >= P.K) return;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
   const int e = ids[lane];
