@@ -462,9 +462,34 @@ static void test_generators(void) {
   }
 }
 
+/* The weights' gradient's dot product (sy__moe_ht_dot, which the host backend and the reference share): the
+ * header's order against this test's own reading of it (ht_dot), on hidden sizes that end inside a 256-element
+ * stride; a NaN input, of either sign and any payload, gives the canonical 0x7FFFFFFF, as the GPU does. */
+static void test_dot(void) {
+  const int sizes[] = {8, 256, 264, 2048, 7168 + 8};
+  uint16_t a[7176], b[7176];
+  uint64_t h = seed ^ 0xd07;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    const int H = sizes[i];
+    for (int j = 0; j < H; j++) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      a[j] = sy__float_to_bf16((float)((int)(h >> 40 & 0xff) - 128) * 0x1p-6f);
+      b[j] = sy__float_to_bf16((float)((int)(h >> 20 & 0xff) - 128) * 0x1p-5f);
+    }
+    const float got = sy__moe_ht_dot(a, b, H), want = ht_dot(a, b, H);
+    CHECK(!memcmp(&got, &want, 4));
+    a[H / 2] = 0xFFC1; /* a negative NaN with a payload */
+    const float nan = sy__moe_ht_dot(a, b, H);
+    uint32_t bits;
+    memcpy(&bits, &nan, 4);
+    CHECK_EQ_INT((long long)bits, 0x7FFFFFFFll);
+  }
+}
+
 int main(void) {
   seed_from_env();
   test_generators();
+  test_dot();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return check_report();
 }
