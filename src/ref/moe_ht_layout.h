@@ -20,7 +20,8 @@
  *   send_chan    [world_size][channels] (cuda backend) tokens this rank sends to each rank per channel
  *   recv_rows    [world_size][max_tokens][kk] written by the dispatch: for source s's i-th token here (in the
  *                source's token order) the rows it filled, its experts here in ascending k, -1 after; kk =
- *                min(top_k, L). The combines read it.
+ *                min(top_k, L). The combines read it. The cuda backend leaves this rank's own tokens out (their
+ *                rows come from ids and pos: they take no ring)
  */
 #ifndef SY_REF_MOE_HT_LAYOUT_H
 #define SY_REF_MOE_HT_LAYOUT_H
