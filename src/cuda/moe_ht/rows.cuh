@@ -25,7 +25,7 @@ struct ht_sink {
 };
 
 constexpr int HT_MAX_SINKS = 64; /* a token's ring messages (<= top_k) and its rows here (<= top_k) */
-constexpr int HT_UNROLL = 6;     /* 16-byte loads a lane keeps in flight (a copy) */
+constexpr int HT_UNROLL = 4;     /* 16-byte loads a lane keeps in flight (a copy) */
 
 template <bool CG>
 __device__ __forceinline__ uint4 ld16(const void *p) {
