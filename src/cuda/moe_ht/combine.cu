@@ -85,9 +85,10 @@ __device__ __forceinline__ void partial_into(const ht_params &P, char *m, int ro
 
 /* A warp: the partial of one received message into m: its ring slot at the owner, or (put path) this warp's
  * staging, put to the slot's symmetric address `remote` at owner s afterwards. */
-__device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows, char *remote, int s) {
+__device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows, char *remote, int s,
+                             bool rows_ok) {
   const int lane = threadIdx.x & 31;
-  const int row = lane < P.kk ? rows[lane] : -1;
+  const int row = rows_ok && lane < P.kk ? rows[lane] : -1; /* rows that do not fit: an empty partial */
   const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
   const float w = row >= 0 && P.row_weights ? P.row_weights[row] : 1.0f;
   if (lane < n) {
@@ -229,7 +230,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
       const int index = mbase[s] + done[s] + j;
       char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
       send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
-                   peer ? nullptr : slot, s);
+                   peer ? nullptr : slot, s, rows_ok);
     }
     __syncthreads(); /* the round's partials are written: publish them, a thread an owner */
     for (int s = threadIdx.x; s < W; s += blockDim.x)

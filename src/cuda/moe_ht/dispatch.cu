@@ -313,13 +313,13 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   }
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
   if (P.mode == HT_DISPATCH && rows_ok) recv_outputs(P, c);
-  if (P.mode == HT_COMBINE_BACKWARD) grad_padding(P, c);
+  if (P.mode == HT_COMBINE_BACKWARD && rows_ok) grad_padding(P, c);
   /* this rank's own tokens of the channel's first half: their rows (or gradients) straight from the tokens */
   const int mid = chan_mid(c, P.num_tokens, C);
   for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
     send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
-  const bool write = P.mode != HT_DISPATCH || rows_ok;
-  int32_t *take = mbase + W; /* [W] messages this round takes from each source */
+  const bool write = rows_ok; /* else the messages are consumed and nothing is written */
+  int32_t *take = mbase + W;  /* [W] messages this round takes from each source */
   __shared__ int2 items[HT_ROUND];
   __shared__ int nitems, pending, stalled;
   __shared__ uint64_t since;
@@ -349,7 +349,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
       const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
       int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
       if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
-      else recv_grad(P, m, rows);
+      else if (write) recv_grad(P, m, rows);
     }
     __syncthreads(); /* the round's slots are read: hand them back, a thread a source */
     for (int s = threadIdx.x; s < W; s += blockDim.x)

@@ -135,12 +135,13 @@ __device__ __forceinline__ uint64_t *head_word(const ht_params &P, char *base, i
   return ht_at<uint64_t>(base, P.wl.head) + (size_t)d * P.C + c;
 }
 
-/* A receiver hands `consumed` back to sender s: its head word for (me, c), by a release store or a put (after
- * the block's reads of the slots: bar.sync first). */
+/* A receiver hands `consumed` back to sender s: its head word for (me, c), by a release store or (no load/store
+ * route) a quiet and a signal set: several threads and kernels give the same word back, and a quiet first keeps
+ * an older, smaller value from landing after a newer one (after the block's reads of the slots: bar.sync first). */
 __device__ __forceinline__ void ht_give_back(const ht_params &P, int s, int c, uint64_t consumed) {
   char *sp = ht_peer(P, s);
   if (sp) st_release_sys(head_word(P, sp, P.ctx.rank, c), consumed);
-  else p_u64_cold(head_word(P, P.ws, P.ctx.rank, c), consumed, s);
+  else ht_signal_set(head_word(P, P.ws, P.ctx.rank, c), consumed, s);
 }
 
 /* A sender publishes `sent` as its tail at receiver d for channel c, after the block's stores or puts (bar.sync
