@@ -249,6 +249,51 @@ static __device__ __noinline__ void attn_advance_flagged(const attn_params &P) {
   }
 }
 
+/* After the pieces: the wait for every source's counter (block 0, and every block where a reduce follows; block 0
+ * reports a source that flagged a mismatch) and the reduce. Then the last block advances the call number and the
+ * expected counter bases, a thread per source; the next call reads them after the kernel boundary. One
+ * acquire-release atomic, no separate fences. Block 0's arrival carries ATTN_DONE_FLAGGED where a source flagged a
+ * mismatch (last_s 2): that source's base grows by the flag. */
+template <int MAXW, bool TICKETS, bool TRACE>
+__device__ __forceinline__ void attn_finish(const attn_params &P, const piece_queue<TICKETS> &queue, uint64_t call,
+                                            int W, int &flagged_s) {
+  const dev_ctx &ctx = P.ctx;
+  if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
+    for (int s = threadIdx.x; s < W; s += blockDim.x) {
+      const uint64_t base = P.local->base[s], want = base + attn_expected<MAXW>(P, s);
+      const uint64_t seen = wait_geq_seen(ctx, P.data + s, want, OP_ATTN_DATA, s, call);
+      if (seen >= base + ATTN_MISMATCH_FLAG) { /* s sent the mismatch flag, not rows */
+        flagged_s = 1;
+        if (blockIdx.x == 0) report_error(ctx, SY_ERR_MISMATCH, OP_ATTN_MISMATCH_RECV, s, call, P.fingerprint, 0);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
+    if (P.reduce != REDUCE_NONE && !aborted(ctx) && !flagged_s) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
+  }
+
+  __shared__ int last_s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    trace<TRACE>(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
+    const unsigned arrive = blockIdx.x == 0 && flagged_s ? 1u + ATTN_DONE_FLAGGED : 1u;
+    const unsigned done = atom_add_acq_rel_gpu(&P.local->blocks_done, arrive) + arrive;
+    last_s = (done & ~ATTN_DONE_FLAGGED) != gridDim.x ? 0 : done & ATTN_DONE_FLAGGED ? 2 : 1;
+  }
+  __syncthreads();
+  if (last_s) {
+    if (last_s == 1)
+      for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
+    else attn_advance_flagged<MAXW>(P);
+    if (threadIdx.x == 0) {
+      P.local->blocks_done = 0;
+      piece_queue_reset(queue);
+      P.local->calls = call;
+    }
+  }
+}
+
 /* TICKETS: the ticket order (more pieces than blocks), else the static bit-reversed order; a kernel instance each,
  * so that the small calls' kernel carries none of the ticket code (bench/NOTES.md, "instruction fetch"). TRACE: the
  * trace points (SY_TRACE_FILE), likewise. */
@@ -374,43 +419,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
     }
   });
 
-  if (blockIdx.x == 0 || P.reduce != REDUCE_NONE) {
-    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, true, -1, call);
-    for (int s = threadIdx.x; s < W; s += blockDim.x) {
-      const uint64_t base = P.local->base[s], want = base + attn_expected<MAXW>(P, s);
-      const uint64_t seen = wait_geq_seen(ctx, P.data + s, want, OP_ATTN_DATA, s, call);
-      if (seen >= base + ATTN_MISMATCH_FLAG) { /* s sent the mismatch flag, not rows */
-        flagged_s = 1;
-        if (blockIdx.x == 0) report_error(ctx, SY_ERR_MISMATCH, OP_ATTN_MISMATCH_RECV, s, call, P.fingerprint, 0);
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) trace<TRACE>(ctx, OP_ATTN_DATA, PH_WAIT_DATA, false, -1, call);
-    if (P.reduce != REDUCE_NONE && !aborted(ctx) && !flagged_s) attn_reduce(P, P.ch[0].dst, P.ch[0].row_bytes);
-  }
-
-  /* The last block advances the call number and the expected counter bases, a thread per source; the next call
-   * reads them after the kernel boundary. One acquire-release atomic, no separate fences. Block 0's arrival carries
-   * ATTN_DONE_FLAGGED where a source flagged a mismatch (last_s 2): that source's base grows by the flag. */
-  __shared__ int last_s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    trace<TRACE>(ctx, OP_ATTN_DATA, PH_KERNEL, false, -1, call);
-    const unsigned arrive = blockIdx.x == 0 && flagged_s ? 1u + ATTN_DONE_FLAGGED : 1u;
-    const unsigned done = atom_add_acq_rel_gpu(&P.local->blocks_done, arrive) + arrive;
-    last_s = (done & ~ATTN_DONE_FLAGGED) != gridDim.x ? 0 : done & ATTN_DONE_FLAGGED ? 2 : 1;
-  }
-  __syncthreads();
-  if (last_s) {
-    if (last_s == 1)
-      for (int s = threadIdx.x; s < W; s += blockDim.x) P.local->base[s] += attn_expected<MAXW>(P, s);
-    else attn_advance_flagged<MAXW>(P);
-    if (threadIdx.x == 0) {
-      P.local->blocks_done = 0;
-      piece_queue_reset(queue);
-      P.local->calls = call;
-    }
-  }
+  attn_finish<MAXW, TICKETS, TRACE>(P, queue, call, W, flagged_s);
 }
 
 template <int MAXW>
