@@ -36,6 +36,11 @@ struct ht_gpu {
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
+/* The exchange kernel's shared memory: ok[W], then the offsets' [L + 1] (layout.cu). */
+static size_t exchange_smem(sy_comm_t comm, const struct sy_moe_ht *moe) {
+  return ((size_t)comm->world_size + (size_t)moe->local_experts + 1) * 4;
+}
+
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
@@ -69,6 +74,15 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_dispatch, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
   SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
+  const size_t xsmem = exchange_smem(comm, moe);
+  if (xsmem > 200 * 1024) {
+    SY_WARN(
+        "sy_moe_ht_create: %d local experts on %d ranks need %zu bytes of the layout's shared memory (at most "
+        "%d)",
+        moe->local_experts, comm->world_size, xsmem, 200 * 1024);
+    return SY_ERR_UNSUPPORTED;
+  }
+  SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_layout_exchange, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xsmem));
   return SY_SUCCESS;
 }
 
@@ -249,7 +263,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
     SY_CHECK(launch_pdl(sy_ht_layout_prefix, moe->config.num_experts, HT_THREADS, 0, stream, P));
     SY_CHECK(launch_pdl(sy_ht_layout_pos, blocks, HT_THREADS, 0, stream, P));
   }
-  SY_CHECK(launch_pdl(sy_ht_layout_exchange, 1, HT_THREADS, 0, stream, P));
+  SY_CHECK(launch_pdl(sy_ht_layout_exchange, 1, HT_THREADS, exchange_smem(comm, moe), stream, P));
   if (!call->host_counts) return SY_SUCCESS;
   return wait_counts(comm, moe, g, before, call->host_counts);
 }

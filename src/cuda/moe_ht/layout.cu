@@ -103,72 +103,102 @@ static __device__ __noinline__ void counts_put(const ht_params &P, int d, uint64
   nvshmem_uint64_p(ht_at<uint64_t>(P.ws, P.wl.stamp) + me, n, d);
 }
 
-/* One block. Threads stride over ranks: first as senders of this rank's counts (to d), then as readers of the
- * counts from s; then thread 0 finishes the handle. */
+/* One block, shared memory: ok[W] and the offsets' [L + 1] rows. Threads stride over ranks for the waits and the
+ * counters (a thread per rank) and over (rank, word) for the copies, so no thread walks L words alone (a load
+ * then a store per word through pointers the compiler cannot prove apart: each waits for the last). Then the
+ * offsets: each expert's rows summed over sources by a thread each, prefix-summed by thread 0 in shared memory. */
 __global__ void sy_ht_layout_exchange(ht_params P) {
   pdl_begin();
+  extern __shared__ __align__(16) char smem[];
   const uint64_t n = P.local->layouts + 1;
   const int W = P.world_size, L = P.L, C = P.C, me = P.ctx.rank;
-  const size_t xw = P.wl.xdata_words;
+  const int xw = (int)P.wl.xdata_words, words = L + C + 1; /* a rank's counts: L experts, C channels, total */
+  int *ok = (int *)smem;                                   /* [W] the rank's ack (out) or stamp (in) came */
+  int32_t *rows = (int32_t *)(smem + (size_t)W * 4);       /* [L + 1] */
   int32_t *send_tokens = hsec(P, P.hl.send_tokens), *send_chan = hsec(P, P.hl.send_chan);
-  bool ok = true;
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  /* out: each rank's ack of the previous layout's counts, then its counts from us */
   for (int d = threadIdx.x; d < W; d += blockDim.x) {
     int32_t total = 0;
     for (int c = 0; c < C; c++) total += send_chan[(size_t)d * C + c];
     send_tokens[d] = total;
-    /* d has read the previous layout's counts from us */
-    if (!ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.ack) + d, n - 1, OP_MOE_HT_EXCHANGE, d)) {
-      ok = false;
-      continue;
-    }
-    char *peer = ht_peer(P, d);
-    if (!peer) {
-      counts_put(P, d, n, total);
-      continue;
-    }
-    int32_t *x = ht_at<int32_t>(peer, P.wl.xdata) + (size_t)me * xw;
-    for (int e = 0; e < L; e++) x[e] = P.expert_count[(size_t)d * L + e];
-    for (int c = 0; c < C; c++) x[L + c] = send_chan[(size_t)d * C + c];
-    x[L + C] = total;
-    st_release_sys(ht_at<uint64_t>(peer, P.wl.stamp) + me, n);
+    ok[d] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.ack) + d, n - 1, OP_MOE_HT_EXCHANGE, d);
+    if (ok[d] && !ht_peer(P, d)) counts_put(P, d, n, total); /* the put path: one thread, its own order */
   }
+  __syncthreads();
+  for (int i = threadIdx.x; i < W * words; i += blockDim.x) {
+    const int d = i / words, j = i % words;
+    char *peer = ok[d] ? ht_peer(P, d) : nullptr;
+    if (!peer) continue;
+    const int32_t v = j < L       ? P.expert_count[(size_t)d * L + j]
+                      : j < L + C ? send_chan[(size_t)d * C + j - L]
+                                  : send_tokens[d];
+    ht_at<int32_t>(peer, P.wl.xdata)[(size_t)me * xw + j] = v;
+  }
+  __syncthreads(); /* the block's stores, then each rank's stamp (release: cumulative over the barrier) */
+  for (int d = threadIdx.x; d < W; d += blockDim.x) {
+    char *peer = ok[d] ? ht_peer(P, d) : nullptr;
+    if (peer) st_release_sys(ht_at<uint64_t>(peer, P.wl.stamp) + me, n);
+  }
+  /* in: each rank's stamp, then its counts, then the ack that lets it write the next layout's */
+  __syncthreads();
+  for (int s = threadIdx.x; s < W; s += blockDim.x) {
+    ok[s] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.stamp) + s, n, OP_MOE_HT_EXCHANGE, s);
+    if (!ok[s]) failed = 1;
+  }
+  __syncthreads();
+  if (failed) return;
   int32_t *recv_counts = hsec(P, P.hl.recv_counts), *recv_tokens = hsec(P, P.hl.recv_tokens);
   int32_t *chan_tokens = hsec(P, P.hl.chan_tokens);
-  for (int s = threadIdx.x; s < W && ok; s += blockDim.x) {
-    if (!ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.stamp) + s, n, OP_MOE_HT_EXCHANGE, s)) {
-      ok = false;
-      break;
-    }
-    const int32_t *x = ht_at<int32_t>(P.ws, P.wl.xdata) + (size_t)s * xw;
-    for (int e = 0; e < L; e++) recv_counts[(size_t)s * L + e] = x[e];
-    for (int c = 0; c < C; c++) chan_tokens[(size_t)s * C + c] = x[L + c];
-    recv_tokens[s] = x[L + C];
-    /* the reads above before the ack that lets s overwrite them */
+  for (int i = threadIdx.x; i < W * words; i += blockDim.x) {
+    const int s = i / words, j = i % words;
+    const int32_t v = ht_at<int32_t>(P.ws, P.wl.xdata)[(size_t)s * xw + j];
+    if (j < L) recv_counts[(size_t)s * L + j] = v;
+    else if (j < L + C) chan_tokens[(size_t)s * C + j - L] = v;
+    else recv_tokens[s] = v;
+  }
+  __syncthreads(); /* the reads above before the acks that let the sources overwrite them */
+  for (int s = threadIdx.x; s < W; s += blockDim.x) {
     char *sp = ht_peer(P, s);
     if (sp) st_release_sys(ht_at<uint64_t>(sp, P.wl.ack) + me, n);
     else p_u64_cold(ht_at<uint64_t>(P.ws, P.wl.ack) + me, n, s);
   }
+  /* the offsets (sy__moe_ht_offsets' numbers): each expert's rows rounded up to the alignment, then a prefix sum */
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int64_t sum = 0;
+    for (int s = 0; s < W; s++) sum += recv_counts[(size_t)s * L + e];
+    rows[e] = (int32_t)sy__moe_ht_round_up(sum, P.alignment);
+    if (P.host_counts) P.host_counts[e] = (int32_t)sum;
+  }
+  __syncthreads();
+  int32_t *offsets = hsec(P, P.hl.offsets);
+  if (threadIdx.x == 0) {
+    int64_t at = 0;
+    for (int e = 0; e < L; e++) {
+      const int32_t r = rows[e];
+      rows[e] = (int32_t)at;
+      at += r;
+    }
+    rows[L] = (int32_t)at;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= L; e += blockDim.x) {
+    offsets[e] = rows[e];
+    if (P.host_counts) P.host_counts[L + e] = rows[e]; /* [2 L]: the rows needed */
+  }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  int32_t *offsets = hsec(P, P.hl.offsets);
-  sy__moe_ht_offsets(recv_counts, W, L, P.alignment, offsets);
   sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
   h->object = P.object;
   h->num_tokens = P.num_tokens;
-  h->rows = offsets[L];
+  h->rows = rows[L];
   h->layout = n;
   h->dispatched = 0;
   h->expert_stride = 0;
   h->magic = SY_MOE_HT_HANDLE_MAGIC;
   P.local->layouts = n;
   if (P.host_counts) {
-    for (int e = 0; e < L; e++) {
-      int32_t sum = 0;
-      for (int s = 0; s < W; s++) sum += recv_counts[(size_t)s * L + e];
-      P.host_counts[e] = sum;
-      P.host_counts[L + e] = offsets[e];
-    }
-    P.host_counts[2 * L] = offsets[L];
     __threadfence_system();
     *P.host_stamp = n;
     __threadfence_system();
