@@ -118,13 +118,15 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
   int32_t *send_tokens = hsec(P, P.hl.send_tokens), *send_chan = hsec(P, P.hl.send_chan);
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
   /* out: each rank's ack of the previous layout's counts, then its counts from us */
   for (int d = threadIdx.x; d < W; d += blockDim.x) {
     int32_t total = 0;
     for (int c = 0; c < C; c++) total += send_chan[(size_t)d * C + c];
     send_tokens[d] = total;
     ok[d] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.ack) + d, n - 1, OP_MOE_HT_EXCHANGE, d);
-    if (ok[d] && !ht_peer(P, d)) counts_put(P, d, n, total); /* the put path: one thread, its own order */
+    if (!ok[d]) failed = 1;                              /* reported; the other ranks still get their counts */
+    else if (!ht_peer(P, d)) counts_put(P, d, n, total); /* the put path: one thread, its own order */
   }
   __syncthreads();
   for (int i = threadIdx.x; i < W * words; i += blockDim.x) {
@@ -141,8 +143,10 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
     char *peer = ok[d] ? ht_peer(P, d) : nullptr;
     if (peer) st_release_sys(ht_at<uint64_t>(peer, P.wl.stamp) + me, n);
   }
-  /* in: each rank's stamp, then its counts, then the ack that lets it write the next layout's */
+  /* in: each rank's stamp, then its counts, then the ack that lets it write the next layout's (not after a failed
+   * wait: one timeout is enough) */
   __syncthreads();
+  if (failed) return;
   for (int s = threadIdx.x; s < W; s += blockDim.x) {
     ok[s] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.stamp) + s, n, OP_MOE_HT_EXCHANGE, s);
     if (!ok[s]) failed = 1;
