@@ -41,6 +41,16 @@ static size_t exchange_smem(sy_comm_t comm, const struct sy_moe_ht *moe) {
   return ((size_t)comm->world_size + (size_t)moe->local_experts + 1) * 4;
 }
 
+/* A kernel's dynamic shared memory limit is the function's, not an object's: raise it to `bytes`, never lower it
+ * under an object created earlier that needs more. */
+static sy_status_t raise_smem_limit(const void *kernel, size_t bytes) {
+  cudaFuncAttributes attr;
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if ((size_t)attr.maxDynamicSharedSizeBytes >= bytes) return SY_SUCCESS;
+  SY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+  return SY_SUCCESS;
+}
+
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
@@ -72,8 +82,8 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
-  SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_dispatch, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
-  SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g->smem));
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_combine, g->smem));
   const size_t xsmem = exchange_smem(comm, moe);
   if (xsmem > 200 * 1024) {
     SY_WARN(
@@ -82,7 +92,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
         moe->local_experts, comm->world_size, xsmem, 200 * 1024);
     return SY_ERR_UNSUPPORTED;
   }
-  SY_CUDA_CHECK(cudaFuncSetAttribute(sy_ht_layout_exchange, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xsmem));
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_layout_exchange, xsmem));
   return SY_SUCCESS;
 }
 

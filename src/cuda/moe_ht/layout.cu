@@ -103,6 +103,15 @@ static __device__ __noinline__ void counts_put(const ht_params &P, int d, uint64
   nvshmem_uint64_p(ht_at<uint64_t>(P.ws, P.wl.stamp) + me, n, d);
 }
 
+/* After a failed wait (reported): the layout number still advances, so the next layout's exchange waits for the
+ * acks of this one (and fails fast on the abort) instead of reusing its number and overwriting counts a peer has
+ * not read; the handle is marked unwritten, so a dispatch queued behind rejects it. */
+static __device__ void exchange_failed(const ht_params &P, uint64_t n) {
+  if (threadIdx.x != 0) return;
+  ((sy_moe_ht_handle_header_t *)P.handle)->magic = 0;
+  P.local->layouts = n;
+}
+
 /* One block, shared memory: ok[W] and the offsets' [L + 1] rows. Threads stride over ranks for the waits and the
  * counters (a thread per rank) and over (rank, word) for the copies, so no thread walks L words alone (a load
  * then a store per word through pointers the compiler cannot prove apart: each waits for the last). Then the
@@ -116,16 +125,14 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
   int *ok = (int *)smem;                                   /* [W] the rank's ack (out) or stamp (in) came */
   int32_t *rows = (int32_t *)(smem + (size_t)W * 4);       /* [L + 1] */
   int32_t *send_tokens = hsec(P, P.hl.send_tokens), *send_chan = hsec(P, P.hl.send_chan);
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
   /* out: each rank's ack of the previous layout's counts, then its counts from us */
+  int bad = 0;
   for (int d = threadIdx.x; d < W; d += blockDim.x) {
     int32_t total = 0;
     for (int c = 0; c < C; c++) total += send_chan[(size_t)d * C + c];
     send_tokens[d] = total;
     ok[d] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.ack) + d, n - 1, OP_MOE_HT_EXCHANGE, d);
-    if (!ok[d]) failed = 1;                              /* reported; the other ranks still get their counts */
+    if (!ok[d]) bad = 1;                                 /* reported; the other ranks still get their counts */
     else if (!ht_peer(P, d)) counts_put(P, d, n, total); /* the put path: one thread, its own order */
   }
   __syncthreads();
@@ -145,14 +152,12 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
   }
   /* in: each rank's stamp, then its counts, then the ack that lets it write the next layout's (not after a failed
    * wait: one timeout is enough) */
-  __syncthreads();
-  if (failed) return;
+  if (__syncthreads_or(bad)) return exchange_failed(P, n);
   for (int s = threadIdx.x; s < W; s += blockDim.x) {
     ok[s] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.stamp) + s, n, OP_MOE_HT_EXCHANGE, s);
-    if (!ok[s]) failed = 1;
+    bad |= !ok[s];
   }
-  __syncthreads();
-  if (failed) return;
+  if (__syncthreads_or(bad)) return exchange_failed(P, n);
   int32_t *recv_counts = hsec(P, P.hl.recv_counts), *recv_tokens = hsec(P, P.hl.recv_tokens);
   int32_t *chan_tokens = hsec(P, P.hl.chan_tokens);
   for (int i = threadIdx.x; i < W * words; i += blockDim.x) {
