@@ -90,23 +90,22 @@ __global__ void sy_ht_layout_pos(ht_params P) {
   }
 }
 
-/* The exchange's put path (out of line): rank d's counts from this rank, then, ordered after them by a fence,
- * the stamp. */
-static __device__ __noinline__ void counts_put(const ht_params &P, int d, uint64_t n, int32_t total) {
-  const int L = P.L, C = P.C, me = P.ctx.rank;
-  const int32_t *send_chan = hsec(P, P.hl.send_chan);
-  int *x = ht_at<int>(P.ws, P.wl.xdata) + (size_t)me * P.wl.xdata_words; /* its symmetric address */
-  for (int e = 0; e < L; e++) nvshmem_int_p(x + e, P.expert_count[(size_t)d * L + e], d);
-  for (int c = 0; c < C; c++) nvshmem_int_p(x + L + c, send_chan[(size_t)d * C + c], d);
+/* The exchange's put path (out of line; its arguments by value, so the kernel's parameters stay in the constant
+ * bank): rank d's L expert counts and C channel counts from this rank and the total into x (this rank's row of d's
+ * xdata, by its symmetric address), then, ordered after them by a fence, the stamp. */
+static __device__ __noinline__ void counts_put(int *x, uint64_t *stamp, const int32_t *counts, const int32_t *chans,
+                                               int L, int C, int32_t total, uint64_t n, int d) {
+  for (int e = 0; e < L; e++) nvshmem_int_p(x + e, counts[e], d);
+  for (int c = 0; c < C; c++) nvshmem_int_p(x + L + c, chans[c], d);
   nvshmem_int_p(x + L + C, total, d);
   nvshmem_fence();
-  nvshmem_uint64_p(ht_at<uint64_t>(P.ws, P.wl.stamp) + me, n, d);
+  nvshmem_uint64_p(stamp, n, d);
 }
 
 /* After a failed wait (reported): the layout number still advances, so the next layout's exchange waits for the
  * acks of this one (and fails fast on the abort) instead of reusing its number and overwriting counts a peer has
  * not read; the handle is marked unwritten, so a dispatch queued behind rejects it. */
-static __device__ void exchange_failed(const ht_params &P, uint64_t n) {
+__device__ __forceinline__ void exchange_failed(const ht_params &P, uint64_t n) {
   if (threadIdx.x != 0) return;
   ((sy_moe_ht_handle_header_t *)P.handle)->magic = 0;
   P.local->layouts = n;
@@ -132,8 +131,10 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
     for (int c = 0; c < C; c++) total += send_chan[(size_t)d * C + c];
     send_tokens[d] = total;
     ok[d] = ht_wait(P, ht_at<uint64_t>(P.ws, P.wl.ack) + d, n - 1, OP_MOE_HT_EXCHANGE, d);
-    if (!ok[d]) bad = 1;                                 /* reported; the other ranks still get their counts */
-    else if (!ht_peer(P, d)) counts_put(P, d, n, total); /* the put path: one thread, its own order */
+    if (!ok[d]) bad = 1;     /* reported; the other ranks still get their counts */
+    else if (!ht_peer(P, d)) /* the put path: one thread, its own order */
+      counts_put(ht_at<int>(P.ws, P.wl.xdata) + (size_t)me * xw, ht_at<uint64_t>(P.ws, P.wl.stamp) + me,
+                 P.expert_count + (size_t)d * L, send_chan + (size_t)d * C, L, C, total, n, d);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < W * words; i += blockDim.x) {
