@@ -201,60 +201,30 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     mbase[s] = b;
   }
   int32_t *take = mbase + W; /* [W] messages this round answers for each source */
-  __shared__ int2 items[HT_ROUND];
-  __shared__ int nitems, pending, stalled;
-  __shared__ uint64_t since;
-  if (threadIdx.x == 0) stalled = 0, since = 0;
-  for (int round = 0;; round++) {
-    __syncthreads();
-    for (int s = threadIdx.x; s < W; s += blockDim.x) { /* the room in every owner's ring, a thread each */
-      int k = 0;
-      if (left[s] > 0) {
-        const uint64_t room = ld_acquire_sys(head_word(P, P.ws, s, c)) + HT_SLOTS - base[s];
-        k = (int)min((uint64_t)min(left[s], HT_PER_PEER), room);
-      }
-      take[s] = k;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      pending = 0;
-      for (int s = 0; s < W; s++) pending += left[s];
-      nitems = plan_round(W, round % W, take, items);
-    }
-    __syncthreads();
-    if (pending == 0 || stalled) break;
-    const int n = nitems;
-    for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) {
-      const int s = items[i].x, j = items[i].y;
-      char *peer = ht_peer(P, s);
-      const int index = mbase[s] + done[s] + j;
-      char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
-      send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
-                   peer ? nullptr : slot, s, rows_ok);
-    }
-    __syncthreads(); /* the round's partials are written: publish them, a thread an owner */
-    for (int s = threadIdx.x; s < W; s += blockDim.x)
-      if (take[s] > 0) {
-        if (ht_peer(P, s)) fence_acq_rel(s != me);
-        base[s] += take[s];
-        left[s] -= take[s];
-        done[s] += take[s];
-        ht_publish(P, s, c, base[s]);
-      }
-    if (threadIdx.x == 0) {
-      const uint64_t now = global_timer_ns();
-      if (n > 0 || since == 0) since = now;
-      else if (aborted(P.ctx)) stalled = 1;
-      else if (now - since > P.ctx.timeout_ns) {
-        int s = 0;
-        while (s < W && left[s] == 0) s++;
+  const bool stalled = serve_rounds(
+      P, left, take,
+      [&](int s) { /* the room in owner s's ring */
+                   const uint64_t room = ld_acquire_sys(head_word(P, P.ws, s, c)) + HT_SLOTS - base[s];
+                   return (int)min((uint64_t)min(left[s], HT_PER_PEER), room);
+      },
+      [&](int s, int j) {
+        char *peer = ht_peer(P, s);
+        const int index = mbase[s] + done[s] + j;
+        char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
+        send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
+                     peer ? nullptr : slot, s, rows_ok);
+      },
+      [&](int s, int k) { /* the partials are written: publish them */
+                          if (ht_peer(P, s)) fence_acq_rel(s != me);
+                          base[s] += k;
+                          left[s] -= k;
+                          done[s] += k;
+                          ht_publish(P, s, c, base[s]);
+      },
+      [&](int s) {
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, s, 0, base[s] + 1 - HT_SLOTS,
                      ld_acquire_sys(head_word(P, P.ws, s, c)));
-        stalled = 1;
-      }
-    }
-  }
-  __syncthreads();
+      });
   for (int s = threadIdx.x; s < W; s += blockDim.x) P.sent[(size_t)s * C + c] = base[s];
   /* the channel's second-half tokens whose experts are all here: their whole sum */
   const int only[1] = {me};

@@ -320,59 +320,29 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
     send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   const bool write = rows_ok; /* else the messages are consumed and nothing is written */
   int32_t *take = mbase + W;  /* [W] messages this round takes from each source */
-  __shared__ int2 items[HT_ROUND];
-  __shared__ int nitems, pending, stalled;
-  __shared__ uint64_t since;
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
-  if (threadIdx.x == 0) stalled = 0, since = 0;
-  for (int round = 0;; round++) {
-    __syncthreads();
-    for (int s = threadIdx.x; s < W; s += blockDim.x) { /* every source's tail at once, a thread each */
-      int k = 0;
-      if (left[s] > 0) {
-        const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
-        k = (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
-      }
-      take[s] = k;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      pending = 0;
-      for (int s = 0; s < W; s++) pending += left[s];
-      nitems = plan_round(W, round % W, take, items);
-    }
-    __syncthreads();
-    if (pending == 0 || stalled) break;
-    const int n = nitems;
-    for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) {
-      const int s = items[i].x, j = items[i].y;
-      const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
-      int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-      if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
-      else if (write) recv_grad(P, m, rows);
-    }
-    __syncthreads(); /* the round's slots are read: hand them back, a thread a source */
-    for (int s = threadIdx.x; s < W; s += blockDim.x)
-      if (take[s] > 0) {
-        cons[s] += take[s];
-        left[s] -= take[s];
-        done[s] += take[s];
-        ht_give_back(P, s, c, cons[s]);
-      }
-    if (threadIdx.x == 0) { /* bounded: no message from any pending source for the timeout */
-      const uint64_t now = global_timer_ns();
-      if (n > 0 || since == 0) since = now;
-      else if (aborted(P.ctx)) stalled = 1;
-      else if (now - since > P.ctx.timeout_ns) {
-        int s = 0;
-        while (s < W && left[s] == 0) s++;
+  serve_rounds(
+      P, left, take,
+      [&](int s) { /* the messages in source s's ring */
+                   const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
+                   return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
+      },
+      [&](int s, int j) {
+        const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
+        int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
+        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
+        else if (write) recv_grad(P, m, rows);
+      },
+      [&](int s, int k) { /* the slots are read: hand them back */
+                          cons[s] += k;
+                          left[s] -= k;
+                          done[s] += k;
+                          ht_give_back(P, s, c, cons[s]);
+      },
+      [&](int s) {
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
                      ld_acquire_sys(tail_word(P, P.ws, s, c)));
-        stalled = 1;
-      }
-    }
-  }
-  __syncthreads();
+      });
   for (int s = threadIdx.x; s < W; s += blockDim.x) P.consumed[(size_t)s * C + c] = cons[s];
 }
 

@@ -131,6 +131,52 @@ __device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 
   return n;
 }
 
+/* The rounds of a block that serves many peers' rings (the dispatch's receiver, the combine's experts' side) until
+ * every peer's `left` is 0: each round a thread per peer with messages left sets take[p] = offer(p) (what it may
+ * take now, at most HT_PER_PEER), thread 0 plans the round (plan_round), the warps call work(p, j) for each item,
+ * and after a barrier a thread per peer that took k > 0 calls settle(p, k) (its counters, then the hand-back or
+ * publish). Bounded: after the timeout with no item from any pending peer, stall(p) reports the first such peer.
+ * Returns whether the block stopped early (a timeout or an abort). */
+template <class Offer, class Work, class Settle, class Stall>
+__device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Offer offer,
+                                             Work work, Settle settle, Stall stall) {
+  const int W = P.world_size;
+  __shared__ int2 items[HT_ROUND];
+  __shared__ int nitems, pending, stalled;
+  __shared__ uint64_t since;
+  if (threadIdx.x == 0) stalled = 0, since = 0;
+  for (int round = 0;; round++) {
+    __syncthreads();
+    for (int p = threadIdx.x; p < W; p += blockDim.x) take[p] = left[p] > 0 ? offer(p) : 0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      pending = 0;
+      for (int p = 0; p < W; p++) pending += left[p];
+      nitems = plan_round(W, round % W, take, items);
+    }
+    __syncthreads();
+    if (pending == 0 || stalled) break;
+    const int n = nitems;
+    for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) work(items[i].x, items[i].y);
+    __syncthreads(); /* the round's items are done: settle them, a thread a peer */
+    for (int p = threadIdx.x; p < W; p += blockDim.x)
+      if (take[p] > 0) settle(p, take[p]);
+    if (threadIdx.x == 0) {
+      const uint64_t now = global_timer_ns();
+      if (n > 0 || since == 0) since = now;
+      else if (aborted(P.ctx)) stalled = 1;
+      else if (now - since > P.ctx.timeout_ns) {
+        int p = 0;
+        while (p < W && left[p] == 0) p++;
+        stall(p);
+        stalled = 1;
+      }
+    }
+  }
+  __syncthreads();
+  return stalled != 0;
+}
+
 /* The first token of channel c's half that the receiving block handles itself (its own rows or sums): channel
  * c's tokens [begin, mid) go to receiving block C + c, [mid, end) to sending block c, so a rank's own work is
  * split evenly between the two blocks of a channel. */
