@@ -14,6 +14,7 @@
  *                   ascending rank order from +0 in fp32 (this rank's partial made from its rows, in the same
  *                   rounding) and rounds once, and puts the row values back at their (token, k).
  */
+#include "cuda/moe_ht/pipe.cuh"
 #include "cuda/moe_ht/rows.cuh"
 
 using namespace sy;
@@ -32,133 +33,98 @@ __device__ __forceinline__ uint4 float8_to_bf16(const float *x) {
   return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
 }
 
-/* A warp, PP 16-byte pieces a lane (at off, off + 512, ...; a piece past `bytes` is not loaded): acc[p] +=
- * w_i x y_i over the n rows (lanes [0, n) of row and w) in lane order, fused multiply-adds; 8 loads in flight
- * (8 / PP rows at a time). */
-template <int PP>
-__device__ __forceinline__ void partial_pieces(const char *in, size_t bytes, int row, float w, int n, size_t off,
-                                               float (*acc)[8]) {
-  constexpr int R = 8 / PP;
-  for (int i0 = 0; i0 < n; i0 += R) {
-    uint4 v[R][PP];
-    float wi[R];
-#pragma unroll
-    for (int j = 0; j < R; j++) {
-      const int r = __shfl_sync(0xffffffffu, row, (i0 + j) & 31);
-      wi[j] = __shfl_sync(0xffffffffu, w, (i0 + j) & 31);
-#pragma unroll
-      for (int p = 0; p < PP; p++) {
-        v[j][p] = make_uint4(0, 0, 0, 0);
-        if (off + p * 512 < bytes && i0 + j < n)
-          v[j][p] = __ldg((const uint4 *)(in + (size_t)r * bytes + off + p * 512));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < R; j++) {
-      if (i0 + j >= n) continue;
-#pragma unroll
-      for (int p = 0; p < PP; p++) {
-        float y[8];
-        bf16x8_to_float(v[j][p], y);
-        for (int q = 0; q < 8; q++) acc[p][q] = fmaf(wi[j], y[q], acc[p][q]);
-      }
-    }
-  }
-}
-
-/* A warp: the partial of message rows into the payload at m, PP pieces a lane a pass. */
-template <int PP>
-__device__ __forceinline__ void partial_into(const ht_params &P, char *m, int row, float w, int n) {
-  const size_t bytes = (size_t)P.hidden * 2, lane16 = (size_t)(threadIdx.x & 31) * 16;
-  for (size_t pass = 0; pass < bytes; pass += PP * 512) { /* uniform: the shuffles need the whole warp */
-    float acc[PP][8];
-#pragma unroll
-    for (int p = 0; p < PP; p++)
-      for (int q = 0; q < 8; q++) acc[p][q] = 0.0f;
-    partial_pieces<PP>((const char *)P.tokens, bytes, row, w, n, pass + lane16, acc);
-#pragma unroll
-    for (int p = 0; p < PP; p++)
-      if (pass + lane16 + p * 512 < bytes)
-        *(uint4 *)(m + P.wl.payload_offset + pass + lane16 + p * 512) = float8_to_bf16(acc[p]);
-  }
-}
-
 /* A warp: the partial of one received message into m: its ring slot at the owner, or (put path) this warp's
- * staging, put to the slot's symmetric address `remote` at owner s afterwards. */
-__device__ void send_partial(const ht_params &P, char *m, int index, const int32_t *rows, char *remote, int s,
-                             bool rows_ok) {
+ * staging, put to the slot's symmetric address `remote` at owner s afterwards. The rows through the warp's pipe:
+ * acc += w_i x y_i over the rows in lane order (recv_rows: ascending k), fused multiply-adds from +0, rounded to
+ * bf16 once. */
+__device__ void send_partial(const ht_params &P, ht_pipe &pp, char *m, int index, const int32_t *rows, char *remote,
+                             int s, bool rows_ok) {
   const int lane = threadIdx.x & 31;
   const int row = rows_ok && lane < P.kk ? rows[lane] : -1; /* rows that do not fit: an empty partial */
   const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
-  const float w = row >= 0 && P.row_weights ? P.row_weights[row] : 1.0f;
+  const size_t bytes = (size_t)P.hidden * 2;
   if (lane < n) {
     const float v = P.row_values ? P.row_values[row] : 0.0f;
     ((int4 *)(m + 16))[lane] = make_int4(__float_as_int(v), 0, 0, 0);
+    pp.src[lane] = ht_src{(const char *)P.tokens + (size_t)row * bytes, P.row_weights ? P.row_weights[row] : 1.0f, 0};
   }
   if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
-  const size_t bytes = (size_t)P.hidden * 2;
-  /* few rows (a token has top_k / W of them a rank, on average): more pieces of each in flight */
-  if (n <= 2) partial_into<4>(P, m, row, w, n);
-  else if (n <= 4) partial_into<2>(P, m, row, w, n);
-  else partial_into<1>(P, m, row, w, n);
-  if (!remote) return;
   __syncwarp();
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  char *out = m + P.wl.payload_offset;
+  pipe_gather(
+      pp, n, bytes,
+      [&](size_t, int i, uint4 v) {
+        const float w = pp.src[i].w;
+        float y[8];
+        bf16x8_to_float(v, y);
+#pragma unroll
+        for (int q = 0; q < 8; q++) acc[q] = fmaf(w, y[q], acc[q]);
+      },
+      [&](size_t off) {
+        if (off < bytes) *(uint4 *)(out + off) = float8_to_bf16(acc);
+#pragma unroll
+        for (int q = 0; q < 8; q++) acc[q] = 0.0f;
+      });
+  __syncwarp(); /* the table is read until here; the partial is whole before the put */
+  if (!remote) return;
   ht_put_warp(remote, m, P.wl.payload_offset + bytes, s);
 }
 
-/* A warp, PP 16-byte pieces a lane a pass: token t's row, the sum over its nr ranks' partials (slot: lane i's
- * the i-th rank's ring payload, NULL for this rank) in rank order from +0 in fp32, this rank's partial made
- * here from its ns rows (srow, sw) and rounded to bf16 as a ring's would be. The first 4 ranks' loads are in
- * flight before this rank's rows are loaded. */
-template <int PP>
-__device__ __forceinline__ void reduce_rows(const ht_params &P, int t, const int *rank, int nr, const char *slot,
-                                            int srow, float sw, int ns, bool has_me) {
-  const int me = P.ctx.rank;
-  const size_t bytes = (size_t)P.hidden * 2, lane16 = (size_t)(threadIdx.x & 31) * 16;
-  for (size_t pass = 0; pass < bytes; pass += PP * 512) { /* uniform */
-    const size_t off = pass + lane16;
-    float acc[PP][8], mine[PP][8];
+/* A warp: token t's row, the sum over its nr ranks' partials in rank order from +0 in fp32, rounded once; this
+ * rank's partial (has_me) made here from its ns rows (lane i < ns: srow, sw) as a ring's would be (fused
+ * multiply-adds in row order, rounded to bf16). Through the warp's pipe: the table holds this rank's rows first,
+ * then the other ranks' slots (lane i < nr: slot, NULL for this rank) in rank order, so this rank's partial is
+ * whole when the first rank after it is added. */
+__device__ __forceinline__ void reduce_rows(const ht_params &P, ht_pipe &pp, int t, const int *rank, int nr,
+                                            const char *slot, int srow, float sw, int ns, bool has_me) {
+  const int me = P.ctx.rank, lane = threadIdx.x & 31;
+  const size_t bytes = (size_t)P.hidden * 2;
+  if (lane < ns) pp.src[lane] = ht_src{(const char *)P.tokens + (size_t)srow * bytes, sw, me};
+  if (lane < nr && rank[lane] != me)
+    pp.src[ns + lane - (has_me && rank[lane] > me ? 1 : 0)] = ht_src{slot, 0.0f, rank[lane]};
+  __syncwarp();
+  float acc[8], mine[8];
+  bool added = !has_me; /* this rank's partial is in acc */
 #pragma unroll
-    for (int p = 0; p < PP; p++)
-      for (int q = 0; q < 8; q++) acc[p][q] = mine[p][q] = 0.0f;
-    for (int i0 = 0; i0 < nr; i0 += 4) {
-      uint4 v[4][PP];
+  for (int q = 0; q < 8; q++) acc[q] = mine[q] = 0.0f;
+  char *out = (char *)P.out + (size_t)t * bytes;
+  pipe_gather(
+      pp, ns + nr - (has_me ? 1 : 0), bytes,
+      [&](size_t, int i, uint4 v) {
+        float y[8];
+        bf16x8_to_float(v, y);
+        if (i < ns) {
+          const float w = pp.src[i].w;
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const char *sp = (const char *)__shfl_sync(0xffffffffu, (unsigned long long)slot, (i0 + j) & 31);
-#pragma unroll
-        for (int p = 0; p < PP; p++) {
-          v[j][p] = make_uint4(0, 0, 0, 0);
-          if (sp && i0 + j < nr && off + p * 512 < bytes) v[j][p] = __ldcg((const uint4 *)(sp + off + p * 512));
+          for (int q = 0; q < 8; q++) mine[q] = fmaf(w, y[q], mine[q]);
+          if (i == ns - 1) bf16x8_to_float(float8_to_bf16(mine), mine); /* rounded as a ring's partial */
+          return;
         }
-      }
-      if (i0 == 0 && has_me) {
-        partial_pieces<PP>((const char *)P.tokens, bytes, srow, sw, ns, off, mine);
+        if (!added && pp.src[i].tag > me) {
 #pragma unroll
-        for (int p = 0; p < PP; p++) bf16x8_to_float(float8_to_bf16(mine[p]), mine[p]);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        if (i0 + j >= nr) continue;
-        const bool self = rank[i0 + j] == me; /* uniform */
-#pragma unroll
-        for (int p = 0; p < PP; p++) {
-          float x[8];
-          bf16x8_to_float(v[j][p], x);
-          for (int q = 0; q < 8; q++) acc[p][q] = acc[p][q] + (self ? mine[p][q] : x[q]);
+          for (int q = 0; q < 8; q++) acc[q] = acc[q] + mine[q];
+          added = true;
         }
-      }
-    }
 #pragma unroll
-    for (int p = 0; p < PP; p++)
-      if (off + p * 512 < bytes) *(uint4 *)((char *)P.out + (size_t)t * bytes + off + p * 512) = float8_to_bf16(acc[p]);
-  }
+        for (int q = 0; q < 8; q++) acc[q] = acc[q] + y[q];
+      },
+      [&](size_t off) {
+        if (!added)
+#pragma unroll
+          for (int q = 0; q < 8; q++) acc[q] = acc[q] + mine[q];
+        if (off < bytes) *(uint4 *)(out + off) = float8_to_bf16(acc);
+        added = !has_me;
+#pragma unroll
+        for (int q = 0; q < 8; q++) acc[q] = mine[q] = 0.0f;
+      });
+  __syncwarp(); /* the table is read until here */
 }
 
 /* A warp: token t's sum over its nr ranks' partials (rank[] ascending; index[]: the message's index in each
  * other rank's ring (me excluded): this rank's partial is made here from its rows), and its row values back to
  * their k. */
-__device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, const int *rank, const uint64_t *index,
+__device__ __forceinline__ void reduce_token(const ht_params &P, ht_pipe &pp, int c, int t, const int *rank, const uint64_t *index,
                                              int nr, const int32_t *rowbase_me, bool rows_ok) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
   bool has_me = false;
@@ -168,7 +134,7 @@ __device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, c
   const float sw = srow >= 0 && P.row_weights ? P.row_weights[srow] : 1.0f;
   const char *slot =
       lane < nr && rank[lane] != me ? ring_slot(P, P.ws, rank[lane], c, index[lane]) + P.wl.payload_offset : nullptr;
-  reduce_rows<1>(P, t, rank, nr, slot, srow, sw, ns, has_me);
+  reduce_rows(P, pp, t, rank, nr, slot, srow, sw, ns, has_me);
   if (!P.token_values || lane >= P.K) return;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
   const int e = ids[lane];
@@ -186,7 +152,7 @@ __device__ __forceinline__ void reduce_token(const ht_params &P, int c, int t, c
   P.token_values[(size_t)t * P.K + lane] = v;
 }
 
-__device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
+__device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(base + W); /* [W] */
@@ -211,7 +177,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
         char *peer = ht_peer(P, s);
         const int index = mbase[s] + done[s] + j;
         char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
-        send_partial(P, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
+        send_partial(P, pp, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
                      peer ? nullptr : slot, s, rows_ok);
       },
       [&](int s, int k) { /* the partials are written: publish them */
@@ -231,7 +197,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
   const uint64_t none[1] = {0};
   for (int t = chan_mid(c, P.num_tokens, C) + threadIdx.x / 32; !stalled && t < chan_begin(c + 1, P.num_tokens, C);
        t += HT_DWARPS)
-    if (self_only(P, t)) reduce_token(P, c, t, only, none, 1, rowbase_me, rows_ok);
+    if (self_only(P, t)) reduce_token(P, pp, c, t, only, none, 1, rowbase_me, rows_ok);
 }
 
 struct recv_batch {
@@ -279,7 +245,7 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
     }
 }
 
-__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
+__device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
   const int W = P.world_size, C = P.C;
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   __shared__ recv_batch B;
@@ -299,7 +265,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
     __syncthreads();
     if (failed) return;
     for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
-      if (!B.skip[j]) reduce_token(P, c, t0 + j, B.rank[j], B.index[j], B.nr[j], rowbase_me, rows_ok);
+      if (!B.skip[j]) reduce_token(P, pp, c, t0 + j, B.rank[j], B.index[j], B.nr[j], rowbase_me, rows_ok);
     __syncthreads();
     if (threadIdx.x == 0)
       for (int q = 0; q < ntouched; q++) {
@@ -313,7 +279,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
 
 } // namespace
 
-/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]. */
+/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L], then a pipe a warp
+ * (ht_combine_pipes). */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
@@ -321,6 +288,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
-  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase_me, rows_ok);
-  else recv_part(P, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
+  ht_pipe &pp = ((ht_pipe *)(smem + ht_combine_pipes(P.world_size, P.E)))[threadIdx.x / 32];
+  if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
+  else recv_part(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
 }

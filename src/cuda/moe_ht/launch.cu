@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cuda/moe_ht/ht.cuh"
+#include "cuda/moe_ht/pipe.cuh"
 
 using namespace sy;
 
@@ -30,7 +31,7 @@ struct ht_gpu {
   bool staging_registered;
   int32_t *mapped_counts_dev;
   uint64_t *mapped_stamp_dev;
-  size_t smem;
+  size_t smem, combine_smem;
 };
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
@@ -83,7 +84,18 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
-  SY_CHECK(raise_smem_limit((const void *)sy_ht_combine, g->smem));
+  g->combine_smem = ht_combine_pipes((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe);
+  cudaFuncAttributes cattr;
+  int optin = 0, dev = 0;
+  SY_CUDA_CHECK(cudaGetDevice(&dev));
+  SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&cattr, (const void *)sy_ht_combine));
+  if (g->combine_smem + cattr.sharedSizeBytes > (size_t)optin) {
+    SY_WARN("sy_moe_ht_create: %d experts on %d ranks need %zu bytes of the combine's shared memory (at most %d)",
+            (int)E, (int)W, g->combine_smem + cattr.sharedSizeBytes, optin);
+    return SY_ERR_UNSUPPORTED;
+  }
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_combine, g->combine_smem));
   const size_t xsmem = exchange_smem(comm, moe);
   if (xsmem > 200 * 1024) {
     SY_WARN(
@@ -291,7 +303,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
-  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
+  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->combine_smem, stream, P);
 }
 
 /* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
