@@ -280,7 +280,7 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
 } // namespace
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L], then a pipe a warp
- * (ht_combine_pipes). */
+ * (pipe.cuh: ht_pipes_at). */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
-  ht_pipe &pp = ((ht_pipe *)(smem + ht_combine_pipes(P.world_size, P.E)))[threadIdx.x / 32];
+  ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
   if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
   else recv_part(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
 }

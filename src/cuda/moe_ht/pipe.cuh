@@ -40,9 +40,16 @@ struct ht_pipe {
   uint4 ring[HT_PIPE_SLOTS][32];
 };
 
-/* The combine kernel's dynamic shared memory: its per-peer state and rowbase (W x 24 + E x 4 bytes, combine.cu),
- * then a pipe a warp from this offset on. */
-__host__ __device__ inline size_t ht_combine_pipes(int W, int E) { return ((size_t)W * 24 + (size_t)E * 4 + 15) / 16 * 16; }
+/* The data kernels' dynamic shared memory: their per-peer state and rowbase (W x 24 + E x 4 bytes, rows.cuh),
+ * then, where a call gathers through pipes (the combine, the combine's backward), a pipe a warp from this
+ * offset on. */
+__host__ __device__ inline size_t ht_pipes_at(int W, int E) { return ((size_t)W * 24 + (size_t)E * 4 + 15) / 16 * 16; }
+
+/* This warp's pipe. */
+__device__ __forceinline__ ht_pipe &ht_warp_pipe(int W, int E) {
+  extern __shared__ __align__(16) char smem[];
+  return ((ht_pipe *)(smem + ht_pipes_at(W, E)))[threadIdx.x / 32];
+}
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
