@@ -18,7 +18,6 @@
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
-#include "cuda/moe_ht/pipe.cuh"
 #include "cuda/moe_ht/rows.cuh"
 
 using namespace sy;
@@ -31,70 +30,53 @@ struct send_batch {
   uint64_t slot[HT_BATCH][32];
 };
 
-/* The combine's backward, a warp: the owner's grad_out row g (a ring slot, or this rank's own grad_out) into
+/* The combine's backward, a warp: the owner's grad_out row g (a ring slot: CG; or this rank's own grad_out) into
  * the gradient of each of n rows (lanes [0, n) of `row`): bf16(w_r x g) or g as is, and the dot product of g
  * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
- * partial sum takes the 8 elements of every 32nd 16-byte piece, the lanes' sums meet by a butterfly. Rows in
- * groups of HT_GRAD_GROUP through the warp's pipe (pipe.cuh): its sources g, then the group's rows_in (the dot). */
-constexpr int HT_GRAD_GROUP = 4;
+ * partial sum takes the 8 elements of every 32nd 16-byte piece, the lanes' sums meet by a butterfly. */
+constexpr int HT_GRAD_UNROLL = 4; /* g and rows_in: 8 loads a lane in flight */
+template <bool CG>
 __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   const int lane = threadIdx.x & 31;
   const size_t bytes = (size_t)P.hidden * 2;
   const bool dot = P.grad_row_weights != nullptr;
-  ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
-  for (int i0 = 0; i0 < n; i0 += HT_GRAD_GROUP) {
-    const int m = min(HT_GRAD_GROUP, n - i0);
-    const int r = __shfl_sync(0xffffffffu, row, (i0 + lane) & 31);
-    __syncwarp(); /* the last group's table is read */
-    if (lane == 0) pp.src[0] = ht_src{g, 0.0f, -1};
-    if (lane < m)
-      pp.src[1 + lane] = ht_src{dot ? (const char *)P.rows_in + (size_t)r * bytes : nullptr,
-                                P.row_weights ? P.row_weights[r] : 1.0f, r};
-    __syncwarp();
-    float acc[HT_GRAD_GROUP] = {};
-    uint4 gv = make_uint4(0, 0, 0, 0);
-    auto write = [&](size_t off, int j) { /* row j's gradient piece at off */
-      const ht_src &d = pp.src[1 + j];
-      uint4 out = gv;
-      if (P.row_weights) {
-        const uint32_t in[4] = {gv.x, gv.y, gv.z, gv.w};
-        uint32_t q[4];
-        for (int h = 0; h < 4; h++) q[h] = pack_bf16(d.w * bf16_lo(in[h]), d.w * bf16_hi(in[h]));
-        out = make_uint4(q[0], q[1], q[2], q[3]);
+  for (int i = 0; i < n; i++) {
+    const int r = __shfl_sync(0xffffffffu, row, i);
+    const float w = P.row_weights ? P.row_weights[r] : 1.0f;
+    char *o = (char *)P.out + (size_t)r * bytes;
+    const char *y = dot ? (const char *)P.rows_in + (size_t)r * bytes : nullptr;
+    float acc = 0.0f;
+    for (size_t base = (size_t)lane * 16; base < bytes; base += HT_GRAD_UNROLL * 512) {
+      uint4 v[HT_GRAD_UNROLL], yv[HT_GRAD_UNROLL];
+#pragma unroll
+      for (int u = 0; u < HT_GRAD_UNROLL; u++) {
+        if (base + u * 512 >= bytes) continue;
+        v[u] = ld16<CG>(g + base + u * 512);
+        if (dot) yv[u] = __ldg((const uint4 *)(y + base + u * 512));
       }
-      if (off < bytes) *(uint4 *)((char *)P.out + (size_t)d.tag * bytes + off) = out;
-    };
-    pipe_gather(
-        pp, dot ? 1 + m : 1, bytes,
-        [&](size_t off, int i, uint4 v) {
-          if (i == 0) {
-            gv = v;
-            if (!dot)
-              for (int j = 0; j < m; j++) write(off, j);
-            return;
-          }
-          write(off, i - 1);
-          const uint32_t in[4] = {gv.x, gv.y, gv.z, gv.w}, yw[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-          for (int j = 0; j < HT_GRAD_GROUP; j++) {
-            if (j != i - 1) continue;
-            for (int h = 0; h < 4; h++) {
-              acc[j] = fmaf(bf16_lo(in[h]), bf16_lo(yw[h]), acc[j]);
-              acc[j] = fmaf(bf16_hi(in[h]), bf16_hi(yw[h]), acc[j]);
-            }
-          }
-        },
-        [](size_t) {});
-    if (!dot) continue;
-#pragma unroll
-    for (int j = 0; j < HT_GRAD_GROUP; j++) {
-      if (j >= m) break;
-      float a = acc[j];
-      for (int d = 16; d >= 1; d >>= 1) a = a + __shfl_xor_sync(0xffffffffu, a, d);
-      if (lane == 0) P.grad_row_weights[pp.src[1 + j].tag] = a;
+      for (int u = 0; u < HT_GRAD_UNROLL; u++) {
+        if (base + u * 512 >= bytes) continue;
+        const uint32_t in[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        uint4 out = v[u];
+        if (P.row_weights) {
+          uint32_t q[4];
+          for (int j = 0; j < 4; j++) q[j] = pack_bf16(w * bf16_lo(in[j]), w * bf16_hi(in[j]));
+          out = make_uint4(q[0], q[1], q[2], q[3]);
+        }
+        *(uint4 *)(o + base + u * 512) = out;
+        if (!dot) continue;
+        const uint32_t yw[4] = {yv[u].x, yv[u].y, yv[u].z, yv[u].w};
+        for (int j = 0; j < 4; j++) {
+          acc = fmaf(bf16_lo(in[j]), bf16_lo(yw[j]), acc);
+          acc = fmaf(bf16_hi(in[j]), bf16_hi(yw[j]), acc);
+        }
+      }
     }
+    if (!dot) continue;
+    for (int d = 16; d >= 1; d >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, d);
+    if (lane == 0) P.grad_row_weights[r] = acc;
   }
-  __syncwarp(); /* the table is read */
 }
 
 /* A warp: token t's messages into the rings of its nd destinations (slot[j] of ring (me -> dst[j], c)) and,
@@ -154,7 +136,7 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
   } else {
     warp_quantise((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns);
   }
-  if (grads && nself) grad_write(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
+  if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
   __syncwarp();
   const size_t used =
@@ -271,7 +253,7 @@ __device__ void recv_grad(const ht_params &P, const char *m, const int32_t *rows
   const int lane = threadIdx.x & 31;
   const int row = lane < P.kk ? rows[lane] : -1;
   const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
-  grad_write(P, m + P.wl.payload_offset, row, n);
+  grad_write<true>(P, m + P.wl.payload_offset, row, n);
 }
 
 /* The combine's backward: grad_row_weights of the padding rows of the experts block c owns, 0. */

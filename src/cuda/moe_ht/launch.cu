@@ -31,7 +31,7 @@ struct ht_gpu {
   bool staging_registered;
   int32_t *mapped_counts_dev;
   uint64_t *mapped_stamp_dev;
-  size_t smem, pipe_smem; /* the data kernels' dynamic shared memory, without and with pipes */
+  size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
 };
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
@@ -83,22 +83,20 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
-  /* the combine and the combine's backward gather through a pipe a warp after that */
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
+  /* the combine gathers through a pipe a warp after that */
   g->pipe_smem = ht_pipes_at((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe);
   int optin = 0, dev = 0;
   SY_CUDA_CHECK(cudaGetDevice(&dev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const void *data_kernels[2] = {(const void *)sy_ht_dispatch, (const void *)sy_ht_combine};
-  for (const void *k : data_kernels) {
-    cudaFuncAttributes attr;
-    SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
-    if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
-      SY_WARN("sy_moe_ht_create: %d experts on %d ranks need %zu bytes of a data kernel's shared memory (at most %d)",
-              (int)E, (int)W, g->pipe_smem + attr.sharedSizeBytes, optin);
-      return SY_ERR_UNSUPPORTED;
-    }
-    SY_CHECK(raise_smem_limit(k, g->pipe_smem));
+  cudaFuncAttributes attr;
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void *)sy_ht_combine));
+  if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
+    SY_WARN("sy_moe_ht_create: %d experts on %d ranks need %zu bytes of the combine's shared memory (at most %d)",
+            (int)E, (int)W, g->pipe_smem + attr.sharedSizeBytes, optin);
+    return SY_ERR_UNSUPPORTED;
   }
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_combine, g->pipe_smem));
   const size_t xsmem = exchange_smem(comm, moe);
   if (xsmem > 200 * 1024) {
     SY_WARN(
@@ -319,5 +317,5 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   P.wire = SY_MOE_WIRE_BF16;
   P.weights = NULL;
   P.token_scales = NULL;
-  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->pipe_smem, stream, P);
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }

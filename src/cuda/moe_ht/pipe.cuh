@@ -22,9 +22,15 @@
 
 namespace sy {
 
-constexpr int HT_PIPE_SLOTS = 16; /* a lane's ring (a power of two) */
-constexpr int HT_PIPE_DEPTH = 14; /* pieces a lane has in flight; a slot is refilled one piece after it was read */
-static_assert((HT_PIPE_SLOTS & (HT_PIPE_SLOTS - 1)) == 0 && HT_PIPE_DEPTH < HT_PIPE_SLOTS, "pipe ring");
+/* A lane's ring, and the pieces it has in flight (a slot is refilled at least one piece after it was read).
+ * SY_HT_PIPE_SLOTS / SY_HT_PIPE_DEPTH at build time are for measuring other depths (bench/NOTES.md). */
+#ifndef SY_HT_PIPE_SLOTS
+#define SY_HT_PIPE_SLOTS 16
+#define SY_HT_PIPE_DEPTH 14
+#endif
+constexpr int HT_PIPE_SLOTS = SY_HT_PIPE_SLOTS;
+constexpr int HT_PIPE_DEPTH = SY_HT_PIPE_DEPTH;
+static_assert(HT_PIPE_DEPTH >= 1 && HT_PIPE_DEPTH < HT_PIPE_SLOTS && HT_PIPE_DEPTH <= 32, "pipe ring");
 
 /* One source: its base (a row, or a ring slot's payload), its weight, and a tag the caller gives it (a rank). */
 struct ht_src {
@@ -41,8 +47,7 @@ struct ht_pipe {
 };
 
 /* The data kernels' dynamic shared memory: their per-peer state and rowbase (W x 24 + E x 4 bytes, rows.cuh),
- * then, where a call gathers through pipes (the combine, the combine's backward), a pipe a warp from this
- * offset on. */
+ * then, where a kernel gathers through pipes (the combine), a pipe a warp from this offset on. */
 __host__ __device__ inline size_t ht_pipes_at(int W, int E) { return ((size_t)W * 24 + (size_t)E * 4 + 15) / 16 * 16; }
 
 /* This warp's pipe. */
@@ -65,7 +70,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 /* Each lane on its own (no warp-wide step inside): for every pass (off = pass * 512 + lane * 16 while the warp
  * has bytes left) and every source i in [0, n) in order, piece(off, i, v) with v the source's 16 bytes at off
- * (undefined where off >= bytes: the caller writes nothing there), then done(off). The table pp.src[0, n) is
+ * (undefined where off >= bytes: the caller writes nothing there and mixes nothing of it into other lanes'
+ * values), then done(off). The table pp.src[0, n) is
  * the caller's, written before and visible to every lane (__syncwarp); the sources must not change until the
  * call returns (every copy is complete then). */
 template <class Piece, class Done>
@@ -74,12 +80,12 @@ __device__ __forceinline__ void pipe_gather(ht_pipe &pp, int n, size_t bytes, Pi
   const size_t lane16 = (size_t)lane * 16;
   const int passes = (int)((bytes + 511) / 512);
   int ipass = 0, isrc = 0; /* the next piece to issue */
-  unsigned issued = 0, read = 0;
+  int islot = 0, rslot = 0; /* the slots of the next piece to issue and to read */
   auto issue = [&]() {
     if (ipass < passes) {
       const size_t off = (size_t)ipass * 512 + lane16;
-      if (off < bytes) cp_async16(&pp.ring[issued & (HT_PIPE_SLOTS - 1)][lane], pp.src[isrc].p + off);
-      issued++;
+      if (off < bytes) cp_async16(&pp.ring[islot][lane], pp.src[isrc].p + off);
+      if (++islot == HT_PIPE_SLOTS) islot = 0;
       if (++isrc == n) isrc = 0, ipass++;
     }
     cp_async_commit(); /* an empty group past the end keeps the count the wait relies on */
@@ -89,9 +95,9 @@ __device__ __forceinline__ void pipe_gather(ht_pipe &pp, int n, size_t bytes, Pi
   for (int pass = 0; pass < passes; pass++) {
     const size_t off = (size_t)pass * 512 + lane16;
     for (int i = 0; i < n; i++) {
-      cp_async_wait<HT_PIPE_DEPTH - 1>(); /* piece `read` has landed */
-      const uint4 v = pp.ring[read & (HT_PIPE_SLOTS - 1)][lane];
-      read++;
+      cp_async_wait<HT_PIPE_DEPTH - 1>(); /* the oldest piece not yet read has landed */
+      const uint4 v = pp.ring[rslot][lane];
+      if (++rslot == HT_PIPE_SLOTS) rslot = 0;
       issue();
       piece(off, i, v);
     }
