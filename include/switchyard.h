@@ -741,6 +741,97 @@ SY_API sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handl
                                               const void *rows_in, void *grad_rows, float *grad_row_weights,
                                               cudaStream_t stream);
 
+/* ---------------------------------------------------------------------------------------------------- */
+/* Orchestration: stream-ordered device pools and pinned host pools (sy_pool_*, sy_host_pool_*).           */
+/* ---------------------------------------------------------------------------------------------------- */
+/* Not collective: each rank makes its own. A pool is used by one host thread at a time (like a stream). */
+
+/* Device memory allocated and freed in stream order (cuda backend: a cudaMemPool of the communicator's
+ * device, cudaMallocFromPoolAsync / cudaFreeAsync): an allocation may be used by work enqueued on `stream`
+ * after the call, a free takes effect when the stream reaches it, and neither stalls another stream or the
+ * host the way cudaMalloc / cudaFree do. Memory freed on one stream is handed to an allocation on another only
+ * once an event orders the two (the caller's cudaStreamWaitEvent), as CUDA's stream-ordered allocator defines.
+ * Host backend: host memory, given back at free (reserved = used), the stream ignored. */
+typedef struct sy_pool *sy_pool_t;
+
+typedef struct sy_pool_config {
+  size_t size; /* sizeof(sy_pool_config_t) */
+  /* [in] bytes the pool keeps from the device when a stream, event or the device synchronises with nothing
+   * allocated beyond it: 0 gives back every unused byte, SIZE_MAX (the default) keeps everything, so a steady
+   * loop never asks the device again */
+  size_t release_threshold;
+} sy_pool_config_t;
+#define SY_POOL_CONFIG_INIT {sizeof(sy_pool_config_t), SIZE_MAX}
+
+typedef struct sy_pool_stats {
+  size_t size;          /* sizeof(sy_pool_stats_t), set by the caller */
+  size_t reserved;      /* [out] bytes the pool holds from the device now */
+  size_t used;          /* [out] bytes of live allocations (as the pool rounds them) */
+  size_t reserved_high; /* [out] the most `reserved` has been */
+  size_t used_high;     /* [out] the most `used` has been */
+  uint64_t allocs;      /* [out] successful sy_pool_alloc calls */
+  uint64_t frees;       /* [out] successful sy_pool_free calls */
+  uint64_t live;        /* [out] allocations not yet freed */
+} sy_pool_stats_t;
+#define SY_POOL_STATS_INIT {sizeof(sy_pool_stats_t), 0, 0, 0, 0, 0, 0, 0}
+
+/* config NULL: SY_POOL_CONFIG_INIT. */
+SY_API sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config, sy_pool_t *pool);
+/* Accepted after an error. Allocations not yet freed are freed (a warning names how many); work still using
+ * them must be done (the pool's memory goes back to the device when it is). */
+SY_API sy_status_t sy_pool_destroy(sy_pool_t pool);
+/* Stream-ordered, graph-capturable (a capture records an allocation node). bytes > 0; *ptr is 256-byte
+ * aligned. Fails with SY_ERR_NO_MEMORY (nothing allocated) when the device has no room. */
+SY_API sy_status_t sy_pool_alloc(sy_pool_t pool, size_t bytes, void **ptr, cudaStream_t stream);
+/* Stream-ordered, graph-capturable. ptr must be a live allocation of this pool (else SY_ERR_INVALID_ARG, nothing
+ * freed). Accepted after an error. */
+SY_API sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream);
+/* Gives unused memory back to the device until the pool holds at most keep_bytes more than its live
+ * allocations need (cudaMemPoolTrimTo); host-side, synchronises nothing. */
+SY_API sy_status_t sy_pool_trim(sy_pool_t pool, size_t keep_bytes);
+/* stats->size must be set (SY_POOL_STATS_INIT). Host-side; answers after an error. */
+SY_API sy_status_t sy_pool_stats(sy_pool_t pool, sy_pool_stats_t *stats);
+
+/* A ring of pinned host slots for host-to-device staging (plans, counts): a slot is acquired by the host,
+ * filled, read by work on a stream (a copy, a kernel through its mapped address), and given back by a host
+ * function the stream runs when it gets there (cudaLaunchHostFunc: no polling, no device synchronisation, no
+ * CUDA call inside). A few slots carry any number of batches: the host waits for a slot only when every slot is
+ * still in use by the GPU. Host backend: host memory, a release with a stream takes effect at once. */
+typedef struct sy_host_pool *sy_host_pool_t;
+
+typedef struct sy_host_pool_config {
+  size_t size;       /* sizeof(sy_host_pool_config_t) */
+  size_t slot_bytes; /* [in] bytes of each slot (no default: > 0) */
+  int slots;         /* [in] how many slots (default 4, at most 1024) */
+} sy_host_pool_config_t;
+#define SY_HOST_POOL_CONFIG_INIT {sizeof(sy_host_pool_config_t), 0, 4}
+
+typedef struct sy_host_pool_stats {
+  size_t size;         /* sizeof(sy_host_pool_stats_t), set by the caller */
+  int slots;           /* [out] slots in the pool */
+  int free_slots;      /* [out] slots free now */
+  uint64_t acquires;   /* [out] successful sy_host_pool_acquire calls */
+  uint64_t waits;      /* [out] of those, how many found no free slot and waited */
+  uint64_t wait_ns;    /* [out] host time spent in those waits */
+} sy_host_pool_stats_t;
+#define SY_HOST_POOL_STATS_INIT {sizeof(sy_host_pool_stats_t), 0, 0, 0, 0, 0}
+
+/* config must set slot_bytes. Pinned memory (cudaHostAlloc, portable and mapped: a kernel may read a slot by
+ * its host address). */
+SY_API sy_status_t sy_host_pool_create(sy_comm_t comm, const sy_host_pool_config_t *config, sy_host_pool_t *pool);
+/* Waits (bounded) for the slots given back on streams, then frees them; after a timeout it warns and leaks the
+ * slots rather than free memory the GPU may still read (SY_ERR_TIMEOUT). Accepted after an error. */
+SY_API sy_status_t sy_host_pool_destroy(sy_host_pool_t pool);
+/* A free slot of slot_bytes. When every slot is in use it waits for one to come back, bounded by the
+ * communicator's timeout (SY_ERR_TIMEOUT, nothing acquired). Never calls CUDA. */
+SY_API sy_status_t sy_host_pool_acquire(sy_host_pool_t pool, void **slot);
+/* Gives an acquired slot back once `stream` reaches this point (everything enqueued on it before is done with
+ * the slot); stream NULL: at once (no GPU work uses it). Not graph-capturable: the slot would come back at every
+ * replay; inside a capture it is refused (SY_ERR_INVALID_ARG). A slot not acquired: SY_ERR_INVALID_ARG. */
+SY_API sy_status_t sy_host_pool_release(sy_host_pool_t pool, void *slot, cudaStream_t stream);
+/* stats->size must be set (SY_HOST_POOL_STATS_INIT). */
+SY_API sy_status_t sy_host_pool_stats(sy_host_pool_t pool, sy_host_pool_stats_t *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
  * line that says why. The full build compiles the .cu files of src/cuda instead of this file.
  */
 #include "core/internal.h"
+#include "mem/pool.h"
 
 #include <stdio.h>
 
@@ -25,3 +26,18 @@ sy_status_t sy__cuda_store_probe(sy_comm_t comm, void *buf, size_t bytes_per_pee
 }
 
 sy_status_t sy__cuda_empty_launch(cudaStream_t stream) { return SY_ERR_UNSUPPORTED; }
+
+/* The pools' cuda side (src/cuda/pool.cu): never reached, no communicator has this backend. */
+sy_status_t sy__cuda_pool_create(int device, size_t release_threshold, void **handle) { return SY_ERR_UNSUPPORTED; }
+void sy__cuda_pool_destroy(void *handle) {}
+sy_status_t sy__cuda_pool_alloc(void *handle, size_t bytes, void **ptr, cudaStream_t stream) {
+  return SY_ERR_UNSUPPORTED;
+}
+sy_status_t sy__cuda_pool_free(void *ptr, cudaStream_t stream) { return SY_ERR_UNSUPPORTED; }
+sy_status_t sy__cuda_pool_trim(void *handle, size_t keep_bytes) { return SY_ERR_UNSUPPORTED; }
+sy_status_t sy__cuda_pool_usage(void *handle, size_t usage[4]) { return SY_ERR_UNSUPPORTED; }
+sy_status_t sy__cuda_pinned_alloc(size_t bytes, void **ptr) { return SY_ERR_UNSUPPORTED; }
+void sy__cuda_pinned_free(void *ptr) {}
+sy_status_t sy__cuda_host_func(cudaStream_t stream, void (*fn)(void *), void *arg, const char *func) {
+  return SY_ERR_UNSUPPORTED;
+}
