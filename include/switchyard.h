@@ -98,6 +98,9 @@ SY_API int sy_version_code(void);
 /* Communicator                                                                                           */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_comm *sy_comm_t;
+/* Stream-ordered device memory and pinned staging (see "Orchestration" at the end). */
+typedef struct sy_pool *sy_pool_t;
+typedef struct sy_host_pool *sy_host_pool_t;
 
 /* Most ranks one communicator may have; a larger world size (from the config or the launcher's environment) is
  * rejected at init, naming where it came from. */
@@ -320,14 +323,27 @@ typedef struct sy_attn_plan_seqs {
 /* Builds this rank's plan (forward and reverse metadata) from the global description; rejects inconsistent
  * input naming the argument (lengths that do not tile num_tokens, a rank outside the world, max_replicas too
  * large, a rank listed twice for one sequence). CPU only: comm gives the rank and backend (device copies of
- * the metadata are made here, synchronously). Not graph-capturable. */
+ * the metadata are made here, on the communicator's own non-blocking stream, which the call waits for, bounded:
+ * no device synchronisation; sy_attn_plan_create_async below is the stream-ordered form). Not graph-capturable. */
 SY_API sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan);
 /* info: initialised with SY_ATTN_PLAN_INFO_INIT (its size field is checked; a larger size from a newer header
  * gets the fields this library knows). */
 SY_API sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info);
 /* seqs: initialised with SY_ATTN_PLAN_SEQS_INIT (its size field is checked). */
 SY_API sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *seqs);
+/* Frees the plan at once: its device copy after the device is done with it (a device synchronisation, as
+ * cudaFree). sy_attn_plan_destroy_async gives it back on the stream of the plan's last use instead. */
 SY_API sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan);
+/* Stream-ordered sy_attn_plan_create: the plan's device copy comes from `pool` on `stream` and is copied there
+ * through `staging`'s pinned slots (each given back by the stream when its copy is done), so building a plan never
+ * synchronises the device nor waits for the GPU (the host waits only while every staging slot is still in use).
+ * Calls on `stream`, or ordered after it by an event, may use the plan. pool, staging NULL: the communicator's own.
+ * The pool and the staging must outlive the plan. Not graph-capturable. Host backend: as sy_attn_plan_create. */
+SY_API sy_status_t sy_attn_plan_create_async(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_pool_t pool,
+                                             sy_host_pool_t staging, cudaStream_t stream, sy_attn_plan_t *plan);
+/* The plan freed, its device copy given back to its pool on `stream` (after every call enqueued there before,
+ * which must include the plan's last use). */
+SY_API sy_status_t sy_attn_plan_destroy_async(sy_attn_plan_t plan, cudaStream_t stream);
 
 typedef struct sy_attn_config {
   size_t size;                  /* sizeof(sy_attn_config_t) */
@@ -744,7 +760,8 @@ SY_API sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handl
 /* ---------------------------------------------------------------------------------------------------- */
 /* Orchestration: stream-ordered device pools and pinned host pools (sy_pool_*, sy_host_pool_*).           */
 /* ---------------------------------------------------------------------------------------------------- */
-/* Not collective: each rank makes its own. A pool is used by one host thread at a time (like a stream). */
+/* Not collective: each rank makes its own. A pool is used by one host thread at a time (like a stream). The
+ * handles sy_pool_t and sy_host_pool_t are declared with the communicator. */
 
 /* Device memory allocated and freed in stream order (cuda backend: a cudaMemPool of the communicator's
  * device, cudaMallocFromPoolAsync / cudaFreeAsync): an allocation may be used by work enqueued on `stream`
@@ -752,8 +769,6 @@ SY_API sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handl
  * host the way cudaMalloc / cudaFree do. Memory freed on one stream is handed to an allocation on another only
  * once an event orders the two (the caller's cudaStreamWaitEvent), as CUDA's stream-ordered allocator defines.
  * Host backend: host memory, given back at free (reserved = used), the stream ignored. */
-typedef struct sy_pool *sy_pool_t;
-
 typedef struct sy_pool_config {
   size_t size; /* sizeof(sy_pool_config_t) */
   /* [in] bytes the pool keeps from the device when a stream, event or the device synchronises with nothing
@@ -797,8 +812,6 @@ SY_API sy_status_t sy_pool_stats(sy_pool_t pool, sy_pool_stats_t *stats);
  * function the stream runs when it gets there (cudaLaunchHostFunc: no polling, no device synchronisation, no
  * CUDA call inside). A few slots carry any number of batches: the host waits for a slot only when every slot is
  * still in use by the GPU. Host backend: host memory, a release with a stream takes effect at once. */
-typedef struct sy_host_pool *sy_host_pool_t;
-
 typedef struct sy_host_pool_config {
   size_t size;       /* sizeof(sy_host_pool_config_t) */
   size_t slot_bytes; /* [in] bytes of each slot (no default: > 0) */

@@ -6,6 +6,7 @@
  * (a timed-out wait, ranks that disagree) are sticky, as in comm.c.
  */
 #include "internal.h"
+#include "mem/pool.h"
 #include "plan/attn_plan.h"
 #include "ref/attn_ref.h"
 
@@ -15,11 +16,10 @@
 
 /* ---- plans ------------------------------------------------------------------------------------------------ */
 
-sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan_out) {
-  static const char *fn = "sy_attn_plan_create";
-  SY_COMM_GUARD(comm, fn);
-  SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
-  *plan_out = NULL;
+/* Both creates: the plan built here, its device copy made by the backend (pool, staging, stream as
+ * attn_plan_upload takes them). */
+static sy_status_t plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_pool_t pool, sy_host_pool_t staging,
+                               cudaStream_t stream, sy_attn_plan_t *plan_out, const char *fn) {
   SY_ARG_CHECK(desc != NULL, fn, "desc is NULL");
   SY_ARG_CHECK(desc->size >= sizeof(sy_attn_plan_desc_t), fn,
                "desc->size=%zu is too small (initialise the description with SY_ATTN_PLAN_DESC_INIT)", desc->size);
@@ -31,15 +31,35 @@ sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc,
   SY_CHECK(sy__attn_plan_build(&d, comm->rank, &plan));
   plan->backend = comm->backend;
   if (comm->ops->attn_plan_upload) {
-    sy_status_t st = comm->ops->attn_plan_upload(comm, plan);
+    sy_status_t st = comm->ops->attn_plan_upload(comm, plan, pool, staging, stream);
     if (st != SY_SUCCESS) {
       SY_INFO("%s: the backend could not take the plan: %s", fn, sy_status_name(st));
-      sy__attn_plan_free(plan);
+      sy__attn_plan_free(plan, NULL);
       return st;
     }
   }
   *plan_out = plan;
   return SY_SUCCESS;
+}
+
+sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan_out) {
+  static const char *fn = "sy_attn_plan_create";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
+  *plan_out = NULL;
+  return plan_create(comm, desc, NULL, NULL, NULL, plan_out, fn);
+}
+
+sy_status_t sy_attn_plan_create_async(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_pool_t pool,
+                                      sy_host_pool_t staging, cudaStream_t stream, sy_attn_plan_t *plan_out) {
+  static const char *fn = "sy_attn_plan_create_async";
+  SY_COMM_GUARD(comm, fn);
+  SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
+  *plan_out = NULL;
+  SY_ARG_CHECK(!pool || sy__pool_comm(pool) == comm, fn, "pool was made on another communicator");
+  SY_ARG_CHECK(!staging || sy__host_pool_comm(staging) == comm, fn, "staging was made on another communicator");
+  SY_CHECK(sy__check_stream(comm, stream, fn));
+  return plan_create(comm, desc, pool, staging, stream, plan_out, fn);
 }
 
 sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info) {
@@ -86,7 +106,15 @@ sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *seqs) {
 }
 
 sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan) {
-  if (plan) sy__attn_plan_free(plan); /* frees the backend's copy through plan->device_free */
+  if (plan) sy__attn_plan_free(plan, NULL); /* frees the backend's copy through plan->device_free */
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_attn_plan_destroy_async(sy_attn_plan_t plan, cudaStream_t stream) {
+  static const char *fn = "sy_attn_plan_destroy_async";
+  SY_ARG_CHECK(plan == NULL || plan->backend != SY_BACKEND_CUDA || stream != NULL, fn,
+               "stream is NULL (the legacy default stream); pass the stream of the plan's last use");
+  if (plan) sy__attn_plan_free(plan, stream);
   return SY_SUCCESS;
 }
 

@@ -117,7 +117,9 @@ typedef struct sy_backend_ops {
   /* Attention dispatch: per-object state, plan upload (at plan create), one call. */
   sy_status_t (*attn_create)(sy_comm_t comm, struct sy_attn *attn);
   void (*attn_destroy)(sy_comm_t comm, struct sy_attn *attn);
-  sy_status_t (*attn_plan_upload)(sy_comm_t comm, struct sy_attn_plan *plan);
+  /* pool, staging NULL and stream NULL: the backend's own (cuda: the communicator's aux stream, waited for) */
+  sy_status_t (*attn_plan_upload)(sy_comm_t comm, struct sy_attn_plan *plan, sy_pool_t pool, sy_host_pool_t staging,
+                                  cudaStream_t stream);
   sy_status_t (*attn_run)(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
                           const sy_attn_call_t *call, cudaStream_t stream);
   /* MoE low-latency halves (src/core/moe.c enforces their order). */

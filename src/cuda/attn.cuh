@@ -24,7 +24,8 @@ struct attn_plan_dev {
   attn_dir_dev dir[SY_ATTN_DIRS];
   const int64_t *seq_start; /* [num_seqs + 1] */
   const int *kv_dst;        /* [num_seqs * C] */
-  void *blob;               /* the one device allocation */
+  void *blob;               /* the one device allocation, from pool */
+  sy_pool_t pool;
 };
 
 } // namespace sy

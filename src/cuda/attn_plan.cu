@@ -1,49 +1,40 @@
 /*
  * attn_plan.cu — an attention plan's upload to the GPU (sy_attn_plan_create's backend half): the send lists of
  * every direction, the sequences' starts and the KV destinations, packed into one device allocation (attn.cuh)
- * that the kernel in attn.cu reads.
+ * that the kernel in attn.cu reads. Stream-ordered: the allocation from a pool (sy_pool), the bytes through pinned
+ * staging slots (sy_host_pool), nothing that synchronises the device.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/attn.cuh"
 #include "cuda/backend.h"
+#include "mem/pool.h"
 
 using namespace sy;
 
-static void plan_device_free(void *device) {
+static void plan_device_free(void *device, cudaStream_t stream) {
   attn_plan_dev *d = (attn_plan_dev *)device;
   if (!d) return;
-  cudaFree(d->blob);
+  if (stream) (void)sy_pool_free(d->pool, d->blob, stream);
+  else (void)sy__pool_free_now(d->pool, d->blob);
   free(d);
 }
 
-extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan) {
+/* The plan's metadata as the kernel reads it, built on the host for the device blob at `base` (its pointers are
+ * the device's). Layout (int64 units unless noted): per direction send_start[W+1], send_rows[W], recv_rows[W],
+ * segs[4 n]; then seq_start[num_seqs + 1]; then kv_dst (int32). */
+static size_t blob_bytes(const struct sy_attn_plan *plan) {
   const int W = plan->world_size, C = plan->max_replicas;
-  /* Layout of the blob (int64 units unless noted): per direction send_start[W+1], send_rows[W], recv_rows[W],
-   * segs[4 n]; then seq_start[num_seqs + 1]; then kv_dst (int32). */
   size_t words = 0;
-  for (int d = 0; d < SY_ATTN_DIRS; d++) {
-    const sy_attn_dir_t *dir = &plan->dir[d];
-    words += (size_t)(W + 1) + 2 * (size_t)W + 4 * (size_t)dir->send_start[W];
-  }
+  for (int d = 0; d < SY_ATTN_DIRS; d++) words += (size_t)(W + 1) + 2 * (size_t)W + 4 * (size_t)plan->dir[d].send_start[W];
   words += (size_t)plan->num_seqs + 1;
   const size_t kv_count = (size_t)plan->num_seqs * (size_t)(C > 0 ? C : 0);
-  const size_t bytes = words * sizeof(int64_t) + kv_count * sizeof(int) + 16;
-  int64_t *host = (int64_t *)malloc(bytes);
-  attn_plan_dev *dev = (attn_plan_dev *)calloc(1, sizeof *dev);
-  if (!host || !dev) {
-    free(host);
-    free(dev);
-    return SY_ERR_NO_MEMORY;
-  }
-  cudaError_t err = cudaMalloc(&dev->blob, bytes);
-  if (err != cudaSuccess) {
-    free(host);
-    free(dev);
-    return cuda_error(err, "cudaMalloc(attention plan)", __FILE__, __LINE__);
-  }
-  int64_t *base = (int64_t *)dev->blob;
+  return words * sizeof(int64_t) + kv_count * sizeof(int) + 16;
+}
+
+static void blob_fill(const struct sy_attn_plan *plan, int64_t *host, int64_t *base, attn_plan_dev *dev) {
+  const int W = plan->world_size, C = plan->max_replicas;
   size_t at = 0;
   for (int d = 0; d < SY_ATTN_DIRS; d++) {
     const sy_attn_dir_t *dir = &plan->dir[d];
@@ -74,13 +65,58 @@ extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_
   memcpy(host + at, plan->seq_start, sizeof(int64_t) * ((size_t)plan->num_seqs + 1));
   at += (size_t)plan->num_seqs + 1;
   dev->kv_dst = (const int *)(base + at);
+  const size_t kv_count = (size_t)plan->num_seqs * (size_t)(C > 0 ? C : 0);
   for (size_t i = 0; i < kv_count; i++) ((int *)(host + at))[i] = plan->kv_send[i].dst_rank;
-  err = cudaMemcpy(dev->blob, host, bytes, cudaMemcpyHostToDevice);
+}
+
+/* bytes from host to dev on `stream`, a staging slot at a time (each given back when its copy is done). */
+static sy_status_t copy_staged(sy_host_pool_t staging, char *dev, const char *host, size_t bytes, cudaStream_t stream) {
+  const size_t slot_bytes = sy__host_pool_slot_bytes(staging);
+  for (size_t off = 0; off < bytes;) {
+    const size_t n = bytes - off < slot_bytes ? bytes - off : slot_bytes;
+    void *slot = nullptr;
+    SY_CHECK(sy_host_pool_acquire(staging, &slot));
+    memcpy(slot, host + off, n);
+    const cudaError_t err = cudaMemcpyAsync(dev + off, slot, n, cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess) {
+      (void)sy_host_pool_release(staging, slot, nullptr); /* nothing reads it */
+      return cuda_error(err, "cudaMemcpyAsync(attention plan)", __FILE__, __LINE__);
+    }
+    SY_CHECK(sy_host_pool_release(staging, slot, stream));
+    off += n;
+  }
+  return SY_SUCCESS;
+}
+
+/* The plan's upload, stream-ordered: device memory from `pool` on `stream`, the bytes through `staging`'s pinned
+ * slots. pool, staging NULL: the communicator's own; stream NULL: the communicator's own stream, then waited
+ * for (that stream only: no device synchronisation). */
+extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan, sy_pool_t pool,
+                                                 sy_host_pool_t staging, cudaStream_t stream) {
+  const bool own = stream == nullptr;
+  if (!pool || !staging || own) {
+    cuda_state *st = nullptr;
+    SY_CHECK(aux_get(comm, &st));
+    if (!pool) pool = st->aux_pool;
+    if (!staging) staging = st->aux_staging;
+    if (own) stream = st->aux_stream;
+  }
+  const size_t bytes = blob_bytes(plan);
+  int64_t *host = (int64_t *)malloc(bytes);
+  attn_plan_dev *dev = (attn_plan_dev *)calloc(1, sizeof *dev);
+  sy_status_t status = host && dev ? SY_SUCCESS : SY_ERR_NO_MEMORY;
+  if (status == SY_SUCCESS) status = sy_pool_alloc(pool, bytes, &dev->blob, stream);
+  if (status == SY_SUCCESS) {
+    dev->pool = pool;
+    blob_fill(plan, host, (int64_t *)dev->blob, dev);
+    status = copy_staged(staging, (char *)dev->blob, (const char *)host, bytes, stream);
+    if (status == SY_SUCCESS && own) status = stream_wait(stream, comm->timeout_ms, "sy_attn_plan_create");
+    if (status != SY_SUCCESS) (void)sy_pool_free(pool, dev->blob, stream); /* after the copies enqueued */
+  }
   free(host);
-  if (err != cudaSuccess) {
-    cudaFree(dev->blob);
+  if (status != SY_SUCCESS) {
     free(dev);
-    return cuda_error(err, "cudaMemcpy(attention plan)", __FILE__, __LINE__);
+    return status;
   }
   plan->device = dev;
   plan->device_free = plan_device_free;

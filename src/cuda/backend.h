@@ -119,7 +119,19 @@ struct cuda_state {
   int piece_order;  /* SY_PIECE_ORDER: PIECE_ORDER_AUTO, _STATIC or _TICKETS */
   bool nvshmem_up;
   char trace_path[512];
+  /* The library's own stream-ordered work (plan uploads when the caller gives no stream): a non-blocking stream
+   * at the device's highest priority, a pool and pinned staging slots; made at first use (pool.cu: aux_get). */
+  cudaStream_t aux_stream;
+  sy_pool_t aux_pool;
+  sy_host_pool_t aux_staging;
 };
+
+/* pool.cu: the communicator's own stream, pool and staging, made at first use; and their release at destroy. */
+sy_status_t aux_get(sy_comm_t comm, cuda_state **st);
+void aux_release(cuda_state *st);
+/* Waits (host, polling, bounded by timeout_ms) until everything enqueued on `stream` is done; SY_ERR_TIMEOUT
+ * naming `what` otherwise. Synchronises with that stream only. */
+sy_status_t stream_wait(cudaStream_t stream, uint64_t timeout_ms, const char *what);
 
 /* trace.cu: reserve the buffer at init (when SY_TRACE_FILE is set) and write it out at destroy. */
 sy_status_t trace_init(cuda_state *st, int rank);
@@ -136,7 +148,8 @@ sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStre
 extern "C" {
 sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn);
 void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn);
-sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan);
+sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan, sy_pool_t pool,
+                                      sy_host_pool_t staging, cudaStream_t stream);
 sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
                               const sy_attn_call_t *call, cudaStream_t stream);
 /* MoE low-latency dispatch and combine on the GPU (moe.cu). */

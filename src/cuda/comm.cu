@@ -83,6 +83,7 @@ static bool nvshmem_left_up = false;
 
 /* collective: NVSHMEM's teardown, which waits for every rank; otherwise NVSHMEM stays until the process exits. */
 static void release_state(sy_comm_t comm, cuda_state *st, bool collective) {
+  aux_release(st);
   if (st->nvshmem_up && collective) {
     for (int i = comm->symm_count - 1; i >= 0; i--) nvshmem_free(comm->symm[i].ptr);
     comm->symm_count = 0;

@@ -1,7 +1,12 @@
 /*
  * pool.cu — the cuda side of the pools (src/mem/pool.c, host_pool.c): a stream-ordered cudaMemPool per
- * sy_pool, pinned host slots, and the host functions that give slots back when a stream reaches them.
+ * sy_pool, pinned host slots, and the host functions that give slots back when a stream reaches them; and the
+ * communicator's own stream, pool and staging (aux_get) for the library's stream-ordered work when the caller
+ * gives none.
  */
+#include <sched.h>
+#include <time.h>
+
 #include "cuda/backend.h"
 #include "mem/pool.h"
 
@@ -77,3 +82,61 @@ extern "C" sy_status_t sy__cuda_host_func(cudaStream_t stream, void (*fn)(void *
   SY_CUDA_CHECK(cudaLaunchHostFunc(stream, fn, arg));
   return SY_SUCCESS;
 }
+
+namespace sy {
+
+/* The aux staging: 4 pinned slots of 256 KiB (a plan's metadata is a few KiB to a few MiB; larger plans go
+ * through the slots in pieces). */
+constexpr size_t AUX_SLOT_BYTES = 256 << 10;
+constexpr int AUX_SLOTS = 4;
+
+sy_status_t aux_get(sy_comm_t comm, cuda_state **out) {
+  cuda_state *st = (cuda_state *)comm->backend_state;
+  *out = st;
+  if (st->aux_stream && st->aux_pool && st->aux_staging) return SY_SUCCESS;
+  if (!st->aux_stream) {
+    int least = 0, greatest = 0;
+    SY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    SY_CUDA_CHECK(cudaStreamCreateWithPriority(&st->aux_stream, cudaStreamNonBlocking, greatest));
+  }
+  if (!st->aux_pool) {
+    sy_pool_config_t pc = SY_POOL_CONFIG_INIT;
+    SY_CHECK(sy_pool_create(comm, &pc, &st->aux_pool));
+  }
+  if (!st->aux_staging) {
+    sy_host_pool_config_t hc = SY_HOST_POOL_CONFIG_INIT;
+    hc.slot_bytes = AUX_SLOT_BYTES;
+    hc.slots = AUX_SLOTS;
+    SY_CHECK(sy_host_pool_create(comm, &hc, &st->aux_staging));
+  }
+  return SY_SUCCESS;
+}
+
+void aux_release(cuda_state *st) {
+  if (st->aux_stream) (void)cudaStreamSynchronize(st->aux_stream);
+  if (st->aux_staging) (void)sy_host_pool_destroy(st->aux_staging);
+  if (st->aux_pool) (void)sy_pool_destroy(st->aux_pool);
+  if (st->aux_stream) cudaStreamDestroy(st->aux_stream);
+  st->aux_stream = nullptr;
+  st->aux_staging = nullptr;
+  st->aux_pool = nullptr;
+}
+
+sy_status_t stream_wait(cudaStream_t stream, uint64_t timeout_ms, const char *what) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int polls = 0;; polls++) {
+    const cudaError_t err = cudaStreamQuery(stream);
+    if (err == cudaSuccess) return SY_SUCCESS;
+    if (err != cudaErrorNotReady) return cuda_error(err, "cudaStreamQuery", __FILE__, __LINE__);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    const uint64_t ms = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000 + (uint64_t)((t.tv_nsec - t0.tv_nsec) / 1000000);
+    if (ms > timeout_ms) {
+      SY_WARN("%s: the library's stream did not finish in %llu ms", what, (unsigned long long)timeout_ms);
+      return SY_ERR_TIMEOUT;
+    }
+    if (polls > 64) sched_yield();
+  }
+}
+
+} // namespace sy

@@ -30,7 +30,8 @@ typedef struct attn_offer {
   sy_attn_config_t config;
 } attn_offer_t;
 
-sy_status_t sy__host_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan) {
+sy_status_t sy__host_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan, sy_pool_t pool, sy_host_pool_t staging,
+                                      cudaStream_t stream) {
   return SY_SUCCESS; /* the host backend reads the plan where it is */
 }
 

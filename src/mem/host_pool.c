@@ -214,3 +214,6 @@ sy_status_t sy_host_pool_stats(sy_host_pool_t pool, sy_host_pool_stats_t *stats)
   stats->size = size;
   return SY_SUCCESS;
 }
+
+sy_comm_t sy__host_pool_comm(sy_host_pool_t pool) { return pool->comm; }
+size_t sy__host_pool_slot_bytes(sy_host_pool_t pool) { return pool->slot_bytes; }

@@ -140,6 +140,21 @@ sy_status_t sy_pool_alloc(sy_pool_t pool, size_t bytes, void **ptr, cudaStream_t
   return SY_SUCCESS;
 }
 
+/* Frees e's allocation on `stream` (NULL: at once, cudaFree) and erases it. */
+static sy_status_t free_entry(sy_pool_t pool, live_entry_t *e, cudaStream_t stream) {
+  if (pool->backend == SY_BACKEND_CUDA) {
+    SY_CHECK(sy__cuda_pool_free(e->ptr, stream));
+  } else {
+    pool->used -= e->bytes;
+    free(e->ptr);
+  }
+  e->ptr = TOMBSTONE;
+  pool->count--;
+  pool->tombs++;
+  pool->frees++;
+  return SY_SUCCESS;
+}
+
 sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   static const char *fn = "sy_pool_free";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
@@ -147,17 +162,7 @@ sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   SY_ARG_CHECK(e != NULL, fn, "ptr=%p is not a live allocation of this pool (never given out, or freed already)",
                ptr);
   SY_CHECK(sy__check_stream(pool->comm, stream, fn));
-  if (pool->backend == SY_BACKEND_CUDA) {
-    SY_CHECK(sy__cuda_pool_free(ptr, stream));
-  } else {
-    pool->used -= e->bytes;
-    free(ptr);
-  }
-  e->ptr = TOMBSTONE;
-  pool->count--;
-  pool->tombs++;
-  pool->frees++;
-  return SY_SUCCESS;
+  return free_entry(pool, e, stream);
 }
 
 sy_status_t sy_pool_trim(sy_pool_t pool, size_t keep_bytes) {
@@ -189,4 +194,12 @@ sy_status_t sy_pool_stats(sy_pool_t pool, sy_pool_stats_t *stats) {
   memcpy(stats, &s, size);
   stats->size = size;
   return SY_SUCCESS;
+}
+
+sy_comm_t sy__pool_comm(sy_pool_t pool) { return pool->comm; }
+
+sy_status_t sy__pool_free_now(sy_pool_t pool, void *ptr) {
+  live_entry_t *e = live_find(pool, ptr);
+  if (!e) return SY_ERR_INVALID_ARG;
+  return free_entry(pool, e, NULL);
 }

@@ -13,6 +13,13 @@
 extern "C" {
 #endif
 
+/* Internal calls of the library's own users of the pools (the attention plan's upload). */
+sy_comm_t sy__pool_comm(sy_pool_t pool);
+sy_comm_t sy__host_pool_comm(sy_host_pool_t pool);
+size_t sy__host_pool_slot_bytes(sy_host_pool_t pool);
+/* Frees a live allocation at once, after the device is done with it (cudaFree's synchronisation). */
+sy_status_t sy__pool_free_now(sy_pool_t pool, void *ptr);
+
 /* A cudaMemPool on `device` with the release threshold; *handle is the pool. */
 sy_status_t sy__cuda_pool_create(int device, size_t release_threshold, void **handle);
 void sy__cuda_pool_destroy(void *handle);

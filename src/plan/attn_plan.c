@@ -368,16 +368,16 @@ done:
   free(q_recv);
   free(kv_recv);
   if (status != SY_SUCCESS) {
-    sy__attn_plan_free(plan);
+    sy__attn_plan_free(plan, NULL);
     return status;
   }
   *plan_out = plan;
   return SY_SUCCESS;
 }
 
-void sy__attn_plan_free(struct sy_attn_plan *plan) {
+void sy__attn_plan_free(struct sy_attn_plan *plan, cudaStream_t stream) {
   if (!plan) return;
-  if (plan->device && plan->device_free) plan->device_free(plan->device);
+  if (plan->device && plan->device_free) plan->device_free(plan->device, stream);
   for (int d = 0; d < SY_ATTN_DIRS; d++) {
     sy_attn_dir_t *dir = &plan->dir[d];
     free(dir->send_start);

@@ -65,7 +65,8 @@ struct sy_attn_plan {
   uint64_t fingerprint; /* sy__attn_desc_fingerprint of the description it was built from */
   /* Backend copies (the cuda backend uploads the send lists at create); NULL on the host backend. */
   void *device;
-  void (*device_free)(void *device);
+  /* stream NULL: at once, after the device is done with it (cudaFree's synchronisation); else stream-ordered */
+  void (*device_free)(void *device, cudaStream_t stream);
   sy_backend_t backend;
 };
 
@@ -75,7 +76,8 @@ sy_status_t sy__attn_plan_build(const sy_attn_plan_desc_t *desc, int rank, struc
  * per rank and sequence its length, q_dst and kv_dst list, in that order. Equal descriptions give equal
  * fingerprints on every rank; the backends compare them at every call (SY_ERR_MISMATCH where they differ). */
 uint64_t sy__attn_desc_fingerprint(const sy_attn_plan_desc_t *desc);
-void sy__attn_plan_free(struct sy_attn_plan *plan);
+/* stream: where the backend's copy is freed (NULL: at once, see device_free). */
+void sy__attn_plan_free(struct sy_attn_plan *plan, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

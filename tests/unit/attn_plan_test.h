@@ -83,7 +83,7 @@ static inline int build_all(const sy_attn_plan_desc_t *desc, struct sy_attn_plan
 }
 
 static inline void free_all(struct sy_attn_plan **plans, int world) {
-  for (int r = 0; r < world; r++) sy__attn_plan_free(plans[r]);
+  for (int r = 0; r < world; r++) sy__attn_plan_free(plans[r], NULL);
 }
 
 /* ---- seeded random numbers ------------------------------------------------------------------------------- */

@@ -544,7 +544,7 @@ static void reduce_case(sy_dtype_t dtype, const uint32_t *r0, const uint32_t *r2
     CHECK(!memcmp(&mid, &zero, es));
     CHECK(!memcmp(out + (size_t)(10 + t) * es, staging + (size_t)(10 + t) * es, es));
   }
-  sy__attn_plan_free(plan);
+  sy__attn_plan_free(plan, NULL);
 }
 
 static void reduce_special_values(void) {
@@ -577,7 +577,7 @@ static void reduce_special_values(void) {
   CHECK(!memcmp(out16, wantb, sizeof out16));
   sy__ref_attn_kv_reduce(plan, inh, 2, SY_DTYPE_FP16, 0, out16);
   CHECK(!memcmp(out16, wanth, sizeof out16));
-  sy__attn_plan_free(plan);
+  sy__attn_plan_free(plan, NULL);
 }
 
 static double seconds(void) {

@@ -167,7 +167,7 @@ static recount_t check_result(const input_t *in, sy_attn_placement_t pl, int wan
     for (int s = 0; s < W; s++)
       for (int k = 0; k < d.num_seqs[s]; k++) q_rows += d.q_dst[s][k] == r ? d.seq_lens[s][k] : 0;
     CHECK_EQ_INT(plan->dir[SY_ATTN_Q_FWD].recv_total, q_rows);
-    sy__attn_plan_free(plan);
+    sy__attn_plan_free(plan, NULL);
   }
   printf(
       "%-28s W=%d: max/mean %.4f min/mean %.4f (tol %.2f) balanced %d, shards %d, C %d, q rows moved %lld, kv "

@@ -218,11 +218,11 @@ static void test_reject(void) {
   td_sum(&t);
   struct sy_attn_plan *ok = NULL;
   CHECK_OK(sy__attn_plan_build(&t.desc, 1, &ok));
-  sy__attn_plan_free(ok);
+  sy__attn_plan_free(ok, NULL);
   /* Rank 1 has no sequences: NULL per-rank arrays are fine there. */
   t.lens_c[1] = NULL, t.q_c[1] = NULL, t.kv_c[1] = NULL;
   CHECK_OK(sy__attn_plan_build(&t.desc, 1, &ok));
-  sy__attn_plan_free(ok);
+  sy__attn_plan_free(ok, NULL);
   sy_attn_plan_desc_t d;
 
   CHECK_STATUS(sy__attn_plan_build(&t.desc, 0, NULL), SY_ERR_INVALID_ARG);
@@ -327,7 +327,7 @@ static void test_timing(void) {
     double dt = now_s() - t0;
     total += dt;
     worst = dt > worst ? dt : worst;
-    sy__attn_plan_free(plan);
+    sy__attn_plan_free(plan, NULL);
   }
   printf("timing: W=%d, %d sequences and %lld tokens per rank, C=%d: slowest rank %.2f ms, all ranks %.2f ms\n", W, N,
          (long long)t.num_tokens[0], C, worst * 1e3, total * 1e3);
