@@ -25,6 +25,10 @@ static const bench_entry_t entries[] = {
      bench_moe_heap},
     {"moe-ht", "MoE high-throughput calls of a step, forward and backward (hidden 7168, top-8 of 256), vs NCCL, a copy",
      bench_moe_ht, bench_moe_ht_heap},
+    {"pool",
+     "stream-ordered pool: host time of sy_pool_alloc + sy_pool_free against cudaMalloc + cudaFree and "
+     "cudaMallocAsync + cudaFreeAsync",
+     bench_pool, bench_pool_heap},
     {"soak", "every operation again and again, random shapes, each result checked, memory watched (--soak SECONDS)",
      bench_soak, bench_soak_heap},
 };
