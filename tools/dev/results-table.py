@@ -6,7 +6,8 @@ are CUDA-event times, "kernel" columns CUPTI kernel times (the device time a cal
 DS, DR, CS, CR: dispatch_send, dispatch_recv, combine_send, combine_recv called as separate halves, in kernel time
 where the run measured it, else between events. moe-ht: one row per call; GB/s on kernel time where measured
 (`deepep`: rows received, one per (token, rank), own rank included; `link`: without the own rank; `hbm`: bytes read
-+ written), `% ceil` the call's HBM GB/s over the device-to-device copy's (world 1), `x NCCL` NCCL's time / ours."""
++ written), `% ceil` the call's HBM GB/s over the device-to-device copy's (world 1), `x NCCL` NCCL's time / ours.
+pool: host time per allocation + free pair (medians, 99th percentiles), `x` the baseline's median / sy_pool's."""
 import json
 import sys
 
@@ -92,6 +93,20 @@ def moe_ht(rows):
     return text
 
 
+def pool(rows):
+    head = ["bytes", "sy_pool µs", "sy_pool p99", "#wrong", "mallocAsync µs", "mallocAsync p99", "cudaMalloc µs",
+            "cudaMalloc p99", "x async", "x malloc", "reserved", "used_high"]
+
+    def us(v, key):
+        return "-" if v.get("absent") else num(v.get(key))
+
+    return table(head, [[r["bytes"], us(r["sy_pool"], "host_us"), us(r["sy_pool"], "p99_us"), r["sy_pool"]["wrong"],
+                         us(r["cuda_malloc_async"], "host_us"), us(r["cuda_malloc_async"], "p99_us"),
+                         us(r["cuda_malloc"], "host_us"), us(r["cuda_malloc"], "p99_us"), num(r["speedup_async"]),
+                         num(r["speedup_malloc"]), r["pool_stats"]["reserved"], r["pool_stats"]["used_high"]]
+                        for r in rows])
+
+
 def main(paths):
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
@@ -103,7 +118,7 @@ def main(paths):
         if not rows:
             print(f"<!-- {path}: no rows -->\n")
             continue
-        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe, "moe-ht": moe_ht}.get(doc.get("entry"))
+        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe, "moe-ht": moe_ht, "pool": pool}.get(doc.get("entry"))
         if kind is None:
             print(f"<!-- {path}: unknown entry {doc.get('entry')!r} -->\n")
             continue
