@@ -845,6 +845,56 @@ SY_API sy_status_t sy_host_pool_release(sy_host_pool_t pool, void *slot, cudaStr
 /* stats->size must be set (SY_HOST_POOL_STATS_INIT). */
 SY_API sy_status_t sy_host_pool_stats(sy_host_pool_t pool, sy_host_pool_stats_t *stats);
 
+/* A CUDA graph per shape bucket. The caller gives its bucket sizes (ascending; or vLLM's defaults) and a function
+ * that enqueues one step for a bucket on a stream; sy_graph_cache_run(n) takes the smallest bucket >= n and, at its
+ * first use, runs the step eagerly `warmup` times, captures it (thread-local capture mode), instantiates and
+ * launches the graph; later uses replay it (cudaGraphLaunch). When the step's pointers or scalars change, the caller
+ * marks the bucket (sy_graph_cache_refresh): its next run captures the step again and updates the instantiated
+ * graph in place (cudaGraphExecUpdate), instantiating anew only when the update is refused (a changed topology).
+ * The step must be capturable (every library call that says so is) and must not synchronise. Host backend: every
+ * run calls the step (no graphs). Not thread-safe (one host thread at a time, like a stream). */
+typedef struct sy_graph_cache *sy_graph_cache_t;
+
+/* One step for `bucket` (the caller's unit: tokens, sequences) on `stream`; a non-success status stops the run. */
+typedef sy_status_t (*sy_graph_step_fn)(void *user, int bucket, cudaStream_t stream);
+
+typedef struct sy_graph_cache_config {
+  size_t size;        /* sizeof(sy_graph_cache_config_t) */
+  const int *buckets; /* [in] ascending, > 0, copied; NULL: 1, 2, 4, then steps of 8 to 256, then steps of 16 to
+                         max_bucket */
+  int num_buckets;    /* [in] with buckets */
+  int max_bucket;     /* [in] with the default buckets: the largest (default 512, at least 256) */
+  int warmup;         /* [in] eager runs of a bucket's step before its capture (default 1) */
+} sy_graph_cache_config_t;
+#define SY_GRAPH_CACHE_CONFIG_INIT {sizeof(sy_graph_cache_config_t), NULL, 0, 512, 1}
+
+typedef struct sy_graph_cache_stats {
+  size_t size;             /* sizeof(sy_graph_cache_stats_t), set by the caller */
+  uint64_t eager_runs;     /* [out] steps run eagerly (warm-ups; every run on the host backend) */
+  uint64_t captures;       /* [out] captures of a step */
+  uint64_t updates;        /* [out] refreshed graphs updated in place */
+  uint64_t instantiations; /* [out] graphs instantiated (first uses, and updates refused) */
+  uint64_t replays;        /* [out] graph launches */
+  int graphs;              /* [out] buckets with an instantiated graph */
+} sy_graph_cache_stats_t;
+#define SY_GRAPH_CACHE_STATS_INIT {sizeof(sy_graph_cache_stats_t), 0, 0, 0, 0, 0, 0}
+
+/* config NULL: SY_GRAPH_CACHE_CONFIG_INIT. step non-NULL; user is passed to it. */
+SY_API sy_status_t sy_graph_cache_create(sy_comm_t comm, const sy_graph_cache_config_t *config, sy_graph_step_fn step,
+                                         void *user, sy_graph_cache_t *cache);
+/* Frees the graphs (work they enqueued may still run: CUDA keeps what it needs). Accepted after an error. */
+SY_API sy_status_t sy_graph_cache_destroy(sy_graph_cache_t cache);
+/* The bucket that runs n: the smallest >= n (SY_ERR_INVALID_ARG naming n when n < 1 or above the largest). */
+SY_API sy_status_t sy_graph_cache_bucket(sy_graph_cache_t cache, int n, int *bucket);
+/* One step for n on stream (not NULL on the cuda backend; not capturing): the bucket's graph, made first if
+ * needed. A failure in the step or the capture leaves the bucket without a graph (the next run tries again). */
+SY_API sy_status_t sy_graph_cache_run(sy_graph_cache_t cache, int n, cudaStream_t stream);
+/* The step of n's bucket (n = 0: every bucket) changed its pointers or scalars: its next run captures it again and
+ * updates its graph. Host-side, immediate. */
+SY_API sy_status_t sy_graph_cache_refresh(sy_graph_cache_t cache, int n);
+/* stats->size must be set (SY_GRAPH_CACHE_STATS_INIT). */
+SY_API sy_status_t sy_graph_cache_stats(sy_graph_cache_t cache, sy_graph_cache_stats_t *stats);
+
 #ifdef __cplusplus
 }
 #endif

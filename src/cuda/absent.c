@@ -5,6 +5,7 @@
  * line that says why. The full build compiles the .cu files of src/cuda instead of this file.
  */
 #include "core/internal.h"
+#include "exec/graph.h"
 #include "mem/pool.h"
 
 #include <stdio.h>
@@ -41,3 +42,13 @@ void sy__cuda_pinned_free(void *ptr) {}
 sy_status_t sy__cuda_host_func(cudaStream_t stream, void (*fn)(void *), void *arg, const char *func) {
   return SY_ERR_UNSUPPORTED;
 }
+
+/* The graph cache's cuda side (src/cuda/graph.cu): never reached. */
+sy_status_t sy__cuda_stream_capturing(cudaStream_t stream, int *capturing) { return SY_ERR_UNSUPPORTED; }
+sy_status_t sy__cuda_graph_capture(cudaStream_t stream, sy_graph_step_fn step, void *user, int bucket, void **graph) {
+  return SY_ERR_UNSUPPORTED;
+}
+sy_status_t sy__cuda_graph_instantiate(void *graph, void **exec) { return SY_ERR_UNSUPPORTED; }
+sy_status_t sy__cuda_graph_update(void *exec, void *graph, int *updated) { return SY_ERR_UNSUPPORTED; }
+sy_status_t sy__cuda_graph_launch(void *exec, cudaStream_t stream) { return SY_ERR_UNSUPPORTED; }
+void sy__cuda_graph_destroy(void *graph, void *exec) {}
