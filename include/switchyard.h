@@ -795,8 +795,9 @@ SY_API sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config
 /* Accepted after an error. Allocations not yet freed are freed (a warning names how many); work still using
  * them must be done (the pool's memory goes back to the device when it is). */
 SY_API sy_status_t sy_pool_destroy(sy_pool_t pool);
-/* Stream-ordered, graph-capturable (a capture records an allocation node). bytes > 0; *ptr is 256-byte
- * aligned. Fails with SY_ERR_NO_MEMORY (nothing allocated) when the device has no room. */
+/* Stream-ordered, graph-capturable (a capture records an allocation node; the pool counts the capture, not the
+ * replays, so a graph must free what it allocates). bytes > 0; *ptr is 256-byte aligned. Fails with
+ * SY_ERR_NO_MEMORY (nothing allocated) when the device has no room. */
 SY_API sy_status_t sy_pool_alloc(sy_pool_t pool, size_t bytes, void **ptr, cudaStream_t stream);
 /* Stream-ordered, graph-capturable. ptr must be a live allocation of this pool (else SY_ERR_INVALID_ARG, nothing
  * freed). Accepted after an error. */

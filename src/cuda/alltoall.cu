@@ -46,6 +46,7 @@ __host__ __device__ inline uint32_t a2a_piece_count(uint64_t bytes, int world_si
  * the trace points (SY_TRACE_FILE). A kernel instance each, so that no branch jumps over the other's code. */
 template <int MAXW, bool TICKETS, bool TRACE>
 __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_constant__ a2a_params<MAXW> P) {
+  pdl_begin();
   const dev_ctx &ctx = P.ctx;
   const int W = ctx.world_size, me = ctx.rank;
   uint64_t *data = (uint64_t *)(ctx.ctrl + ctx.layout.a2a_data);
@@ -197,9 +198,7 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
   void (*const kernels[2][2])(a2a_params<MAXW>) = {
       {alltoallv_kernel<MAXW, false, false>, alltoallv_kernel<MAXW, false, true>},
       {alltoallv_kernel<MAXW, true, false>, alltoallv_kernel<MAXW, true, true>}};
-  kernels[dynamic][st->ctx.trace != nullptr]<<<grid, A2A_THREADS, 0, stream>>>(P);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch_pdl(kernels[dynamic][st->ctx.trace != nullptr], (int)grid, A2A_THREADS, 0, stream, P);
 }
 
 sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStream_t stream) {

@@ -1,6 +1,7 @@
 /*
  * signal.cu — the stream-ordered barrier and the bounded signal wait. Both keep their call number on the
- * device (dev_state), so a captured graph stays right on every replay, and neither needs a reset.
+ * device (dev_state), so a captured graph stays right on every replay, and neither needs a reset. Both launch
+ * with programmatic dependent launch (exec/launch.cuh) like every kernel of the library.
  */
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -12,6 +13,7 @@ namespace sy {
 /* One block, one thread per peer: raise this rank's arrival at every peer (direct store where the peer is
  * load/store reachable, an NVSHMEM signal otherwise), then wait for every peer's arrival. */
 __global__ void barrier_kernel(dev_ctx ctx) {
+  pdl_begin();
   const int peer = threadIdx.x;
   const uint64_t call = ctx.state->barrier_calls + 1;
   uint64_t *arrive = (uint64_t *)(ctx.ctrl + ctx.layout.barrier);
@@ -36,24 +38,27 @@ __global__ void barrier_kernel(dev_ctx ctx) {
   }
 }
 
-__global__ void signal_wait_kernel(dev_ctx ctx, const uint64_t *signal, uint64_t value) {
-  trace(ctx, OP_SIGNAL_WAIT, PH_WAIT, true, -1, value);
-  wait_geq(ctx, signal, value, OP_SIGNAL_WAIT, ctx.rank, value);
-  trace(ctx, OP_SIGNAL_WAIT, PH_WAIT, false, -1, value);
+struct signal_wait_params {
+  dev_ctx ctx;
+  const uint64_t *signal;
+  uint64_t value;
+};
+
+__global__ void signal_wait_kernel(signal_wait_params P) {
+  pdl_begin();
+  trace(P.ctx, OP_SIGNAL_WAIT, PH_WAIT, true, -1, P.value);
+  wait_geq(P.ctx, P.signal, P.value, OP_SIGNAL_WAIT, P.ctx.rank, P.value);
+  trace(P.ctx, OP_SIGNAL_WAIT, PH_WAIT, false, -1, P.value);
 }
 
 sy_status_t launch_barrier(cuda_state *st, cudaStream_t stream) {
   int threads = st->ctx.world_size < 1024 ? st->ctx.world_size : 1024;
   threads = (threads + 31) / 32 * 32;
-  barrier_kernel<<<1, threads, 0, stream>>>(st->ctx);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch_pdl(barrier_kernel, 1, threads, 0, stream, st->ctx);
 }
 
 sy_status_t launch_signal_wait(cuda_state *st, uint64_t *signal, uint64_t value, cudaStream_t stream) {
-  signal_wait_kernel<<<1, 1, 0, stream>>>(st->ctx, signal, value);
-  SY_CUDA_CHECK(cudaGetLastError());
-  return SY_SUCCESS;
+  return launch_pdl(signal_wait_kernel, 1, 1, 0, stream, signal_wait_params{st->ctx, signal, value});
 }
 
 } // namespace sy

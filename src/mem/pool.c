@@ -34,7 +34,7 @@ static size_t slot_of(const void *ptr, size_t cap) {
 }
 
 static live_entry_t *live_find(sy_pool_t pool, const void *ptr) {
-  if (!pool->cap) return NULL;
+  if (!pool->cap || ptr == NULL || ptr == TOMBSTONE) return NULL; /* neither is ever an allocation */
   for (size_t i = slot_of(ptr, pool->cap), n = 0; n < pool->cap; i = (i + 1) & (pool->cap - 1), n++) {
     if (pool->live[i].ptr == NULL) return NULL;
     if (pool->live[i].ptr == ptr) return &pool->live[i];
