@@ -795,15 +795,16 @@ SY_API sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config
 /* Accepted after an error. Allocations not yet freed are freed (a warning names how many); work still using
  * them must be done (the pool's memory goes back to the device when it is). */
 SY_API sy_status_t sy_pool_destroy(sy_pool_t pool);
-/* Stream-ordered, graph-capturable (a capture records an allocation node; the pool counts the capture, not the
- * replays, so a graph must free what it allocates). bytes > 0; *ptr is 256-byte aligned. Fails with
- * SY_ERR_NO_MEMORY (nothing allocated) when the device has no room. */
+/* Stream-ordered, graph-capturable: inside a capture the allocation is the graph's (CUDA's graph memory nodes),
+ * outside the pool's reserve, threshold and trim; the pool counts the capture, not the replays, so a graph must
+ * free what it allocates, and a capture that is abandoned leaves its allocation counted live. bytes > 0; *ptr is
+ * 256-byte aligned. Fails with SY_ERR_NO_MEMORY (nothing allocated) when the device has no room. */
 SY_API sy_status_t sy_pool_alloc(sy_pool_t pool, size_t bytes, void **ptr, cudaStream_t stream);
-/* Stream-ordered, graph-capturable. ptr must be a live allocation of this pool (else SY_ERR_INVALID_ARG, nothing
- * freed). Accepted after an error. */
+/* Stream-ordered, graph-capturable (inside a capture: an allocation of the same capture). ptr must be a live
+ * allocation of this pool (else SY_ERR_INVALID_ARG, nothing freed). Accepted after an error. */
 SY_API sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream);
-/* Gives unused memory back to the device until the pool holds at most keep_bytes more than its live
- * allocations need (cudaMemPoolTrimTo); host-side, synchronises nothing. */
+/* Gives unused memory back to the device until the pool holds about keep_bytes in all, never less than its live
+ * allocations' chunks (cudaMemPoolTrimTo: a chunk partly in use stays); host-side, synchronises nothing. */
 SY_API sy_status_t sy_pool_trim(sy_pool_t pool, size_t keep_bytes);
 /* stats->size must be set (SY_POOL_STATS_INIT). Host-side; answers after an error. */
 SY_API sy_status_t sy_pool_stats(sy_pool_t pool, sy_pool_stats_t *stats);
@@ -825,7 +826,7 @@ typedef struct sy_host_pool_stats {
   int slots;           /* [out] slots in the pool */
   int free_slots;      /* [out] slots free now */
   uint64_t acquires;   /* [out] successful sy_host_pool_acquire calls */
-  uint64_t waits;      /* [out] of those, how many found no free slot and waited */
+  uint64_t waits;      /* [out] acquires that found no free slot and waited (those that timed out too) */
   uint64_t wait_ns;    /* [out] host time spent in those waits */
 } sy_host_pool_stats_t;
 #define SY_HOST_POOL_STATS_INIT {sizeof(sy_host_pool_stats_t), 0, 0, 0, 0, 0}

@@ -302,6 +302,8 @@ static void fn_pool_many(rank_ctx_t *ctx) {
   used -= free_entries(pool, e + MANY / 2, MANY - MANY / 2);
   check_pool_counts(pool, 0, high, MANY, MANY);
   for (size_t i = 0; i < MANY; i += 97) CHECK_STATUS(sy_pool_free(pool, e[i].ptr, NULL), SY_ERR_INVALID_ARG);
+  /* the table's own marker for an erased entry is never taken for an allocation */
+  CHECK_STATUS(sy_pool_free(pool, (void *)1, NULL), SY_ERR_INVALID_ARG);
 
   /* The churn: a small live set over a table full of tombstones; every free must find its pointer. */
   size_t live = 0;
