@@ -863,10 +863,10 @@ typedef sy_status_t (*sy_graph_step_fn)(void *user, int bucket, cudaStream_t str
 typedef struct sy_graph_cache_config {
   size_t size;        /* sizeof(sy_graph_cache_config_t) */
   const int *buckets; /* [in] ascending, > 0, copied; NULL: 1, 2, 4, then steps of 8 to 256, then steps of 16 to
-                         max_bucket */
-  int num_buckets;    /* [in] with buckets */
-  int max_bucket;     /* [in] with the default buckets: the largest (default 512, at least 256) */
-  int warmup;         /* [in] eager runs of a bucket's step before its capture (default 1) */
+                         max_bucket, and max_bucket */
+  int num_buckets;    /* [in] with buckets: 1 to 4096 */
+  int max_bucket;     /* [in] with the default buckets: the largest (default 512; 256 to 65536) */
+  int warmup;         /* [in] eager runs of a bucket's step before its capture (default 1; 0 to 100) */
 } sy_graph_cache_config_t;
 #define SY_GRAPH_CACHE_CONFIG_INIT {sizeof(sy_graph_cache_config_t), NULL, 0, 512, 1}
 
@@ -889,7 +889,8 @@ SY_API sy_status_t sy_graph_cache_destroy(sy_graph_cache_t cache);
 /* The bucket that runs n: the smallest >= n (SY_ERR_INVALID_ARG naming n when n < 1 or above the largest). */
 SY_API sy_status_t sy_graph_cache_bucket(sy_graph_cache_t cache, int n, int *bucket);
 /* One step for n on stream (not NULL on the cuda backend; not capturing): the bucket's graph, made first if
- * needed. A failure in the step or the capture leaves the bucket without a graph (the next run tries again). */
+ * needed. A failure in the step or the capture leaves the bucket as it was (without a graph, or with its old one
+ * and still marked for a new capture): the next run tries again. */
 SY_API sy_status_t sy_graph_cache_run(sy_graph_cache_t cache, int n, cudaStream_t stream);
 /* The step of n's bucket (n = 0: every bucket) changed its pointers or scalars: its next run captures it again and
  * updates its graph. Host-side, immediate. */

@@ -27,22 +27,23 @@ struct sy_graph_cache {
   sy_graph_cache_stats_t stats;
 };
 
-/* vLLM's capture sizes: 1, 2, 4, then 8 .. 256 by 8, then by 16 to max_bucket. Returns the count (out may be
- * NULL). */
+/* vLLM's capture sizes: 1, 2, 4, then 8 .. 256 by 8, then by 16 up to max_bucket, and max_bucket itself where the
+ * steps miss it. Returns the count (out may be NULL). */
 static int default_buckets(int max_bucket, int *out) {
-  int n = 0;
+  int n = 0, last = 0;
   for (int b = 1; b <= 4; b *= 2) n += out ? (out[n] = b, 1) : 1;
   for (int b = 8; b <= 256; b += 8) n += out ? (out[n] = b, 1) : 1;
-  for (int b = 272; b <= max_bucket; b += 16) n += out ? (out[n] = b, 1) : 1;
+  for (int b = 272; b <= max_bucket; b += 16) n += out ? (out[n] = b, 1) : 1, last = b;
+  if (max_bucket > 256 && last != max_bucket) n += out ? (out[n] = max_bucket, 1) : 1;
   return n;
 }
 
 sy_status_t sy_graph_cache_create(sy_comm_t comm, const sy_graph_cache_config_t *config, sy_graph_step_fn step,
                                   void *user, sy_graph_cache_t *cache) {
   static const char *fn = "sy_graph_cache_create";
-  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(cache != NULL, fn, "cache is NULL");
   *cache = NULL;
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(step != NULL, fn, "step is NULL");
   sy_graph_cache_config_t c = SY_GRAPH_CACHE_CONFIG_INIT;
   if (config) {
@@ -146,8 +147,9 @@ sy_status_t sy_graph_cache_run(sy_graph_cache_t cache, int n, cudaStream_t strea
   const int i = n >= 1 ? bucket_index(cache, n) : -1;
   SY_ARG_CHECK(i >= 0, fn, "n=%d outside [1, %d] (the largest bucket)", n, cache->buckets[cache->num_buckets - 1]);
   if (cache->comm->backend != SY_BACKEND_CUDA) {
-    cache->stats.eager_runs++;
-    return cache->step(cache->user, cache->buckets[i], stream);
+    SY_CHECK(cache->step(cache->user, cache->buckets[i], stream));
+    cache->stats.eager_runs++; /* counted when it ran, as the warm-ups are */
+    return SY_SUCCESS;
   }
   SY_CHECK(sy__check_stream(cache->comm, stream, fn));
   int capturing = 0;

@@ -123,6 +123,23 @@ static void fn_default_buckets(rank_ctx_t *ctx) {
     if (cache) check_default_buckets(cache, maxima[i]);
     CHECK_OK(sy_graph_cache_destroy(cache));
   }
+  /* A max_bucket off the grid of 16s is a bucket of its own, after the grid's last below it. */
+  static const int off_grid[][3] = {{1000, 992, 993}, {257, 256, 257}, {300, 288, 289}};
+  for (size_t i = 0; i < sizeof off_grid / sizeof off_grid[0]; i++) {
+    sy_graph_cache_config_t config = SY_GRAPH_CACHE_CONFIG_INIT;
+    config.max_bucket = off_grid[i][0];
+    cache = NULL;
+    CHECK_OK(sy_graph_cache_create(ctx->comm, &config, step_record, &log, &cache));
+    int b = 0;
+    CHECK_OK(sy_graph_cache_bucket(cache, off_grid[i][1], &b));
+    CHECK_EQ_INT(b, off_grid[i][1]);
+    CHECK_OK(sy_graph_cache_bucket(cache, off_grid[i][2], &b));
+    CHECK_EQ_INT(b, off_grid[i][0]);
+    CHECK_OK(sy_graph_cache_bucket(cache, off_grid[i][0], &b));
+    CHECK_EQ_INT(b, off_grid[i][0]);
+    CHECK_STATUS(sy_graph_cache_bucket(cache, off_grid[i][0] + 1, &b), SY_ERR_INVALID_ARG);
+    CHECK_OK(sy_graph_cache_destroy(cache));
+  }
   /* An older caller's shorter config (no max_bucket, no warmup): the fields past its size take their defaults. */
   sy_graph_cache_config_t old = SY_GRAPH_CACHE_CONFIG_INIT;
   old.size = offsetof(sy_graph_cache_config_t, max_bucket);
