@@ -175,6 +175,10 @@ static void spinner_stop(spinner_t *sp, const char *what) {
             SPIN_BOUND_NS * 1e-9, *sp->state);
 }
 
+/* Set when kernels_overlap found kernels serialised (compute-sanitizer): the GPU then keeps pace with the host,
+ * which may never wait for a staging slot (check 5). */
+static bool g_serialised = false;
+
 /* The premise of checks 1 and 2: a plain kernel on `other` runs while a spinner holds `spin_stream`. */
 static bool kernels_overlap(fixture_t *f, cudaStream_t spin_stream, cudaStream_t other, const char *what) {
   spinner_start(&f->spin, spin_stream, what);
@@ -183,6 +187,7 @@ static bool kernels_overlap(fixture_t *f, cudaStream_t spin_stream, cudaStream_t
   const bool overlap = wait_stream(other, STALL_S) && cudaStreamQuery(spin_stream) == cudaErrorNotReady;
   spinner_stop(&f->spin, what);
   finish_stream(other, DONE_S, what);
+  if (!overlap) g_serialised = true;
   if (!overlap)
     printf(
         "[test rank %d] %s: not run: no kernel ran beside a spinning one in %.0f s (serialised: compute-sanitizer?)\n",
@@ -477,7 +482,8 @@ static void check_host_pool(fixture_t *f) {
             hs.free_slots, STALL_S, slots, slots);
   if (hs.acquires != (uint64_t)batches)
     GT_FAIL("%s: acquires %llu, want %d", what, (unsigned long long)hs.acquires, batches);
-  if (hs.waits == 0) GT_FAIL("%s: waits 0: the host never waited for a slot, so slot reuse was not exercised", what);
+  if (hs.waits == 0 && !g_serialised)
+    GT_FAIL("%s: waits 0: the host never waited for a slot, so slot reuse was not exercised", what);
   printf("[test rank %d] %s: %d batches through %d slots, the host waited %llu times (%.2f ms)\n", gt_rank, what, done,
          slots, (unsigned long long)hs.waits, hs.wait_ns * 1e-6);
   /* refused: a pointer that is not a slot; a slot released twice (nothing changed either time) */
