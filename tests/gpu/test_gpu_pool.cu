@@ -7,7 +7,8 @@
  *      (threshold 0); bad frees and allocations refused with nothing changed;
  *   4. memory freed on one stream reaches another only in stream order (after an event, and without one);
  *   5. host-pool slots never come back before the stream is done with them (300 batches through 3 slots);
- *   6. alloc / free inside a stream capture, replayed; a host-pool release inside a capture refused.
+ *   6. alloc / free inside a stream capture, replayed; a host-pool release inside a capture refused;
+ *   7. attention plans built and uploaded (sy_attn_plan_create, _create_async) while the legacy stream spins.
  * Nothing may hang: every wait for the GPU polls with a host-side deadline, the spinner kernels end themselves
  * after SPIN_BOUND_NS, and an alarm ends the process as a last resort. Checks 1 and 2 need two kernels of one
  * process to run at once; where they do not (compute-sanitizer runs kernels one at a time) a probe says so and
@@ -18,182 +19,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "gpu_test.h"
-
-#define SPIN_BOUND_NS 6000000000ull /* a spinner ends itself after 6 s, released or not */
-#define STALL_S       4.0           /* what other work may take while a spinner runs (inside its bound) */
-#define DONE_S        60.0          /* what finite work may take (generous: compute-sanitizer is slow) */
-#define ALARM_S       400           /* the whole test, as a last resort */
-
-typedef struct {
-  volatile int *flag, *state; /* pinned and mapped: the host releases the spinner; the spinner says where it is */
-  int *flag_dev, *state_dev;
-  cudaStream_t stream;
-} spinner_t;
-
-typedef struct {
-  sy_comm_t comm;
-  sy_pool_t pool; /* default config (keeps its memory); shared by checks 1, 2, 4, 6 */
-  spinner_t spin;
-  uint32_t *host;    /* pinned, 1 MiB: results copied back */
-  uint32_t *scratch; /* device, 4 KiB: the concurrency probe's kernel */
-} fixture_t;
-
-/* ---- kernels ------------------------------------------------------------------------------------------- */
-__device__ static inline uint64_t global_ns(void) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-/* Word k of the payload for `seed`; never zero, so unwritten (zeroed) memory shows. */
-__host__ __device__ static inline uint32_t pattern(uint32_t seed, uint32_t k) {
-  uint32_t x = (seed + 1u) * 0x9E3779B1u ^ (k * 0x85EBCA6Bu);
-  x ^= x >> 15;
-  x *= 0x2C1B3C6Du;
-  x ^= x >> 12;
-  return x | 1u;
-}
-
-enum { SPIN_IDLE = 0, SPIN_RUNNING = 1, SPIN_RELEASED = 2, SPIN_TIMED_OUT = 3 };
-
-__global__ void spin_kernel(volatile int *flag, volatile int *state, uint64_t bound_ns) {
-  const uint64_t t0 = global_ns();
-  *state = SPIN_RUNNING;
-  __threadfence_system();
-  while (*flag == 0) {
-    if (global_ns() - t0 > bound_ns) {
-      *state = SPIN_TIMED_OUT;
-      return;
-    }
-    __nanosleep(1000);
-  }
-  *state = SPIN_RELEASED;
-}
-
-__global__ void delay_kernel(uint64_t ns) {
-  const uint64_t t0 = global_ns();
-  while (global_ns() - t0 < ns) {
-  }
-}
-
-/* seed_dev non-NULL: the seed is read on the device at run time (a graph's replays each write a new one). */
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed, const uint32_t *seed_dev = NULL) {
-  const uint32_t s = seed_dev ? *seed_dev : seed;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = pattern(s, (uint32_t)i);
-}
-
-__global__ void set_seed_kernel(uint32_t *seed, uint32_t value) { *seed = value; }
-
-/* Counts the words of `copied` (wrong[0]) and of the host slot read through its mapped address (wrong[1]) that
- * are not batch `seed`'s payload. */
-__global__ void check_batch_kernel(const uint32_t *copied, const uint32_t *slot, size_t n, uint32_t seed,
-                                   unsigned long long *wrong) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const uint32_t want = pattern(seed, (uint32_t)i);
-    if (copied[i] != want) atomicAdd(&wrong[0], 1ull);
-    if (slot[i] != want) atomicAdd(&wrong[1], 1ull);
-  }
-}
-
-/* ---- host helpers -------------------------------------------------------------------------------------- */
-static void on_alarm(int sig) {
-  static const char msg[] = "test_gpu_pool: still running at the alarm: a wait without a deadline hung\n";
-  (void)sig;
-  if (write(2, msg, sizeof msg - 1) < 0) _exit(2);
-  _exit(1);
-}
-
-/* Polls until `stream` is done or `seconds` pass: true when done. A CUDA error (not "not ready") ends the test. */
-static bool wait_stream(cudaStream_t stream, double seconds) {
-  const double deadline = gt_now_s() + seconds;
-  for (;;) {
-    const cudaError_t err = cudaStreamQuery(stream);
-    if (err == cudaSuccess) return true;
-    if (err != cudaErrorNotReady) {
-      GT_FAIL("cudaStreamQuery: %s", cudaGetErrorString(err));
-      exit(1);
-    }
-    if (gt_now_s() > deadline) return false;
-    sched_yield();
-  }
-}
-
-/* Work that must end: a stream still busy after `seconds` ends the test (later calls could block on it). */
-static void finish_stream(cudaStream_t stream, double seconds, const char *what) {
-  if (!wait_stream(stream, seconds)) {
-    GT_FAIL("%s: the stream is still busy after %.0f s", what, seconds);
-    exit(1);
-  }
-}
-
-static size_t expect_pattern(const char *what, const uint32_t *got, size_t n, uint32_t seed) {
-  size_t wrong = 0;
-  for (size_t k = 0; k < n; k++) {
-    if (got[k] == pattern(seed, (uint32_t)k)) continue;
-    if (wrong < 3)
-      GT_FAIL("%s: word %zu is 0x%08x, want 0x%08x (seed %u)", what, k, got[k], pattern(seed, (uint32_t)k), seed);
-    wrong++;
-  }
-  if (wrong) GT_FAIL("%s: %zu of %zu words wrong", what, wrong, n);
-  return wrong;
-}
-
-/* A library call inside a check: a failure is reported and the check goes on. Evaluates to true on success. */
-#define EXPECT_OK(what, call) expect_ok_((what), #call, (call))
-static bool expect_ok_(const char *what, const char *call, sy_status_t st) {
-  if (st != SY_SUCCESS) GT_FAIL("%s: %s returned %s (%s)", what, call, sy_status_name(st), sy_status_string(st));
-  return st == SY_SUCCESS;
-}
-
-static void expect_refused(const char *what, const char *call, sy_status_t st) {
-  if (st != SY_ERR_INVALID_ARG) GT_FAIL("%s: %s returned %s, want SY_ERR_INVALID_ARG", what, call, sy_status_name(st));
-}
-
-/* Launches the spinner on `stream` and waits (bounded) until it runs. */
-static void spinner_start(spinner_t *sp, cudaStream_t stream, const char *what) {
-  *sp->flag = 0;
-  *sp->state = SPIN_IDLE;
-  sp->stream = stream;
-  spin_kernel<<<1, 1, 0, stream>>>(sp->flag_dev, sp->state_dev, SPIN_BOUND_NS);
-  GT_CUDA(cudaGetLastError());
-  const double deadline = gt_now_s() + DONE_S;
-  while (*sp->state == SPIN_IDLE && gt_now_s() < deadline) sched_yield();
-  if (*sp->state == SPIN_IDLE) {
-    GT_FAIL("%s: the spinner kernel did not start in %.0f s", what, DONE_S);
-    exit(1);
-  }
-}
-
-/* Releases the spinner, waits (bounded) for its stream; the spinner must have been released, not timed out. */
-static void spinner_stop(spinner_t *sp, const char *what) {
-  *sp->flag = 1;
-  finish_stream(sp->stream, DONE_S, what);
-  if (*sp->state != SPIN_RELEASED)
-    GT_FAIL("%s: the spinner ended by its %.0f s bound (state %d), not released: the host was held up", what,
-            SPIN_BOUND_NS * 1e-9, *sp->state);
-}
-
-/* Set when kernels_overlap found kernels serialised (compute-sanitizer): the GPU then keeps pace with the host,
- * which may never wait for a staging slot (check 5). */
-static bool g_serialised = false;
-
-/* The premise of checks 1 and 2: a plain kernel on `other` runs while a spinner holds `spin_stream`. */
-static bool kernels_overlap(fixture_t *f, cudaStream_t spin_stream, cudaStream_t other, const char *what) {
-  spinner_start(&f->spin, spin_stream, what);
-  fill_kernel<<<1, 32, 0, other>>>(f->scratch, 32, 7);
-  GT_CUDA(cudaGetLastError());
-  const bool overlap = wait_stream(other, STALL_S) && cudaStreamQuery(spin_stream) == cudaErrorNotReady;
-  spinner_stop(&f->spin, what);
-  finish_stream(other, DONE_S, what);
-  if (!overlap) g_serialised = true;
-  if (!overlap)
-    printf(
-        "[test rank %d] %s: not run: no kernel ran beside a spinning one in %.0f s (serialised: compute-sanitizer?)\n",
-        gt_rank, what, STALL_S);
-  return overlap;
-}
+#include "stream_test.cuh"
 
 /* ---- 1. no device-wide stall --------------------------------------------------------------------------- */
 /* 200 rounds of (alloc 1 MiB, a kernel writing it, free) on stream B while a kernel spins on stream A: B must
@@ -577,6 +403,61 @@ static void check_release_in_capture(fixture_t *f, cudaStream_t c) {
   GT_OK(sy_host_pool_destroy(hp));
 }
 
+/* ---- 7. attention plans built without a device synchronisation ------------------------------------------ */
+/* A spinner on the legacy default stream; meanwhile sy_attn_plan_create (the communicator's own stream, waited for)
+ * and sy_attn_plan_create_async on stream B build and upload plans: both must finish while the spinner still runs
+ * (the old upload's cudaMalloc / synchronous cudaMemcpy waited for the legacy stream). The communicator's own
+ * stream, pool and staging are made at its first plan, before the spinner (creating pinned memory may
+ * synchronise). Each rank: 4 sequences of 256 tokens, sequence i to rank (r + i) mod W, no KV. */
+static void check_plans(fixture_t *f, int rank, int world) {
+  const char *what = "check 7 (attention plans, no device synchronisation)";
+  enum { SEQS = 4 };
+  int num_seqs[64], q_dst_all[64][SEQS];
+  int64_t num_tokens[64], lens_all[64][SEQS];
+  const int64_t *lens[64];
+  const int *q_dst[64];
+  if (world > 64) return;
+  for (int r = 0; r < world; r++) {
+    num_seqs[r] = SEQS;
+    num_tokens[r] = 256 * SEQS;
+    for (int i = 0; i < SEQS; i++) lens_all[r][i] = 256, q_dst_all[r][i] = (r + i) % world;
+    lens[r] = lens_all[r];
+    q_dst[r] = q_dst_all[r];
+  }
+  sy_attn_plan_desc_t d = SY_ATTN_PLAN_DESC_INIT;
+  d.world_size = world;
+  d.max_replicas = 0;
+  d.num_seqs = num_seqs;
+  d.num_tokens = num_tokens;
+  d.seq_lens = lens;
+  d.q_dst = q_dst;
+  sy_attn_plan_t warm = NULL, p1 = NULL, p2 = NULL;
+  GT_OK(sy_attn_plan_create(f->comm, &d, &warm)); /* the communicator's own stream, pool and staging */
+  GT_OK(sy_attn_plan_destroy(warm));
+  cudaStream_t b;
+  GT_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  if (kernels_overlap(f, cudaStreamLegacy, b, what)) {
+    spinner_start(&f->spin, cudaStreamLegacy, what);
+    const double t0 = gt_now_s();
+    EXPECT_OK(what, sy_attn_plan_create(f->comm, &d, &p1));
+    EXPECT_OK(what, sy_attn_plan_create_async(f->comm, &d, NULL, NULL, b, &p2));
+    const bool b_done = wait_stream(b, STALL_S);
+    const double t_all = gt_now_s() - t0;
+    const cudaError_t legacy_now = cudaStreamQuery(cudaStreamLegacy);
+    if (!b_done) GT_FAIL("%s: stream B was not done %.1f s after the plans were built", what, t_all);
+    if (legacy_now != cudaErrorNotReady)
+      GT_FAIL("%s: the legacy stream's spinner was over (%s) after %.3f s: building a plan waited for it", what,
+              cudaGetErrorName(legacy_now), t_all);
+    spinner_stop(&f->spin, what);
+    printf("[test rank %d] %s: two plans built and uploaded in %.3f ms beside a spinning legacy stream\n", rank, what,
+           t_all * 1e3);
+    if (p2) EXPECT_OK(what, sy_attn_plan_destroy_async(p2, b));
+    finish_stream(b, DONE_S, what);
+    if (p1) EXPECT_OK(what, sy_attn_plan_destroy(p1));
+  }
+  GT_CUDA(cudaStreamDestroy(b));
+}
+
 int main(void) {
   signal(SIGALRM, on_alarm);
   alarm(ALARM_S);
@@ -606,6 +487,7 @@ int main(void) {
   check_graph_replays(&f, c);
   check_release_in_capture(&f, c);
   GT_CUDA(cudaStreamDestroy(c));
+  check_plans(&f, rank, world);
 
   sy_pool_stats_t end = SY_POOL_STATS_INIT;
   GT_OK(sy_pool_stats(f.pool, &end));

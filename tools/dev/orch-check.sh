@@ -12,4 +12,4 @@ timeout 150 compute-sanitizer --tool memcheck $T/test_gpu_pool > $O/memcheck_poo
 timeout 120 $B/syrun -n 1 $B/sy-bench --no-nccl -n 50 --json $O/bench_pool.json pool > $O/pool.txt 2>&1; echo "pool rc=$?" >> $O/summary.txt
 timeout 120 python3 tools/dev/torch-alloc-bench.py > $O/torch.txt 2>&1; echo "torch rc=$?" >> $O/summary.txt
 for pdl in 1 0; do SY_PDL=$pdl timeout 120 $B/syrun -n 1 $B/sy-bench --no-nccl -n 50 -b 4K -e 1M alltoall > $O/a2a_pdl$pdl.txt 2>&1; SY_PDL=$pdl timeout 120 $B/syrun -n 1 $B/sy-bench --no-nccl -n 50 --tokens 1,128 moe-ll > $O/moell_pdl$pdl.txt 2>&1; done
-tar czf $O/logs.tgz -C /tmp/gc logs
+cp /tmp/gc/logs.tar.gz $O/ 2>/dev/null
