@@ -776,7 +776,8 @@ typedef struct sy_pool_config {
    * loop never asks the device again */
   size_t release_threshold;
 } sy_pool_config_t;
-#define SY_POOL_CONFIG_INIT {sizeof(sy_pool_config_t), SIZE_MAX}
+#define SY_POOL_CONFIG_INIT \
+  { sizeof(sy_pool_config_t), SIZE_MAX }
 
 typedef struct sy_pool_stats {
   size_t size;          /* sizeof(sy_pool_stats_t), set by the caller */
@@ -788,7 +789,8 @@ typedef struct sy_pool_stats {
   uint64_t frees;       /* [out] successful sy_pool_free calls */
   uint64_t live;        /* [out] allocations not yet freed */
 } sy_pool_stats_t;
-#define SY_POOL_STATS_INIT {sizeof(sy_pool_stats_t), 0, 0, 0, 0, 0, 0, 0}
+#define SY_POOL_STATS_INIT \
+  { sizeof(sy_pool_stats_t), 0, 0, 0, 0, 0, 0, 0 }
 
 /* config NULL: SY_POOL_CONFIG_INIT. */
 SY_API sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config, sy_pool_t *pool);
@@ -819,17 +821,19 @@ typedef struct sy_host_pool_config {
   size_t slot_bytes; /* [in] bytes of each slot (no default: > 0) */
   int slots;         /* [in] how many slots (default 4, at most 1024) */
 } sy_host_pool_config_t;
-#define SY_HOST_POOL_CONFIG_INIT {sizeof(sy_host_pool_config_t), 0, 4}
+#define SY_HOST_POOL_CONFIG_INIT \
+  { sizeof(sy_host_pool_config_t), 0, 4 }
 
 typedef struct sy_host_pool_stats {
-  size_t size;         /* sizeof(sy_host_pool_stats_t), set by the caller */
-  int slots;           /* [out] slots in the pool */
-  int free_slots;      /* [out] slots free now */
-  uint64_t acquires;   /* [out] successful sy_host_pool_acquire calls */
-  uint64_t waits;      /* [out] acquires that found no free slot and waited (those that timed out too) */
-  uint64_t wait_ns;    /* [out] host time spent in those waits */
+  size_t size;       /* sizeof(sy_host_pool_stats_t), set by the caller */
+  int slots;         /* [out] slots in the pool */
+  int free_slots;    /* [out] slots free now */
+  uint64_t acquires; /* [out] successful sy_host_pool_acquire calls */
+  uint64_t waits;    /* [out] acquires that found no free slot and waited (those that timed out too) */
+  uint64_t wait_ns;  /* [out] host time spent in those waits */
 } sy_host_pool_stats_t;
-#define SY_HOST_POOL_STATS_INIT {sizeof(sy_host_pool_stats_t), 0, 0, 0, 0, 0}
+#define SY_HOST_POOL_STATS_INIT \
+  { sizeof(sy_host_pool_stats_t), 0, 0, 0, 0, 0 }
 
 /* config must set slot_bytes. Pinned memory (cudaHostAlloc, portable and mapped: a kernel may read a slot by
  * its host address). */
@@ -868,7 +872,8 @@ typedef struct sy_graph_cache_config {
   int max_bucket;     /* [in] with the default buckets: the largest (default 512; 256 to 65536) */
   int warmup;         /* [in] eager runs of a bucket's step before its capture (default 1; 0 to 100) */
 } sy_graph_cache_config_t;
-#define SY_GRAPH_CACHE_CONFIG_INIT {sizeof(sy_graph_cache_config_t), NULL, 0, 512, 1}
+#define SY_GRAPH_CACHE_CONFIG_INIT \
+  { sizeof(sy_graph_cache_config_t), NULL, 0, 512, 1 }
 
 typedef struct sy_graph_cache_stats {
   size_t size;             /* sizeof(sy_graph_cache_stats_t), set by the caller */
@@ -879,7 +884,8 @@ typedef struct sy_graph_cache_stats {
   uint64_t replays;        /* [out] graph launches */
   int graphs;              /* [out] buckets with an instantiated graph */
 } sy_graph_cache_stats_t;
-#define SY_GRAPH_CACHE_STATS_INIT {sizeof(sy_graph_cache_stats_t), 0, 0, 0, 0, 0, 0}
+#define SY_GRAPH_CACHE_STATS_INIT \
+  { sizeof(sy_graph_cache_stats_t), 0, 0, 0, 0, 0, 0 }
 
 /* config NULL: SY_GRAPH_CACHE_CONFIG_INIT. step non-NULL; user is passed to it. */
 SY_API sy_status_t sy_graph_cache_create(sy_comm_t comm, const sy_graph_cache_config_t *config, sy_graph_step_fn step,

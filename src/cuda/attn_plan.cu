@@ -27,7 +27,8 @@ static void plan_device_free(void *device, cudaStream_t stream) {
 static size_t blob_bytes(const struct sy_attn_plan *plan) {
   const int W = plan->world_size, C = plan->max_replicas;
   size_t words = 0;
-  for (int d = 0; d < SY_ATTN_DIRS; d++) words += (size_t)(W + 1) + 2 * (size_t)W + 4 * (size_t)plan->dir[d].send_start[W];
+  for (int d = 0; d < SY_ATTN_DIRS; d++)
+    words += (size_t)(W + 1) + 2 * (size_t)W + 4 * (size_t)plan->dir[d].send_start[W];
   words += (size_t)plan->num_seqs + 1;
   const size_t kv_count = (size_t)plan->num_seqs * (size_t)(C > 0 ? C : 0);
   return words * sizeof(int64_t) + kv_count * sizeof(int) + 16;

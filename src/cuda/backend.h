@@ -148,8 +148,8 @@ sy_status_t launch_alltoallv(cuda_state *st, const sy_a2a_args_t *args, cudaStre
 extern "C" {
 sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn);
 void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn);
-sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan, sy_pool_t pool,
-                                      sy_host_pool_t staging, cudaStream_t stream);
+sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_plan *plan, sy_pool_t pool, sy_host_pool_t staging,
+                                      cudaStream_t stream);
 sy_status_t sy__cuda_attn_run(sy_comm_t comm, struct sy_attn *attn, const struct sy_attn_plan *plan,
                               const sy_attn_call_t *call, cudaStream_t stream);
 /* MoE low-latency dispatch and combine on the GPU (moe.cu). */

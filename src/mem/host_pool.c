@@ -8,15 +8,15 @@
 #include "mem/pool.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 enum { SLOT_FREE = 0, SLOT_HELD = 1, SLOT_ON_STREAM = 2 };
 #define SLOT_ALIGN 256
-#define MAX_SLOTS 1024
+#define MAX_SLOTS  1024
 
 typedef struct slot_cb {
   struct sy_host_pool *pool;
@@ -131,9 +131,10 @@ sy_status_t sy_host_pool_destroy(sy_host_pool_t pool) {
   }
   pthread_mutex_unlock(&pool->mu);
   if (pending) {
-    SY_WARN("sy_host_pool_destroy: %d slots given back on streams did not come back in %llu ms; leaking the pool "
-            "rather than freeing memory the GPU may still read",
-            pending, (unsigned long long)pool->timeout_ms);
+    SY_WARN(
+        "sy_host_pool_destroy: %d slots given back on streams did not come back in %llu ms; leaking the pool "
+        "rather than freeing memory the GPU may still read",
+        pending, (unsigned long long)pool->timeout_ms);
     return SY_ERR_TIMEOUT;
   }
   free_memory(pool);
@@ -156,9 +157,10 @@ sy_status_t sy_host_pool_acquire(sy_host_pool_t pool, void **slot) {
     pool->wait_ns += now_ns() - t0;
     if (pool->free_count == 0) {
       pthread_mutex_unlock(&pool->mu);
-      SY_WARN("sy_host_pool_acquire: no slot of %d came back in %llu ms (each held by the host, or given back on a "
-              "stream that has not reached the release)",
-              pool->slots, (unsigned long long)pool->timeout_ms);
+      SY_WARN(
+          "sy_host_pool_acquire: no slot of %d came back in %llu ms (each held by the host, or given back on a "
+          "stream that has not reached the release)",
+          pool->slots, (unsigned long long)pool->timeout_ms);
       return SY_ERR_TIMEOUT;
     }
   }

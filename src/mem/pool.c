@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define POOL_ALIGN 256
-#define TOMBSTONE ((void *)1)
+#define TOMBSTONE  ((void *)1)
 
 typedef struct live_entry {
   void *ptr; /* NULL: empty; TOMBSTONE: erased */
@@ -159,8 +159,7 @@ sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   static const char *fn = "sy_pool_free";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
   live_entry_t *e = ptr ? live_find(pool, ptr) : NULL;
-  SY_ARG_CHECK(e != NULL, fn, "ptr=%p is not a live allocation of this pool (never given out, or freed already)",
-               ptr);
+  SY_ARG_CHECK(e != NULL, fn, "ptr=%p is not a live allocation of this pool (never given out, or freed already)", ptr);
   SY_CHECK(sy__check_stream(pool->comm, stream, fn));
   return free_entry(pool, e, stream);
 }

@@ -124,8 +124,8 @@ __device__ __forceinline__ void reduce_rows(const ht_params &P, ht_pipe &pp, int
 /* A warp: token t's sum over its nr ranks' partials (rank[] ascending; index[]: the message's index in each
  * other rank's ring (me excluded): this rank's partial is made here from its rows), and its row values back to
  * their k. */
-__device__ __forceinline__ void reduce_token(const ht_params &P, ht_pipe &pp, int c, int t, const int *rank, const uint64_t *index,
-                                             int nr, const int32_t *rowbase_me, bool rows_ok) {
+__device__ __forceinline__ void reduce_token(const ht_params &P, ht_pipe &pp, int c, int t, const int *rank,
+                                             const uint64_t *index, int nr, const int32_t *rowbase_me, bool rows_ok) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
   bool has_me = false;
   for (int i = 0; i < nr; i++) has_me |= rank[i] == me;

@@ -79,7 +79,7 @@ __device__ __forceinline__ void pipe_gather(ht_pipe &pp, int n, size_t bytes, Pi
   const int lane = threadIdx.x & 31;
   const size_t lane16 = (size_t)lane * 16;
   const int passes = (int)((bytes + 511) / 512);
-  int ipass = 0, isrc = 0; /* the next piece to issue */
+  int ipass = 0, isrc = 0;  /* the next piece to issue */
   int islot = 0, rslot = 0; /* the slots of the next piece to issue and to read */
   auto issue = [&]() {
     if (ipass < passes) {
