@@ -25,6 +25,9 @@ SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch
 SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K",
            "all-to-all, attention: largest piece of one pair's bytes with its own signal (small pairs are cut finer, "
            "to 8K); same on every rank")
+SY_ENV_ID_(SY_A2A_CE, SY_ENV_SIZE, "0",
+           "all-to-all: a rank's bytes to itself, when at least this many, go by cudaMemcpyAsync (a copy engine) "
+           "before the kernel instead of by its stores; 0: never (bench/NOTES.md, \"copy engines\")")
 SY_ENV_ID_(SY_PIECE_ORDER, SY_ENV_STRING, "auto",
            "all-to-all, attention, calls with more pieces than blocks: blocks draw tickets (tickets) or keep a static "
            "share each (static); auto: tickets, but static for the all-to-all at world size 1 (bench/NOTES.md)")
@@ -32,7 +35,7 @@ SY_ENV_ID_(SY_TRACE_FILE, SY_ENV_STRING, "",
            "write per-phase device timestamps as Chrome trace JSON here at destroy; %r rank, %p pid")
 SY_ENV_ID_(SY_TRACE_EVENTS, SY_ENV_INT, "262144", "trace buffer capacity in events (32 bytes each)")
 SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1",
-           "launch the MoE and attention kernels with programmatic dependent launch (a kernel starts while the one "
+           "launch every kernel of the library with programmatic dependent launch (a kernel starts while the one "
            "before it ends)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
            "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")

@@ -293,6 +293,8 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   SY_CHECK(sy__env_int(SY_ENVID_SY_A2A_BLOCKS, &blocks));
   SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CHUNK, &max_piece));
   SY_CHECK(sy__env_bool(SY_ENVID_SY_FORCE_PUT, &force_put));
+  size_t ce_min = 0;
+  SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CE, &ce_min));
   if (blocks < 0 || max_piece < 16) {
     SY_WARN("SY_A2A_BLOCKS=%lld must be >= 0 and SY_A2A_CHUNK=%zu >= 16", blocks, max_piece);
     return SY_ERR_INVALID_ARG;
@@ -332,6 +334,7 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
                     : SY_ERR_CUDA,
                 s, fail);
   st->a2a_blocks = blocks > 0 ? (int)blocks : st->num_sms;
+  st->a2a_ce_min = ce_min;
 
   SY_CHECK_GOTO(comm->world_size == 1 ? sy__boot_open_trivial(&st->boot)
                                       : sy__boot_open(comm->rank, comm->world_size, config->boot_timeout_ms, &st->boot),
