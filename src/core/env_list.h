@@ -25,9 +25,9 @@ SY_ENV_ID_(SY_A2A_BLOCKS, SY_ENV_INT, "0", "all-to-all: thread blocks per launch
 SY_ENV_ID_(SY_A2A_CHUNK, SY_ENV_SIZE, "64K",
            "all-to-all, attention: largest piece of one pair's bytes with its own signal (small pairs are cut finer, "
            "to 8K); same on every rank")
-SY_ENV_ID_(SY_A2A_CE, SY_ENV_SIZE, "0",
-           "all-to-all: a rank's bytes to itself, when at least this many, go by cudaMemcpyAsync (a copy engine) "
-           "before the kernel instead of by its stores; 0: never (bench/NOTES.md, \"copy engines\")")
+SY_ENV_ID_(SY_A2A_CE, SY_ENV_SIZE, "64M",
+           "all-to-all at world size 1: a call's bytes, when at least this many, go by cudaMemcpyAsync (a copy "
+           "engine) instead of the kernel's stores, which frees the SMs; 0: never (bench/NOTES.md, \"copy engines\")")
 SY_ENV_ID_(SY_PIECE_ORDER, SY_ENV_STRING, "auto",
            "all-to-all, attention, calls with more pieces than blocks: blocks draw tickets (tickets) or keep a static "
            "share each (static); auto: tickets, but static for the all-to-all at world size 1 (bench/NOTES.md)")

@@ -188,12 +188,13 @@ static sy_status_t launch(cuda_state *st, const sy_a2a_args_t *args, cudaStream_
     P.recv_bytes[p] = args->recv_bytes[p];
     P.recv_offsets[p] = args->recv_offsets[p];
   }
-  /* SY_A2A_CE: this rank's bytes to itself by a copy engine, before the kernel on the same stream; the kernel then
-   * sees an empty self pair (still signalled, as every pair is). Byte counts that disagree stay with the kernel,
-   * which reports them. */
+  /* SY_A2A_CE, world 1: the bytes by a copy engine, before the kernel on the same stream; the kernel then sees an
+   * empty pair (still signalled, as every pair is). Byte counts that disagree stay with the kernel, which reports
+   * them. At more ranks the self pair stays in the kernel, where it overlaps the links' traffic (a copy on a forked
+   * stream would keep that: not built). */
   const int me = st->ctx.rank;
   const uint64_t self = args->send_bytes[me];
-  if (st->a2a_ce_min && self >= st->a2a_ce_min && self == args->recv_bytes[me]) {
+  if (W == 1 && st->a2a_ce_min && self >= st->a2a_ce_min && self == args->recv_bytes[me]) {
     SY_CUDA_CHECK(cudaMemcpyAsync((char *)args->recv + args->recv_offsets[me],
                                   (const char *)args->send + args->send_offsets[me], self, cudaMemcpyDeviceToDevice,
                                   stream));
