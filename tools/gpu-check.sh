@@ -115,14 +115,19 @@ for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/b
   if [ -n "$c" ] && [ -x "$c" ]; then sanitizer=$c; break; fi
 done
 read -ra sanitize_tools <<<"${GPU_CHECK_SANITIZE-memcheck racecheck synccheck initcheck}"
+# tests whose checks make CUDA API calls fail on purpose (test_gpu_graph_cache: a refused cudaGraphExecUpdate, a
+# capture a failing step invalidates): compute-sanitizer's API-error reports are off for them, its memory and
+# hazard reports stay on
+api_errors_expected=" test_gpu_graph_cache "
 sanitize() {
-  local tool=$1 test=$2 name t0
+  local tool=$1 test=$2 name t0 api=()
   name="sanitize_${tool}_$(basename "$test")"
+  [[ $api_errors_expected == *" $(basename "$test") "* ]] && api=(--report-api-errors no)
   if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ $name =~ $GPU_CHECK_ONLY ]]; then return; fi
   local log="$logs/$name.log" cap=${GPU_CHECK_TIMEOUT:-600} rc=0
   t0=$(date +%s)
   env SY_TEST_SHARED_GPU=0 SY_MOE_GRAPH_REPLAYS=20 timeout "$cap" "$bin/syrun" -n 1 --timeout $((cap > 20 ? cap - 10 : cap)) \
-    "$sanitizer" --tool "$tool" --print-limit 0 "$test" >"$log" 2>&1 || rc=$?
+    "$sanitizer" --tool "$tool" --print-limit 0 "${api[@]}" "$test" >"$log" 2>&1 || rc=$?
   local found ours took="$(($(date +%s) - t0)) s"
   found=$(python3 "$root/tools/dev/sanitizer-summary.py" --total "$log" | sed 's/^[^:]*: //')
   ours=$(grep -o '^[0-9]*' <<<"$found")
