@@ -81,6 +81,8 @@ int bench_moe_ht(bench_ctx_t *ctx);
 size_t bench_moe_ht_heap(const bench_opts_t *opts);
 int bench_pool(bench_ctx_t *ctx); /* pool.c: host time of an allocation + free, not collective */
 size_t bench_pool_heap(const bench_opts_t *opts);
+int bench_layer(bench_ctx_t *ctx); /* layer.c: one MoE layer's step, its communication beside its GEMMs */
+size_t bench_layer_heap(const bench_opts_t *opts);
 int bench_soak(bench_ctx_t *ctx); /* soak.c: not a benchmark; every operation checked, memory watched */
 size_t bench_soak_heap(const bench_opts_t *opts);
 

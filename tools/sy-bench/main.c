@@ -29,6 +29,10 @@ static const bench_entry_t entries[] = {
      "stream-ordered pool: host time of sy_pool_alloc + sy_pool_free against cudaMalloc + cudaFree and "
      "cudaMallocAsync + cudaFreeAsync",
      bench_pool, bench_pool_heap},
+    {"layer",
+     "one MoE layer's forward (layout, dispatch, two GEMMs, combine): sequential, two micro-batches on two "
+     "streams, replayed from the graph cache",
+     bench_layer, bench_layer_heap},
     {"soak", "every operation again and again, random shapes, each result checked, memory watched (--soak SECONDS)",
      bench_soak, bench_soak_heap},
 };
