@@ -174,6 +174,7 @@ static void check_stats(fixture_t *f) {
   expect_refused(what, "sy_pool_free(NULL)", sy_pool_free(keep, NULL, s));
   expect_refused(what, "sy_pool_alloc of 0 bytes", sy_pool_alloc(keep, 0, &q, s));
   expect_refused(what, "sy_pool_alloc on stream NULL", sy_pool_alloc(keep, 64, &q, NULL));
+  expect_refused(what, "sy_pool_alloc on cudaStreamLegacy", sy_pool_alloc(keep, 64, &q, cudaStreamLegacy));
   expect_stats("check 3: after the refused calls", keep, 5, 2, 3);
   for (int i = 2; i < 5; i++) GT_OK(sy_pool_free(keep, p[i], s));
   finish_stream(s, DONE_S, what);

@@ -163,6 +163,31 @@ static void plan_args(int me, sy_comm_t comm, const fixed_t *f, bufs_t *b, args_
   CHECK_OK(sy_attn_plan_seqs(plan, &seqs));
   CHECK(seqs.q_send != NULL && seqs.num_seqs == f->desc.num_seqs[me]);
   CHECK_OK(sy_attn_plan_destroy(NULL));
+  /* the stream-ordered create: the same checks, a pool and staging of this communicator, the same plan */
+  sy_pool_t pool = NULL;
+  sy_host_pool_t staging = NULL;
+  sy_host_pool_config_t hc = SY_HOST_POOL_CONFIG_INIT;
+  hc.slot_bytes = 4096;
+  CHECK_OK(sy_pool_create(comm, NULL, &pool));
+  CHECK_OK(sy_host_pool_create(comm, &hc, &staging));
+  sy_attn_plan_t async_plan = (sy_attn_plan_t)b;
+  REJECTED(sy_attn_plan_create_async(NULL, &f->desc, pool, staging, NULL, &async_plan));
+  REJECTED(sy_attn_plan_create_async(comm, NULL, pool, staging, NULL, &async_plan));
+  CHECK(async_plan == NULL);
+  REJECTED(sy_attn_plan_create_async(comm, &f->desc, pool, staging, NULL, NULL));
+  REJECTED(sy_attn_plan_create_async(comm, &broken.desc, pool, staging, NULL, &async_plan));
+  CHECK(async_plan == NULL);
+  CHECK_OK(sy_attn_plan_create_async(comm, &f->desc, pool, staging, NULL, &async_plan));
+  sy_attn_plan_info_t async_info = SY_ATTN_PLAN_INFO_INIT;
+  CHECK_OK(sy_attn_plan_info(async_plan, &async_info));
+  CHECK(async_info.fingerprint == x->info.fingerprint && async_info.q_recv_rows == x->info.q_recv_rows &&
+        async_info.kv_recv_rows == x->info.kv_recv_rows);
+  CHECK_OK(sy_attn_plan_destroy_async(async_plan, NULL)); /* host backend: the stream is ignored */
+  CHECK_OK(sy_attn_plan_destroy_async(NULL, NULL));
+  CHECK_OK(sy_attn_plan_create_async(comm, &f->desc, NULL, NULL, NULL, &async_plan)); /* the communicator's own */
+  CHECK_OK(sy_attn_plan_destroy(async_plan));
+  CHECK_OK(sy_host_pool_destroy(staging));
+  CHECK_OK(sy_pool_destroy(pool));
   fixed_t q_only_desc;
   fixed_make(&q_only_desc, 0);
   q_only_desc.desc.max_replicas = 0;
