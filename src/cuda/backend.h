@@ -114,10 +114,10 @@ struct cuda_state {
   error_slot *slot_host; /* host address of ctx.slot */
   sy_boot_t *boot;
   int num_sms;
-  int a2a_blocks;   /* blocks per all-to-all launch (SY_A2A_BLOCKS, else the SM count) */
+  int a2a_blocks;    /* blocks per all-to-all launch (SY_A2A_BLOCKS, else the SM count) */
   size_t a2a_ce_min; /* SY_A2A_CE: a self pair of at least this many bytes goes by cudaMemcpyAsync; 0: never */
-  size_t max_piece; /* the largest piece of one pair's bytes with its own signal (SY_A2A_CHUNK; ref/pieces.h) */
-  int piece_order;  /* SY_PIECE_ORDER: PIECE_ORDER_AUTO, _STATIC or _TICKETS */
+  size_t max_piece;  /* the largest piece of one pair's bytes with its own signal (SY_A2A_CHUNK; ref/pieces.h) */
+  int piece_order;   /* SY_PIECE_ORDER: PIECE_ORDER_AUTO, _STATIC or _TICKETS */
   bool nvshmem_up;
   char trace_path[512];
   /* The library's own stream-ordered work (plan uploads when the caller gives no stream): a non-blocking stream

@@ -26,9 +26,9 @@
 
 #define LAYER_TOL 0.03 /* |got - want| <= LAYER_TOL x (|want| + mean |want|) */
 
-typedef struct mb {  /* one micro-batch */
-  int T, first;      /* tokens, its first token in the step */
-  void *handle;      /* the layout's */
+typedef struct mb { /* one micro-batch */
+  int T, first;     /* tokens, its first token in the step */
+  void *handle;     /* the layout's */
   sy_moe_ht_recv_t recv;
   uint16_t *mid, *y; /* [L S][F], [L S][H] */
 } mb_t;
@@ -106,8 +106,7 @@ static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint
 }
 
 /* The host backend's: the same product in double, rounded to bf16 once (relu after the rounding: the same). */
-static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int k, int n, int batch,
-                      int relu) {
+static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int k, int n, int batch, int relu) {
   for (int e = 0; e < batch; e++)
     for (int r = 0; r < rows; r++) {
       const uint16_t *a = A + ((size_t)e * rows + r) * k;
@@ -172,8 +171,8 @@ static int op_compute(bench_ctx_t *ctx, void *arg) {
 static int step_b(layer_bench_t *b, cudaStream_t sc) {
   mb_t *m1 = &b->mb[1], *m2 = &b->mb[2];
   if (!b->gpu)
-    return layout(b, m1, sc) || dispatch(b, m1, sc) || layout(b, m2, sc) || dispatch(b, m2, sc) ||
-           ffn(b, m1, sc) || ffn(b, m2, sc) || combine(b, m1, sc) || combine(b, m2, sc);
+    return layout(b, m1, sc) || dispatch(b, m1, sc) || layout(b, m2, sc) || dispatch(b, m2, sc) || ffn(b, m1, sc) ||
+           ffn(b, m2, sc) || combine(b, m1, sc) || combine(b, m2, sc);
   cudaStream_t sg = b->compute;
   int rc = layout(b, m1, sc) || dispatch(b, m1, sc);
   rc = rc || cudaEventRecord(b->ev[0], sc) != cudaSuccess;
@@ -212,7 +211,8 @@ static void reference(const layer_bench_t *b, const uint16_t *x, const int32_t *
   if (!any) return;
   for (int j = 0; j < b->F; j++) {
     double s = 0;
-    for (int i = 0; i < b->H; i++) s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1[(size_t)i * b->F + j]);
+    for (int i = 0; i < b->H; i++)
+      s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1[(size_t)i * b->F + j]);
     mid[j] = sy__bf16_to_float(sy__float_to_bf16(s < 0 ? 0.0f : (float)s));
   }
   for (int h = 0; h < b->H; h++) {
@@ -268,8 +268,9 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int T, int first, size_t handle_b
 }
 
 static void free_mb(layer_bench_t *b, mb_t *m) {
-  void *p[] = {m->handle, m->recv.tokens, m->recv.src, m->recv.weights, m->recv.expert_offsets,
-               m->recv.expert_counts, m->mid, m->y};
+  void *p[] = {
+      m->handle, m->recv.tokens, m->recv.src, m->recv.weights, m->recv.expert_offsets, m->recv.expert_counts, m->mid,
+      m->y};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) unbuf(b, p[i]);
 }
 
@@ -383,8 +384,9 @@ int bench_layer(bench_ctx_t *ctx) {
               "one W1 [%d][%d] and W2 [%d][%d] for every expert\n",
               b.T, b.H, b.F, b.K, b.E, b.L, b.S, b.sms, b.gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F,
               b.H);
-  bench_print(ctx, "# ways: a = sequential; b = two micro-batches on two streams; c = (b) replayed from the "
-                   "graph cache (PDL %s)\n",
+  bench_print(ctx,
+              "# ways: a = sequential; b = two micro-batches on two streams; c = (b) replayed from the "
+              "graph cache (PDL %s)\n",
               getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
   struct {
     const char *name;
@@ -401,7 +403,8 @@ int bench_layer(bench_ctx_t *ctx) {
     if (!rc && ways[i].check && ctx->opts->check) {
       if (b.gpu) rc = cudaStreamSynchronize(ctx->stream) != cudaSuccess;
       const long long w = rc ? -1 : check(&b, x_h, ids_h, w_h, b.gpu ? 4 : 16);
-      if (w) bench_print(ctx, "# layer: way %s: %lld elements off the reference (rank %d)\n", ways[i].name, w, ctx->rank);
+      if (w)
+        bench_print(ctx, "# layer: way %s: %lld elements off the reference (rank %d)\n", ways[i].name, w, ctx->rank);
       wrong += w ? 1 : 0;
     }
   }
@@ -415,13 +418,14 @@ int bench_layer(bench_ctx_t *ctx) {
     const double lo = tc < tg ? tc : tg;
     const double eff = i >= 2 && lo > 0 ? (tc + tg - us[i]) / lo : NAN;
     bench_print(ctx, "   %-8s %9.2f %12.2f %9.2f\n", ways[i].name, us[i], enq[i], eff);
-    bench_json(ctx, "{\"entry\": \"layer\", \"way\": \"%s\", \"tokens\": %d, \"step_us\": %.3f, "
-                    "\"enqueue_us\": %.3f, \"overlap\": %.4f, \"sms\": %d, \"wrong\": %lld}",
+    bench_json(ctx,
+               "{\"entry\": \"layer\", \"way\": \"%s\", \"tokens\": %d, \"step_us\": %.3f, "
+               "\"enqueue_us\": %.3f, \"overlap\": %.4f, \"sms\": %d, \"wrong\": %lld}",
                ways[i].name, b.T, us[i], enq[i], isnan(eff) ? -1.0 : eff, b.sms, wrong);
   }
   if (!rc && b.gpu)
-    bench_print(ctx, "# target (world 1, %d tokens): way b hides >= 70%% of the communication: overlap %.2f: %s\n",
-                b.T, (us[0] + us[1] - us[3]) / (us[0] < us[1] ? us[0] : us[1]),
+    bench_print(ctx, "# target (world 1, %d tokens): way b hides >= 70%% of the communication: overlap %.2f: %s\n", b.T,
+                (us[0] + us[1] - us[3]) / (us[0] < us[1] ? us[0] : us[1]),
                 (us[0] + us[1] - us[3]) / (us[0] < us[1] ? us[0] : us[1]) >= 0.7 ? "met" : "NOT met");
   teardown(&b);
   free(x_h), free(ids_h), free(w_h);
