@@ -1,0 +1,78 @@
+/*
+ * layer.h — what the files of sy-bench's entry `layer` share (layer.c: the entry, prefill over the high-throughput
+ * mode; layer_ll.c: decode over the low-latency mode; layer_ffn.c: the experts' GEMMs, buffers and the check
+ * against the CPU reference). One MoE layer: route given, dispatch, y = relu(x W1) W2 per expert (one W1 [H][F]
+ * and one W2 [F][H] shared by every expert: every expert's FLOPs, one expert's weight bytes), weighted combine.
+ */
+#ifndef SY_BENCH_LAYER_H
+#define SY_BENCH_LAYER_H
+
+#include <cublasLt.h>
+
+#include "bench.h"
+
+#define LAYER_TOL 0.03 /* |got - want| <= LAYER_TOL x (|want| + mean |want|) */
+
+typedef struct mb {  /* one micro-batch of the high-throughput step */
+  int T, first;      /* tokens, its first token in the step */
+  void *handle;      /* the layout's */
+  sy_moe_ht_recv_t recv;
+  uint16_t *mid, *y; /* [L S][F], [L S][H] */
+} mb_t;
+
+typedef struct layer_bench {
+  bench_ctx_t *ctx;
+  int gpu, H, F, E, K, L, T, sms;
+  uint16_t *x, *w1, *w2, *out; /* [T][H], [H][F], [F][H], [T][H] */
+  int32_t *ids;                /* [T][K] */
+  float *weights;              /* [T][K] */
+  uint16_t *x_h, *w1_h, *w2_h; /* host copies for the reference */
+  int32_t *ids_h;
+  float *weights_h;
+  /* prefill: the high-throughput mode, masked layout of stride S rows an expert */
+  sy_moe_ht_t moe;
+  int S;
+  mb_t mb[3]; /* 0: the whole step (a); 1, 2: the halves (b, c) */
+  /* decode: the low-latency mode, S slots an expert, the GEMMs over its first cap */
+  sy_moe_t ll;
+  sy_moe_recv_t ll_recv;
+  uint16_t *ll_mid, *ll_y; /* [L][slots][F], [L][slots][H] (the combine's expert_out) */
+  int slots, cap;
+  /* the GPU's */
+  cudaStream_t compute;
+  cudaEvent_t ev[4];
+  cublasLtHandle_t lt;
+  void *lt_work;
+  size_t lt_work_bytes;
+  sy_graph_cache_t cache;
+} layer_bench_t;
+
+/* layer_ffn.c */
+void *layer_buf(layer_bench_t *b, size_t n); /* device memory (host backend: host), zeroed on the host backend */
+void layer_unbuf(layer_bench_t *b, void *p);
+int layer_put(layer_bench_t *b, void *dst, const void *src, size_t n);
+int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n);
+/* The inputs every way shares (x, ids, weights, W1, W2 on both sides) and the GPU's streams and cublasLt. */
+int layer_setup_common(layer_bench_t *b);
+void layer_teardown_common(layer_bench_t *b);
+/* y = relu(in W1) W2 for `batch` experts of `rows` rows each, expert e's rows at e x stride (in rows) in in, mid
+ * and y. */
+int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
+              cudaStream_t stream);
+/* Sampled tokens of b->out against the CPU reference: the wrong elements (-1: could not read them). */
+long long layer_check(layer_bench_t *b, int samples);
+/* Median host time of enqueuing op (the stream drained after each, outside the timing). */
+double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg);
+/* One table: ways[i] timed; ways 0 and 1 the communication and the GEMMs alone; the overlap efficiency
+ * (t_comm + t_compute - t_way) / min(t_comm, t_compute) of the others. Returns the wrong count (or -1). */
+typedef struct layer_way {
+  const char *name;
+  bench_op_fn op;
+  int check;
+} layer_way_t;
+int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways, int n, double *us, double *enq);
+
+/* layer_ll.c: the decode step at b->T tokens (b->T <= 256). */
+int layer_decode(layer_bench_t *b);
+
+#endif

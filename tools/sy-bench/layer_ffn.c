@@ -1,0 +1,243 @@
+/*
+ * layer_ffn.c — sy-bench `layer`'s shared part (layer.h): the experts' FFN y = relu(x W1) W2 as two
+ * strided-batched cublasLt GEMMs (ReLU the first one's epilogue; bf16 in and out, fp32 accumulation) or, on the
+ * host backend, C loops; the inputs and weights; the CPU reference of the layer and the check of sampled tokens;
+ * and the table of ways every shape prints.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer.h"
+#include "ref/convert.h"
+#include "workload.h"
+
+void *layer_buf(layer_bench_t *b, size_t n) {
+  void *p = NULL;
+  if (b->gpu) return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
+  return calloc(1, n);
+}
+
+void layer_unbuf(layer_bench_t *b, void *p) {
+  if (!p) return;
+  if (b->gpu) cudaFree(p);
+  else free(p);
+}
+
+int layer_put(layer_bench_t *b, void *dst, const void *src, size_t n) {
+  if (!b->gpu) return memcpy(dst, src, n), 0;
+  return cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice) != cudaSuccess;
+}
+
+int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n) {
+  if (!b->gpu) return memcpy(dst, src, n), 0;
+  return cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess;
+}
+
+/* ---- the GEMMs ---------------------------------------------------------------------------------------------- */
+
+/* Row-major C[e] (rows x n) = A[e] (rows x k) B (k x n), e < batch, A[e] and C[e] at e x stride rows, B shared;
+ * relu on the output with `relu`. cublasLt sees the column-major transposes: C^T = B^T A^T. */
+static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k,
+                    int n, int batch, int relu, cudaStream_t stream) {
+  cublasLtMatmulDesc_t op = NULL;
+  cublasLtMatrixLayout_t ls[3] = {NULL, NULL, NULL};
+  int rc = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS;
+  const cublasLtEpilogue_t epi = relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+  if (!rc) rc = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) != 0;
+  /* cublasLt's "A": B^T (n x k, ld n, shared); "B": A^T (k x rows, ld k); "C": C^T (n x rows, ld n) */
+  const uint64_t dims[3][3] = {{n, k, n}, {k, rows, k}, {n, rows, n}};
+  const int64_t strides[3] = {0, (int64_t)stride * k, (int64_t)stride * n};
+  for (int i = 0; i < 3 && !rc; i++) {
+    rc = cublasLtMatrixLayoutCreate(&ls[i], CUDA_R_16BF, dims[i][0], dims[i][1], (int64_t)dims[i][2]) != 0;
+    rc = rc || cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch) != 0;
+    rc = rc || cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                sizeof strides[i]) != 0;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  if (!rc)
+    rc = cublasLtMatmul(b->lt, op, &one, B, ls[0], A, ls[1], &zero, C, ls[2], C, ls[2], NULL, b->lt_work,
+                        b->lt_work_bytes, stream) != CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < 3; i++)
+    if (ls[i]) cublasLtMatrixLayoutDestroy(ls[i]);
+  if (op) cublasLtMatmulDescDestroy(op);
+  return rc;
+}
+
+/* The host backend's: the same product in double, rounded to bf16 once (relu before or after the rounding: the
+ * same). */
+static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k, int n,
+                      int batch, int relu) {
+  for (int e = 0; e < batch; e++)
+    for (int r = 0; r < rows; r++) {
+      const uint16_t *a = A + ((size_t)e * stride + r) * k;
+      uint16_t *c = C + ((size_t)e * stride + r) * n;
+      for (int j = 0; j < n; j++) {
+        double s = 0;
+        for (int i = 0; i < k; i++) s += (double)sy__bf16_to_float(a[i]) * sy__bf16_to_float(B[(size_t)i * n + j]);
+        const float v = (float)s;
+        c[j] = sy__float_to_bf16(relu && v < 0 ? 0.0f : v);
+      }
+    }
+}
+
+int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
+              cudaStream_t stream) {
+  if (!b->gpu) {
+    gemm_host(in, b->w1, mid, rows, stride, b->H, b->F, batch, 1);
+    gemm_host(mid, b->w2, y, rows, stride, b->F, b->H, batch, 0);
+    return 0;
+  }
+  return gemm_gpu(b, in, b->w1, mid, rows, stride, b->H, b->F, batch, 1, stream) ||
+         gemm_gpu(b, mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, stream);
+}
+
+/* ---- the inputs ----------------------------------------------------------------------------------------------- */
+
+/* Weights: bf16 of a small uniform value, seeded the same on every rank (every expert shares them). */
+static void fill_weights(uint16_t *w, size_t n, uint32_t seed, float scale) {
+  uint32_t s = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    w[i] = sy__float_to_bf16(scale * ((float)(s >> 8) / 16777216.0f - 0.5f));
+  }
+}
+
+int layer_setup_common(layer_bench_t *b) {
+  const bench_ctx_t *ctx = b->ctx;
+  const size_t TH = (size_t)b->T * b->H, TK = (size_t)b->T * b->K, HF = (size_t)b->H * b->F;
+  b->x_h = malloc(TH * 2), b->ids_h = malloc(TK * 4), b->weights_h = malloc(TK * 4);
+  b->w1_h = malloc(HF * 2), b->w2_h = malloc(HF * 2);
+  if (!b->x_h || !b->ids_h || !b->weights_h || !b->w1_h || !b->w2_h) return 1;
+  wl_moe_uniform_routing(ctx->rank, b->T, b->E, b->K, b->ids_h, b->weights_h);
+  wl_moe_uniform_tokens(ctx->rank, b->T, b->H, b->x_h);
+  fill_weights(b->w1_h, HF, 1, 2.0f / sqrtf((float)b->H));
+  fill_weights(b->w2_h, HF, 2, 2.0f / sqrtf((float)b->F));
+  b->x = layer_buf(b, TH * 2), b->out = layer_buf(b, TH * 2);
+  b->ids = layer_buf(b, TK * 4), b->weights = layer_buf(b, TK * 4);
+  b->w1 = layer_buf(b, HF * 2), b->w2 = layer_buf(b, HF * 2);
+  int rc = !b->x || !b->out || !b->ids || !b->weights || !b->w1 || !b->w2;
+  rc = rc || layer_put(b, b->x, b->x_h, TH * 2) || layer_put(b, b->ids, b->ids_h, TK * 4) ||
+       layer_put(b, b->weights, b->weights_h, TK * 4) || layer_put(b, b->w1, b->w1_h, HF * 2) ||
+       layer_put(b, b->w2, b->w2_h, HF * 2);
+  if (rc || !b->gpu) return rc;
+  rc = cudaStreamCreateWithFlags(&b->compute, cudaStreamNonBlocking) != cudaSuccess;
+  for (int i = 0; i < 4 && !rc; i++) rc = cudaEventCreateWithFlags(&b->ev[i], cudaEventDisableTiming) != cudaSuccess;
+  b->lt_work_bytes = 32u << 20;
+  rc = rc || cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&b->lt_work, b->lt_work_bytes) != 0;
+  return rc;
+}
+
+void layer_teardown_common(layer_bench_t *b) {
+  if (b->cache) sy_graph_cache_destroy(b->cache);
+  b->cache = NULL;
+  void *p[] = {b->x, b->out, b->ids, b->weights, b->w1, b->w2};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
+  if (b->gpu) {
+    for (int i = 0; i < 4; i++)
+      if (b->ev[i]) cudaEventDestroy(b->ev[i]);
+    if (b->compute) cudaStreamDestroy(b->compute);
+    if (b->lt) cublasLtDestroy(b->lt);
+    if (b->lt_work) cudaFree(b->lt_work);
+  }
+  free(b->x_h), free(b->ids_h), free(b->weights_h), free(b->w1_h), free(b->w2_h);
+}
+
+/* ---- the check ---------------------------------------------------------------------------------------------- */
+
+/* The layer for token t on the host: sum_k w_k y_k, y_k = bf16(bf16(relu(x W1)) W2) (every expert's weights
+ * are the same), in double. */
+static void reference(const layer_bench_t *b, int t, double *out, float *mid, float *y) {
+  const uint16_t *x = b->x_h + (size_t)t * b->H;
+  const int32_t *ids = b->ids_h + (size_t)t * b->K;
+  const float *w = b->weights_h + (size_t)t * b->K;
+  for (int h = 0; h < b->H; h++) out[h] = 0;
+  int any = 0;
+  for (int k = 0; k < b->K; k++) any |= ids[k] >= 0;
+  if (!any) return;
+  for (int j = 0; j < b->F; j++) {
+    double s = 0;
+    for (int i = 0; i < b->H; i++) s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+    mid[j] = sy__bf16_to_float(sy__float_to_bf16(s < 0 ? 0.0f : (float)s));
+  }
+  for (int h = 0; h < b->H; h++) {
+    double s = 0;
+    for (int j = 0; j < b->F; j++) s += (double)mid[j] * sy__bf16_to_float(b->w2_h[(size_t)j * b->H + h]);
+    y[h] = sy__bf16_to_float(sy__float_to_bf16((float)s));
+  }
+  for (int k = 0; k < b->K; k++)
+    if (ids[k] >= 0)
+      for (int h = 0; h < b->H; h++) out[h] += (double)w[k] * y[h];
+}
+
+long long layer_check(layer_bench_t *b, int samples) {
+  uint16_t *got = malloc((size_t)b->H * 2);
+  double *want = malloc((size_t)b->H * sizeof *want);
+  float *mid = malloc((size_t)b->F * 4), *y = malloc((size_t)b->H * 4);
+  long long wrong = got && want && mid && y ? 0 : -1;
+  if (b->gpu && cudaStreamSynchronize(b->ctx->stream) != cudaSuccess) wrong = -1;
+  for (int i = 0; i < samples && wrong >= 0; i++) {
+    const int t = (int)(((long long)i * 2654435761u) % b->T);
+    if (layer_get(b, got, b->out + (size_t)t * b->H, (size_t)b->H * 2)) {
+      wrong = -1;
+      break;
+    }
+    reference(b, t, want, mid, y);
+    double mean = 0;
+    for (int h = 0; h < b->H; h++) mean += fabs(want[h]) / b->H;
+    for (int h = 0; h < b->H; h++)
+      wrong += fabs(sy__bf16_to_float(got[h]) - want[h]) > LAYER_TOL * (fabs(want[h]) + mean);
+  }
+  free(got), free(want), free(mid), free(y);
+  return wrong;
+}
+
+/* ---- the table ------------------------------------------------------------------------------------------------ */
+
+double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
+  const int n = ctx->opts->iters;
+  double *t = calloc((size_t)n, sizeof *t);
+  if (!t) return -1;
+  for (int i = 0; i < n; i++) {
+    const double t0 = bench_now_s();
+    if (op(ctx, arg)) return free(t), -1;
+    t[i] = (bench_now_s() - t0) * 1e6;
+    if (ctx->backend == SY_BACKEND_CUDA) cudaStreamSynchronize(ctx->stream);
+  }
+  const double m = bench_median(t, n);
+  free(t);
+  return m;
+}
+
+int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways, int n, double *us, double *enq) {
+  bench_ctx_t *ctx = b->ctx;
+  long long wrong = 0;
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    bench_timing_t t;
+    memset(&t, 0, sizeof t);
+    rc = bench_time(ctx, ways[i].op, b, &t);
+    us[i] = t.time_us;
+    enq[i] = rc ? -1 : layer_enqueue_us(ctx, ways[i].op, b);
+    if (rc || !ways[i].check || !ctx->opts->check) continue;
+    const long long w = layer_check(b, b->gpu ? 4 : 16);
+    if (w)
+      bench_print(ctx, "# layer %s: way %s: %lld elements off the reference (rank %d)\n", shape, ways[i].name, w,
+                  ctx->rank);
+    wrong += w != 0;
+  }
+  for (int i = 0; i < n; i++) us[i] = rc ? 0 : bench_allreduce_max_d(ctx, us[i]);
+  wrong = bench_allreduce_max(ctx, wrong);
+  ctx->total_wrong += wrong;
+  bench_print(ctx, "#  shape    tokens  way       step_us   enqueue_us   overlap\n");
+  const double lo = us[0] < us[1] ? us[0] : us[1];
+  for (int i = 0; i < n && !rc; i++) {
+    const double eff = i >= 2 && lo > 0 ? (us[0] + us[1] - us[i]) / lo : NAN;
+    bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", shape, b->T, ways[i].name, us[i], enq[i], eff);
+    bench_json(ctx,
+               "{\"entry\": \"layer\", \"shape\": \"%s\", \"way\": \"%s\", \"tokens\": %d, \"step_us\": %.3f, "
+               "\"enqueue_us\": %.3f, \"overlap\": %.4f, \"sms\": %d, \"wrong\": %lld}",
+               shape, ways[i].name, b->T, us[i], enq[i], isnan(eff) ? -1.0 : eff, b->sms, wrong);
+  }
+  return rc ? -1 : (int)wrong;
+}
