@@ -97,6 +97,7 @@ for n in "${counts[@]}"; do
   SY_MOE_DIRECT=1 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
   SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.direct "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
+  run test_example_layer "$n" "$bin/sy-example-layer" # examples/moe_layer.c, as a user runs it
 done
 
 # A rank SIGKILLed in the middle of an all-to-all, an attention call and a MoE round, ranks sharing one GPU: the

@@ -13,9 +13,9 @@
 
 #define LAYER_TOL 0.03 /* |got - want| <= LAYER_TOL x (|want| + mean |want|) */
 
-typedef struct mb {  /* one micro-batch of the high-throughput step */
-  int T, first;      /* tokens, its first token in the step */
-  void *handle;      /* the layout's */
+typedef struct mb { /* one micro-batch of the high-throughput step */
+  int T, first;     /* tokens, its first token in the step */
+  void *handle;     /* the layout's */
   sy_moe_ht_recv_t recv;
   uint16_t *mid, *y; /* [L S][F], [L S][H] */
 } mb_t;

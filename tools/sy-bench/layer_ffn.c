@@ -66,8 +66,8 @@ static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint
 
 /* The host backend's: the same product in double, rounded to bf16 once (relu before or after the rounding: the
  * same). */
-static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k, int n,
-                      int batch, int relu) {
+static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k, int n, int batch,
+                      int relu) {
   for (int e = 0; e < batch; e++)
     for (int r = 0; r < rows; r++) {
       const uint16_t *a = A + ((size_t)e * stride + r) * k;
@@ -157,7 +157,8 @@ static void reference(const layer_bench_t *b, int t, double *out, float *mid, fl
   if (!any) return;
   for (int j = 0; j < b->F; j++) {
     double s = 0;
-    for (int i = 0; i < b->H; i++) s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+    for (int i = 0; i < b->H; i++)
+      s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
     mid[j] = sy__bf16_to_float(sy__float_to_bf16(s < 0 ? 0.0f : (float)s));
   }
   for (int h = 0; h < b->H; h++) {

@@ -76,8 +76,8 @@ int layer_decode(layer_bench_t *b) {
     b->ll_recv.rank_counts = layer_buf(b, sz.rank_counts_bytes);
     b->ll_mid = layer_buf(b, (size_t)b->L * b->slots * b->F * 2);
     b->ll_y = layer_buf(b, sz.expert_out_bytes);
-    rc = !b->ll_recv.tokens || !b->ll_recv.src || !b->ll_recv.expert_counts || !b->ll_recv.rank_counts ||
-         !b->ll_mid || !b->ll_y;
+    rc = !b->ll_recv.tokens || !b->ll_recv.src || !b->ll_recv.expert_counts || !b->ll_recv.rank_counts || !b->ll_mid ||
+         !b->ll_y;
   }
   sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
   gc.buckets = &b->T, gc.num_buckets = 1;
@@ -95,11 +95,11 @@ int layer_decode(layer_bench_t *b) {
     ctx->total_wrong += over != 0;
   }
   if (!rc && b->gpu)
-    bench_print(ctx, "# target (world 1, 128 tokens): a decode step replayed from the graph cache <= 5 us of host "
-                     "time: %.2f us at %d tokens: %s\n",
+    bench_print(ctx,
+                "# target (world 1, 128 tokens): a decode step replayed from the graph cache <= 5 us of host "
+                "time: %.2f us at %d tokens: %s\n",
                 enq[3], b->T, enq[3] <= 5 ? "met" : "NOT met");
-  void *p[] = {b->ll_recv.tokens, b->ll_recv.src, b->ll_recv.expert_counts, b->ll_recv.rank_counts, b->ll_mid,
-               b->ll_y};
+  void *p[] = {b->ll_recv.tokens, b->ll_recv.src, b->ll_recv.expert_counts, b->ll_recv.rank_counts, b->ll_mid, b->ll_y};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
   if (b->cache) sy_graph_cache_destroy(b->cache);
   b->cache = NULL;
