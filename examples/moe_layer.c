@@ -101,8 +101,8 @@ int main(void) {
   for (int e = 0; e < L; e++) {
     const int n = counts[e], first = counts[L + e];
     if (n == 0) continue;
-    CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, H, n, H, &one, (char *)W + (size_t)e * H * H * 2, CUDA_R_16BF,
-                       H, (char *)recv.tokens + (size_t)first * H * 2, CUDA_R_16BF, H, &zero,
+    CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, H, n, H, &one, (char *)W + (size_t)e * H * H * 2, CUDA_R_16BF, H,
+                       (char *)recv.tokens + (size_t)first * H * 2, CUDA_R_16BF, H, &zero,
                        (char *)y + (size_t)first * H * 2, CUDA_R_16BF, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 

@@ -165,9 +165,10 @@ if [ -n "${GPU_CHECK_ONLY:-}" ]; then note "cpu tests (ctest unit/)" "not run" "
 elif (cd "$root/build" && ctest -R '^unit/' --output-on-failure) >"$logs/unit.log" 2>&1; then note "cpu tests (ctest unit/)" ok "$(($(date +%s) - t0)) s"
 else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
-declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="" [moe-ht]="")
-declare -A smoke_args=([alltoall]="-e 1M" [attn]="-t 128 -T 4096" [moe-ll]="--tokens 1,128" [moe-ht]="--tokens 256")
-entries=(alltoall attn moe-ll moe-ht)
+declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="" [moe-ht]="" [layer]="--no-nccl" [pool]="--no-nccl")
+declare -A smoke_args=([alltoall]="-e 1M" [attn]="-t 128 -T 4096" [moe-ll]="--tokens 1,128" [moe-ht]="--tokens 256"
+  [layer]="--tokens 128,512" [pool]="")
+entries=(alltoall attn moe-ll moe-ht layer pool)
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
     if [ "$n" -gt "$gpus" ] && [ "${GPU_CHECK_SHARED:-0}" != 0 ]; then

@@ -107,6 +107,12 @@ def pool(rows):
                         for r in rows])
 
 
+def layer(rows):
+    head = ["shape", "tokens", "way", "step µs", "enqueue µs", "overlap", "comm SMs", "#wrong"]
+    return table(head, [[r["shape"], r["tokens"], r["way"], num(r["step_us"]), num(r["enqueue_us"]),
+                         "-" if r["overlap"] is None else num(r["overlap"]), r["sms"], r["wrong"]] for r in rows])
+
+
 def main(paths):
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
@@ -118,7 +124,8 @@ def main(paths):
         if not rows:
             print(f"<!-- {path}: no rows -->\n")
             continue
-        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe, "moe-ht": moe_ht, "pool": pool}.get(doc.get("entry"))
+        kind = {"alltoall": alltoall, "attn": attn, "moe-ll": moe, "moe-ht": moe_ht, "pool": pool,
+                "layer": layer}.get(doc.get("entry"))
         if kind is None:
             print(f"<!-- {path}: unknown entry {doc.get('entry')!r} -->\n")
             continue

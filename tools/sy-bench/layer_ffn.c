@@ -235,10 +235,14 @@ int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways,
   for (int i = 0; i < n && !rc; i++) {
     const double eff = i >= 2 && lo > 0 ? (us[0] + us[1] - us[i]) / lo : NAN;
     bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", shape, b->T, ways[i].name, us[i], enq[i], eff);
+    char overlap[32] = "null"; /* the ways run alone have none */
+    if (!isnan(eff)) snprintf(overlap, sizeof overlap, "%.4f", eff);
     bench_json(ctx,
-               "{\"entry\": \"layer\", \"shape\": \"%s\", \"way\": \"%s\", \"tokens\": %d, \"step_us\": %.3f, "
-               "\"enqueue_us\": %.3f, \"overlap\": %.4f, \"sms\": %d, \"wrong\": %lld}",
-               shape, ways[i].name, b->T, us[i], enq[i], isnan(eff) ? -1.0 : eff, b->sms, wrong);
+               "{\"entry\": \"layer\", \"backend\": \"%s\", \"world\": %d, \"shape\": \"%s\", \"way\": \"%s\", "
+               "\"tokens\": %d, \"step_us\": %.3f, \"enqueue_us\": %.3f, \"overlap\": %s, \"sms\": %d, "
+               "\"wrong\": %lld}",
+               sy_backend_name(ctx->backend), ctx->world, shape, ways[i].name, b->T, us[i], enq[i], overlap, b->sms,
+               wrong);
   }
   return rc ? -1 : (int)wrong;
 }
