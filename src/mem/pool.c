@@ -158,6 +158,7 @@ static sy_status_t free_entry(sy_pool_t pool, live_entry_t *e, cudaStream_t stre
 sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   static const char *fn = "sy_pool_free";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
+  sy__log_set_rank(pool->comm->rank); /* no guard: accepted after an error */
   live_entry_t *e = ptr ? live_find(pool, ptr) : NULL;
   SY_ARG_CHECK(e != NULL, fn, "ptr=%p is not a live allocation of this pool (never given out, or freed already)", ptr);
   SY_CHECK(sy__check_stream(pool->comm, stream, fn));
