@@ -250,7 +250,7 @@ echo
 echo "== gpu-check: $gpus GPUs, $(date -u '+%Y-%m-%d %H:%M UTC') =="
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
-    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens)|  +[0-9]|# average|# target|# direct|# launch|# kernel time|#   ceiling)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
+    [ -f "$logs/bench_$entry.n$n.log" ] && grep -E '^\[rank 0\] (# +(bytes|tokens|shape)|  +[0-9]|   (decode|prefill) |# average|# target|# direct|# launch|# kernel time|#   ceiling)' "$logs/bench_$entry.n$n.log" | sed "s/^\[rank 0\]/[$entry n=$n]/"
   done
 done
 for f in "$logs"/soak.n*.log; do
