@@ -85,6 +85,14 @@ static inline int check_log_has(const char *needle, int line) {
   return found;
 }
 
+/* The call must be rejected as invalid (SY_ERR_INVALID_ARG), with a log line since the last check containing
+ * needle (the argument's name). */
+#define CHECK_REJECTED(call, needle)        \
+  do {                                      \
+    CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
+    CHECK(check_log_has(needle, __LINE__)); \
+  } while (0)
+
 /* A small text file's contents (up to 64 KiB), NUL-terminated; the caller frees it. NULL if unreadable. */
 static inline char *check_read_file(const char *path) {
   FILE *f = fopen(path, "rb");

@@ -22,11 +22,7 @@
 /* ---- the log, read back ----------------------------------------------------------------------------- */
 
 /* The call must be rejected as invalid, with a log line containing needle. */
-#define REJECT(call, needle)                \
-  do {                                      \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
-    CHECK(check_log_has(needle, __LINE__)); \
-  } while (0)
+#define REJECT(call, needle) CHECK_REJECTED(call, needle)
 
 static sy_comm_config_t make_config(int rank, int world, int group) {
   sy_comm_config_t config = SY_COMM_CONFIG_INIT;

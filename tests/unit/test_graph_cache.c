@@ -19,11 +19,7 @@
 #include <stddef.h>
 
 /* The call must be rejected as invalid, with a log line containing needle. */
-#define REJECT(call, needle)                \
-  do {                                      \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
-    CHECK(check_log_has(needle, __LINE__)); \
-  } while (0)
+#define REJECT(call, needle) CHECK_REJECTED(call, needle)
 
 static int next_group = 7300;
 

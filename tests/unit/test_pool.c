@@ -1,101 +1,16 @@
 /*
- * test_pool.c — the orchestration pools on the host backend (src/mem/pool.c, src/mem/host_pool.c; the API at
- * the end of switchyard.h):
+ * test_pool.c — the stream-ordered device pool on the host backend (src/mem/pool.c; the API at the end of
+ * switchyard.h; the pinned host pool: test_host_pool.c):
  *   sy_pool       create with and without a config; every bad argument rejected with a line naming it and the
  *                 pool's stats unchanged; 256-byte aligned, writable, disjoint allocations; the stats exact after
  *                 a sequence (the host backend rounds to 256 bytes, reserved = used); 10,000 live allocations
  *                 freed in random order and a long churn (the live table's growth, rehash and tombstones);
  *                 destroy with allocations still live frees them and warns.
- *   sy_host_pool  bad configs; every slot acquired, distinct and writable; a full pool times out within the
- *                 communicator's timeout and counts the wait; releases of foreign, interior, past-the-end and
- *                 released slots refused; a second thread blocked in acquire gets exactly the slot given back;
- *                 hundreds of cycles through 3 slots, never one handed out twice; destroy with slots held.
- *   sticky error  after a recorded mismatch, alloc, acquire and create return it; free, release, stats and
- *                 destroy still answer.
+ *   sticky error  after a recorded mismatch, alloc, acquire and create (of both pools) return it; free, release,
+ *                 stats and destroy still answer.
  * The log goes to a file in a scratch directory so the test can read what each rejection named.
  */
-#include "host_comm_test.h"
-
-#include <stddef.h>
-
-/* The test asks for more memory than exists and wants NULL back, not the sanitizer's report. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void) { return "allocator_may_return_null=1"; }
-
-#define SHORT_TIMEOUT_MS 100
-#define ROUND256(n)      (((size_t)(n) + 255) / 256 * 256)
-
-/* The call must be rejected as invalid, with a log line containing needle. */
-#define REJECT(call, needle)                \
-  do {                                      \
-    CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
-    CHECK(check_log_has(needle, __LINE__)); \
-  } while (0)
-
-static int next_group = 7100;
-
-/* Runs fn on `world` rank threads, each with its own host communicator of timeout timeout_ms (0: long). */
-static void run_world(int world, uint64_t timeout_ms, rank_fn_t fn, void *user) {
-  run_shared_t run = make_run(world, __atomic_fetch_add(&next_group, 1, __ATOMIC_RELAXED), fn);
-  for (int r = 0; r < world; r++) run.timeout_ms[r] = timeout_ms;
-  run.user = user;
-  run_ranks(&run);
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng_next(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 2685821657736338717ull;
-}
-
-static sy_pool_stats_t pool_stats(sy_pool_t pool) {
-  sy_pool_stats_t s = SY_POOL_STATS_INIT;
-  CHECK_OK(sy_pool_stats(pool, &s));
-  return s;
-}
-
-static sy_host_pool_stats_t host_stats(sy_host_pool_t pool) {
-  sy_host_pool_stats_t s = SY_HOST_POOL_STATS_INIT;
-  CHECK_OK(sy_host_pool_stats(pool, &s));
-  return s;
-}
-
-/* Returns the stats after checking the counts that are exact: free slots, acquires, waits. */
-static sy_host_pool_stats_t check_host_counts(sy_host_pool_t pool, int free_slots, uint64_t acquires, uint64_t waits) {
-  sy_host_pool_stats_t s = host_stats(pool);
-  CHECK_EQ_INT(s.size, sizeof s);
-  CHECK_EQ_INT(s.free_slots, free_slots);
-  CHECK_EQ_INT(s.acquires, acquires);
-  CHECK_EQ_INT(s.waits, waits);
-  return s;
-}
-
-static void check_pool_counts(sy_pool_t pool, size_t used, size_t used_high, uint64_t allocs, uint64_t frees) {
-  sy_pool_stats_t s = pool_stats(pool);
-  CHECK_EQ_INT(s.size, sizeof s);
-  CHECK_EQ_INT(s.used, used);
-  CHECK_EQ_INT(s.reserved, used); /* the host backend gives memory back at free */
-  CHECK_EQ_INT(s.used_high, used_high);
-  CHECK_EQ_INT(s.reserved_high, used_high);
-  CHECK_EQ_INT(s.allocs, allocs);
-  CHECK_EQ_INT(s.frees, frees);
-  CHECK_EQ_INT(s.live, allocs - frees);
-}
-
-static void fill(unsigned char *p, size_t n, int round) {
-  for (size_t k = 0; k < n; k++) p[k] = pattern(7, round, k);
-}
-
-static size_t count_wrong(const unsigned char *p, size_t n, int round) {
-  size_t wrong = 0;
-  for (size_t k = 0; k < n; k++) wrong += p[k] != pattern(7, round, k);
-  return wrong;
-}
+#include "pool_test.h"
 
 /* ---- sy_pool: create and bad arguments ---------------------------------------------------------------- */
 
@@ -348,232 +263,6 @@ static void fn_pool_destroy_live(rank_ctx_t *ctx) {
   CHECK(check_log_has("3 allocations were not freed", __LINE__));
 }
 
-/* ---- sy_host_pool: config, slots, timeout, releases ------------------------------------------------------ */
-
-static void fn_host_pool_config(rank_ctx_t *ctx) {
-  sy_host_pool_t pool = (sy_host_pool_t)ctx; /* must be cleared by a rejection */
-  sy_host_pool_config_t c = SY_HOST_POOL_CONFIG_INIT;
-  CHECK_EQ_INT(c.size, sizeof c);
-  CHECK_EQ_INT(c.slots, 4);
-  REJECT(sy_host_pool_create(ctx->comm, NULL, &pool), "config is NULL");
-  CHECK(pool == NULL);
-  REJECT(sy_host_pool_create(ctx->comm, &c, &pool), "config->slot_bytes is 0");
-  c.slot_bytes = 64;
-  REJECT(sy_host_pool_create(NULL, &c, &pool), "comm is NULL");
-  REJECT(sy_host_pool_create(ctx->comm, &c, NULL), "pool is NULL");
-  static const int bad_slots[] = {0, 1025, -1};
-  for (int i = 0; i < 3; i++) {
-    c.slots = bad_slots[i];
-    REJECT(sy_host_pool_create(ctx->comm, &c, &pool), "config->slots=");
-    CHECK(pool == NULL);
-  }
-  c.slots = 2;
-  c.slot_bytes = SIZE_MAX / 2;
-  REJECT(sy_host_pool_create(ctx->comm, &c, &pool), "overflows");
-  c.slot_bytes = 64;
-  c.size = 0;
-  REJECT(sy_host_pool_create(ctx->comm, &c, &pool), "config->size=0");
-
-  /* The bounds themselves; an older config without `slots` gets the default 4. */
-  const int good_slots[] = {1, 1024};
-  for (int i = 0; i < 2; i++) {
-    sy_host_pool_config_t g = SY_HOST_POOL_CONFIG_INIT;
-    g.slot_bytes = 1;
-    g.slots = good_slots[i];
-    CHECK_OK(sy_host_pool_create(ctx->comm, &g, &pool));
-    if (!pool) continue;
-    sy_host_pool_stats_t s = host_stats(pool);
-    CHECK_EQ_INT(s.slots, good_slots[i]);
-    CHECK_EQ_INT(s.free_slots, good_slots[i]);
-    CHECK_OK(sy_host_pool_destroy(pool));
-  }
-  sy_host_pool_config_t old = SY_HOST_POOL_CONFIG_INIT;
-  old.slot_bytes = 10;
-  old.slots = 99; /* beyond size: ignored */
-  old.size = offsetof(sy_host_pool_config_t, slots);
-  CHECK_OK(sy_host_pool_create(ctx->comm, &old, &pool));
-  if (pool) CHECK_EQ_INT(host_stats(pool).slots, 4);
-
-  void *slot = (void *)&c;
-  REJECT(sy_host_pool_acquire(NULL, &slot), "pool is NULL");
-  REJECT(sy_host_pool_acquire(pool, NULL), "slot is NULL");
-  REJECT(sy_host_pool_release(NULL, slot, NULL), "pool is NULL");
-  sy_host_pool_stats_t s = SY_HOST_POOL_STATS_INIT;
-  REJECT(sy_host_pool_stats(NULL, &s), "pool is NULL");
-  REJECT(sy_host_pool_stats(pool, NULL), "stats is NULL");
-  s.size = sizeof s + 1;
-  REJECT(sy_host_pool_stats(pool, &s), "SY_HOST_POOL_STATS_INIT");
-  CHECK(slot == (void *)&c);
-  CHECK_OK(sy_host_pool_destroy(pool));
-  CHECK_OK(sy_host_pool_destroy(NULL));
-}
-
-#define SLOTS      5
-#define SLOT_BYTES 1000 /* slots 1024 bytes apart: 256 inside one is a multiple of 256, not a slot */
-
-/* Releases that must be refused, each leaving the free count as it was. */
-static void check_bad_releases(sy_host_pool_t pool, unsigned char **held, unsigned char *released) {
-  const int free_before = host_stats(pool).free_slots;
-  unsigned char *lo = held[0], *hi = held[0];
-  for (int i = 1; i < SLOTS; i++) lo = held[i] < lo ? held[i] : lo, hi = held[i] > hi ? held[i] : hi;
-  unsigned char *foreign = malloc(SLOT_BYTES);
-  REJECT(sy_host_pool_release(pool, foreign, NULL), "not a slot of this pool");
-  REJECT(sy_host_pool_release(pool, NULL, NULL), "not a slot of this pool");
-  REJECT(sy_host_pool_release(pool, held[1] + 1, NULL), "not a slot of this pool");   /* interior */
-  REJECT(sy_host_pool_release(pool, held[1] + 256, NULL), "not a slot of this pool"); /* interior, aligned */
-  REJECT(sy_host_pool_release(pool, lo - 1024, NULL), "not a slot of this pool");     /* before the first */
-  REJECT(sy_host_pool_release(pool, hi + 1024, NULL), "not a slot of this pool");     /* past the last */
-  REJECT(sy_host_pool_release(pool, released, NULL), "released already");             /* double release */
-  CHECK_EQ_INT(host_stats(pool).free_slots, free_before);
-  free(foreign);
-}
-
-static void fn_host_pool_slots(rank_ctx_t *ctx) {
-  sy_host_pool_config_t c = SY_HOST_POOL_CONFIG_INIT;
-  c.slot_bytes = SLOT_BYTES;
-  c.slots = SLOTS;
-  sy_host_pool_t pool = NULL;
-  CHECK_OK(sy_host_pool_create(ctx->comm, &c, &pool));
-  if (!pool) return;
-  unsigned char *held[SLOTS] = {0};
-  for (int i = 0; i < SLOTS; i++) {
-    CHECK_OK(sy_host_pool_acquire(pool, (void **)&held[i]));
-    if (!held[i]) return;
-    CHECK_EQ_INT((uintptr_t)held[i] & 255, 0);
-    for (int j = 0; j < i; j++) CHECK(held[j] + SLOT_BYTES <= held[i] || held[i] + SLOT_BYTES <= held[j]);
-    fill(held[i], SLOT_BYTES, i);
-  }
-  for (int i = 0; i < SLOTS; i++) CHECK_EQ_INT(count_wrong(held[i], SLOT_BYTES, i), 0);
-  sy_host_pool_stats_t s = check_host_counts(pool, 0, SLOTS, 0);
-  CHECK_EQ_INT(s.slots, SLOTS);
-  CHECK_EQ_INT(s.wait_ns, 0);
-
-  /* Every slot held: the acquire waits out the communicator's timeout, acquires nothing, counts the wait. */
-  void *none = (void *)&c;
-  const uint64_t t0 = now_ms();
-  CHECK_STATUS(sy_host_pool_acquire(pool, &none), SY_ERR_TIMEOUT);
-  const uint64_t waited = now_ms() - t0;
-  CHECK(waited + 1 >= SHORT_TIMEOUT_MS);
-  CHECK(waited < SHORT_TIMEOUT_MS + 3000);
-  CHECK(none == (void *)&c);
-  CHECK(check_log_has("no slot of 5 came back in 100 ms", __LINE__));
-  s = check_host_counts(pool, 0, SLOTS, 1);
-  CHECK(s.wait_ns >= (SHORT_TIMEOUT_MS - 1) * 1000000ull && s.wait_ns <= (waited + 1) * 1000000ull);
-  CHECK_OK(sy_comm_barrier(ctx->comm, NULL)); /* a pool's timeout is not the communicator's error */
-
-  /* Released at once (stream NULL, or any stream on the host backend): the next acquire gets that slot. */
-  CHECK_OK(sy_host_pool_release(pool, held[2], NULL));
-  CHECK_EQ_INT(host_stats(pool).free_slots, 1);
-  check_bad_releases(pool, held, held[2]);
-  unsigned char *again = NULL;
-  CHECK_OK(sy_host_pool_acquire(pool, (void **)&again));
-  CHECK(again == held[2]);
-  CHECK_OK(sy_host_pool_release(pool, held[4], (cudaStream_t)held));
-  CHECK_EQ_INT(host_stats(pool).free_slots, 1);
-  CHECK_OK(sy_host_pool_acquire(pool, (void **)&again));
-  CHECK(again == held[4]);
-  check_host_counts(pool, 0, SLOTS + 2, 1);
-  CHECK_OK(sy_host_pool_release(pool, held[0], NULL));
-  CHECK_OK(sy_host_pool_destroy(pool)); /* four slots still held by the host: freed */
-}
-
-/* ---- sy_host_pool: a second thread waits for the slot the first gives back -------------------------------- */
-
-typedef struct handoff {
-  sy_host_pool_t pool;
-  void *got;
-  sy_status_t status;
-  uint64_t waited_ms;
-  int done; /* atomic */
-} handoff_t;
-
-static void *handoff_waiter(void *arg) {
-  handoff_t *h = arg;
-  const uint64_t t0 = now_ms();
-  h->status = sy_host_pool_acquire(h->pool, &h->got);
-  h->waited_ms = now_ms() - t0;
-  __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-static void fn_host_pool_handoff(rank_ctx_t *ctx) {
-  sy_host_pool_config_t c = SY_HOST_POOL_CONFIG_INIT;
-  c.slot_bytes = 4096;
-  c.slots = 3;
-  handoff_t h = {0};
-  CHECK_OK(sy_host_pool_create(ctx->comm, &c, &h.pool));
-  if (!h.pool) return;
-  void *held[3] = {0};
-  for (int i = 0; i < 3; i++) CHECK_OK(sy_host_pool_acquire(h.pool, &held[i]));
-  pthread_t waiter;
-  CHECK_EQ_INT(pthread_create(&waiter, NULL, handoff_waiter, &h), 0);
-  /* waits is counted under the lock the waiter keeps until it sleeps on the condition: once it shows, the
-   * waiter is waiting (or about to, and then sees the release). */
-  const uint64_t t0 = now_ms();
-  while (host_stats(h.pool).waits == 0 && now_ms() - t0 < 10000) sleep_ms(1);
-  CHECK_EQ_INT(host_stats(h.pool).waits, 1);
-  sleep_ms(20);
-  CHECK_EQ_INT(__atomic_load_n(&h.done, __ATOMIC_ACQUIRE), 0);
-  CHECK_OK(sy_host_pool_release(h.pool, held[1], NULL));
-  pthread_join(waiter, NULL);
-  CHECK_OK(h.status);
-  CHECK(h.got == held[1]);
-  CHECK(h.waited_ms >= 19);
-  sy_host_pool_stats_t s = check_host_counts(h.pool, 0, 4, 1);
-  CHECK(s.wait_ns >= 19000000ull && s.wait_ns <= (h.waited_ms + 1) * 1000000ull);
-  for (int i = 0; i < 3; i++) CHECK_OK(sy_host_pool_release(h.pool, held[i], NULL));
-  CHECK_EQ_INT(host_stats(h.pool).free_slots, 3);
-  CHECK_OK(sy_host_pool_destroy(h.pool));
-}
-
-/* ---- sy_host_pool: cycles through 3 slots ----------------------------------------------------------------- */
-
-#define CYCLE_SLOTS  3
-#define CYCLE_BYTES  777
-#define CYCLE_ROUNDS 600
-
-static void fn_host_pool_cycles(rank_ctx_t *ctx) {
-  sy_host_pool_config_t c = SY_HOST_POOL_CONFIG_INIT;
-  c.slot_bytes = CYCLE_BYTES;
-  c.slots = CYCLE_SLOTS;
-  sy_host_pool_t pool = NULL;
-  CHECK_OK(sy_host_pool_create(ctx->comm, &c, &pool));
-  if (!pool) return;
-  unsigned char *held[CYCLE_SLOTS], *seen[CYCLE_SLOTS] = {0};
-  int round_of[CYCLE_SLOTS], nheld = 0, nseen = 0, twice = 0, strangers = 0;
-  size_t wrong = 0;
-  uint64_t acquires = 0;
-  for (int round = 1; round <= CYCLE_ROUNDS; round++) {
-    const int acquire = nheld == 0 || (nheld < CYCLE_SLOTS && rng_next() % 3 != 0);
-    if (acquire) {
-      unsigned char *p = NULL;
-      CHECK_OK(sy_host_pool_acquire(pool, (void **)&p));
-      if (!p) return;
-      for (int i = 0; i < nheld; i++) twice += held[i] == p;
-      int known = 0;
-      for (int i = 0; i < nseen; i++) known |= seen[i] == p;
-      if (!known && nseen < CYCLE_SLOTS) seen[nseen++] = p;
-      else strangers += !known;
-      fill(p, CYCLE_BYTES, round);
-      held[nheld] = p, round_of[nheld++] = round;
-      acquires++;
-    } else {
-      const int j = (int)(rng_next() % (uint64_t)nheld);
-      wrong += count_wrong(held[j], CYCLE_BYTES, round_of[j]);
-      CHECK_OK(sy_host_pool_release(pool, held[j], round % 2 ? NULL : (cudaStream_t)pool));
-      held[j] = held[nheld - 1], round_of[j] = round_of[nheld - 1], nheld--;
-    }
-    CHECK_EQ_INT(host_stats(pool).free_slots, CYCLE_SLOTS - nheld);
-  }
-  CHECK_EQ_INT(twice, 0);
-  CHECK_EQ_INT(strangers, 0);
-  CHECK_EQ_INT(wrong, 0);
-  CHECK_EQ_INT(nseen, CYCLE_SLOTS);
-  CHECK(acquires > CYCLE_ROUNDS / 3);
-  check_host_counts(pool, CYCLE_SLOTS - nheld, acquires, 0);
-  CHECK_OK(sy_host_pool_destroy(pool)); /* whatever is still held goes with it */
-}
-
 /* ---- after a sticky error ---------------------------------------------------------------------------------- */
 
 /* Rank 0 enters a barrier, rank 1 an allgather: SY_ERR_MISMATCH on both, sticky. */
@@ -618,30 +307,14 @@ static void fn_sticky(rank_ctx_t *ctx) {
 }
 
 int main(void) {
-  const char *env = getenv("SY_TEST_SEED");
-  if (env) rng_state = strtoull(env, NULL, 0) | 1;
   char dir[] = "/tmp/sy_test_pool_XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  snprintf(check_log_path, sizeof check_log_path, "%s/log.txt", dir);
-  setenv("SY_DEBUG_FILE", check_log_path, 1);
-  setenv("SY_DEBUG", "WARN", 1);
-  sy__log_reset();
-
+  pool_test_begin(dir);
   run_world(1, 0, fn_pool_create, NULL);
   run_world(1, 0, fn_pool_args, NULL);
   run_world(1, 0, fn_pool_stats, NULL);
   run_world(3, 0, fn_pool_stats, NULL);
   run_world(1, 0, fn_pool_many, NULL);
   run_world(1, 0, fn_pool_destroy_live, NULL);
-  run_world(1, 0, fn_host_pool_config, NULL);
-  run_world(1, SHORT_TIMEOUT_MS, fn_host_pool_slots, NULL);
-  run_world(1, 0, fn_host_pool_handoff, NULL);
-  run_world(1, 0, fn_host_pool_cycles, NULL);
   run_world(2, 0, fn_sticky, NULL);
-
-  unsetenv("SY_DEBUG_FILE");
-  sy__log_reset();
-  unlink(check_log_path);
-  CHECK_EQ_INT(rmdir(dir), 0);
-  return check_report();
+  return pool_test_end(dir);
 }
