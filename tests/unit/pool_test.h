@@ -53,7 +53,8 @@ static inline sy_host_pool_stats_t host_stats(sy_host_pool_t pool) {
 }
 
 /* Returns the stats after checking the counts that are exact: free slots, acquires, waits. */
-static inline sy_host_pool_stats_t check_host_counts(sy_host_pool_t pool, int free_slots, uint64_t acquires, uint64_t waits) {
+static inline sy_host_pool_stats_t check_host_counts(sy_host_pool_t pool, int free_slots, uint64_t acquires,
+                                                     uint64_t waits) {
   sy_host_pool_stats_t s = host_stats(pool);
   CHECK_EQ_INT(s.size, sizeof s);
   CHECK_EQ_INT(s.free_slots, free_slots);

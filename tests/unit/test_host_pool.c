@@ -7,7 +7,6 @@
  */
 #include "pool_test.h"
 
-
 /* ---- sy_host_pool: config, slots, timeout, releases ------------------------------------------------------ */
 
 static void fn_host_pool_config(rank_ctx_t *ctx) {

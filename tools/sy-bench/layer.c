@@ -13,8 +13,9 @@
  * enqueue time, the SMs the communication held (num_sms) and the overlap efficiency
  * (t_comm + t_compute - t_step) / min(t_comm, t_compute). Checked: sampled tokens of mode (a)'s and (c)'s output
  * against a CPU reference of the layer (double accumulation, the GEMMs' outputs rounded to bf16 as the GPU's are)
- * within a relative bf16 tolerance (layer_ffn.c). Host backend: small shapes, the GEMMs as C loops (a smoke test
- * in CI).
+ * within a relative bf16 tolerance (layer_ffn.c). The backward (the tokens' gradient: the combine's backward, the
+ * FFN's, the dispatch's) runs the same ways after the forward's, checked the same way. Host backend: small shapes,
+ * the GEMMs as C loops (a smoke test in CI).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,23 @@ static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
 
 static int ffn(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   return layer_ffn(b, m->recv.tokens, m->mid, m->y, b->S, b->S, b->L, s);
+}
+
+/* The backward: the combine's (dy = w_r dout[t] into each row), the FFN's, the dispatch's (a combine without
+ * weights: the rows' gradients summed back to their tokens). The forward's rows, mid and layout stay from the
+ * forward ways that ran before. */
+static int combine_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
+  return sy_moe_ht_combine_backward(b->moe, m->handle, m->T, b->dout + (size_t)m->first * b->H, &m->recv,
+                                    m->recv.weights, NULL, m->dy, NULL, s) != 0;
+}
+
+static int ffn_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
+  return layer_ffn_backward(b, m->dy, m->mid, m->dmid, m->dxr, b->S, b->S, b->L, s);
+}
+
+static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
+  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, b->dx + (size_t)m->first * b->H, NULL,
+                           s) != 0;
 }
 
 /* ---- the ways to run it ------------------------------------------------------------------------------------- */
@@ -84,6 +102,53 @@ static int step_b(layer_bench_t *b, cudaStream_t sc) {
 
 static int op_b(bench_ctx_t *ctx, void *arg) { return step_b(arg, ctx->stream); }
 
+static int op_a_bwd(bench_ctx_t *ctx, void *arg) {
+  layer_bench_t *b = arg;
+  mb_t *m = &b->mb[0];
+  return combine_bwd(b, m, ctx->stream) || ffn_bwd(b, m, ctx->stream) || dispatch_bwd(b, m, ctx->stream);
+}
+
+static int op_comm_bwd(bench_ctx_t *ctx, void *arg) {
+  layer_bench_t *b = arg;
+  return combine_bwd(b, &b->mb[0], ctx->stream) || dispatch_bwd(b, &b->mb[0], ctx->stream);
+}
+
+static int op_compute_bwd(bench_ctx_t *ctx, void *arg) {
+  layer_bench_t *b = arg;
+  return ffn_bwd(b, &b->mb[0], ctx->stream);
+}
+
+/* The backward's two micro-batches as the forward's: CB1 CB2 on `sc` beside F1 F2 on the second stream, then DB1
+ * DB2 on `sc`. */
+static int step_b_bwd(layer_bench_t *b, cudaStream_t sc) {
+  mb_t *m1 = &b->mb[1], *m2 = &b->mb[2];
+  if (!b->gpu)
+    return combine_bwd(b, m1, sc) || combine_bwd(b, m2, sc) || ffn_bwd(b, m1, sc) || ffn_bwd(b, m2, sc) ||
+           dispatch_bwd(b, m1, sc) || dispatch_bwd(b, m2, sc);
+  cudaStream_t sg = b->compute;
+  int rc = combine_bwd(b, m1, sc) || cudaEventRecord(b->ev[0], sc) != cudaSuccess;
+  rc = rc || combine_bwd(b, m2, sc) || cudaEventRecord(b->ev[1], sc) != cudaSuccess;
+  rc = rc || cudaStreamWaitEvent(sg, b->ev[0], 0) != cudaSuccess || ffn_bwd(b, m1, sg);
+  rc = rc || cudaEventRecord(b->ev[2], sg) != cudaSuccess;
+  rc = rc || cudaStreamWaitEvent(sg, b->ev[1], 0) != cudaSuccess || ffn_bwd(b, m2, sg);
+  rc = rc || cudaEventRecord(b->ev[3], sg) != cudaSuccess;
+  rc = rc || cudaStreamWaitEvent(sc, b->ev[2], 0) != cudaSuccess || dispatch_bwd(b, m1, sc);
+  rc = rc || cudaStreamWaitEvent(sc, b->ev[3], 0) != cudaSuccess || dispatch_bwd(b, m2, sc);
+  return rc;
+}
+
+static int op_b_bwd(bench_ctx_t *ctx, void *arg) { return step_b_bwd(arg, ctx->stream); }
+
+static sy_status_t graph_step_bwd(void *user, int bucket, cudaStream_t stream) {
+  (void)bucket;
+  return step_b_bwd(user, stream) ? SY_ERR_INTERNAL : SY_SUCCESS;
+}
+
+static int op_c_bwd(bench_ctx_t *ctx, void *arg) {
+  layer_bench_t *b = arg;
+  return sy_graph_cache_run(b->cache_bwd, b->T, ctx->stream) != SY_SUCCESS;
+}
+
 static sy_status_t graph_step(void *user, int bucket, cudaStream_t stream) {
   (void)bucket;
   return step_b(user, stream) ? SY_ERR_INTERNAL : SY_SUCCESS;
@@ -110,14 +175,17 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int T, int first, size_t handle_b
   m->recv.expert_stride = b->S;
   m->mid = layer_buf(b, rows * b->F * 2);
   m->y = layer_buf(b, rows * b->H * 2);
+  m->dy = layer_buf(b, rows * b->H * 2);
+  m->dmid = layer_buf(b, rows * b->F * 2);
+  m->dxr = layer_buf(b, rows * b->H * 2);
   return !m->handle || !m->recv.tokens || !m->recv.src || !m->recv.weights || !m->recv.expert_offsets ||
-         !m->recv.expert_counts || !m->mid || !m->y;
+         !m->recv.expert_counts || !m->mid || !m->y || !m->dy || !m->dmid || !m->dxr;
 }
 
 static void free_mb(layer_bench_t *b, mb_t *m) {
   void *p[] = {
       m->handle, m->recv.tokens, m->recv.src, m->recv.weights, m->recv.expert_offsets, m->recv.expert_counts, m->mid,
-      m->y};
+      m->y,      m->dy,          m->dmid,     m->dxr};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
 }
 
@@ -139,7 +207,8 @@ static int setup_prefill(layer_bench_t *b) {
     return 1;
   sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
   gc.buckets = &b->T, gc.num_buckets = 1;
-  return sy_graph_cache_create(ctx->comm, &gc, graph_step, b, &b->cache) != SY_SUCCESS;
+  return sy_graph_cache_create(ctx->comm, &gc, graph_step, b, &b->cache) != SY_SUCCESS ||
+         sy_graph_cache_create(ctx->comm, &gc, graph_step_bwd, b, &b->cache_bwd) != SY_SUCCESS;
 }
 
 static int prefill(layer_bench_t *b) {
@@ -150,8 +219,14 @@ static int prefill(layer_bench_t *b) {
               b->T, b->S, b->L, b->sms);
   static const layer_way_t ways[] = {
       {"comm", op_comm, 0}, {"compute", op_compute, 0}, {"a", op_a, 1}, {"b", op_b, 1}, {"c", op_c, 1}};
-  double us[5] = {0}, enq[5] = {0};
+  static const layer_way_t bwd[] = {{"comm", op_comm_bwd, 0},
+                                    {"compute", op_compute_bwd, 0},
+                                    {"a", op_a_bwd, 2},
+                                    {"b", op_b_bwd, 2},
+                                    {"c", op_c_bwd, 2}};
+  double us[5] = {0}, enq[5] = {0}, ub[5] = {0}, eb[5] = {0};
   if (!rc) rc = layer_run_ways(b, "prefill", ways, 5, us, enq) < 0;
+  if (!rc) rc = layer_run_ways(b, "backward", bwd, 5, ub, eb) < 0; /* after the forward ways: their rows stay */
   if (!rc && b->gpu) {
     const double lo = us[0] < us[1] ? us[0] : us[1], hidden = lo > 0 ? (us[0] + us[1] - us[3]) / lo : 0;
     bench_print(b->ctx,
@@ -177,7 +252,7 @@ int bench_layer(bench_ctx_t *ctx) {
     layer_bench_t b = {0};
     b.ctx = ctx;
     b.gpu = gpu;
-    b.H = gpu ? 7168 : 256, b.F = gpu ? 2048 : 128, b.K = gpu ? 8 : 4;
+    b.H = gpu ? 7168 : 128, b.F = gpu ? 2048 : 64, b.K = gpu ? 8 : 2;
     b.E = gpu ? 256 : 8 * ctx->world;
     if (b.E % ctx->world) b.E = (b.E / ctx->world + 1) * ctx->world;
     b.T = (int)tokens[i];

@@ -17,13 +17,16 @@ typedef struct mb { /* one micro-batch of the high-throughput step */
   int T, first;     /* tokens, its first token in the step */
   void *handle;     /* the layout's */
   sy_moe_ht_recv_t recv;
-  uint16_t *mid, *y; /* [L S][F], [L S][H] */
+  uint16_t *mid, *y;         /* [L S][F], [L S][H] */
+  uint16_t *dy, *dmid, *dxr; /* the backward's: [L S][H], [L S][F], [L S][H] */
 } mb_t;
 
 typedef struct layer_bench {
   bench_ctx_t *ctx;
   int gpu, H, F, E, K, L, T, sms;
   uint16_t *x, *w1, *w2, *out; /* [T][H], [H][F], [F][H], [T][H] */
+  uint16_t *dout, *dx;         /* the backward's: the output's gradient in, the tokens' out; [T][H] */
+  uint16_t *dout_h;
   int32_t *ids;                /* [T][K] */
   float *weights;              /* [T][K] */
   uint16_t *x_h, *w1_h, *w2_h; /* host copies for the reference */
@@ -44,7 +47,7 @@ typedef struct layer_bench {
   cublasLtHandle_t lt;
   void *lt_work;
   size_t lt_work_bytes;
-  sy_graph_cache_t cache;
+  sy_graph_cache_t cache, cache_bwd;
 } layer_bench_t;
 
 /* layer_ffn.c */
@@ -59,8 +62,14 @@ void layer_teardown_common(layer_bench_t *b);
  * and y. */
 int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
               cudaStream_t stream);
-/* Sampled tokens of b->out against the CPU reference: the wrong elements (-1: could not read them). */
-long long layer_check(layer_bench_t *b, int samples);
+/* The backward of layer_ffn: dmid = (dy W2^T) where the forward's mid > 0, else 0; dxr = dmid W1^T. */
+int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid, uint16_t *dmid, uint16_t *dxr,
+                       int rows, int stride, int batch, cudaStream_t stream);
+/* Sampled tokens of b->out (backward: of b->dx) against the CPU reference: the wrong elements (-1: could not read
+ * them). */
+long long layer_check(layer_bench_t *b, int samples, int backward);
+/* layer_mask.cu (layer_mask_absent.c without nvcc): d[i] = 0 where mid[i] is not > 0. */
+int layer_relu_mask(uint16_t *d, const uint16_t *mid, size_t n, cudaStream_t stream);
 /* Median host time of enqueuing op (the stream drained after each, outside the timing). */
 double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg);
 /* One table: ways[i] timed; ways 0 and 1 the communication and the GEMMs alone; the overlap efficiency
@@ -68,7 +77,7 @@ double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg);
 typedef struct layer_way {
   const char *name;
   bench_op_fn op;
-  int check;
+  int check; /* 1: b->out against the forward's reference; 2: b->dx against the backward's */
 } layer_way_t;
 int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways, int n, double *us, double *enq);
 

@@ -36,17 +36,21 @@ int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n) {
 
 /* ---- the GEMMs ---------------------------------------------------------------------------------------------- */
 
-/* Row-major C[e] (rows x n) = A[e] (rows x k) B (k x n), e < batch, A[e] and C[e] at e x stride rows, B shared;
- * relu on the output with `relu`. cublasLt sees the column-major transposes: C^T = B^T A^T. */
+/* Row-major C[e] (rows x n) = A[e] (rows x k) M, e < batch, A[e] and C[e] at e x stride rows; M shared: B (k x n,
+ * row-major), or with trans_b B^T of the row-major n x k B; relu on the output with `relu`. cublasLt sees the
+ * column-major transposes: C^T = M^T A^T, M^T being B stored n x k column-major (ld n), or (trans_b) B stored
+ * k x n column-major (ld k) and transposed. */
 static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k,
-                    int n, int batch, int relu, cudaStream_t stream) {
+                    int n, int batch, int trans_b, int relu, cudaStream_t stream) {
   cublasLtMatmulDesc_t op = NULL;
   cublasLtMatrixLayout_t ls[3] = {NULL, NULL, NULL};
   int rc = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS;
   const cublasLtEpilogue_t epi = relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+  const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (!rc) rc = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) != 0;
-  /* cublasLt's "A": B^T (n x k, ld n, shared); "B": A^T (k x rows, ld k); "C": C^T (n x rows, ld n) */
-  const uint64_t dims[3][3] = {{n, k, n}, {k, rows, k}, {n, rows, n}};
+  if (!rc) rc = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != 0;
+  const uint64_t a_rows = trans_b ? (uint64_t)k : (uint64_t)n, a_cols = trans_b ? (uint64_t)n : (uint64_t)k;
+  const uint64_t dims[3][3] = {{a_rows, a_cols, a_rows}, {k, rows, k}, {n, rows, n}};
   const int64_t strides[3] = {0, (int64_t)stride * k, (int64_t)stride * n};
   for (int i = 0; i < 3 && !rc; i++) {
     rc = cublasLtMatrixLayoutCreate(&ls[i], CUDA_R_16BF, dims[i][0], dims[i][1], (int64_t)dims[i][2]) != 0;
@@ -67,14 +71,15 @@ static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint
 /* The host backend's: the same product in double, rounded to bf16 once (relu before or after the rounding: the
  * same). */
 static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k, int n, int batch,
-                      int relu) {
+                      int trans_b, int relu) {
   for (int e = 0; e < batch; e++)
     for (int r = 0; r < rows; r++) {
       const uint16_t *a = A + ((size_t)e * stride + r) * k;
       uint16_t *c = C + ((size_t)e * stride + r) * n;
       for (int j = 0; j < n; j++) {
         double s = 0;
-        for (int i = 0; i < k; i++) s += (double)sy__bf16_to_float(a[i]) * sy__bf16_to_float(B[(size_t)i * n + j]);
+        for (int i = 0; i < k; i++)
+          s += (double)sy__bf16_to_float(a[i]) * sy__bf16_to_float(B[trans_b ? (size_t)j * k + i : (size_t)i * n + j]);
         const float v = (float)s;
         c[j] = sy__float_to_bf16(relu && v < 0 ? 0.0f : v);
       }
@@ -84,12 +89,27 @@ static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int row
 int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
               cudaStream_t stream) {
   if (!b->gpu) {
-    gemm_host(in, b->w1, mid, rows, stride, b->H, b->F, batch, 1);
-    gemm_host(mid, b->w2, y, rows, stride, b->F, b->H, batch, 0);
+    gemm_host(in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1);
+    gemm_host(mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0);
     return 0;
   }
-  return gemm_gpu(b, in, b->w1, mid, rows, stride, b->H, b->F, batch, 1, stream) ||
-         gemm_gpu(b, mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, stream);
+  return gemm_gpu(b, in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1, stream) ||
+         gemm_gpu(b, mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0, stream);
+}
+
+int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid, uint16_t *dmid, uint16_t *dxr,
+                       int rows, int stride, int batch, cudaStream_t stream) {
+  const size_t n = (size_t)batch * stride * b->F;
+  if (!b->gpu) {
+    gemm_host(dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0); /* dy W2^T: W2 is [F][H] */
+    for (size_t i = 0; i < n; i++)
+      if ((mid[i] & 0x8000u) || (mid[i] & 0x7fffu) == 0) dmid[i] = 0;
+    gemm_host(dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0); /* dmid W1^T: W1 is [H][F] */
+    return 0;
+  }
+  return gemm_gpu(b, dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0, stream) ||
+         layer_relu_mask(dmid, mid, n, stream) ||
+         gemm_gpu(b, dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0, stream);
 }
 
 /* ---- the inputs ----------------------------------------------------------------------------------------------- */
@@ -107,19 +127,21 @@ int layer_setup_common(layer_bench_t *b) {
   const bench_ctx_t *ctx = b->ctx;
   const size_t TH = (size_t)b->T * b->H, TK = (size_t)b->T * b->K, HF = (size_t)b->H * b->F;
   b->x_h = malloc(TH * 2), b->ids_h = malloc(TK * 4), b->weights_h = malloc(TK * 4);
-  b->w1_h = malloc(HF * 2), b->w2_h = malloc(HF * 2);
-  if (!b->x_h || !b->ids_h || !b->weights_h || !b->w1_h || !b->w2_h) return 1;
+  b->w1_h = malloc(HF * 2), b->w2_h = malloc(HF * 2), b->dout_h = malloc(TH * 2);
+  if (!b->x_h || !b->ids_h || !b->weights_h || !b->w1_h || !b->w2_h || !b->dout_h) return 1;
   wl_moe_uniform_routing(ctx->rank, b->T, b->E, b->K, b->ids_h, b->weights_h);
   wl_moe_uniform_tokens(ctx->rank, b->T, b->H, b->x_h);
   fill_weights(b->w1_h, HF, 1, 2.0f / sqrtf((float)b->H));
   fill_weights(b->w2_h, HF, 2, 2.0f / sqrtf((float)b->F));
+  fill_weights(b->dout_h, TH, 3 + (uint32_t)ctx->rank, 2.0f); /* the output's gradient */
   b->x = layer_buf(b, TH * 2), b->out = layer_buf(b, TH * 2);
   b->ids = layer_buf(b, TK * 4), b->weights = layer_buf(b, TK * 4);
   b->w1 = layer_buf(b, HF * 2), b->w2 = layer_buf(b, HF * 2);
-  int rc = !b->x || !b->out || !b->ids || !b->weights || !b->w1 || !b->w2;
+  b->dout = layer_buf(b, TH * 2), b->dx = layer_buf(b, TH * 2);
+  int rc = !b->x || !b->out || !b->ids || !b->weights || !b->w1 || !b->w2 || !b->dout || !b->dx;
   rc = rc || layer_put(b, b->x, b->x_h, TH * 2) || layer_put(b, b->ids, b->ids_h, TK * 4) ||
        layer_put(b, b->weights, b->weights_h, TK * 4) || layer_put(b, b->w1, b->w1_h, HF * 2) ||
-       layer_put(b, b->w2, b->w2_h, HF * 2);
+       layer_put(b, b->w2, b->w2_h, HF * 2) || layer_put(b, b->dout, b->dout_h, TH * 2);
   if (rc || !b->gpu) return rc;
   rc = cudaStreamCreateWithFlags(&b->compute, cudaStreamNonBlocking) != cudaSuccess;
   for (int i = 0; i < 4 && !rc; i++) rc = cudaEventCreateWithFlags(&b->ev[i], cudaEventDisableTiming) != cudaSuccess;
@@ -130,8 +152,9 @@ int layer_setup_common(layer_bench_t *b) {
 
 void layer_teardown_common(layer_bench_t *b) {
   if (b->cache) sy_graph_cache_destroy(b->cache);
-  b->cache = NULL;
-  void *p[] = {b->x, b->out, b->ids, b->weights, b->w1, b->w2};
+  if (b->cache_bwd) sy_graph_cache_destroy(b->cache_bwd);
+  b->cache = b->cache_bwd = NULL;
+  void *p[] = {b->x, b->out, b->ids, b->weights, b->w1, b->w2, b->dout, b->dx};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
   if (b->gpu) {
     for (int i = 0; i < 4; i++)
@@ -140,56 +163,85 @@ void layer_teardown_common(layer_bench_t *b) {
     if (b->lt) cublasLtDestroy(b->lt);
     if (b->lt_work) cudaFree(b->lt_work);
   }
-  free(b->x_h), free(b->ids_h), free(b->weights_h), free(b->w1_h), free(b->w2_h);
+  free(b->x_h), free(b->ids_h), free(b->weights_h), free(b->w1_h), free(b->w2_h), free(b->dout_h);
 }
 
 /* ---- the check ---------------------------------------------------------------------------------------------- */
 
-/* The layer for token t on the host: sum_k w_k y_k, y_k = bf16(bf16(relu(x W1)) W2) (every expert's weights
- * are the same), in double. */
-static void reference(const layer_bench_t *b, int t, double *out, float *mid, float *y) {
+/* The forward's mid for token t (every expert's is the same): bf16(relu(x W1)), in double. */
+static void ref_mid(const layer_bench_t *b, int t, float *mid) {
   const uint16_t *x = b->x_h + (size_t)t * b->H;
-  const int32_t *ids = b->ids_h + (size_t)t * b->K;
-  const float *w = b->weights_h + (size_t)t * b->K;
-  for (int h = 0; h < b->H; h++) out[h] = 0;
-  int any = 0;
-  for (int k = 0; k < b->K; k++) any |= ids[k] >= 0;
-  if (!any) return;
   for (int j = 0; j < b->F; j++) {
     double s = 0;
     for (int i = 0; i < b->H; i++)
       s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
     mid[j] = sy__bf16_to_float(sy__float_to_bf16(s < 0 ? 0.0f : (float)s));
   }
-  for (int h = 0; h < b->H; h++) {
-    double s = 0;
-    for (int j = 0; j < b->F; j++) s += (double)mid[j] * sy__bf16_to_float(b->w2_h[(size_t)j * b->H + h]);
-    y[h] = sy__bf16_to_float(sy__float_to_bf16((float)s));
-  }
-  for (int k = 0; k < b->K; k++)
-    if (ids[k] >= 0)
-      for (int h = 0; h < b->H; h++) out[h] += (double)w[k] * y[h];
 }
 
-long long layer_check(layer_bench_t *b, int samples) {
+/* The layer for token t on the host. Forward: sum_k w_k y, y = bf16(mid W2). Backward (the gradient of the
+ * tokens): sum_k bf16(dmid_k W1^T), dmid_k = bf16(dy_k W2^T) where mid > 0, dy_k = bf16(w_k dout). In double;
+ * scratch: F + H floats in tmp. */
+static void reference(const layer_bench_t *b, int t, int backward, double *out, float *tmp) {
+  const int32_t *ids = b->ids_h + (size_t)t * b->K;
+  const float *w = b->weights_h + (size_t)t * b->K;
+  float *mid = tmp, *v = tmp + b->F;
+  for (int h = 0; h < b->H; h++) out[h] = 0;
+  int any = 0;
+  for (int k = 0; k < b->K; k++) any |= ids[k] >= 0;
+  if (!any) return;
+  ref_mid(b, t, mid);
+  if (!backward) {
+    for (int h = 0; h < b->H; h++) {
+      double s = 0;
+      for (int j = 0; j < b->F; j++) s += (double)mid[j] * sy__bf16_to_float(b->w2_h[(size_t)j * b->H + h]);
+      v[h] = sy__bf16_to_float(sy__float_to_bf16((float)s));
+    }
+    for (int k = 0; k < b->K; k++)
+      if (ids[k] >= 0)
+        for (int h = 0; h < b->H; h++) out[h] += (double)w[k] * v[h];
+    return;
+  }
+  const uint16_t *dout = b->dout_h + (size_t)t * b->H;
+  float *dmid = malloc((size_t)b->F * sizeof *dmid);
+  if (!dmid) return;
+  for (int k = 0; k < b->K; k++) {
+    if (ids[k] < 0) continue;
+    for (int h = 0; h < b->H; h++) v[h] = sy__bf16_to_float(sy__float_to_bf16(w[k] * sy__bf16_to_float(dout[h])));
+    for (int j = 0; j < b->F; j++) {
+      double s = 0;
+      for (int h = 0; h < b->H; h++) s += (double)v[h] * sy__bf16_to_float(b->w2_h[(size_t)j * b->H + h]);
+      dmid[j] = mid[j] > 0 ? sy__bf16_to_float(sy__float_to_bf16((float)s)) : 0.0f;
+    }
+    for (int i = 0; i < b->H; i++) {
+      double s = 0;
+      for (int j = 0; j < b->F; j++) s += (double)dmid[j] * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+      out[i] += sy__bf16_to_float(sy__float_to_bf16((float)s));
+    }
+  }
+  free(dmid);
+}
+
+long long layer_check(layer_bench_t *b, int samples, int backward) {
   uint16_t *got = malloc((size_t)b->H * 2);
   double *want = malloc((size_t)b->H * sizeof *want);
-  float *mid = malloc((size_t)b->F * 4), *y = malloc((size_t)b->H * 4);
-  long long wrong = got && want && mid && y ? 0 : -1;
+  float *tmp = malloc(((size_t)b->F + b->H) * 4);
+  long long wrong = got && want && tmp ? 0 : -1;
   if (b->gpu && cudaStreamSynchronize(b->ctx->stream) != cudaSuccess) wrong = -1;
+  const uint16_t *result = backward ? b->dx : b->out;
   for (int i = 0; i < samples && wrong >= 0; i++) {
     const int t = (int)(((long long)i * 2654435761u) % b->T);
-    if (layer_get(b, got, b->out + (size_t)t * b->H, (size_t)b->H * 2)) {
+    if (layer_get(b, got, result + (size_t)t * b->H, (size_t)b->H * 2)) {
       wrong = -1;
       break;
     }
-    reference(b, t, want, mid, y);
+    reference(b, t, backward, want, tmp);
     double mean = 0;
     for (int h = 0; h < b->H; h++) mean += fabs(want[h]) / b->H;
     for (int h = 0; h < b->H; h++)
       wrong += fabs(sy__bf16_to_float(got[h]) - want[h]) > LAYER_TOL * (fabs(want[h]) + mean);
   }
-  free(got), free(want), free(mid), free(y);
+  free(got), free(want), free(tmp);
   return wrong;
 }
 
@@ -221,7 +273,7 @@ int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways,
     us[i] = t.time_us;
     enq[i] = rc ? -1 : layer_enqueue_us(ctx, ways[i].op, b);
     if (rc || !ways[i].check || !ctx->opts->check) continue;
-    const long long w = layer_check(b, b->gpu ? 4 : 16);
+    const long long w = layer_check(b, b->gpu ? 4 : 16, ways[i].check == 2);
     if (w)
       bench_print(ctx, "# layer %s: way %s: %lld elements off the reference (rank %d)\n", shape, ways[i].name, w,
                   ctx->rank);
