@@ -338,7 +338,9 @@ SY_API sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan);
  * through `staging`'s pinned slots (each given back by the stream when its copy is done), so building a plan never
  * synchronises the device nor waits for the GPU (the host waits only while every staging slot is still in use).
  * Calls on `stream`, or ordered after it by an event, may use the plan. pool, staging NULL: the communicator's own.
- * The pool and the staging must outlive the plan. Not graph-capturable. Host backend: as sy_attn_plan_create. */
+ * The plan holds its pool until it is destroyed (the pool, the staging and even the communicator may be destroyed
+ * before the plan). Not graph-capturable: a capturing stream is refused. Host backend: as sy_attn_plan_create. A
+ * communicator's plans are made and destroyed by one thread at a time, as its other calls are. */
 SY_API sy_status_t sy_attn_plan_create_async(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_pool_t pool,
                                              sy_host_pool_t staging, cudaStream_t stream, sy_attn_plan_t *plan);
 /* The plan freed, its device copy given back to its pool on `stream` (after every call enqueued there before,
@@ -794,8 +796,10 @@ typedef struct sy_pool_stats {
 
 /* config NULL: SY_POOL_CONFIG_INIT. */
 SY_API sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config, sy_pool_t *pool);
-/* Accepted after an error. Allocations not yet freed are freed (a warning names how many); work still using
- * them must be done (the pool's memory goes back to the device when it is). */
+/* Accepted after an error, and after the pool's communicator is destroyed. Attention plans made from the pool
+ * (sy_attn_plan_create_async) keep it until the last of them is destroyed; then allocations not yet freed are
+ * freed (a warning names how many); work still using them must be done (the memory goes back to the device
+ * when it is). */
 SY_API sy_status_t sy_pool_destroy(sy_pool_t pool);
 /* Stream-ordered, graph-capturable: inside a capture the allocation is the graph's (CUDA's graph memory nodes),
  * outside the pool's reserve, threshold and trim; the pool counts the capture, not the replays, so a graph must

@@ -5,6 +5,7 @@
  * can trust; a rejected call changes nothing. Failures a backend reports for the collective as a whole
  * (a timed-out wait, ranks that disagree) are sticky, as in comm.c.
  */
+#include "exec/graph.h"
 #include "internal.h"
 #include "mem/pool.h"
 #include "plan/attn_plan.h"
@@ -59,6 +60,11 @@ sy_status_t sy_attn_plan_create_async(sy_comm_t comm, const sy_attn_plan_desc_t 
   SY_ARG_CHECK(!pool || sy__pool_comm(pool) == comm, fn, "pool was made on another communicator");
   SY_ARG_CHECK(!staging || sy__host_pool_comm(staging) == comm, fn, "staging was made on another communicator");
   SY_CHECK(sy__check_stream(comm, stream, fn));
+  if (comm->backend == SY_BACKEND_CUDA) { /* a capture would keep the upload and refuse the staging's release */
+    int capturing = 0;
+    SY_CHECK(sy__cuda_stream_capturing(stream, &capturing));
+    SY_ARG_CHECK(!capturing, fn, "stream is capturing a graph: build plans outside captures");
+  }
   return plan_create(comm, desc, pool, staging, stream, plan_out, fn);
 }
 
@@ -112,8 +118,9 @@ sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan) {
 
 sy_status_t sy_attn_plan_destroy_async(sy_attn_plan_t plan, cudaStream_t stream) {
   static const char *fn = "sy_attn_plan_destroy_async";
-  SY_ARG_CHECK(plan == NULL || plan->backend != SY_BACKEND_CUDA || stream != NULL, fn,
-               "stream is NULL (the legacy default stream); pass the stream of the plan's last use");
+  SY_ARG_CHECK(plan == NULL || plan->backend != SY_BACKEND_CUDA || (stream != NULL && stream != cudaStreamLegacy), fn,
+               "stream is %s (the legacy default stream); pass the stream of the plan's last use",
+               stream ? "cudaStreamLegacy" : "NULL");
   if (plan) sy__attn_plan_free(plan, stream);
   return SY_SUCCESS;
 }

@@ -13,11 +13,15 @@
 
 using namespace sy;
 
+/* The blob back to its pool (stream-ordered, or at once), then the plan's hold on the pool let go (the pool may
+ * outlive its communicator and its creator's destroy: sy__pool_retain at the upload). */
 static void plan_device_free(void *device, cudaStream_t stream) {
   attn_plan_dev *d = (attn_plan_dev *)device;
   if (!d) return;
-  if (stream) (void)sy_pool_free(d->pool, d->blob, stream);
-  else (void)sy__pool_free_now(d->pool, d->blob);
+  const sy_status_t st = stream ? sy_pool_free(d->pool, d->blob, stream) : sy__pool_free_now(d->pool, d->blob);
+  if (st != SY_SUCCESS)
+    SY_WARN("attention plan: its device copy could not go back to its pool (%s)", sy_status_name(st));
+  (void)sy_pool_destroy(d->pool);
   free(d);
 }
 
@@ -83,7 +87,12 @@ static sy_status_t copy_staged(sy_host_pool_t staging, char *dev, const char *ho
       (void)sy_host_pool_release(staging, slot, nullptr); /* nothing reads it */
       return cuda_error(err, "cudaMemcpyAsync(attention plan)", __FILE__, __LINE__);
     }
-    SY_CHECK(sy_host_pool_release(staging, slot, stream));
+    const sy_status_t st = sy_host_pool_release(staging, slot, stream);
+    if (st != SY_SUCCESS) { /* a copy may still read it: the slot stays held (lost to the pool), never reused early */
+      SY_WARN("attention plan upload: a staging slot could not be given back on the stream (%s); it stays held",
+              sy_status_name(st));
+      return st;
+    }
     off += n;
   }
   return SY_SUCCESS;
@@ -109,10 +118,14 @@ extern "C" sy_status_t sy__cuda_attn_plan_upload(sy_comm_t comm, struct sy_attn_
   if (status == SY_SUCCESS) status = sy_pool_alloc(pool, bytes, &dev->blob, stream);
   if (status == SY_SUCCESS) {
     dev->pool = pool;
+    sy__pool_retain(pool); /* let go by plan_device_free, or below on failure */
     blob_fill(plan, host, (int64_t *)dev->blob, dev);
     status = copy_staged(staging, (char *)dev->blob, (const char *)host, bytes, stream);
     if (status == SY_SUCCESS && own) status = stream_wait(stream, comm->timeout_ms, "sy_attn_plan_create");
-    if (status != SY_SUCCESS) (void)sy_pool_free(pool, dev->blob, stream); /* after the copies enqueued */
+    if (status != SY_SUCCESS) {
+      (void)sy_pool_free(pool, dev->blob, stream); /* after the copies enqueued */
+      (void)sy_pool_destroy(pool);
+    }
   }
   free(host);
   if (status != SY_SUCCESS) {

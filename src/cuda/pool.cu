@@ -113,7 +113,7 @@ sy_status_t aux_get(sy_comm_t comm, cuda_state **out) {
 }
 
 void aux_release(cuda_state *st) {
-  if (st->aux_stream) (void)cudaStreamSynchronize(st->aux_stream);
+  if (st->aux_stream) (void)stream_wait(st->aux_stream, st->ctx.timeout_ns / 1000000, "destroy");
   if (st->aux_staging) (void)sy_host_pool_destroy(st->aux_staging);
   if (st->aux_pool) (void)sy_pool_destroy(st->aux_pool);
   if (st->aux_stream) cudaStreamDestroy(st->aux_stream);

@@ -90,7 +90,8 @@ sy_status_t sy_host_pool_create(sy_comm_t comm, const sy_host_pool_config_t *con
   p->slot_bytes = c.slot_bytes;
   p->stride = (c.slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
   p->slots = p->free_count = c.slots;
-  p->timeout_ms = comm->timeout_ms;
+  /* the waits' bound; clamped so that a huge timeout (meaning "forever") does not wrap the deadline */
+  p->timeout_ms = comm->timeout_ms < (UINT64_MAX / 4) / 1000000ull ? comm->timeout_ms : (UINT64_MAX / 4) / 1000000ull;
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -179,7 +180,8 @@ sy_status_t sy_host_pool_release(sy_host_pool_t pool, void *slot, cudaStream_t s
   static const char *fn = "sy_host_pool_release";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
   const uintptr_t at = (uintptr_t)slot, base = (uintptr_t)pool->base;
-  const int i = at >= base && (at - base) % pool->stride == 0 ? (int)((at - base) / pool->stride) : -1;
+  const size_t k = at >= base && (at - base) % pool->stride == 0 ? (at - base) / pool->stride : SIZE_MAX;
+  const int i = k < (size_t)pool->slots ? (int)k : -1; /* compared before the cast: no wild pointer aliases a slot */
   pthread_mutex_lock(&pool->mu);
   const bool held = i >= 0 && i < pool->slots && pool->state[i] == SLOT_HELD;
   if (held && (stream == NULL || pool->backend != SY_BACKEND_CUDA)) slot_free_locked(pool, i);

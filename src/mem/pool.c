@@ -19,7 +19,9 @@ typedef struct live_entry {
 } live_entry_t;
 
 struct sy_pool {
-  sy_comm_t comm;
+  sy_comm_t comm; /* for the guard of alloc; free, stats and destroy never read it (it may be gone then) */
+  int rank;       /* the log's */
+  int refs;       /* the caller's, and one for each attention plan holding memory from the pool */
   sy_backend_t backend;
   void *handle; /* cuda: the cudaMemPool_t */
   live_entry_t *live;
@@ -85,6 +87,8 @@ sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config, sy_po
   sy_pool_t p = calloc(1, sizeof *p);
   if (!p) return SY_ERR_NO_MEMORY;
   p->comm = comm;
+  p->rank = comm->rank;
+  p->refs = 1;
   p->backend = comm->backend;
   if (p->backend == SY_BACKEND_CUDA) {
     sy_status_t st = sy__cuda_pool_create(comm->device, c.release_threshold, &p->handle);
@@ -99,6 +103,7 @@ sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config, sy_po
 
 sy_status_t sy_pool_destroy(sy_pool_t pool) {
   if (!pool) return SY_SUCCESS;
+  if (--pool->refs > 0) return SY_SUCCESS; /* plans still hold memory from it: the last of them destroys it */
   if (pool->count) SY_WARN("sy_pool_destroy: %zu allocations were not freed; freeing them now", pool->count);
   for (size_t i = 0; i < pool->cap; i++) {
     void *p = pool->live[i].ptr;
@@ -158,10 +163,12 @@ static sy_status_t free_entry(sy_pool_t pool, live_entry_t *e, cudaStream_t stre
 sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   static const char *fn = "sy_pool_free";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
-  sy__log_set_rank(pool->comm->rank); /* no guard: accepted after an error */
+  sy__log_set_rank(pool->rank); /* no guard: accepted after an error, and after its communicator is gone */
   live_entry_t *e = ptr ? live_find(pool, ptr) : NULL;
   SY_ARG_CHECK(e != NULL, fn, "ptr=%p is not a live allocation of this pool (never given out, or freed already)", ptr);
-  SY_CHECK(sy__check_stream(pool->comm, stream, fn));
+  SY_ARG_CHECK(pool->backend != SY_BACKEND_CUDA || (stream != NULL && stream != cudaStreamLegacy), fn,
+               "stream is %s (the legacy default stream); pass a stream you created",
+               stream ? "cudaStreamLegacy" : "NULL");
   return free_entry(pool, e, stream);
 }
 
@@ -197,6 +204,8 @@ sy_status_t sy_pool_stats(sy_pool_t pool, sy_pool_stats_t *stats) {
 }
 
 sy_comm_t sy__pool_comm(sy_pool_t pool) { return pool->comm; }
+
+void sy__pool_retain(sy_pool_t pool) { pool->refs++; }
 
 sy_status_t sy__pool_free_now(sy_pool_t pool, void *ptr) {
   live_entry_t *e = live_find(pool, ptr);

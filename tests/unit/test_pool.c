@@ -12,6 +12,8 @@
  */
 #include "pool_test.h"
 
+#include "mem/pool.h"
+
 /* ---- sy_pool: create and bad arguments ---------------------------------------------------------------- */
 
 static void fn_pool_create(rank_ctx_t *ctx) {
@@ -263,6 +265,25 @@ static void fn_pool_destroy_live(rank_ctx_t *ctx) {
   CHECK(check_log_has("3 allocations were not freed", __LINE__));
 }
 
+/* A holder (an attention plan's hold, sy__pool_retain) keeps the pool through its creator's destroy: its memory
+ * stays usable and freeable until the last holder lets go. */
+static void fn_pool_held(rank_ctx_t *ctx) {
+  sy_pool_t pool = NULL;
+  CHECK_OK(sy_pool_create(ctx->comm, NULL, &pool));
+  if (!pool) return;
+  unsigned char *p = NULL;
+  CHECK_OK(sy_pool_alloc(pool, 300, (void **)&p, NULL));
+  if (!p) return;
+  sy__pool_retain(pool);
+  CHECK_OK(sy_pool_destroy(pool)); /* the creator's: the holder keeps it */
+  fill(p, 300, 9);
+  CHECK_EQ_INT(count_wrong(p, 300, 9), 0);
+  check_pool_counts(pool, 512, 512, 1, 0);
+  CHECK_OK(sy__pool_free_now(pool, p));
+  check_pool_counts(pool, 0, 512, 1, 1);
+  CHECK_OK(sy_pool_destroy(pool)); /* the holder's: now it goes */
+}
+
 /* ---- after a sticky error ---------------------------------------------------------------------------------- */
 
 /* Rank 0 enters a barrier, rank 1 an allgather: SY_ERR_MISMATCH on both, sticky. */
@@ -315,6 +336,7 @@ int main(void) {
   run_world(3, 0, fn_pool_stats, NULL);
   run_world(1, 0, fn_pool_many, NULL);
   run_world(1, 0, fn_pool_destroy_live, NULL);
+  run_world(1, 0, fn_pool_held, NULL);
   run_world(2, 0, fn_sticky, NULL);
   return pool_test_end(dir);
 }
