@@ -36,11 +36,13 @@ typedef struct layer_bench {
   sy_moe_ht_t moe;
   int S;
   mb_t mb[3]; /* 0: the whole step (a); 1, 2: the halves (b, c) */
-  /* decode: the low-latency mode, S slots an expert, the GEMMs over its first cap */
-  sy_moe_t ll;
-  sy_moe_recv_t ll_recv;
-  uint16_t *ll_mid, *ll_y; /* [L][slots][F], [L][slots][H] (the combine's expert_out) */
-  int slots, cap;
+  /* decode: the low-latency mode; an object a micro-batch (its halves alternate dispatch and combine) */
+  struct llmb {
+    sy_moe_t moe;
+    sy_moe_recv_t recv;
+    uint16_t *mid, *y;        /* [L][slots][F], [L][slots][H] (the combine's expert_out) */
+    int T, first, slots, cap; /* the GEMMs run over each expert's first cap slots */
+  } ll[3];                    /* 0: the whole step (a); 1, 2: the halves (b, c) */
   /* the GPU's */
   cudaStream_t compute;
   cudaEvent_t ev[4];
