@@ -79,26 +79,13 @@ static int op_compute(bench_ctx_t *ctx, void *arg) {
   return ffn(b, &b->mb[0], ctx->stream);
 }
 
-/* Two micro-batches: the communication on `sc` (in order: L1 D1 L2 D2 C1 C2, one at a time, as the object asks),
- * the GEMMs on the second stream. */
-static int step_b(layer_bench_t *b, cudaStream_t sc) {
-  mb_t *m1 = &b->mb[1], *m2 = &b->mb[2];
-  if (!b->gpu)
-    return layout(b, m1, sc) || dispatch(b, m1, sc) || layout(b, m2, sc) || dispatch(b, m2, sc) || ffn(b, m1, sc) ||
-           ffn(b, m2, sc) || combine(b, m1, sc) || combine(b, m2, sc);
-  cudaStream_t sg = b->compute;
-  int rc = layout(b, m1, sc) || dispatch(b, m1, sc);
-  rc = rc || cudaEventRecord(b->ev[0], sc) != cudaSuccess;
-  rc = rc || layout(b, m2, sc) || dispatch(b, m2, sc);
-  rc = rc || cudaEventRecord(b->ev[1], sc) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sg, b->ev[0], 0) != cudaSuccess || ffn(b, m1, sg);
-  rc = rc || cudaEventRecord(b->ev[2], sg) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sg, b->ev[1], 0) != cudaSuccess || ffn(b, m2, sg);
-  rc = rc || cudaEventRecord(b->ev[3], sg) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sc, b->ev[2], 0) != cudaSuccess || combine(b, m1, sc);
-  rc = rc || cudaStreamWaitEvent(sc, b->ev[3], 0) != cudaSuccess || combine(b, m2, sc);
-  return rc;
+/* Two micro-batches (layer_two_streams): L D | F | C for each. */
+static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
+  return layout(b, &b->mb[m], s) || dispatch(b, &b->mb[m], s);
 }
+static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ffn(b, &b->mb[m], s); }
+static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return combine(b, &b->mb[m], s); }
+static int step_b(layer_bench_t *b, cudaStream_t sc) { return layer_two_streams(b, sc, part_ld, part_ffn, part_c); }
 
 static int op_b(bench_ctx_t *ctx, void *arg) { return step_b(arg, ctx->stream); }
 
@@ -118,23 +105,12 @@ static int op_compute_bwd(bench_ctx_t *ctx, void *arg) {
   return ffn_bwd(b, &b->mb[0], ctx->stream);
 }
 
-/* The backward's two micro-batches as the forward's: CB1 CB2 on `sc` beside F1 F2 on the second stream, then DB1
- * DB2 on `sc`. */
+/* The backward's two micro-batches: CB | F | DB for each. */
+static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return combine_bwd(b, &b->mb[m], s); }
+static int part_ffn_bwd(layer_bench_t *b, int m, cudaStream_t s) { return ffn_bwd(b, &b->mb[m], s); }
+static int part_db(layer_bench_t *b, int m, cudaStream_t s) { return dispatch_bwd(b, &b->mb[m], s); }
 static int step_b_bwd(layer_bench_t *b, cudaStream_t sc) {
-  mb_t *m1 = &b->mb[1], *m2 = &b->mb[2];
-  if (!b->gpu)
-    return combine_bwd(b, m1, sc) || combine_bwd(b, m2, sc) || ffn_bwd(b, m1, sc) || ffn_bwd(b, m2, sc) ||
-           dispatch_bwd(b, m1, sc) || dispatch_bwd(b, m2, sc);
-  cudaStream_t sg = b->compute;
-  int rc = combine_bwd(b, m1, sc) || cudaEventRecord(b->ev[0], sc) != cudaSuccess;
-  rc = rc || combine_bwd(b, m2, sc) || cudaEventRecord(b->ev[1], sc) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sg, b->ev[0], 0) != cudaSuccess || ffn_bwd(b, m1, sg);
-  rc = rc || cudaEventRecord(b->ev[2], sg) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sg, b->ev[1], 0) != cudaSuccess || ffn_bwd(b, m2, sg);
-  rc = rc || cudaEventRecord(b->ev[3], sg) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sc, b->ev[2], 0) != cudaSuccess || dispatch_bwd(b, m1, sc);
-  rc = rc || cudaStreamWaitEvent(sc, b->ev[3], 0) != cudaSuccess || dispatch_bwd(b, m2, sc);
-  return rc;
+  return layer_two_streams(b, sc, part_cb, part_ffn_bwd, part_db);
 }
 
 static int op_b_bwd(bench_ctx_t *ctx, void *arg) { return step_b_bwd(arg, ctx->stream); }

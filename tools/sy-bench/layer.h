@@ -83,6 +83,14 @@ typedef struct layer_way {
 } layer_way_t;
 int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways, int n, double *us, double *enq);
 
+/* Two micro-batches (m = 1, 2) over two streams: comm1(m) for both on sc, each followed by an event; compute(m) on
+ * the second stream after its comm1; comm2(m) on sc after its compute — so one micro-batch's communication runs
+ * beside the other's GEMMs, and the communication calls stay one at a time on sc. Host backend: in that order,
+ * one after the other. */
+typedef int (*layer_part_fn)(layer_bench_t *b, int m, cudaStream_t s);
+int layer_two_streams(layer_bench_t *b, cudaStream_t sc, layer_part_fn comm1, layer_part_fn compute,
+                      layer_part_fn comm2);
+
 /* layer_ll.c: the decode step at b->T tokens (b->T <= 256). */
 int layer_decode(layer_bench_t *b);
 

@@ -245,6 +245,24 @@ long long layer_check(layer_bench_t *b, int samples, int backward) {
   return wrong;
 }
 
+/* ---- two micro-batches ------------------------------------------------------------------------------------------ */
+
+int layer_two_streams(layer_bench_t *b, cudaStream_t sc, layer_part_fn comm1, layer_part_fn compute,
+                      layer_part_fn comm2) {
+  if (!b->gpu)
+    return comm1(b, 1, sc) || comm1(b, 2, sc) || compute(b, 1, sc) || compute(b, 2, sc) || comm2(b, 1, sc) ||
+           comm2(b, 2, sc);
+  cudaStream_t sg = b->compute;
+  int rc = 0;
+  for (int m = 1; m <= 2 && !rc; m++) /* ev[0], ev[1]: each micro-batch's first communication done */
+    rc = comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
+  for (int m = 1; m <= 2 && !rc; m++) /* ev[2], ev[3]: its GEMMs done */
+    rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess || compute(b, m, sg) ||
+         cudaEventRecord(b->ev[m + 1], sg) != cudaSuccess;
+  for (int m = 1; m <= 2 && !rc; m++) rc = cudaStreamWaitEvent(sc, b->ev[m + 1], 0) != cudaSuccess || comm2(b, m, sc);
+  return rc;
+}
+
 /* ---- the table ------------------------------------------------------------------------------------------------ */
 
 double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {

@@ -45,23 +45,11 @@ static int op_compute(bench_ctx_t *ctx, void *arg) {
   return ll_ffn(b, &b->ll[0], ctx->stream);
 }
 
-/* Two micro-batches: D1 D2 on `sc` beside F1 F2 on the second stream, then C1 C2 on `sc`. */
-static int step_b(layer_bench_t *b, cudaStream_t sc) {
-  llmb_t *m1 = &b->ll[1], *m2 = &b->ll[2];
-  if (!b->gpu)
-    return ll_dispatch(b, m1, sc) || ll_dispatch(b, m2, sc) || ll_ffn(b, m1, sc) || ll_ffn(b, m2, sc) ||
-           ll_combine(b, m1, sc) || ll_combine(b, m2, sc);
-  cudaStream_t sg = b->compute;
-  int rc = ll_dispatch(b, m1, sc) || cudaEventRecord(b->ev[0], sc) != cudaSuccess;
-  rc = rc || ll_dispatch(b, m2, sc) || cudaEventRecord(b->ev[1], sc) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sg, b->ev[0], 0) != cudaSuccess || ll_ffn(b, m1, sg);
-  rc = rc || cudaEventRecord(b->ev[2], sg) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sg, b->ev[1], 0) != cudaSuccess || ll_ffn(b, m2, sg);
-  rc = rc || cudaEventRecord(b->ev[3], sg) != cudaSuccess;
-  rc = rc || cudaStreamWaitEvent(sc, b->ev[2], 0) != cudaSuccess || ll_combine(b, m1, sc);
-  rc = rc || cudaStreamWaitEvent(sc, b->ev[3], 0) != cudaSuccess || ll_combine(b, m2, sc);
-  return rc;
-}
+/* Two micro-batches (layer_two_streams): D | F | C for each. */
+static int part_d(layer_bench_t *b, int m, cudaStream_t s) { return ll_dispatch(b, &b->ll[m], s); }
+static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ll_ffn(b, &b->ll[m], s); }
+static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return ll_combine(b, &b->ll[m], s); }
+static int step_b(layer_bench_t *b, cudaStream_t sc) { return layer_two_streams(b, sc, part_d, part_ffn, part_c); }
 
 static int op_b(bench_ctx_t *ctx, void *arg) { return step_b(arg, ctx->stream); }
 
