@@ -59,81 +59,16 @@ static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
                            s) != 0;
 }
 
-/* ---- the ways to run it ------------------------------------------------------------------------------------- */
+/* ---- the parts of its steps (layer_run_shape makes the ways of them) ------------------------------------------ */
 
-static int op_a(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  mb_t *m = &b->mb[0];
-  return layout(b, m, ctx->stream) || dispatch(b, m, ctx->stream) || ffn(b, m, ctx->stream) ||
-         combine(b, m, ctx->stream);
-}
-
-static int op_comm(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  mb_t *m = &b->mb[0];
-  return layout(b, m, ctx->stream) || dispatch(b, m, ctx->stream) || combine(b, m, ctx->stream);
-}
-
-static int op_compute(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return ffn(b, &b->mb[0], ctx->stream);
-}
-
-/* Two micro-batches (layer_two_streams): L D | F | C for each. */
 static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
   return layout(b, &b->mb[m], s) || dispatch(b, &b->mb[m], s);
 }
 static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ffn(b, &b->mb[m], s); }
 static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return combine(b, &b->mb[m], s); }
-static int step_b(layer_bench_t *b, cudaStream_t sc) { return layer_two_streams(b, sc, part_ld, part_ffn, part_c); }
-
-static int op_b(bench_ctx_t *ctx, void *arg) { return step_b(arg, ctx->stream); }
-
-static int op_a_bwd(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  mb_t *m = &b->mb[0];
-  return combine_bwd(b, m, ctx->stream) || ffn_bwd(b, m, ctx->stream) || dispatch_bwd(b, m, ctx->stream);
-}
-
-static int op_comm_bwd(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return combine_bwd(b, &b->mb[0], ctx->stream) || dispatch_bwd(b, &b->mb[0], ctx->stream);
-}
-
-static int op_compute_bwd(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return ffn_bwd(b, &b->mb[0], ctx->stream);
-}
-
-/* The backward's two micro-batches: CB | F | DB for each. */
 static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return combine_bwd(b, &b->mb[m], s); }
 static int part_ffn_bwd(layer_bench_t *b, int m, cudaStream_t s) { return ffn_bwd(b, &b->mb[m], s); }
 static int part_db(layer_bench_t *b, int m, cudaStream_t s) { return dispatch_bwd(b, &b->mb[m], s); }
-static int step_b_bwd(layer_bench_t *b, cudaStream_t sc) {
-  return layer_two_streams(b, sc, part_cb, part_ffn_bwd, part_db);
-}
-
-static int op_b_bwd(bench_ctx_t *ctx, void *arg) { return step_b_bwd(arg, ctx->stream); }
-
-static sy_status_t graph_step_bwd(void *user, int bucket, cudaStream_t stream) {
-  (void)bucket;
-  return step_b_bwd(user, stream) ? SY_ERR_INTERNAL : SY_SUCCESS;
-}
-
-static int op_c_bwd(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return sy_graph_cache_run(b->cache_bwd, b->T, ctx->stream) != SY_SUCCESS;
-}
-
-static sy_status_t graph_step(void *user, int bucket, cudaStream_t stream) {
-  (void)bucket;
-  return step_b(user, stream) ? SY_ERR_INTERNAL : SY_SUCCESS;
-}
-
-static int op_c(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return sy_graph_cache_run(b->cache, b->T, ctx->stream) != SY_SUCCESS;
-}
 
 /* ---- set-up --------------------------------------------------------------------------------------------------- */
 
@@ -181,10 +116,7 @@ static int setup_prefill(layer_bench_t *b) {
   if (setup_mb(b, &b->mb[0], b->T, 0, sizes.handle_bytes) || setup_mb(b, &b->mb[1], half, 0, sizes.handle_bytes) ||
       setup_mb(b, &b->mb[2], b->T - half, half, sizes.handle_bytes))
     return 1;
-  sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
-  gc.buckets = &b->T, gc.num_buckets = 1;
-  return sy_graph_cache_create(ctx->comm, &gc, graph_step, b, &b->cache) != SY_SUCCESS ||
-         sy_graph_cache_create(ctx->comm, &gc, graph_step_bwd, b, &b->cache_bwd) != SY_SUCCESS;
+  return 0;
 }
 
 static int prefill(layer_bench_t *b) {
@@ -193,16 +125,11 @@ static int prefill(layer_bench_t *b) {
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
               "(%d experts a rank), communication SMs %d\n",
               b->T, b->S, b->L, b->sms);
-  static const layer_way_t ways[] = {
-      {"comm", op_comm, 0}, {"compute", op_compute, 0}, {"a", op_a, 1}, {"b", op_b, 1}, {"c", op_c, 1}};
-  static const layer_way_t bwd[] = {{"comm", op_comm_bwd, 0},
-                                    {"compute", op_compute_bwd, 0},
-                                    {"a", op_a_bwd, 2},
-                                    {"b", op_b_bwd, 2},
-                                    {"c", op_c_bwd, 2}};
+  static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
+  static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
   double us[5] = {0}, enq[5] = {0}, ub[5] = {0}, eb[5] = {0};
-  if (!rc) rc = layer_run_ways(b, "prefill", ways, 5, us, enq) < 0;
-  if (!rc) rc = layer_run_ways(b, "backward", bwd, 5, ub, eb) < 0; /* after the forward ways: their rows stay */
+  if (!rc) rc = layer_run_shape(b, &fwd, us, enq) < 0;
+  if (!rc) rc = layer_run_shape(b, &bwd, ub, eb) < 0; /* after the forward ways: their rows stay */
   if (!rc && b->gpu) {
     const double lo = us[0] < us[1] ? us[0] : us[1], hidden = lo > 0 ? (us[0] + us[1] - us[3]) / lo : 0;
     bench_print(b->ctx,

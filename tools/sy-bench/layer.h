@@ -49,7 +49,6 @@ typedef struct layer_bench {
   cublasLtHandle_t lt;
   void *lt_work;
   size_t lt_work_bytes;
-  sy_graph_cache_t cache, cache_bwd;
 } layer_bench_t;
 
 /* layer_ffn.c */
@@ -72,24 +71,26 @@ int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid
 long long layer_check(layer_bench_t *b, int samples, int backward);
 /* layer_mask.cu (layer_mask_absent.c without nvcc): d[i] = 0 where mid[i] is not > 0. */
 int layer_relu_mask(uint16_t *d, const uint16_t *mid, size_t n, cudaStream_t stream);
-/* Median host time of enqueuing op (the stream drained after each, outside the timing). */
-double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg);
-/* One table: ways[i] timed; ways 0 and 1 the communication and the GEMMs alone; the overlap efficiency
- * (t_comm + t_compute - t_way) / min(t_comm, t_compute) of the others. Returns the wrong count (or -1). */
-typedef struct layer_way {
-  const char *name;
-  bench_op_fn op;
+/* A shape's step in three parts, for micro-batch m (0: the whole step; 1, 2: its halves): the communication before
+ * the GEMMs, the GEMMs, the communication after them. */
+typedef int (*layer_part_fn)(layer_bench_t *b, int m, cudaStream_t s);
+typedef struct layer_parts {
+  const char *shape;
+  layer_part_fn comm1, compute, comm2;
   int check; /* 1: b->out against the forward's reference; 2: b->dx against the backward's */
-} layer_way_t;
-int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways, int n, double *us, double *enq);
+} layer_parts_t;
 
 /* Two micro-batches (m = 1, 2) over two streams: comm1(m) for both on sc, each followed by an event; compute(m) on
  * the second stream after its comm1; comm2(m) on sc after its compute — so one micro-batch's communication runs
  * beside the other's GEMMs, and the communication calls stay one at a time on sc. Host backend: in that order,
  * one after the other. */
-typedef int (*layer_part_fn)(layer_bench_t *b, int m, cudaStream_t s);
-int layer_two_streams(layer_bench_t *b, cudaStream_t sc, layer_part_fn comm1, layer_part_fn compute,
-                      layer_part_fn comm2);
+int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p);
+
+/* Times a shape's ways — comm (comm1 + comm2 of the whole step) and compute alone; a (the three parts in turn); b
+ * (layer_two_streams); c (b captured once in a graph cache and replayed) — checks a, b and c against the CPU
+ * reference, prints the table with each way's overlap efficiency (t_comm + t_compute - t) / min(t_comm,
+ * t_compute); us and enq [5] get the step and enqueue times. Returns the wrong count (or -1). */
+int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double *enq);
 
 /* layer_ll.c: the decode step at b->T tokens (b->T <= 256). */
 int layer_decode(layer_bench_t *b);

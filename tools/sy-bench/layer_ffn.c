@@ -151,9 +151,6 @@ int layer_setup_common(layer_bench_t *b) {
 }
 
 void layer_teardown_common(layer_bench_t *b) {
-  if (b->cache) sy_graph_cache_destroy(b->cache);
-  if (b->cache_bwd) sy_graph_cache_destroy(b->cache_bwd);
-  b->cache = b->cache_bwd = NULL;
   void *p[] = {b->x, b->out, b->ids, b->weights, b->w1, b->w2, b->dout, b->dx};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
   if (b->gpu) {
@@ -245,27 +242,63 @@ long long layer_check(layer_bench_t *b, int samples, int backward) {
   return wrong;
 }
 
-/* ---- two micro-batches ------------------------------------------------------------------------------------------ */
+/* ---- the ways ------------------------------------------------------------------------------------------------- */
 
-int layer_two_streams(layer_bench_t *b, cudaStream_t sc, layer_part_fn comm1, layer_part_fn compute,
-                      layer_part_fn comm2) {
+int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p) {
   if (!b->gpu)
-    return comm1(b, 1, sc) || comm1(b, 2, sc) || compute(b, 1, sc) || compute(b, 2, sc) || comm2(b, 1, sc) ||
-           comm2(b, 2, sc);
+    return p->comm1(b, 1, sc) || p->comm1(b, 2, sc) || p->compute(b, 1, sc) || p->compute(b, 2, sc) ||
+           p->comm2(b, 1, sc) || p->comm2(b, 2, sc);
   cudaStream_t sg = b->compute;
   int rc = 0;
   for (int m = 1; m <= 2 && !rc; m++) /* ev[0], ev[1]: each micro-batch's first communication done */
-    rc = comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
+    rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
   for (int m = 1; m <= 2 && !rc; m++) /* ev[2], ev[3]: its GEMMs done */
-    rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess || compute(b, m, sg) ||
+    rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess || p->compute(b, m, sg) ||
          cudaEventRecord(b->ev[m + 1], sg) != cudaSuccess;
-  for (int m = 1; m <= 2 && !rc; m++) rc = cudaStreamWaitEvent(sc, b->ev[m + 1], 0) != cudaSuccess || comm2(b, m, sc);
+  for (int m = 1; m <= 2 && !rc; m++)
+    rc = cudaStreamWaitEvent(sc, b->ev[m + 1], 0) != cudaSuccess || p->comm2(b, m, sc);
   return rc;
 }
 
-/* ---- the table ------------------------------------------------------------------------------------------------ */
+typedef struct layer_run {
+  layer_bench_t *b;
+  const layer_parts_t *p;
+  sy_graph_cache_t cache; /* way c's */
+} layer_run_t;
 
-double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
+static int op_comm(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  return r->p->comm1(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
+}
+
+static int op_compute(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  return r->p->compute(r->b, 0, ctx->stream);
+}
+
+static int op_a(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  return r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
+}
+
+static int op_b(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  return layer_two_streams(r->b, ctx->stream, r->p);
+}
+
+static sy_status_t graph_step(void *user, int bucket, cudaStream_t stream) {
+  layer_run_t *r = user;
+  (void)bucket;
+  return layer_two_streams(r->b, stream, r->p) ? SY_ERR_INTERNAL : SY_SUCCESS;
+}
+
+static int op_c(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  return sy_graph_cache_run(r->cache, r->b->T, ctx->stream) != SY_SUCCESS;
+}
+
+/* Median host time of enqueuing op (the stream drained after each, outside the timing). */
+static double enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
   const int n = ctx->opts->iters;
   double *t = calloc((size_t)n, sizeof *t);
   if (!t) return -1;
@@ -280,38 +313,47 @@ double layer_enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
   return m;
 }
 
-int layer_run_ways(layer_bench_t *b, const char *shape, const layer_way_t *ways, int n, double *us, double *enq) {
+int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double *enq) {
   bench_ctx_t *ctx = b->ctx;
+  static const struct {
+    const char *name;
+    bench_op_fn op;
+    int checked;
+  } ways[5] = {{"comm", op_comm, 0}, {"compute", op_compute, 0}, {"a", op_a, 1}, {"b", op_b, 1}, {"c", op_c, 1}};
+  layer_run_t run = {b, p, NULL};
+  sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
+  gc.buckets = &b->T, gc.num_buckets = 1;
+  int rc = sy_graph_cache_create(ctx->comm, &gc, graph_step, &run, &run.cache) != SY_SUCCESS;
   long long wrong = 0;
-  int rc = 0;
-  for (int i = 0; i < n && !rc; i++) {
+  for (int i = 0; i < 5 && !rc; i++) {
     bench_timing_t t;
     memset(&t, 0, sizeof t);
-    rc = bench_time(ctx, ways[i].op, b, &t);
+    rc = bench_time(ctx, ways[i].op, &run, &t);
     us[i] = t.time_us;
-    enq[i] = rc ? -1 : layer_enqueue_us(ctx, ways[i].op, b);
-    if (rc || !ways[i].check || !ctx->opts->check) continue;
-    const long long w = layer_check(b, b->gpu ? 4 : 16, ways[i].check == 2);
+    enq[i] = rc ? -1 : enqueue_us(ctx, ways[i].op, &run);
+    if (rc || !ways[i].checked || !ctx->opts->check) continue;
+    const long long w = layer_check(b, b->gpu ? 4 : 16, p->check == 2);
     if (w)
-      bench_print(ctx, "# layer %s: way %s: %lld elements off the reference (rank %d)\n", shape, ways[i].name, w,
+      bench_print(ctx, "# layer %s: way %s: %lld elements off the reference (rank %d)\n", p->shape, ways[i].name, w,
                   ctx->rank);
     wrong += w != 0;
   }
-  for (int i = 0; i < n; i++) us[i] = rc ? 0 : bench_allreduce_max_d(ctx, us[i]);
+  if (run.cache) sy_graph_cache_destroy(run.cache);
+  for (int i = 0; i < 5; i++) us[i] = rc ? 0 : bench_allreduce_max_d(ctx, us[i]);
   wrong = bench_allreduce_max(ctx, wrong);
   ctx->total_wrong += wrong;
   bench_print(ctx, "#  shape    tokens  way       step_us   enqueue_us   overlap\n");
   const double lo = us[0] < us[1] ? us[0] : us[1];
-  for (int i = 0; i < n && !rc; i++) {
+  for (int i = 0; i < 5 && !rc; i++) {
     const double eff = i >= 2 && lo > 0 ? (us[0] + us[1] - us[i]) / lo : NAN;
-    bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", shape, b->T, ways[i].name, us[i], enq[i], eff);
+    bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", p->shape, b->T, ways[i].name, us[i], enq[i], eff);
     char overlap[32] = "null"; /* the ways run alone have none */
     if (!isnan(eff)) snprintf(overlap, sizeof overlap, "%.4f", eff);
     bench_json(ctx,
                "{\"entry\": \"layer\", \"backend\": \"%s\", \"world\": %d, \"shape\": \"%s\", \"way\": \"%s\", "
                "\"tokens\": %d, \"step_us\": %.3f, \"enqueue_us\": %.3f, \"overlap\": %s, \"sms\": %d, "
                "\"wrong\": %lld}",
-               sy_backend_name(ctx->backend), ctx->world, shape, ways[i].name, b->T, us[i], enq[i], overlap, b->sms,
+               sy_backend_name(ctx->backend), ctx->world, p->shape, ways[i].name, b->T, us[i], enq[i], overlap, b->sms,
                wrong);
   }
   return rc ? -1 : (int)wrong;

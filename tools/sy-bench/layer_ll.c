@@ -29,39 +29,10 @@ static int ll_combine(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
                         b->weights + (size_t)m->first * b->K, m->T, b->out + (size_t)m->first * b->H, s) != SY_SUCCESS;
 }
 
-static int op_a(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return ll_dispatch(b, &b->ll[0], ctx->stream) || ll_ffn(b, &b->ll[0], ctx->stream) ||
-         ll_combine(b, &b->ll[0], ctx->stream);
-}
-
-static int op_comm(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return ll_dispatch(b, &b->ll[0], ctx->stream) || ll_combine(b, &b->ll[0], ctx->stream);
-}
-
-static int op_compute(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return ll_ffn(b, &b->ll[0], ctx->stream);
-}
-
-/* Two micro-batches (layer_two_streams): D | F | C for each. */
+/* The parts of its step (layer_run_shape makes the ways of them). */
 static int part_d(layer_bench_t *b, int m, cudaStream_t s) { return ll_dispatch(b, &b->ll[m], s); }
 static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ll_ffn(b, &b->ll[m], s); }
 static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return ll_combine(b, &b->ll[m], s); }
-static int step_b(layer_bench_t *b, cudaStream_t sc) { return layer_two_streams(b, sc, part_d, part_ffn, part_c); }
-
-static int op_b(bench_ctx_t *ctx, void *arg) { return step_b(arg, ctx->stream); }
-
-static sy_status_t graph_step(void *user, int bucket, cudaStream_t stream) {
-  (void)bucket;
-  return step_b(user, stream) ? SY_ERR_INTERNAL : SY_SUCCESS;
-}
-
-static int op_c(bench_ctx_t *ctx, void *arg) {
-  layer_bench_t *b = arg;
-  return sy_graph_cache_run(b->cache, b->T, ctx->stream) != SY_SUCCESS;
-}
 
 /* Experts of the micro-batches whose rows exceed the capacity (their rows past cap were never computed). */
 static long long over_capacity(layer_bench_t *b) {
@@ -110,17 +81,13 @@ int layer_decode(layer_bench_t *b) {
   const int half = b->T / 2;
   int rc = setup_llmb(b, &b->ll[0], b->T, 0) || setup_llmb(b, &b->ll[1], half, 0) ||
            setup_llmb(b, &b->ll[2], b->T - half, half);
-  sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
-  gc.buckets = &b->T, gc.num_buckets = 1;
-  rc = rc || sy_graph_cache_create(ctx->comm, &gc, graph_step, b, &b->cache) != SY_SUCCESS;
   bench_print(ctx,
               "# layer decode: %d tokens a rank, low-latency mode, BF16 wire, %d slots an expert (%d experts a "
               "rank), the GEMMs over the first %d (halves: %d)\n",
               b->T, b->ll[0].slots, b->L, b->ll[0].cap, b->ll[2].cap);
-  static const layer_way_t ways[] = {
-      {"comm", op_comm, 0}, {"compute", op_compute, 0}, {"a", op_a, 1}, {"b", op_b, 1}, {"c", op_c, 1}};
+  static const layer_parts_t parts = {"decode", part_d, part_ffn, part_c, 1};
   double us[5] = {0}, enq[5] = {0};
-  if (!rc) rc = layer_run_ways(b, "decode", ways, 5, us, enq) < 0;
+  if (!rc) rc = layer_run_shape(b, &parts, us, enq) < 0;
   if (!rc) {
     const long long over = bench_allreduce_max(ctx, over_capacity(b));
     if (over) bench_print(ctx, "# layer decode: %lld experts over their capacity: WRONG\n", over);
@@ -131,8 +98,6 @@ int layer_decode(layer_bench_t *b) {
                 "# target (world 1, 128 tokens): a decode step replayed from the graph cache <= 5 us of host "
                 "time: %.2f us at %d tokens: %s\n",
                 enq[4], b->T, enq[4] <= 5 ? "met" : "NOT met");
-  if (b->cache) sy_graph_cache_destroy(b->cache);
-  b->cache = NULL;
   for (int i = 0; i < 3; i++) free_llmb(b, &b->ll[i]);
   return rc;
 }
