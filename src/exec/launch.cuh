@@ -21,6 +21,10 @@ sy_status_t cuda_error(cudaError_t err, const char *what, const char *file, int 
     if (sy_cuda_err_ != cudaSuccess) return sy::cuda_error(sy_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
+/* A kernel's dynamic shared memory limit belongs to the function, not to an object: raises it to `bytes`, never
+ * lowering it under an object created earlier that needs more (two MoE objects of different sizes on one GPU). */
+sy_status_t raise_smem_limit(const void *kernel, size_t bytes);
+
 /* Whether kernels are launched with programmatic dependent launch (SY_PDL, default on). */
 bool pdl_enabled();
 

@@ -14,6 +14,8 @@
  *  - the one-call forms and the four halves, 3 or more rounds per object enqueued back to back on one
  *    stream with no host sync (both parities, num_tokens and routing changing every round), the caller's
  *    inputs overwritten on the stream as soon as the half that reads them is done;
+ *  - the first case again beside a smaller object created after it (the kernels' shared memory limits are the
+ *    functions', not the objects');
  *  - a malformed SY_MOE_DIRECT, which fails sy_moe_create on every rank;
  *  - last, ids the device must reject (a repeat, one equal to num_experts): reported through
  *    sy_comm_async_error and treated as -1 (the results equal those of the call with -1 there).
@@ -157,7 +159,10 @@ static void gpu_round(const run_t *run, sy_moe_t moe, int round, uint8_t *d_in, 
   GT_CUDA(cudaMemcpyAsync(h_got, d_out, run->out_total, cudaMemcpyDeviceToHost, stream));
 }
 
-static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaStream_t stream) {
+/* shadow: a second object of the same configuration but one token is created after the case's and lives through
+ * its rounds (its kernels need less shared memory: creating it must not lower the kernels' limit under the
+ * first object's). */
+static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaStream_t stream, int shadow) {
   const double t0 = gt_now_s();
   const int before = gt_failures;
   run_t run;
@@ -173,15 +178,21 @@ static void run_case(sy_comm_t comm, int rank, int W, const moe_case_t *c, cudaS
   const sy_moe_config_t config = case_config(c);
   sy_moe_t moe = NULL;
   GT_OK(sy_moe_create(comm, &config, &moe));
+  sy_moe_t small = NULL;
+  sy_moe_config_t small_config = config;
+  small_config.max_tokens = 1;
+  if (shadow) GT_OK(sy_moe_create(comm, &small_config, &small));
   for (int round = 0; round < run.rounds; round++)
     gpu_round(&run, moe, round, d_in, d_out, h_in + (size_t)round * run.in_total, h_got + (size_t)round * run.out_total,
               stream);
   GT_CUDA(cudaStreamSynchronize(stream));
   check_async(comm, c->name);
   GT_OK(sy_moe_destroy(moe));
+  if (small) GT_OK(sy_moe_destroy(small));
   for (int round = 0; round < run.rounds; round++) {
     char what[160];
-    snprintf(what, sizeof what, "%s (W=%d), round %d of %d (%s, %d tokens here)", c->name, W, round, run.rounds,
+    snprintf(what, sizeof what, "%s%s (W=%d), round %d of %d (%s, %d tokens here)", c->name,
+             shadow ? " beside a 1-token object" : "", W, round, run.rounds,
              round_args(&run, round, rank, d_in, d_out).halves ? "halves" : "one call",
              run.in[(size_t)round * W + rank].n);
     compare_round(&run, what, h_got + (size_t)round * run.out_total, run.want + (size_t)round * run.out_total);
@@ -334,9 +345,12 @@ int main(void) {
       skipped++;
       continue;
     }
-    run_case(comm, rank, W, &cases[i], stream);
+    run_case(comm, rank, W, &cases[i], stream, 0);
     ran++;
   }
+  if (rank == 0) printf("[test rank 0] again, beside a second object of 1 token created after it:\n");
+  run_case(comm, rank, W, &cases[0], stream, 1); /* "random": 48 experts divide among 1-4 and 8 ranks */
+  ran++;
   check_async(comm, "at the end");
   run_bad_env(comm, rank);
   ran++;

@@ -196,8 +196,8 @@ extern "C" sy_status_t sy__cuda_moe_create(sy_comm_t comm, struct sy_moe *moe) {
               {combine_send_kernels[mode], g->cs_smem},           {dispatch_kernels[mode], g->fd_smem},
               {dispatch_kernels[mode | MODE_DIRECT], g->fd_smem}, {combine_kernels[mode], g->cs_smem}};
   for (const auto &u : used)
-    if (err == cudaSuccess)
-      err = cudaFuncSetAttribute(u.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)u.smem);
+    if (err == cudaSuccess && raise_smem_limit((const void *)u.kernel, u.smem) != SY_SUCCESS)
+      err = cudaErrorInvalidValue;
   /* The fused kernels need one resident block per SM of their grid: check that one fits at all. */
   g->fused_ok = true;
   for (int i = 3; i < 6 && err == cudaSuccess; i++) {

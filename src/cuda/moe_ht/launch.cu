@@ -42,16 +42,6 @@ static size_t exchange_smem(sy_comm_t comm, const struct sy_moe_ht *moe) {
   return ((size_t)comm->world_size + (size_t)moe->local_experts + 1) * 4;
 }
 
-/* A kernel's dynamic shared memory limit is the function's, not an object's: raise it to `bytes`, never lower it
- * under an object created earlier that needs more. */
-static sy_status_t raise_smem_limit(const void *kernel, size_t bytes) {
-  cudaFuncAttributes attr;
-  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  if ((size_t)attr.maxDynamicSharedSizeBytes >= bytes) return SY_SUCCESS;
-  SY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-  return SY_SUCCESS;
-}
-
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
