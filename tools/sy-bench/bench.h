@@ -39,6 +39,7 @@ typedef struct bench_opts {
   size_t soak_growth;                /* soak: memory growth allowed, bytes (--soak-growth) */
   int alignment;                     /* moe-ht: expert alignment (--alignment); 0: the entry's default */
   int num_sms;                       /* moe-ht: the SM budget (--num-sms); 0: the entry's default */
+  int micro_batches;                 /* layer: ways b and c's micro-batches (--micro-batches); 0: 2 */
 } bench_opts_t;
 
 /* One measured variant at one size. */

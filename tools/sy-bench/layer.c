@@ -1,13 +1,15 @@
 /*
- * layer.c — sy-bench entry `layer` (issue 21, first version): one MoE layer's forward step; this file the entry
- * and the prefill shapes (more than 256 tokens a rank; decode: layer_ll.c) over the high-throughput mode: layout, dispatch (BF16, worst-case masked layout: each local expert's rows at e x S),
- * the expert FFN — y = relu(x W1) W2, two strided-batched GEMMs through cublasLt (ReLU the first one's epilogue),
- * bf16 in and out, fp32 accumulation; one W1 [H][F] and one W2 [F][H] shared by every expert (the FLOPs of every
- * expert, the weights' bytes of one) — and the weighted combine. Three ways:
+ * layer.c — sy-bench entry `layer` (issue 21): one MoE layer's step; this file the entry and the prefill shapes
+ * (more than 256 tokens a rank; decode: layer_ll.c) over the high-throughput mode: layout, dispatch (BF16, worst-case
+ * masked layout: each local expert's rows at e x S, S the routing's busiest expert to 16 — a bound the caller
+ * knows), the expert FFN — y = relu(x W1) W2, two strided-batched GEMMs through cublasLt (ReLU the first one's
+ * epilogue), bf16 in and out, fp32 accumulation; one W1 [H][F] and one W2 [F][H] shared by every expert (the FLOPs
+ * of every expert, the weights' bytes of one) — and the weighted combine. Three ways:
  *   a  sequential, eager, one stream;
- *   b  two micro-batches of T/2 tokens: the communication on the bench's stream, the GEMMs on a second stream,
- *      joined by events, so that one micro-batch's dispatch and combine run beside the other's GEMMs
- *      (L0 D0 | L1 D1 beside F0 | C0 beside F1 | C1);
+ *   b  micro-batches (--micro-batches, default 2) of T/n tokens: the communication on the bench's stream (the
+ *      highest priority), the GEMMs on a second one (the lowest, cublasLt told the SMs the communication leaves),
+ *      joined by events, so that one micro-batch's dispatch and combine run beside another's GEMMs
+ *      (L1 D1 | L2 D2 beside F1 | C1 beside F2 | C2 for two);
  *   c  (b) captured once in sy_graph_cache and replayed (with programmatic dependent launch unless SY_PDL=0).
  * Beside them, alone: the communication (layout, dispatch, combine) and the GEMMs. Reports step time, host
  * enqueue time, the SMs the communication held (num_sms) and the overlap efficiency
@@ -38,8 +40,8 @@ static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
                            b->out + (size_t)m->first * b->H, NULL, s) != 0;
 }
 
-static int ffn(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return layer_ffn(b, m->recv.tokens, m->mid, m->y, b->S, b->S, b->L, s);
+static int ffn(layer_bench_t *b, mb_t *m, int sms, cudaStream_t s) {
+  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->S, m->S, b->L, sms, s);
 }
 
 /* The backward: the combine's (dy = w_r dout[t] into each row), the FFN's, the dispatch's (a combine without
@@ -50,8 +52,8 @@ static int combine_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
                                     m->recv.weights, NULL, m->dy, NULL, s) != 0;
 }
 
-static int ffn_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return layer_ffn_backward(b, m->dy, m->mid, m->dmid, m->dxr, b->S, b->S, b->L, s);
+static int ffn_bwd(layer_bench_t *b, mb_t *m, int sms, cudaStream_t s) {
+  return layer_ffn_backward(b, m->dy, m->mid, m->dmid, m->dxr, m->S, m->S, b->L, sms, s);
 }
 
 static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
@@ -64,17 +66,22 @@ static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
 static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
   return layout(b, &b->mb[m], s) || dispatch(b, &b->mb[m], s);
 }
-static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ffn(b, &b->mb[m], s); }
+/* a micro-batch's GEMMs (m > 0) run beside the communication: on the SMs it leaves */
+static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ffn(b, &b->mb[m], m ? b->gemm_sms : 0, s); }
 static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return combine(b, &b->mb[m], s); }
 static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return combine_bwd(b, &b->mb[m], s); }
-static int part_ffn_bwd(layer_bench_t *b, int m, cudaStream_t s) { return ffn_bwd(b, &b->mb[m], s); }
+static int part_ffn_bwd(layer_bench_t *b, int m, cudaStream_t s) {
+  return ffn_bwd(b, &b->mb[m], m ? b->gemm_sms : 0, s);
+}
 static int part_db(layer_bench_t *b, int m, cudaStream_t s) { return dispatch_bwd(b, &b->mb[m], s); }
 
 /* ---- set-up --------------------------------------------------------------------------------------------------- */
 
-static int setup_mb(layer_bench_t *b, mb_t *m, int T, int first, size_t handle_bytes) {
-  const size_t rows = (size_t)b->L * b->S;
-  m->T = T, m->first = first;
+static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
+  layer_split(b, index, &m->T, &m->first);
+  m->S = layer_max_rows(b, m->first, m->T);
+  if (m->S < 0) return 1;
+  const size_t rows = (size_t)b->L * m->S;
   m->handle = layer_buf(b, handle_bytes);
   m->recv = (sy_moe_ht_recv_t){0};
   m->recv.tokens = layer_buf(b, rows * b->H * 2);
@@ -83,7 +90,7 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int T, int first, size_t handle_b
   m->recv.expert_offsets = layer_buf(b, ((size_t)b->L + 1) * 4);
   m->recv.expert_counts = layer_buf(b, (size_t)b->L * 4);
   m->recv.rows = (int)rows;
-  m->recv.expert_stride = b->S;
+  m->recv.expert_stride = m->S;
   m->mid = layer_buf(b, rows * b->F * 2);
   m->y = layer_buf(b, rows * b->H * 2);
   m->dy = layer_buf(b, rows * b->H * 2);
@@ -109,13 +116,13 @@ static int setup_prefill(layer_bench_t *b) {
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
   if (sy_moe_ht_sizes(b->moe, &sizes) != SY_SUCCESS) return 1;
   b->L = sizes.local_experts;
-  /* a worst-case stride: 1.5 x the mean rows of an expert, to the alignment (uniform routing stays under it) */
-  const long long mean = ((long long)b->T * b->K * ctx->world + b->E - 1) / b->E;
-  b->S = (int)((mean * 3 / 2 + 15) / 16 * 16);
-  const int half = b->T / 2;
-  if (setup_mb(b, &b->mb[0], b->T, 0, sizes.handle_bytes) || setup_mb(b, &b->mb[1], half, 0, sizes.handle_bytes) ||
-      setup_mb(b, &b->mb[2], b->T - half, half, sizes.handle_bytes))
+  int dev = 0, sm_count = 0;
+  if (b->gpu && (cudaGetDevice(&dev) != cudaSuccess ||
+                 cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
     return 1;
+  b->gemm_sms = sm_count > b->sms ? sm_count - b->sms : 0;
+  for (int m = 0; m <= b->nmb; m++)
+    if (setup_mb(b, &b->mb[m], m, sizes.handle_bytes)) return 1;
   return 0;
 }
 
@@ -123,8 +130,9 @@ static int prefill(layer_bench_t *b) {
   int rc = setup_prefill(b);
   bench_print(b->ctx,
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
-              "(%d experts a rank), communication SMs %d\n",
-              b->T, b->S, b->L, b->sms);
+              "(%d experts a rank; the routing's busiest expert, to 16; micro-batch 1 of %d: %d rows), communication "
+              "SMs %d, the micro-batches' GEMMs on %d\n",
+              b->T, b->mb[0].S, b->L, b->nmb, b->mb[1].S, b->sms, b->gemm_sms);
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
   static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
   double us[5] = {0}, enq[5] = {0}, ub[5] = {0}, eb[5] = {0};
@@ -137,7 +145,7 @@ static int prefill(layer_bench_t *b) {
                 "tokens: %s\n",
                 100 * hidden, b->T, hidden >= 0.7 ? "met" : "NOT met");
   }
-  for (int i = 0; i < 3; i++) free_mb(b, &b->mb[i]);
+  for (int i = 0; i <= b->nmb; i++) free_mb(b, &b->mb[i]);
   if (b->moe) sy_moe_ht_destroy(b->moe);
   b->moe = NULL;
   return rc;
@@ -160,12 +168,13 @@ int bench_layer(bench_ctx_t *ctx) {
     if (b.E % ctx->world) b.E = (b.E / ctx->world + 1) * ctx->world;
     b.T = (int)tokens[i];
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
+    b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
     if (i == 0)
       bench_print(ctx,
                   "# layer: forward; hidden %d, ffn %d, top-%d of %d experts; GEMMs: %s, one W1 [%d][%d] and W2 "
-                  "[%d][%d] for every expert; ways: a sequential, b two micro-batches on two streams, c replayed from "
+                  "[%d][%d] for every expert; ways: a sequential, b %d micro-batches on two streams, c replayed from "
                   "the graph cache (PDL %s); comm and compute: each alone\n",
-                  b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H,
+                  b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H, b.nmb,
                   getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
     rc = layer_setup_common(&b);
     if (!rc) rc = b.T <= 256 ? layer_decode(&b) : prefill(&b);

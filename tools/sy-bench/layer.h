@@ -11,10 +11,12 @@
 
 #include "bench.h"
 
-#define LAYER_TOL 0.03 /* |got - want| <= LAYER_TOL x (|want| + mean |want|) */
+#define LAYER_TOL    0.03 /* |got - want| <= LAYER_TOL x (|want| + mean |want|) */
+#define LAYER_MAX_MB 8    /* --micro-batches: at most this many in ways b and c */
 
 typedef struct mb { /* one micro-batch of the high-throughput step */
   int T, first;     /* tokens, its first token in the step */
+  int S;            /* its masked layout's stride: rows an expert (layer_max_rows) */
   void *handle;     /* the layout's */
   sy_moe_ht_recv_t recv;
   uint16_t *mid, *y;         /* [L S][F], [L S][H] */
@@ -24,6 +26,8 @@ typedef struct mb { /* one micro-batch of the high-throughput step */
 typedef struct layer_bench {
   bench_ctx_t *ctx;
   int gpu, H, F, E, K, L, T, sms;
+  int nmb;                     /* micro-batches of ways b and c (--micro-batches, default 2) */
+  int gemm_sms;                /* the GEMMs' SM count target beside the communication (cublasLt; 0: the device's) */
   uint16_t *x, *w1, *w2, *out; /* [T][H], [H][F], [F][H], [T][H] */
   uint16_t *dout, *dx;         /* the backward's: the output's gradient in, the tokens' out; [T][H] */
   uint16_t *dout_h;
@@ -32,20 +36,19 @@ typedef struct layer_bench {
   uint16_t *x_h, *w1_h, *w2_h; /* host copies for the reference */
   int32_t *ids_h;
   float *weights_h;
-  /* prefill: the high-throughput mode, masked layout of stride S rows an expert */
+  /* prefill: the high-throughput mode, masked layouts */
   sy_moe_ht_t moe;
-  int S;
-  mb_t mb[3]; /* 0: the whole step (a); 1, 2: the halves (b, c) */
+  mb_t mb[LAYER_MAX_MB + 1]; /* 0: the whole step (a); 1 .. nmb: the micro-batches (b, c) */
   /* decode: the low-latency mode; an object a micro-batch (its halves alternate dispatch and combine) */
   struct llmb {
     sy_moe_t moe;
     sy_moe_recv_t recv;
     uint16_t *mid, *y;        /* [L][slots][F], [L][slots][H] (the combine's expert_out) */
     int T, first, slots, cap; /* the GEMMs run over each expert's first cap slots */
-  } ll[3];                    /* 0: the whole step (a); 1, 2: the halves (b, c) */
+  } ll[LAYER_MAX_MB + 1];     /* 0: the whole step (a); 1 .. nmb: the micro-batches (b, c) */
   /* the GPU's */
   cudaStream_t compute;
-  cudaEvent_t ev[4];
+  cudaEvent_t ev[2 * LAYER_MAX_MB];
   cublasLtHandle_t lt;
   void *lt_work;
   size_t lt_work_bytes;
@@ -60,12 +63,17 @@ int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n);
 int layer_setup_common(layer_bench_t *b);
 void layer_teardown_common(layer_bench_t *b);
 /* y = relu(in W1) W2 for `batch` experts of `rows` rows each, expert e's rows at e x stride (in rows) in in, mid
- * and y. */
+ * and y; sms: the SM count cublasLt targets (0: the device's; a micro-batch's GEMMs run beside communication). */
 int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
-              cudaStream_t stream);
+              int sms, cudaStream_t stream);
 /* The backward of layer_ffn: dmid = (dy W2^T) where the forward's mid > 0, else 0; dxr = dmid W1^T. */
 int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid, uint16_t *dmid, uint16_t *dxr,
-                       int rows, int stride, int batch, cudaStream_t stream);
+                       int rows, int stride, int batch, int sms, cudaStream_t stream);
+/* The most rows any of this rank's experts gets from the tokens [first, first + T) of every rank (each rank's
+ * routing regenerated here), the most over the ranks, rounded up to 16 (at least 16): the masked layouts' bound. */
+int layer_max_rows(layer_bench_t *b, int first, int T);
+/* Micro-batch m's tokens and first token (m = 0: the whole step). */
+void layer_split(const layer_bench_t *b, int m, int *T, int *first);
 /* Sampled tokens of b->out (backward: of b->dx) against the CPU reference: the wrong elements (-1: could not read
  * them). */
 long long layer_check(layer_bench_t *b, int samples, int backward);
@@ -80,10 +88,10 @@ typedef struct layer_parts {
   int check; /* 1: b->out against the forward's reference; 2: b->dx against the backward's */
 } layer_parts_t;
 
-/* Two micro-batches (m = 1, 2) over two streams: comm1(m) for both on sc, each followed by an event; compute(m) on
- * the second stream after its comm1; comm2(m) on sc after its compute — so one micro-batch's communication runs
- * beside the other's GEMMs, and the communication calls stay one at a time on sc. Host backend: in that order,
- * one after the other. */
+/* The micro-batches (m = 1 .. nmb) over two streams: comm1(m) for each on sc, each followed by an event;
+ * compute(m) on the second stream after its comm1; comm2(m) on sc after its compute — so one micro-batch's
+ * communication runs beside another's GEMMs, and the communication calls stay one at a time on sc. Host backend:
+ * in that order, one after the other. */
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p);
 
 /* Times a shape's ways — comm (comm1 + comm2 of the whole step) and compute alone; a (the three parts in turn); b

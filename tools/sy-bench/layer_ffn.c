@@ -41,7 +41,7 @@ int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n) {
  * column-major transposes: C^T = M^T A^T, M^T being B stored n x k column-major (ld n), or (trans_b) B stored
  * k x n column-major (ld k) and transposed. */
 static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint16_t *C, int rows, int stride, int k,
-                    int n, int batch, int trans_b, int relu, cudaStream_t stream) {
+                    int n, int batch, int trans_b, int relu, int sms, cudaStream_t stream) {
   cublasLtMatmulDesc_t op = NULL;
   cublasLtMatrixLayout_t ls[3] = {NULL, NULL, NULL};
   int rc = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS;
@@ -49,6 +49,9 @@ static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint
   const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (!rc) rc = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) != 0;
   if (!rc) rc = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != 0;
+  const int32_t target = sms;
+  if (!rc && sms > 0)
+    rc = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof target) != 0;
   const uint64_t a_rows = trans_b ? (uint64_t)k : (uint64_t)n, a_cols = trans_b ? (uint64_t)n : (uint64_t)k;
   const uint64_t dims[3][3] = {{a_rows, a_cols, a_rows}, {k, rows, k}, {n, rows, n}};
   const int64_t strides[3] = {0, (int64_t)stride * k, (int64_t)stride * n};
@@ -87,18 +90,18 @@ static void gemm_host(const uint16_t *A, const uint16_t *B, uint16_t *C, int row
 }
 
 int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
-              cudaStream_t stream) {
+              int sms, cudaStream_t stream) {
   if (!b->gpu) {
     gemm_host(in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1);
     gemm_host(mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0);
     return 0;
   }
-  return gemm_gpu(b, in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1, stream) ||
-         gemm_gpu(b, mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0, stream);
+  return gemm_gpu(b, in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1, sms, stream) ||
+         gemm_gpu(b, mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0, sms, stream);
 }
 
 int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid, uint16_t *dmid, uint16_t *dxr,
-                       int rows, int stride, int batch, cudaStream_t stream) {
+                       int rows, int stride, int batch, int sms, cudaStream_t stream) {
   const size_t n = (size_t)batch * stride * b->F;
   if (!b->gpu) {
     gemm_host(dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0); /* dy W2^T: W2 is [F][H] */
@@ -107,9 +110,40 @@ int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid
     gemm_host(dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0); /* dmid W1^T: W1 is [H][F] */
     return 0;
   }
-  return gemm_gpu(b, dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0, stream) ||
+  return gemm_gpu(b, dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0, sms, stream) ||
          layer_relu_mask(dmid, mid, n, stream) ||
-         gemm_gpu(b, dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0, stream);
+         gemm_gpu(b, dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0, sms, stream);
+}
+
+void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
+  if (m == 0) {
+    *T = b->T, *first = 0;
+    return;
+  }
+  const int base = b->T / b->nmb, rest = b->T % b->nmb; /* the first `rest` micro-batches get one more */
+  *T = base + (m - 1 < rest);
+  *first = (m - 1) * base + (m - 1 < rest ? m - 1 : rest);
+}
+
+int layer_max_rows(layer_bench_t *b, int first, int T) {
+  const bench_ctx_t *ctx = b->ctx;
+  const int L = b->E / ctx->world, lo = ctx->rank * L;
+  int32_t *ids = malloc((size_t)b->T * b->K * 4);
+  int *rows = calloc((size_t)L, sizeof *rows);
+  long long most = -1;
+  if (ids && rows) {
+    for (int r = 0; r < ctx->world; r++) {
+      wl_moe_uniform_routing(r, b->T, b->E, b->K, ids, NULL);
+      for (size_t i = (size_t)first * b->K; i < (size_t)(first + T) * b->K; i++)
+        if (ids[i] >= lo && ids[i] < lo + L) rows[ids[i] - lo]++;
+    }
+    most = 0;
+    for (int e = 0; e < L; e++) most = rows[e] > most ? rows[e] : most;
+  }
+  free(ids);
+  free(rows);
+  most = bench_allreduce_max(b->ctx, most < 0 ? (long long)1 << 40 : most);
+  return most >= (long long)1 << 40 ? -1 : (int)((most + 15) / 16 * 16 > 16 ? (most + 15) / 16 * 16 : 16);
 }
 
 /* ---- the inputs ----------------------------------------------------------------------------------------------- */
@@ -143,8 +177,12 @@ int layer_setup_common(layer_bench_t *b) {
        layer_put(b, b->weights, b->weights_h, TK * 4) || layer_put(b, b->w1, b->w1_h, HF * 2) ||
        layer_put(b, b->w2, b->w2_h, HF * 2) || layer_put(b, b->dout, b->dout_h, TH * 2);
   if (rc || !b->gpu) return rc;
-  rc = cudaStreamCreateWithFlags(&b->compute, cudaStreamNonBlocking) != cudaSuccess;
-  for (int i = 0; i < 4 && !rc; i++) rc = cudaEventCreateWithFlags(&b->ev[i], cudaEventDisableTiming) != cudaSuccess;
+  /* the GEMMs' stream at the lowest priority, below the communication's (the bench's stream, at the highest) */
+  int lowest = 0, highest = 0;
+  rc = cudaDeviceGetStreamPriorityRange(&lowest, &highest) != cudaSuccess ||
+       cudaStreamCreateWithPriority(&b->compute, cudaStreamNonBlocking, lowest) != cudaSuccess;
+  for (int i = 0; i < 2 * LAYER_MAX_MB && !rc; i++)
+    rc = cudaEventCreateWithFlags(&b->ev[i], cudaEventDisableTiming) != cudaSuccess;
   b->lt_work_bytes = 32u << 20;
   rc = rc || cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&b->lt_work, b->lt_work_bytes) != 0;
   return rc;
@@ -154,7 +192,7 @@ void layer_teardown_common(layer_bench_t *b) {
   void *p[] = {b->x, b->out, b->ids, b->weights, b->w1, b->w2, b->dout, b->dx};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
   if (b->gpu) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 2 * LAYER_MAX_MB; i++)
       if (b->ev[i]) cudaEventDestroy(b->ev[i]);
     if (b->compute) cudaStreamDestroy(b->compute);
     if (b->lt) cublasLtDestroy(b->lt);
@@ -245,18 +283,23 @@ long long layer_check(layer_bench_t *b, int samples, int backward) {
 /* ---- the ways ------------------------------------------------------------------------------------------------- */
 
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p) {
-  if (!b->gpu)
-    return p->comm1(b, 1, sc) || p->comm1(b, 2, sc) || p->compute(b, 1, sc) || p->compute(b, 2, sc) ||
-           p->comm2(b, 1, sc) || p->comm2(b, 2, sc);
+  if (!b->gpu) {
+    int rc = 0;
+    for (int m = 1; m <= b->nmb && !rc; m++) rc = p->comm1(b, m, sc);
+    for (int m = 1; m <= b->nmb && !rc; m++) rc = p->compute(b, m, sc);
+    for (int m = 1; m <= b->nmb && !rc; m++) rc = p->comm2(b, m, sc);
+    return rc;
+  }
   cudaStream_t sg = b->compute;
+  const int n = b->nmb;
   int rc = 0;
-  for (int m = 1; m <= 2 && !rc; m++) /* ev[0], ev[1]: each micro-batch's first communication done */
+  for (int m = 1; m <= n && !rc; m++) /* ev[m - 1]: micro-batch m's first communication done */
     rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
-  for (int m = 1; m <= 2 && !rc; m++) /* ev[2], ev[3]: its GEMMs done */
+  for (int m = 1; m <= n && !rc; m++) /* ev[n + m - 1]: its GEMMs done */
     rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess || p->compute(b, m, sg) ||
-         cudaEventRecord(b->ev[m + 1], sg) != cudaSuccess;
-  for (int m = 1; m <= 2 && !rc; m++)
-    rc = cudaStreamWaitEvent(sc, b->ev[m + 1], 0) != cudaSuccess || p->comm2(b, m, sc);
+         cudaEventRecord(b->ev[n + m - 1], sg) != cudaSuccess;
+  for (int m = 1; m <= n && !rc; m++)
+    rc = cudaStreamWaitEvent(sc, b->ev[n + m - 1], 0) != cudaSuccess || p->comm2(b, m, sc);
   return rc;
 }
 

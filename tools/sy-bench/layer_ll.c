@@ -1,10 +1,10 @@
 /*
  * layer_ll.c — sy-bench `layer` at decode shapes (at most 256 tokens a rank) over the low-latency mode: dispatch
  * (BF16 wire, de-duplicated) into each local expert's slots, the FFN over the first `cap` slots of every expert (a
- * capacity: 2 x the mean rows of an expert plus 16, to 16; the dispatch fills an expert's slots from the first, and
- * an expert with more rows than cap is reported as wrong), the weighted combine. The low-latency halves alternate
- * dispatch and combine on one object, so each micro-batch has an object of its own. Ways: a (sequential), b (two
- * micro-batches: the communication on the bench's stream, the GEMMs on a second one, joined by events), c (b
+ * capacity: the routing's busiest expert, to 16 (layer_max_rows); the dispatch fills an expert's slots from the
+ * first, and an expert with more rows than cap is reported as wrong), the weighted combine. The low-latency halves
+ * alternate dispatch and combine on one object, so each micro-batch has an object of its own. Ways: a (sequential),
+ * b (the micro-batches: the communication on the bench's stream, the GEMMs on a second one, joined by events), c (b
  * replayed from the graph cache: the issue's host-time target for decode), with the communication and the GEMMs
  * alone beside them.
  */
@@ -21,7 +21,7 @@ static int ll_dispatch(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
 }
 
 static int ll_ffn(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
-  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->cap, m->slots, b->L, s);
+  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->cap, m->slots, b->L, 0, s);
 }
 
 static int ll_combine(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
@@ -39,7 +39,7 @@ static long long over_capacity(layer_bench_t *b) {
   int32_t *counts = malloc((size_t)b->L * 4);
   long long over = counts ? 0 : -1;
   if (b->gpu && cudaStreamSynchronize(b->ctx->stream) != cudaSuccess) over = -1;
-  for (int i = 0; i < 3 && over >= 0; i++) {
+  for (int i = 0; i <= b->nmb && over >= 0; i++) {
     if (!b->ll[i].moe || b->ll[i].T == 0) continue;
     if (layer_get(b, counts, b->ll[i].recv.expert_counts, (size_t)b->L * 4)) over = -1;
     for (int e = 0; e < b->L && over >= 0; e++) over += counts[e] > b->ll[i].cap;
@@ -48,8 +48,10 @@ static long long over_capacity(layer_bench_t *b) {
   return over;
 }
 
-static int setup_llmb(layer_bench_t *b, llmb_t *m, int T, int first) {
+static int setup_llmb(layer_bench_t *b, llmb_t *m, int index) {
   bench_ctx_t *ctx = b->ctx;
+  int T, first;
+  layer_split(b, index, &T, &first);
   sy_moe_config_t cfg = SY_MOE_CONFIG_INIT;
   cfg.max_tokens = T > 0 ? T : 1, cfg.hidden = b->H, cfg.top_k = b->K, cfg.num_experts = b->E;
   cfg.wire = SY_MOE_WIRE_BF16;
@@ -57,8 +59,8 @@ static int setup_llmb(layer_bench_t *b, llmb_t *m, int T, int first) {
   m->T = T, m->first = first;
   if (sy_moe_create(ctx->comm, &cfg, &m->moe) != SY_SUCCESS || sy_moe_recv_sizes(m->moe, &sz) != SY_SUCCESS) return 1;
   b->L = sz.local_experts, m->slots = sz.slots;
-  const long long mean = ((long long)cfg.max_tokens * b->K * ctx->world + b->E - 1) / b->E;
-  m->cap = (int)((2 * mean + 16 + 15) / 16 * 16);
+  m->cap = layer_max_rows(b, first, T);
+  if (m->cap < 0) return 1;
   if (m->cap > m->slots) m->cap = m->slots;
   m->recv.tokens = layer_buf(b, sz.tokens_bytes);
   m->recv.src = layer_buf(b, sz.src_bytes);
@@ -78,13 +80,12 @@ static void free_llmb(layer_bench_t *b, llmb_t *m) {
 
 int layer_decode(layer_bench_t *b) {
   bench_ctx_t *ctx = b->ctx;
-  const int half = b->T / 2;
-  int rc = setup_llmb(b, &b->ll[0], b->T, 0) || setup_llmb(b, &b->ll[1], half, 0) ||
-           setup_llmb(b, &b->ll[2], b->T - half, half);
+  int rc = 0;
+  for (int m = 0; m <= b->nmb && !rc; m++) rc = setup_llmb(b, &b->ll[m], m);
   bench_print(ctx,
               "# layer decode: %d tokens a rank, low-latency mode, BF16 wire, %d slots an expert (%d experts a "
-              "rank), the GEMMs over the first %d (halves: %d)\n",
-              b->T, b->ll[0].slots, b->L, b->ll[0].cap, b->ll[2].cap);
+              "rank), the GEMMs over the first %d (the routing's busiest expert, to 16; micro-batch 1 of %d: %d)\n",
+              b->T, b->ll[0].slots, b->L, b->ll[0].cap, b->nmb, b->ll[1].cap);
   static const layer_parts_t parts = {"decode", part_d, part_ffn, part_c, 1};
   double us[5] = {0}, enq[5] = {0};
   if (!rc) rc = layer_run_shape(b, &parts, us, enq) < 0;
@@ -98,6 +99,6 @@ int layer_decode(layer_bench_t *b) {
                 "# target (world 1, 128 tokens): a decode step replayed from the graph cache <= 5 us of host "
                 "time: %.2f us at %d tokens: %s\n",
                 enq[4], b->T, enq[4] <= 5 ? "met" : "NOT met");
-  for (int i = 0; i < 3; i++) free_llmb(b, &b->ll[i]);
+  for (int i = 0; i <= b->nmb; i++) free_llmb(b, &b->ll[i]);
   return rc;
 }

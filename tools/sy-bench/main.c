@@ -212,7 +212,8 @@ static void usage(FILE *f) {
           "      --wire fp8|bf16       moe-ll, moe-ht: only that dispatch wire (default both)\n"
           "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
           "      --alignment N         moe-ht: each local expert's rows padded to a multiple of N (default 128)\n"
-          "      --num-sms N           moe-ht: the SMs its kernels may hold (default 16)\n"
+          "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
+          "      --micro-batches N     layer: micro-batches of ways b and c, 2 to 8 (default 2)\n"
           "      --soak SECONDS        the entry soak for this long (default 60): exit non-zero on any wrong element,\n"
           "                            failed call or memory growth past --soak-growth SIZE (default 32M)\n"
           "      --seed N              soak: the first round's seed (default 0x50a4)\n"
@@ -318,7 +319,12 @@ static void *rank_main(void *p) {
   sy_comm_backend(ctx.comm, &ctx.backend);
   int rc = 0;
   if (ctx.backend == SY_BACKEND_CUDA) {
-    if (cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking) != cudaSuccess) rc = 1;
+    /* the communication's stream at the highest priority, as NCCL's and the library's own (layer: the GEMMs' stream
+     * at the lowest, so a communication kernel's blocks go first where both wait for SMs) */
+    int lowest = 0, highest = 0;
+    if (cudaDeviceGetStreamPriorityRange(&lowest, &highest) != cudaSuccess ||
+        cudaStreamCreateWithPriority(&ctx.stream, cudaStreamNonBlocking, highest) != cudaSuccess)
+      rc = 1;
     if (!rc && opts->nccl) rc = setup_nccl(&ctx);
   }
   if (!rc) {
@@ -385,7 +391,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0};
+      0x50a4, (size_t)32 << 20, 0, 0, 0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -438,7 +444,10 @@ int main(int argc, char **argv) {
         bad = fprintf(stderr, "sy-bench: --soak %s: want a positive number of seconds\n", v) > 0;
     } else if (!strcmp(a, "--alignment")) bad = parse_int_arg(a, v, 1, &opts.alignment);
     else if (!strcmp(a, "--num-sms")) bad = parse_int_arg(a, v, 1, &opts.num_sms);
-    else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
+    else if (!strcmp(a, "--micro-batches")) {
+      bad = parse_int_arg(a, v, 2, &opts.micro_batches);
+      if (!bad && opts.micro_batches > 8) bad = fprintf(stderr, "sy-bench: --micro-batches %s: at most 8\n", v) > 0;
+    } else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
     else if (!strcmp(a, "--seed")) {
       char *end;
       opts.seed = strtoull(v, &end, 0);
