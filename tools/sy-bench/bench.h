@@ -69,6 +69,9 @@ typedef struct bench_entry {
   const char *doc;
   int (*run)(bench_ctx_t *ctx);                   /* 0 on success (wrong values are counted in ctx->total_wrong) */
   size_t (*heap_bytes)(const bench_opts_t *opts); /* symmetric memory the entry needs per rank */
+  int host_times; /* 1: its figures include host times and no kernel time: CUPTI, which adds to every launch even
+                   * while its activities are off, stays unloaded (SY_BENCH_NO_CUPTI) unless SY_BENCH_TIMELINE asks
+                   * for it */
 } bench_entry_t;
 
 /* Entries (one file each). */

@@ -11,6 +11,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +32,9 @@
 #if BENCH_HAVE_CUPTI_HEADERS
 
 typedef struct kernel_rec {
-  uint32_t correlation;
+  uint32_t correlation, stream, grid, block, smem;
   uint64_t start, end;
+  char name[48]; /* the start of the (mangled) name: for SY_BENCH_TIMELINE */
 } kernel_rec_t;
 
 typedef struct ext_rec {
@@ -86,7 +88,18 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
       if (grow((void **)&kt.kernels, &kt.cap_kernels, kt.num_kernels + 1, sizeof *kt.kernels)) kt.dropped++;
-      else kt.kernels[kt.num_kernels++] = (kernel_rec_t){k->correlationId, k->start, k->end};
+      else {
+        kernel_rec_t *o = &kt.kernels[kt.num_kernels++];
+        *o = (kernel_rec_t){k->correlationId,
+                            k->streamId,
+                            k->gridX * k->gridY * k->gridZ,
+                            k->blockX * k->blockY * k->blockZ,
+                            (uint32_t)k->dynamicSharedMemory + k->staticSharedMemory,
+                            k->start,
+                            k->end,
+                            {0}};
+        if (k->name) strncpy(o->name, k->name, sizeof o->name - 1);
+      }
     } else if (r->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
       const CUpti_ActivityExternalCorrelation *e = (const CUpti_ActivityExternalCorrelation *)r;
       if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) continue;
@@ -170,6 +183,31 @@ static int cmp_ext(const void *a, const void *b) {
   return x->correlation < y->correlation ? -1 : x->correlation > y->correlation;
 }
 
+/* SY_BENCH_TIMELINE=FILE: every kernel of the timed pass's last call appended to FILE (a block a timed pass:
+ * start and end in microseconds from the call's first kernel, stream, grid, block, shared memory, name), to see
+ * what ran beside what. Called with kt.lock held, kt.exts sorted. */
+static void dump_timeline(const char *path, int calls) {
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  static int pass;
+  uint64_t t0 = 0;
+  for (size_t i = 0; i < kt.num_kernels; i++) {
+    const ext_rec_t key = {kt.kernels[i].correlation, 0};
+    const ext_rec_t *e = bsearch(&key, kt.exts, kt.num_exts, sizeof *kt.exts, cmp_ext);
+    if (e && e->id == (uint64_t)calls - 1 && (!t0 || kt.kernels[i].start < t0)) t0 = kt.kernels[i].start;
+  }
+  fprintf(f, "== timed pass %d, call %d: start_us end_us stream grid block smem name\n", pass++, calls - 1);
+  for (size_t i = 0; i < kt.num_kernels; i++) {
+    const kernel_rec_t *k = &kt.kernels[i];
+    const ext_rec_t key = {k->correlation, 0};
+    const ext_rec_t *e = bsearch(&key, kt.exts, kt.num_exts, sizeof *kt.exts, cmp_ext);
+    if (!e || e->id != (uint64_t)calls - 1) continue;
+    fprintf(f, "%10.2f %10.2f %4u %6u %5u %7u %s\n", (k->start - t0) / 1e3, (k->end - t0) / 1e3, k->stream, k->grid,
+            k->block, k->smem, k->name);
+  }
+  fclose(f);
+}
+
 int bench_ktime_end(int calls, double *us) {
   if (kt.state != 1) return 1;
   kt.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -189,6 +227,7 @@ int bench_ktime_end(int calls, double *us) {
     }
     rc = kt.dropped != 0;
   }
+  if (!rc && getenv("SY_BENCH_TIMELINE")) dump_timeline(getenv("SY_BENCH_TIMELINE"), calls);
   pthread_mutex_unlock(&kt.lock);
   if (!rc) rc = bench_kernel_spans(calls, first, last, us); /* a call with no kernel we saw: no figure */
   free(first), free(last);
@@ -204,6 +243,31 @@ int bench_ktime_available(const char **why) {
 int bench_ktime_begin(void) { return 1; }
 void bench_ktime_push(uint64_t call) {}
 void bench_ktime_pop(void) {}
+/* SY_BENCH_TIMELINE=FILE: every kernel of the timed pass's last call appended to FILE (a block a timed pass:
+ * start and end in microseconds from the call's first kernel, stream, grid, block, shared memory, name), to see
+ * what ran beside what. Called with kt.lock held, kt.exts sorted. */
+static void dump_timeline(const char *path, int calls) {
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  static int pass;
+  uint64_t t0 = 0;
+  for (size_t i = 0; i < kt.num_kernels; i++) {
+    const ext_rec_t key = {kt.kernels[i].correlation, 0};
+    const ext_rec_t *e = bsearch(&key, kt.exts, kt.num_exts, sizeof *kt.exts, cmp_ext);
+    if (e && e->id == (uint64_t)calls - 1 && (!t0 || kt.kernels[i].start < t0)) t0 = kt.kernels[i].start;
+  }
+  fprintf(f, "== timed pass %d, call %d: start_us end_us stream grid block smem name\n", pass++, calls - 1);
+  for (size_t i = 0; i < kt.num_kernels; i++) {
+    const kernel_rec_t *k = &kt.kernels[i];
+    const ext_rec_t key = {k->correlation, 0};
+    const ext_rec_t *e = bsearch(&key, kt.exts, kt.num_exts, sizeof *kt.exts, cmp_ext);
+    if (!e || e->id != (uint64_t)calls - 1) continue;
+    fprintf(f, "%10.2f %10.2f %4u %6u %5u %7u %s\n", (k->start - t0) / 1e3, (k->end - t0) / 1e3, k->stream, k->grid,
+            k->block, k->smem, k->name);
+  }
+  fclose(f);
+}
+
 int bench_ktime_end(int calls, double *us) { return 1; }
 
 #endif

@@ -18,23 +18,24 @@
 #include "core/internal.h"
 
 static const bench_entry_t entries[] = {
-    {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall, bench_alltoall_heap},
+    {"alltoall", "sy_alltoall, equal splits per rank, vs NCCL grouped send/recv", bench_alltoall, bench_alltoall_heap,
+     0},
     {"attn", "attention Q+KV forward (Q 4096 B, KV 1024 B rows, C=2), vs NCCL all-to-all-v", bench_attn,
-     bench_attn_heap},
+     bench_attn_heap, 0},
     {"moe-ll", "MoE low-latency dispatch and combine (hidden 7168, top-8 of 256 experts), vs NCCL send/recv", bench_moe,
-     bench_moe_heap},
+     bench_moe_heap, 0},
     {"moe-ht", "MoE high-throughput calls of a step, forward and backward (hidden 7168, top-8 of 256), vs NCCL, a copy",
-     bench_moe_ht, bench_moe_ht_heap},
+     bench_moe_ht, bench_moe_ht_heap, 0},
     {"pool",
      "stream-ordered pool: host time of sy_pool_alloc + sy_pool_free against cudaMalloc + cudaFree and "
      "cudaMallocAsync + cudaFreeAsync",
-     bench_pool, bench_pool_heap},
+     bench_pool, bench_pool_heap, 1},
     {"layer",
      "one MoE layer's forward (layout, dispatch, two GEMMs, combine): sequential, two micro-batches on two "
      "streams, replayed from the graph cache",
-     bench_layer, bench_layer_heap},
+     bench_layer, bench_layer_heap, 1},
     {"soak", "every operation again and again, random shapes, each result checked, memory watched (--soak SECONDS)",
-     bench_soak, bench_soak_heap},
+     bench_soak, bench_soak_heap, 0},
 };
 static const int num_entries = (int)(sizeof entries / sizeof entries[0]);
 
@@ -217,7 +218,9 @@ static void usage(FILE *f) {
           "      --soak SECONDS        the entry soak for this long (default 60): exit non-zero on any wrong element,\n"
           "                            failed call or memory growth past --soak-growth SIZE (default 32M)\n"
           "      --seed N              soak: the first round's seed (default 0x50a4)\n"
-          "environment: SY_BENCH_CUPTI=PATH (libcupti for the kernel-time columns), SY_BENCH_NO_CUPTI=1 (none)\n"
+          "environment: SY_BENCH_CUPTI=PATH (libcupti for the kernel-time columns), SY_BENCH_NO_CUPTI=1 (none: the\n"
+          "  default of pool and layer, whose host times CUPTI adds to), SY_BENCH_TIMELINE=FILE (each timed pass's\n"
+          "  last call's kernels appended to FILE: start, end, stream, grid, block, shared memory, name)\n"
           "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
 }
@@ -391,7 +394,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0, 0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -478,6 +481,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (find_entry(opts.entry)->host_times && !getenv("SY_BENCH_TIMELINE")) setenv("SY_BENCH_NO_CUPTI", "1", 0);
   if (opts.backend == SY_BACKEND_AUTO) {
     const char *env = getenv("SY_BACKEND");
     char reason[256];
