@@ -40,6 +40,8 @@ typedef struct bench_opts {
   int alignment;                     /* moe-ht: expert alignment (--alignment); 0: the entry's default */
   int num_sms;                       /* moe-ht: the SM budget (--num-sms); 0: the entry's default */
   int micro_batches;                 /* layer: ways b and c's micro-batches (--micro-batches); 0: 2 */
+  int gemm_sms;                      /* layer: the micro-batches' GEMMs' SM target (--gemm-sms); -1: the SMs the
+                                      * communication leaves; 0: every SM */
 } bench_opts_t;
 
 /* One measured variant at one size. */

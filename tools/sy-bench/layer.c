@@ -120,7 +120,7 @@ static int setup_prefill(layer_bench_t *b) {
   if (b->gpu && (cudaGetDevice(&dev) != cudaSuccess ||
                  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
     return 1;
-  b->gemm_sms = sm_count > b->sms ? sm_count - b->sms : 0;
+  b->gemm_sms = b->ctx->opts->gemm_sms >= 0 ? b->ctx->opts->gemm_sms : sm_count > b->sms ? sm_count - b->sms : 0;
   for (int m = 0; m <= b->nmb; m++)
     if (setup_mb(b, &b->mb[m], m, sizes.handle_bytes)) return 1;
   return 0;
@@ -144,6 +144,11 @@ static int prefill(layer_bench_t *b) {
                 "# target (world 1, 4096 tokens): way b hides >= 70%% of the communication: %.0f%% at %d "
                 "tokens: %s\n",
                 100 * hidden, b->T, hidden >= 0.7 ? "met" : "NOT met");
+    const double exposed = us[4] > 0 ? (us[4] - us[1]) / us[4] : 0, exposed_b = ub[4] > 0 ? (ub[4] - ub[1]) / ub[4] : 0;
+    bench_print(b->ctx,
+                "# target (4 GPUs, prefill): exposed communication in way c, (t_c - t_compute) / t_c, <= 10%% of the "
+                "step: forward %.0f%%, backward %.0f%% at world %d: %s\n",
+                100 * exposed, 100 * exposed_b, b->ctx->world, exposed <= 0.1 && exposed_b <= 0.1 ? "met" : "NOT met");
   }
   for (int i = 0; i <= b->nmb; i++) free_mb(b, &b->mb[i]);
   if (b->moe) sy_moe_ht_destroy(b->moe);

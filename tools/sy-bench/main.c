@@ -215,6 +215,8 @@ static void usage(FILE *f) {
           "      --alignment N         moe-ht: each local expert's rows padded to a multiple of N (default 128)\n"
           "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
           "      --micro-batches N     layer: micro-batches of ways b and c, 2 to 8 (default 2)\n"
+          "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
+          "                            communication leaves; 0: every SM)\n"
           "      --soak SECONDS        the entry soak for this long (default 60): exit non-zero on any wrong element,\n"
           "                            failed call or memory growth past --soak-growth SIZE (default 32M)\n"
           "      --seed N              soak: the first round's seed (default 0x50a4)\n"
@@ -394,7 +396,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -447,6 +449,7 @@ int main(int argc, char **argv) {
         bad = fprintf(stderr, "sy-bench: --soak %s: want a positive number of seconds\n", v) > 0;
     } else if (!strcmp(a, "--alignment")) bad = parse_int_arg(a, v, 1, &opts.alignment);
     else if (!strcmp(a, "--num-sms")) bad = parse_int_arg(a, v, 1, &opts.num_sms);
+    else if (!strcmp(a, "--gemm-sms")) bad = parse_int_arg(a, v, 0, &opts.gemm_sms);
     else if (!strcmp(a, "--micro-batches")) {
       bad = parse_int_arg(a, v, 2, &opts.micro_batches);
       if (!bad && opts.micro_batches > 8) bad = fprintf(stderr, "sy-bench: --micro-batches %s: at most 8\n", v) > 0;
