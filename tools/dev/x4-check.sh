@@ -18,7 +18,7 @@ else
     grep -E "^\[rank 0\] +(prefill|backward)|target|busiest" /tmp/g/logs/layer_variant.log >>/tmp/g/summary.txt
     cp /tmp/g/logs/layer_variant.log "/tmp/g/logs/layer_variant${v// /_}.log"
   done
-  cp /tmp/g/results.md /tmp/g/*.json $OUT/ 2>/dev/null
+  cp /tmp/g/results.md $OUT/ 2>/dev/null; (cd /tmp/g && tar czf $OUT/json.tar.gz *.json)
 fi
 cp /tmp/g/summary.txt $OUT/
 tar czf $OUT/logs.tar.gz -C /tmp/g logs
