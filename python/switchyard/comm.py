@@ -1,0 +1,297 @@
+"""comm.py — the communicator (sy_comm_*), its symmetric memory (sy_mem_*) and its streams.
+
+A Comm is one rank's sy_comm_t. Made from the launcher's environment (syrun, torchrun, srun, mpirun: rank -1),
+from a torch.distributed process group (the default group of a torchrun job), or, on the host backend, by
+`host_ranks`, which runs N ranks as threads of this process (their communicators share a host_group).
+
+Streams: the cuda backend's calls take torch's current stream unless a stream is given. The library refuses
+the legacy default stream (switchyard.h: it would serialise against every other stream), which is where torch
+runs unless told otherwise; there the package runs the call on a side stream of its own, ordered after the
+current stream and before what follows on it (two event waits), so eager code on the default stream works.
+Inside torch.cuda.graph capture, the current stream is the capture stream and is passed as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import threading
+import time
+from typing import Any, Callable, Sequence, TypeVar
+
+from . import _arrays
+from ._lib import BACKEND_NAMES, BACKENDS, CommConfig, lib
+from .errors import AbortedError, Error, TimeoutError, check, invalid
+
+T = TypeVar("T")
+_groups = itertools.count(1 << 24)  # host groups of host_ranks (a value a caller is unlikely to pick)
+
+
+class Comm:
+    """One rank's communicator. Collective calls (marked so) must be made by every rank in the same order.
+
+    Prefer the constructors: `Comm.from_env()`, `Comm.from_process_group()`, `switchyard.host_ranks()`.
+    `close()` (collective) frees everything, symmetric tensors included; a Comm is also a context manager.
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: str = "auto",
+        rank: int = -1,
+        world_size: int = -1,
+        device: int = -1,
+        heap_bytes: int = 0,
+        timeout_ms: int = 0,
+        host_group: int = 0,
+    ):
+        """Collective: sy_comm_init. rank/world_size -1: from the launcher's environment; backend "auto",
+        "cuda" or "host"; device -1: SY_DEVICE, else the local rank; heap_bytes 0: SY_HEAP_SIZE;
+        timeout_ms 0: SY_TIMEOUT_MS; host_group: host backend, threads passing the same value form one
+        communicator."""
+        if backend not in BACKENDS:
+            raise invalid("backend", f"{backend!r}, want one of {sorted(BACKENDS)}", "Comm")
+        for name, value in (("rank", rank), ("world_size", world_size), ("device", device)):
+            if not isinstance(value, int):
+                raise invalid(name, f"an int is required, got {type(value).__name__}", "Comm")
+        config = CommConfig(ctypes.sizeof(CommConfig), BACKENDS[backend], rank, world_size, device, heap_bytes,
+                            timeout_ms, host_group)  # fmt: skip
+        handle = ctypes.c_void_p()
+        check(lib.sy_comm_init(ctypes.byref(handle), ctypes.byref(config)), "sy_comm_init")
+        self._handle: int | None = handle.value
+        value = ctypes.c_int()
+        check(lib.sy_comm_rank(self._handle, ctypes.byref(value)), "sy_comm_rank", self._handle)
+        self.rank: int = value.value
+        check(lib.sy_comm_size(self._handle, ctypes.byref(value)), "sy_comm_size", self._handle)
+        self.world_size: int = value.value
+        check(lib.sy_comm_backend(self._handle, ctypes.byref(value)), "sy_comm_backend", self._handle)
+        self.backend: str = BACKEND_NAMES[value.value]
+        check(lib.sy_comm_device(self._handle, ctypes.byref(value)), "sy_comm_device", self._handle)
+        self.device: int = value.value
+        self._where = ("cuda", self.device) if self.backend == "cuda" else ("cpu", -1)
+        self._symmetric: dict[int, int] = {}  # address -> bytes, of sy_mem_alloc
+        self._scratch: dict[str, tuple[int, int]] = {}  # the package's own symmetric buffers: name -> (address, bytes)
+        self._side_stream: Any = None
+        self._objects: list[Any] = []  # MoE objects to destroy before the communicator
+
+    # ---- constructors -------------------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, *, backend: str = "auto", **kwargs: Any) -> "Comm":
+        """Collective: rank and world size from the launcher's environment (syrun sets SY_RANK, SY_WORLD_SIZE,
+        SY_LOCAL_RANK, SY_DEVICE; torchrun RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT). With no
+        launcher: one rank."""
+        return cls(backend=backend, rank=-1, world_size=-1, **kwargs)
+
+    @classmethod
+    def from_process_group(cls, group: Any = None, **kwargs: Any) -> "Comm":
+        """Collective: the ranks of a torch.distributed process group. Only the default (world) group of a job
+        whose launcher environment switchyard reads (torchrun, syrun, srun, mpirun) is supported: the library
+        meets its peers through that environment (MASTER_ADDR, port MASTER_PORT + 1), not through the group's
+        store. The device is torch.cuda.current_device() unless given."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise invalid("group", "torch.distributed is not initialised", "Comm.from_process_group")
+        world = dist.group.WORLD
+        group = world if group is None else group
+        if group is not world and dist.get_world_size(group) != dist.get_world_size():
+            raise invalid("group", "only the default (world) group is supported", "Comm.from_process_group")
+        if "device" not in kwargs:
+            import torch
+
+            kwargs["device"] = torch.cuda.current_device() if torch.cuda.is_available() else -1
+        return cls(rank=dist.get_rank(group), world_size=dist.get_world_size(group), **kwargs)
+
+    # ---- queries and lifetime -----------------------------------------------------------------------------
+    @property
+    def handle(self) -> int:
+        """The sy_comm_t (for ctypes callers); raises once closed."""
+        if not self._handle:
+            raise Error("Comm", "the communicator is closed", status=-1)
+        return self._handle
+
+    def async_error(self) -> tuple[str | None, str]:
+        """(status name, description) of the first asynchronous error (a timed-out wait on the device, peers
+        that disagree), or (None, "") when there is none. Does not synchronise."""
+        status, detail = ctypes.c_int(0), ctypes.create_string_buffer(512)
+        check(lib.sy_comm_async_error(self.handle, ctypes.byref(status), detail, len(detail)), "sy_comm_async_error")
+        if status.value == 0:
+            return None, ""
+        return lib.sy_status_name(status.value).decode(), detail.value.decode(errors="replace")
+
+    def close(self) -> None:
+        """Collective: destroys the MoE objects made on this communicator, then the communicator (its symmetric
+        memory too: tensors over it must not be used after). Idempotent."""
+        if not self._handle:
+            return
+        for obj in reversed(self._objects):
+            obj.close()
+        self._objects.clear()
+        handle, self._handle = self._handle, None
+        self._symmetric.clear()
+        self._scratch.clear()
+        check(lib.sy_comm_destroy(handle), "sy_comm_destroy")
+
+    def __enter__(self) -> "Comm":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "" if self._handle else ", closed"
+        return f"Comm(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r}, device={self.device}{state})"
+
+    # ---- streams ------------------------------------------------------------------------------------------
+    def _stream(self, stream: Any) -> tuple[int | None, Any]:
+        """(the cudaStream_t to pass, the stream to join back afterwards or None). Host backend: (None, None)."""
+        if self.backend != "cuda":
+            return None, None
+        if stream is not None:
+            return (stream if isinstance(stream, int) else stream.cuda_stream), None
+        torch = _arrays.torch_module()
+        current = torch.cuda.current_stream(self.device)
+        if current.cuda_stream not in (0, 1):  # not the legacy default stream
+            return current.cuda_stream, None
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream(self.device)
+        self._side_stream.wait_stream(current)
+        return self._side_stream.cuda_stream, current
+
+    def _join(self, current: Any) -> None:
+        if current is not None:
+            current.wait_stream(self._side_stream)
+
+    def _on(self, stream: Any) -> Any:
+        """A context in which torch's work (copies, allocations) follows a call made on `stream`."""
+        if self.backend != "cuda" or stream is None:
+            return contextlib.nullcontext()
+        torch = _arrays.torch_module()
+        if isinstance(stream, int):
+            stream = torch.cuda.ExternalStream(stream, device=self.device)
+        return torch.cuda.stream(stream)
+
+    # ---- host-side and stream-ordered collectives ------------------------------------------------------------
+    def barrier(self, stream: Any = None) -> None:
+        """Collective, stream-ordered (sy_comm_barrier): every rank's earlier stores visible to every rank."""
+        handle, join = self._stream(stream)
+        check(lib.sy_comm_barrier(self.handle, handle), "sy_comm_barrier", self._handle)
+        self._join(join)
+
+    def allgather_host(self, data: bytes) -> list[bytes]:
+        """Collective, blocking, host-side (sy_comm_allgather_host, over the bootstrap): every rank gives
+        len(data) bytes (the same on every rank) and gets every rank's, in rank order. For small things."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise invalid("data", f"bytes required, got {type(data).__name__}", "Comm.allgather_host")
+        n = len(data)
+        out = ctypes.create_string_buffer(max(1, n * self.world_size))
+        check(lib.sy_comm_allgather_host(self.handle, bytes(data), out, n), "sy_comm_allgather_host", self._handle)
+        raw = out.raw
+        return [raw[r * n : (r + 1) * n] for r in range(self.world_size)]
+
+    # ---- symmetric memory -------------------------------------------------------------------------------------
+    def _alloc(self, size: int) -> int:
+        address = ctypes.c_void_p()
+        check(lib.sy_mem_alloc(self.handle, size, ctypes.byref(address)), "sy_mem_alloc", self._handle)
+        self._symmetric[address.value] = size
+        return address.value
+
+    def empty(self, shape: Sequence[int] | int, dtype: str = "u8", *, torch: bool | None = None) -> Any:
+        """Collective (sy_mem_alloc, same shape and dtype on every rank): an uninitialised symmetric tensor
+        (CUDA tensor of this rank's device; on the host backend a CPU tensor, or a numpy array when torch is
+        False or not imported). dtype: "bf16", "f16", "f32", "f64", "i32", "i64", "u8", "e4m3". It lives until
+        `free` (collective) or `close`; it is what `alltoall(out=...)` writes without a copy."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if dtype not in _arrays._NUMPY:
+            raise invalid("dtype", f"{dtype!r}, want one of {sorted(_arrays._NUMPY)}", "Comm.empty")
+        count = 1
+        for s in shape:
+            if not isinstance(s, int) or s < 0:
+                raise invalid("shape", f"{shape}: sizes must be ints >= 0", "Comm.empty")
+            count *= s
+        size = count * _arrays._NUMPY[dtype].itemsize
+        if size == 0:
+            raise invalid("shape", f"{shape}: a symmetric allocation needs at least one byte", "Comm.empty")
+        use_torch = _arrays.torch_module() is not None if torch is None else torch
+        if use_torch and _arrays.torch_module() is None:
+            raise invalid("torch", "True, but torch is not imported", "Comm.empty")
+        return _arrays.wrap(self._alloc(size), size, shape, dtype, self._where, use_torch)
+
+    def free(self, tensor: Any) -> None:
+        """Collective (sy_mem_free): frees a tensor `empty` returned (its first byte must be the allocation's)."""
+        address = _arrays.ptr(tensor)
+        if address not in self._symmetric:
+            raise invalid("tensor", f"0x{address:x} is not a symmetric allocation of this communicator", "Comm.free")
+        check(lib.sy_mem_free(self.handle, address), "sy_mem_free", self._handle)
+        del self._symmetric[address]
+
+    def is_symmetric(self, tensor: Any) -> bool:
+        """Whether tensor starts at, and lies inside, one of this communicator's symmetric allocations."""
+        address = _arrays.ptr(tensor)
+        size = self._symmetric.get(address)
+        return size is not None and _arrays.nbytes(tensor) <= size
+
+    def scratch(self, name: str, size: int) -> int:
+        """The package's symmetric buffer `name` of at least size bytes (collective when it grows: every rank
+        must ask for the same size; not inside a CUDA graph capture, as sy_mem_alloc synchronises)."""
+        held = self._scratch.get(name)
+        if held is not None and held[1] >= size:
+            return held[0]
+        if held is not None:
+            check(lib.sy_mem_free(self.handle, held[0]), "sy_mem_free", self._handle)
+            del self._symmetric[held[0]]
+        address = self._alloc(size)
+        self._scratch[name] = (address, size)
+        return address
+
+
+# ---- host ranks as threads -----------------------------------------------------------------------------------
+
+
+def host_ranks(
+    world_size: int,
+    fn: Callable[..., T],
+    *args: Any,
+    timeout_ms: int = 0,
+    heap_bytes: int = 1 << 30,
+) -> list[T]:
+    """Runs fn(comm, *args) on `world_size` ranks of the host backend, each a thread of this process with its own
+    Comm (one host group), closes the communicators, and returns the results in rank order. If a rank raises,
+    the others' waits end (bounded by timeout_ms, 0: SY_TIMEOUT_MS) and the first failure is raised again (a
+    rank's own error before the timeouts it caused in its peers)."""
+    if not isinstance(world_size, int) or world_size < 1:
+        raise invalid("world_size", f"{world_size!r}: an int >= 1 is required", "host_ranks")
+    if not callable(fn):
+        raise invalid("fn", f"{type(fn).__name__} is not callable", "host_ranks")
+    group = next(_groups)
+    results: list[Any] = [None] * world_size
+    failures: list[tuple[float, int, BaseException]] = []
+
+    def rank_main(rank: int) -> None:
+        comm = None
+        try:
+            comm = Comm(backend="host", rank=rank, world_size=world_size, host_group=group,
+                        timeout_ms=timeout_ms, heap_bytes=heap_bytes)  # fmt: skip
+            results[rank] = fn(comm, *args)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            failures.append((time.monotonic(), rank, e))
+        finally:
+            if comm is not None:
+                try:
+                    comm.close()
+                except Error as e:
+                    failures.append((time.monotonic(), rank, e))
+
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"switchyard-rank-{r}") for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        failures.sort(key=lambda f: (isinstance(f[2], (TimeoutError, AbortedError)), f[0]))
+        _, rank, first = failures[0]
+        if hasattr(first, "add_note"):  # Python >= 3.11
+            first.add_note(f"switchyard.host_ranks: raised by rank {rank} of {world_size}")
+        raise first
+    return results
