@@ -39,9 +39,6 @@ SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1",
            "before it ends)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
            "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
-SY_ENV_ID_(SY_HT_BULK, SY_ENV_BOOL, "1",
-           "high-throughput MoE dispatch: payloads copied by the bulk copy engine through shared memory (0: by "
-           "registers, a load and a store per 16 bytes a lane)")
 SY_ENV_ID_(SY_MOE_DIRECT, SY_ENV_STRING, "auto",
            "one-kernel sy_moe_dispatch: this rank's own tokens go straight into its expert buffers (1), through its "
            "dispatch region (0), or auto: straight with SY_MOE_PER_EXPERT from SMs / 2 tokens on")

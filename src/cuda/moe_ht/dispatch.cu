@@ -18,7 +18,6 @@
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
-#include "cuda/moe_ht/bulk.cuh"
 #include "cuda/moe_ht/rows.cuh"
 
 using namespace sy;
@@ -85,7 +84,7 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
  * once for all of them (bf16 as is; FP8 quantised once; or the given E4M3 bytes and scales). sk: the warp's
  * sinks (shared memory). */
 __device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd, bool self,
-                           const int32_t *rowbase_me, ht_sink *sk, ht_bulk_warp *bw) {
+                           const int32_t *rowbase_me, ht_sink *sk) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
   const int e = lane < P.K ? ids[lane] : -1;
@@ -129,9 +128,7 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
   if (ns == 0) {
   } else if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
     const size_t bytes = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
-    const char *src = (const char *)P.tokens + (size_t)t * bytes;
-    if (bw && bulk_fits(src, bytes, sk, ns)) warp_copy_bulk(src, bytes, sk, ns, bw);
-    else warp_copy<false>(src, bytes, sk, ns);
+    warp_copy<false>((const char *)P.tokens + (size_t)t * bytes, bytes, sk, ns);
     if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
       const int groups = P.hidden / SY_MOE_FP8_GROUP;
       warp_copy_scales<false>(P.token_scales + (size_t)t * groups, groups, sk, ns);
@@ -141,7 +138,6 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
   }
   if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
-  if (bw) bulk_drain(); /* the staging's bulk stores landed before the puts read it */
   __syncwarp();
   const size_t used =
       P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (so - po) + (size_t)(P.hidden / SY_MOE_FP8_GROUP) * 4;
@@ -186,7 +182,7 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, s
 }
 
 __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok,
-                          ht_sink *sinks, ht_bulk_warp *bw) {
+                          ht_sink *sinks) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
   __shared__ send_batch B;
@@ -208,8 +204,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     __syncthreads();
     if (failed) return;
     for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
-      send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk, bw);
-    if (bw) bulk_drain(); /* the bulk stores into the rings landed before the tails say so */
+      send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
     __syncthreads();
     if (threadIdx.x == 0 && ntouched) {
       bool remote = false;
@@ -224,7 +219,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
 
 /* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
-                             bool write, ht_sink *sk, ht_bulk_warp *bw) {
+                             bool write, ht_sink *sk) {
   const int lane = threadIdx.x & 31;
   const int4 h = __ldcg((const int4 *)m); /* ring slots are rewritten within a kernel: past L1 */
   const int t = h.x, n = h.y;
@@ -248,8 +243,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
         ht_sink{(char *)P.recv.tokens + (size_t)row * bytes, fp8 ? P.recv.scales + row : nullptr, (int64_t)P.recv.rows};
   }
   __syncwarp();
-  if (bw && bulk_fits(m + P.wl.payload_offset, bytes, sk, n)) warp_copy_bulk(m + P.wl.payload_offset, bytes, sk, n, bw);
-  else warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
+  warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
   if (fp8) warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), P.hidden / SY_MOE_FP8_GROUP, sk, n);
 }
 
@@ -302,8 +296,7 @@ __device__ void recv_outputs(const ht_params &P, int c) {
   }
 }
 
-__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks,
-                          ht_bulk_warp *bw) {
+__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *cons = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(cons + W); /* [W] messages of this call still to come */
@@ -324,7 +317,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   /* this rank's own tokens of the channel's first half: their rows (or gradients) straight from the tokens */
   const int mid = chan_mid(c, P.num_tokens, C);
   for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
-    send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk, bw);
+    send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   const bool write = rows_ok; /* else the messages are consumed and nothing is written */
   int32_t *take = mbase + W;  /* [W] messages this round takes from each source */
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
@@ -337,7 +330,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
       [&](int s, int j) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk, bw);
+        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
         else if (write) recv_grad(P, m, rows);
       },
       [&](int s, int k) { /* the slots are read: hand them back */
@@ -358,16 +351,13 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(ht_params P) {
   pdl_begin();
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(16) char smem[];
   __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
-  ht_bulk_warp *bw = P.bulk_at ? (ht_bulk_warp *)(smem + P.bulk_at) + threadIdx.x / 32 : nullptr;
-  if (bw) bulk_init(bw);
-  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, bw);
-  else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks, bw);
-  if (bw) bulk_drain(); /* every bulk store done before the block ends */
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks);
+  else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks);
   if (P.mode == HT_DISPATCH && blockIdx.x == (unsigned)P.C && threadIdx.x == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;

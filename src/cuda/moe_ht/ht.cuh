@@ -71,7 +71,6 @@ struct ht_params {
   volatile uint64_t *host_stamp;
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
-  int bulk_at; /* the dispatch's bulk area (bulk.cuh) in its dynamic shared memory; 0: register copies */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/moe_ht/bulk.cuh"
 #include "cuda/moe_ht/ht.cuh"
 #include "cuda/moe_ht/pipe.cuh"
 
@@ -33,7 +32,6 @@ struct ht_gpu {
   int32_t *mapped_counts_dev;
   uint64_t *mapped_stamp_dev;
   size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
-  int bulk_at;            /* the dispatch's bulk area in it (SY_HT_BULK); 0: none */
 };
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
@@ -75,20 +73,12 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
-  int bulk = 1, optin = 0, dev = 0;
-  if (sy__env_bool(SY_ENVID_SY_HT_BULK, &bulk) != SY_SUCCESS) bulk = 1;
-  SY_CUDA_CHECK(cudaGetDevice(&dev));
-  SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  cudaFuncAttributes dattr;
-  SY_CUDA_CHECK(cudaFuncGetAttributes(&dattr, (const void *)sy_ht_dispatch));
-  const size_t bulk_at = align_up(g->smem, 128), with_bulk = bulk_at + HT_DWARPS * sizeof(ht_bulk_warp);
-  if (bulk && with_bulk + dattr.sharedSizeBytes <= (size_t)optin) { /* else the register copies */
-    g->bulk_at = (int)bulk_at;
-    g->smem = with_bulk;
-  }
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
   /* the combine gathers through a pipe a warp after that */
   g->pipe_smem = ht_pipes_at((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe);
+  int optin = 0, dev = 0;
+  SY_CUDA_CHECK(cudaGetDevice(&dev));
+  SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   cudaFuncAttributes attr;
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void *)sy_ht_combine));
   if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
@@ -212,7 +202,6 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->wire = (int)c->wire;
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
-  P->bulk_at = g->bulk_at;
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;
