@@ -42,8 +42,25 @@ def _rebuild_hint() -> str:
     return f"python -m pip install --force-reinstall --no-deps --no-cache-dir {src}"
 
 
+def _preload_nvshmem() -> None:
+    """Loads the libnvshmem_host.so.3 of this environment's nvidia-nvshmem-cu13 wheel wherever Python finds it
+    (the library's RUNPATH covers the usual layout, site-packages/nvidia beside site-packages/switchyard)."""
+    if not getattr(_build_info, "CUDA_KERNELS", False):
+        return
+    try:
+        spec = importlib.util.find_spec("nvidia.nvshmem")
+    except ModuleNotFoundError:
+        return
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = os.path.join(folder, "lib", "libnvshmem_host.so.3")
+        if os.path.exists(candidate):
+            ctypes.CDLL(candidate, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+            return
+
+
 def _load() -> ctypes.CDLL:
     path = _library_path()
+    _preload_nvshmem()
     try:
         return ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:

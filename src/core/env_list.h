@@ -39,6 +39,10 @@ SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1",
            "before it ends)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
            "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
+SY_ENV_ID_(SY_HT_RECV_OWN, SY_ENV_INT, "-1",
+           "high-throughput MoE dispatch: the share of a channel's own tokens (in 1/1024) whose rows its receiving "
+           "block writes, the sending block the rest; -1: half at world size 1, else balanced against the messages "
+           "the receiving block expands (bench/NOTES.md)")
 SY_ENV_ID_(SY_MOE_DIRECT, SY_ENV_STRING, "auto",
            "one-kernel sy_moe_dispatch: this rank's own tokens go straight into its expert buffers (1), through its "
            "dispatch region (0), or auto: straight with SY_MOE_PER_EXPERT from SMs / 2 tokens on")

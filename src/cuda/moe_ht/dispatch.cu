@@ -4,10 +4,11 @@
  *                   token's destination ranks other than this one (a lane a token), thread 0 gives each (token,
  *                   destination) its ring index and waits (bounded) until each destination's ring has room; then
  *                   a warp per token writes its message into every destination's ring (header, entries, payload:
- *                   bf16 as is, FP8 quantised, or the given E4M3 bytes and scales) and, for the tokens of the
- *                   channel's second half, its own rows here, reading the token once for all (rows.cuh); then
+ *                   bf16 as is, FP8 quantised, or the given E4M3 bytes and scales) and, for the tokens past
+ *                   own_mid, its own rows here, reading the token once for all (rows.cuh); then
  *                   one fence and a tail store per destination.
- *   blocks [C, 2C)  receive: block C + c first writes the own rows of the channel's first half, then walks the
+ *   blocks [C, 2C)  receive: block C + c first writes the own rows of the channel's tokens before own_mid (half
+ *                   of them at world 1; fewer beyond, where it also expands the messages), then walks the
  *                   other sources round robin and takes what ring (s -> me, c) holds, HT_BATCH at a time, a warp
  *                   per message: each entry's row is rowbase[s][e] + position (the handle's offsets and counts:
  *                   rows of expert e from sources before s), and the payload goes to every row of the token here
@@ -23,6 +24,13 @@
 using namespace sy;
 
 namespace {
+
+/* Channel c's own tokens [begin, mid) have their rows written by its receiving block, [mid, end) by its sending
+ * block (P.recv_own: the receiving block's share, launch.cu's recv_own_share). */
+__device__ __forceinline__ int own_mid(const ht_params &P, int c) {
+  const int b = chan_begin(c, P.num_tokens, P.C), e = chan_begin(c + 1, P.num_tokens, P.C);
+  return b + (int)(((int64_t)(e - b) * P.recv_own) >> 10);
+}
 
 struct send_batch {
   int ndst[HT_BATCH];
@@ -190,7 +198,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
   for (int d = threadIdx.x; d < W; d += blockDim.x) base[d] = P.sent[(size_t)d * C + c];
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  const int end = chan_begin(c + 1, P.num_tokens, C), mid = chan_mid(c, P.num_tokens, C);
+  const int end = chan_begin(c + 1, P.num_tokens, C), mid = own_mid(P, c);
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
   for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
@@ -315,7 +323,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   if (P.mode == HT_DISPATCH && rows_ok) recv_outputs(P, c);
   if (P.mode == HT_COMBINE_BACKWARD && rows_ok) grad_padding(P, c);
   /* this rank's own tokens of the channel's first half: their rows (or gradients) straight from the tokens */
-  const int mid = chan_mid(c, P.num_tokens, C);
+  const int mid = own_mid(P, c);
   for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
     send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   const bool write = rows_ok; /* else the messages are consumed and nothing is written */

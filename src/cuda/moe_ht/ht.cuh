@@ -71,6 +71,7 @@ struct ht_params {
   volatile uint64_t *host_stamp;
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
+  int recv_own; /* the dispatch: the share (in 1/1024) of a channel's own tokens its receiving block writes */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;

@@ -5,6 +5,7 @@
  * destroy, and the launches (layout: four kernels and, in the exact mode, the bounded host wait; dispatch and
  * combine: one kernel each).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +33,7 @@ struct ht_gpu {
   int32_t *mapped_counts_dev;
   uint64_t *mapped_stamp_dev;
   size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
+  int recv_own;           /* ht_params.recv_own */
 };
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
@@ -40,6 +42,20 @@ static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 /* The exchange kernel's shared memory: ok[W], then the offsets' [L + 1] (layout.cu). */
 static size_t exchange_smem(sy_comm_t comm, const struct sy_moe_ht *moe) {
   return ((size_t)comm->world_size + (size_t)moe->local_experts + 1) * 4;
+}
+
+/* The dispatch's split of a channel's own tokens (their rows here) between its two blocks, in 1/1024 for the
+ * receiving one: that block also expands every message from the other ranks, the sending one writes the messages.
+ * With uniform routing a token has K/W rows here, K (W - 1)/W rows come from the other ranks, and it goes to
+ * m = (W - 1)(1 - (1 - 1/W)^K) other ranks: the receiving block's share q of the own rows evens the two,
+ * m + (1 - q) own = remote + q own, clamped to [0, 1/2] (1/2 at world 1: no messages). SY_HT_RECV_OWN overrides. */
+static int recv_own_share(int W, int K) {
+  long long env = -1;
+  if (sy__env_int(SY_ENVID_SY_HT_RECV_OWN, &env) == SY_SUCCESS && env >= 0) return env > 1024 ? 1024 : (int)env;
+  const double own = (double)K / W, remote = (double)K * (W - 1) / W, m = (W - 1) * (1.0 - pow(1.0 - 1.0 / W, K));
+  double q = (m + own - remote) / (2 * own);
+  q = q < 0 ? 0 : q > 0.5 ? 0.5 : q;
+  return (int)(q * 1024 + 0.5);
 }
 
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
@@ -71,6 +87,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   memset(g->mapped, 0, align_up((2 * L + 1) * 4, 8) + 8);
   SY_CUDA_CHECK(cudaHostGetDevicePointer((void **)&g->mapped_counts_dev, g->mapped, 0));
   g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
+  g->recv_own = recv_own_share((int)W, c->top_k);
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
@@ -202,6 +219,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->wire = (int)c->wire;
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
+  P->recv_own = g->recv_own;
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;

@@ -1,0 +1,80 @@
+"""autograd.py — the MoE high-throughput dispatch and combine as torch.autograd.Functions.
+
+The backward of each is a call of the same step's handle (switchyard.h, "MoE high throughput"), no new
+layout:
+- dispatch (tokens x, routing weights w -> rows, row weights): rows[r] = x[t], row_weights[r] = w[t][k]. Its
+  backward is a combine of the rows' gradient with no weights (dx[t] = sum of its rows' gradients, in the
+  combine's order and rounding), with the row weights' gradient carried back to [T, top_k] (row_values ->
+  token_values).
+- combine (rows y, row weights -> out): out[t] = sum w_r y_r. Its backward is sy_moe_ht_combine_backward:
+  dy_r = bf16(w_r g[t]) and dw_r = <g[t], y_r>.
+Both backward calls are collective: every rank must run the backward of every step (torch runs a graph's
+backward in the same order on every rank when the ranks build the same graph). The BF16 wire only: FP8 rows
+have no gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .errors import invalid
+from .moe_ht import HTRecv, Layout, MoEHT
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tokens: Any, weights: Any, moe: MoEHT, layout: Layout, expert_stride: int) -> Any:
+        recv = moe.dispatch(layout, tokens, weights, expert_stride=expert_stride)
+        ctx.moe, ctx.layout, ctx.recv = moe, layout, recv
+        ctx.has_weights = weights is not None
+        ctx.mark_non_differentiable(recv.src, recv.expert_offsets, recv.expert_counts)
+        return recv.tokens, recv.weights, recv.src, recv.expert_offsets, recv.expert_counts
+
+    @staticmethod
+    def backward(ctx: Any, grad_rows: Any, grad_row_weights: Any, *_: Any) -> Any:
+        moe, layout, recv = ctx.moe, ctx.layout, ctx.recv
+        if grad_rows is None:
+            grad_rows = torch.zeros_like(recv.tokens)
+        row_values = None
+        if ctx.has_weights:
+            row_values = grad_row_weights if grad_row_weights is not None else torch.zeros_like(recv.weights)
+            row_values = row_values.contiguous()
+        result = moe.combine(layout, grad_rows.contiguous(), recv, row_values=row_values)
+        grad_x, grad_w = result if ctx.has_weights else (result, None)
+        return grad_x, grad_w, None, None, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, rows: Any, row_weights: Any, moe: MoEHT, layout: Layout, recv: HTRecv) -> Any:
+        out = moe.combine(layout, rows, recv, row_weights=row_weights)
+        ctx.moe, ctx.layout, ctx.recv = moe, layout, recv
+        ctx.save_for_backward(rows, row_weights)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Any) -> Any:
+        rows, row_weights = ctx.saved_tensors
+        want_w = row_weights is not None and ctx.needs_input_grad[1]
+        result = ctx.moe.combine_backward(ctx.layout, grad_out.contiguous(), ctx.recv, row_weights=row_weights,
+                                          rows_in=rows, weights_grad=want_w)  # fmt: skip
+        grad_rows, grad_w = result if want_w else (result, None)
+        return grad_rows, grad_w, None, None, None
+
+
+def dispatch(moe: MoEHT, layout: Layout, tokens: Any, weights: Any = None, *, expert_stride: int = 0) -> HTRecv:
+    """Differentiable sy_moe_ht_dispatch: returns an HTRecv whose tokens ([rows, hidden] bf16) and weights
+    ([rows] f32) carry gradients back to tokens ([T, hidden] bf16) and weights ([T, top_k] f32)."""
+    if moe.wire != "bf16":
+        raise invalid("moe", f"wire {moe.wire!r}: the differentiable dispatch needs the 'bf16' wire", "autograd.dispatch")
+    rows, row_weights, src, offsets, counts = _Dispatch.apply(tokens, weights, moe, layout, expert_stride)
+    R = rows.shape[0]
+    return HTRecv(rows, None, src, row_weights, offsets, counts, R, expert_stride)
+
+
+def combine(moe: MoEHT, layout: Layout, rows: Any, recv: HTRecv, row_weights: Any = None) -> Any:
+    """Differentiable sy_moe_ht_combine: out[t] = sum over t's rows of row_weights[r] * rows[r] (bf16 [T,
+    hidden]), with gradients to rows and row_weights (e.g. recv.weights of a differentiable dispatch)."""
+    return _Combine.apply(rows, row_weights, moe, layout, recv)

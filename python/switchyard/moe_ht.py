@@ -1,0 +1,271 @@
+"""moe_ht.py — the MoE high-throughput mode (sy_moe_ht_*): a layout per step, kept in a handle, drives the
+dispatch, the combine and both backward calls.
+
+Semantics are switchyard.h's ("MoE high throughput"): local expert e's rows are contiguous (padded to
+expert_alignment) or at e * expert_stride (the masked layout), ordered by source rank, then source token. Every
+call is collective and every rank makes the same sequence of calls on the object. The autograd functions over
+these calls are in autograd.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _arrays
+from ._lib import INDEX_TYPES, WIRES, MoeHtConfig, MoeHtRecv, MoeHtSizes, lib
+from .comm import Comm
+from .errors import Error, check, invalid
+
+_IDS = ("i32", "i64")
+
+
+@dataclass
+class Layout:
+    """One step's layout (sy_moe_ht_layout): the handle (device memory the later calls read; keep the Layout
+    until the step's last backward call) and, in exact mode, this rank's counts."""
+
+    handle: Any  # u8 [handle_bytes]
+    num_tokens: int
+    expert_ids: Any  # kept alive with the handle
+    counts: list[int] | None = None  # exact mode: rows of each local expert
+    offsets: list[int] | None = None  # exact mode: each local expert's first row (contiguous layout)
+    rows_needed: int | None = None  # exact mode: rows the contiguous layout needs
+
+
+@dataclass
+class HTRecv:
+    """What a dispatch writes on the experts' rank (sy_moe_ht_recv_t), in the caller's memory."""
+
+    tokens: Any  # [rows, hidden]: bf16, or E4M3 on the FP8 wires
+    scales: Any  # FP8 wires: f32 [hidden / 128, rows] (group-major, row-minor); BF16: None
+    src: Any  # i32 [rows, 2]: {source rank, source token}; padding {-1, -1}
+    weights: Any  # f32 [rows]: the routing weight of the row's (token, expert); padding 0
+    expert_offsets: Any  # i32 [L + 1]: first row of each local expert; [L]: rows used, padding included
+    expert_counts: Any  # i32 [L]: rows of each local expert, padding excluded
+    rows: int
+    expert_stride: int = 0  # 0: contiguous layout; > 0: expert e starts at row e * expert_stride
+    _struct: MoeHtRecv = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def struct(self) -> MoeHtRecv:
+        if self._struct is None:
+            p = _arrays.ptr
+            self._struct = MoeHtRecv(p(self.tokens), p(self.scales), p(self.src), p(self.weights),
+                                     p(self.expert_offsets), p(self.expert_counts), self.rows,
+                                     self.expert_stride)  # fmt: skip
+        return self._struct
+
+
+class MoEHT:
+    """A high-throughput MoE object (sy_moe_ht_create, collective). wire: "bf16" (default), "fp8",
+    "fp8_ue8m0" or "fp8_given" (the caller passes E4M3 tokens and their scales); expert_alignment: each local
+    expert's rows padded to a multiple of it; num_sms: SMs the communication kernels may hold (0: 16)."""
+
+    def __init__(
+        self,
+        comm: Comm,
+        *,
+        max_tokens: int,
+        hidden: int,
+        top_k: int,
+        num_experts: int,
+        wire: str = "bf16",
+        expert_alignment: int = 1,
+        num_sms: int = 0,
+    ):
+        if wire not in WIRES:
+            raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT")
+        self.comm = comm
+        self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
+        self.wire = wire
+        config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
+                             expert_alignment, num_sms, 0)  # fmt: skip
+        handle = ctypes.c_void_p()
+        check(lib.sy_moe_ht_create(comm.handle, ctypes.byref(config), ctypes.byref(handle)), "sy_moe_ht_create",
+              comm._handle)  # fmt: skip
+        self._handle: int | None = handle.value
+        comm._objects.append(self)
+        sizes = MoeHtSizes(ctypes.sizeof(MoeHtSizes))
+        check(lib.sy_moe_ht_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_ht_sizes", comm._handle)
+        self.local_experts: int = sizes.local_experts
+        self.max_rows: int = sizes.max_rows
+        self.handle_bytes: int = sizes.handle_bytes
+
+    @property
+    def handle(self) -> int:
+        if not self._handle:
+            raise Error("MoEHT", "the object is closed", status=-1)
+        return self._handle
+
+    def close(self) -> None:
+        """Collective (sy_moe_ht_destroy). Idempotent; Comm.close() calls it too."""
+        if self._handle:
+            handle, self._handle = self._handle, None
+            if self in self.comm._objects:
+                self.comm._objects.remove(self)
+            check(lib.sy_moe_ht_destroy(handle), "sy_moe_ht_destroy")
+
+    # ---- layout -------------------------------------------------------------------------------------------
+    def layout(self, expert_ids: Any, *, exact: bool = True, stream: Any = None) -> Layout:
+        """Collective (sy_moe_ht_layout). expert_ids: int32/int64 [T, top_k] (-1: none; T <= max_tokens).
+        exact: wait on the host for this rank's counts (Layout.counts, offsets, rows_needed; not capturable);
+        else the counts stay on the device and every later call of the step is capturable."""
+        call = "MoEHT.layout"
+        ids = _arrays.check(expert_ids, "expert_ids", call, _IDS, shape=(None, self.top_k), device=self.comm._where)
+        n = int(ids.shape[0])
+        if n > self.max_tokens:
+            raise invalid("expert_ids", f"{n} tokens > max_tokens={self.max_tokens}", call)
+        handle = _arrays.empty((self.handle_bytes,), "u8", ids)
+        L = self.local_experts
+        host = (ctypes.c_int32 * (2 * L + 1))() if exact else None
+        stream_handle, join = self.comm._stream(stream)
+        status = lib.sy_moe_ht_layout(self.handle, _arrays.ptr(ids), INDEX_TYPES["int64" if _arrays.matches(ids, "i64") else "int32"],
+                                      n, _arrays.ptr(handle), host, stream_handle)  # fmt: skip
+        check(status, "sy_moe_ht_layout", self.comm._handle)
+        self.comm._join(join)
+        layout = Layout(handle=handle, num_tokens=n, expert_ids=ids)
+        if host is not None:
+            layout.counts, layout.offsets, layout.rows_needed = list(host[:L]), list(host[L : 2 * L]), host[2 * L]
+        return layout
+
+    # ---- buffers ------------------------------------------------------------------------------------------
+    def alloc_recv(self, layout: Layout | None = None, *, rows: int | None = None, expert_stride: int = 0,
+                   like: Any = None) -> HTRecv:  # fmt: skip
+        """Buffers for a dispatch: `rows` rows (default: an exact layout's rows_needed, else max_rows; with
+        expert_stride, L * expert_stride), of the library and device of `like` (default: the layout's handle)."""
+        L, H = self.local_experts, self.hidden
+        if rows is None:
+            if expert_stride:
+                rows = L * expert_stride
+            elif layout is not None and layout.rows_needed is not None:
+                rows = layout.rows_needed
+            else:
+                rows = self.max_rows
+        like = like if like is not None else (layout.handle if layout is not None else None)
+        fp8 = self.wire != "bf16"
+        e = _arrays.empty
+        return HTRecv(
+            tokens=e((rows, H), "e4m3" if fp8 else "bf16", like),
+            scales=e((H // 128, rows), "f32", like) if fp8 else None,
+            src=e((rows, 2), "i32", like),
+            weights=e((rows,), "f32", like),
+            expert_offsets=e((L + 1,), "i32", like),
+            expert_counts=e((L,), "i32", like),
+            rows=rows,
+            expert_stride=expert_stride,
+        )
+
+    def _check_layout(self, layout: Layout, call: str) -> int:
+        if not isinstance(layout, Layout):
+            raise invalid("layout", f"a Layout (MoEHT.layout) is required, got {type(layout).__name__}", call)
+        return layout.num_tokens
+
+    def _check_recv(self, recv: HTRecv, call: str, written: bool) -> None:
+        if not isinstance(recv, HTRecv):
+            raise invalid("recv", f"an HTRecv (MoEHT.alloc_recv) is required, got {type(recv).__name__}", call)
+        R, H, L, where = recv.rows, self.hidden, self.local_experts, self.comm._where
+        if written:
+            fp8 = self.wire != "bf16"
+            _arrays.check(recv.tokens, "recv.tokens", call, "e4m3" if fp8 else "bf16", shape=(R, H), device=where,
+                          allow_none=R == 0)  # fmt: skip
+            if fp8:
+                _arrays.check(recv.scales, "recv.scales", call, "f32", shape=(H // 128, R), device=where)
+            _arrays.check(recv.weights, "recv.weights", call, "f32", shape=(R,), device=where)
+        _arrays.check(recv.src, "recv.src", call, "i32", shape=(R, 2), device=where)
+        _arrays.check(recv.expert_offsets, "recv.expert_offsets", call, "i32", shape=(L + 1,), device=where)
+        _arrays.check(recv.expert_counts, "recv.expert_counts", call, "i32", shape=(L,), device=where)
+
+    # ---- calls --------------------------------------------------------------------------------------------
+    def dispatch(self, layout: Layout, tokens: Any, weights: Any = None, *, token_scales: Any = None,
+                 recv: HTRecv | None = None, expert_stride: int = 0, stream: Any = None) -> HTRecv:  # fmt: skip
+        """Collective (sy_moe_ht_dispatch). tokens: bf16 [T, hidden] (E4M3 with wire "fp8_given", then
+        token_scales f32 [T, hidden / 128]); weights: f32 [T, top_k] or None (rows get 0). T: the layout's.
+        recv: buffers to reuse, else alloc_recv(layout, expert_stride=...). Returns recv."""
+        call = "MoEHT.dispatch"
+        n, where = self._check_layout(layout, call), self.comm._where
+        given = self.wire == "fp8_given"
+        _arrays.check(tokens, "tokens", call, "e4m3" if given else "bf16", shape=(n, self.hidden), device=where,
+                      allow_none=n == 0)  # fmt: skip
+        if given:
+            _arrays.check(token_scales, "token_scales", call, "f32", shape=(n, self.hidden // 128), device=where,
+                          allow_none=n == 0)  # fmt: skip
+        elif token_scales is not None:
+            raise invalid("token_scales", f"only with wire 'fp8_given' (this object's wire: {self.wire!r})", call)
+        _arrays.check(weights, "weights", call, "f32", shape=(n, self.top_k), device=where, allow_none=True)
+        if recv is None:
+            recv = self.alloc_recv(layout, expert_stride=expert_stride)
+        else:
+            self._check_recv(recv, call, written=True)
+        handle, join = self.comm._stream(stream)
+        status = lib.sy_moe_ht_dispatch(self.handle, _arrays.ptr(layout.handle), n, _arrays.ptr(tokens),
+                                        _arrays.ptr(token_scales), _arrays.ptr(weights), ctypes.byref(recv.struct()),
+                                        handle)  # fmt: skip
+        check(status, "sy_moe_ht_dispatch", self.comm._handle)
+        self.comm._join(join)
+        return recv
+
+    def combine(self, layout: Layout, rows_in: Any, recv: HTRecv, *, row_weights: Any = None,
+                row_values: Any = None, out: Any = None, token_values: Any = None,
+                stream: Any = None) -> Any:  # fmt: skip
+        """Collective (sy_moe_ht_combine): per token, the sum over its rows of w_r * rows_in[r] (w_r =
+        row_weights[r], or 1 with None) in the header's order, bf16 [T, hidden]. rows_in: bf16 [recv.rows,
+        hidden] in the layout of the dispatch that wrote recv. row_values (f32 [recv.rows]): carried back to each
+        row's (token, k); then returns (out, token_values f32 [T, top_k]), else out. Also the dispatch's
+        backward: rows_in = the rows' gradient, row_weights None."""
+        call = "MoEHT.combine"
+        n, where = self._check_layout(layout, call), self.comm._where
+        self._check_recv(recv, call, written=False)
+        R = recv.rows
+        _arrays.check(rows_in, "rows_in", call, "bf16", shape=(R, self.hidden), device=where, allow_none=R == 0)
+        _arrays.check(row_weights, "row_weights", call, "f32", shape=(R,), device=where, allow_none=True)
+        _arrays.check(row_values, "row_values", call, "f32", shape=(R,), device=where, allow_none=True)
+        like = layout.handle
+        if out is None:
+            out = _arrays.empty((n, self.hidden), "bf16", like)
+        else:
+            _arrays.check(out, "out", call, "bf16", shape=(n, self.hidden), device=where)
+        want_values = row_values is not None or token_values is not None
+        if want_values:
+            if token_values is None:
+                token_values = _arrays.empty((n, self.top_k), "f32", like)
+            else:
+                _arrays.check(token_values, "token_values", call, "f32", shape=(n, self.top_k), device=where)
+        handle, join = self.comm._stream(stream)
+        p = _arrays.ptr
+        status = lib.sy_moe_ht_combine(self.handle, p(layout.handle), n, p(rows_in), ctypes.byref(recv.struct()),
+                                       p(row_weights), p(row_values), p(out), p(token_values), handle)  # fmt: skip
+        check(status, "sy_moe_ht_combine", self.comm._handle)
+        self.comm._join(join)
+        return (out, token_values) if want_values else out
+
+    def combine_backward(self, layout: Layout, grad_out: Any, recv: HTRecv, *, row_weights: Any = None,
+                         rows_in: Any = None, grad_rows: Any = None, weights_grad: bool = False,
+                         stream: Any = None) -> Any:  # fmt: skip
+        """Collective (sy_moe_ht_combine_backward). grad_out: bf16 [T, hidden]. Returns grad_rows (bf16
+        [recv.rows, hidden], row r = bf16(w_r * grad_out[t]); new buffers start at zero, so padding rows read 0)
+        and, with weights_grad (needs rows_in, the combine's input), (grad_rows, grad_row_weights f32
+        [recv.rows]): the dot product of grad_out[t] and rows_in[r] in the header's order."""
+        call = "MoEHT.combine_backward"
+        n, where = self._check_layout(layout, call), self.comm._where
+        self._check_recv(recv, call, written=False)
+        R = recv.rows
+        _arrays.check(grad_out, "grad_out", call, "bf16", shape=(n, self.hidden), device=where, allow_none=n == 0)
+        _arrays.check(row_weights, "row_weights", call, "f32", shape=(R,), device=where, allow_none=True)
+        if weights_grad:
+            _arrays.check(rows_in, "rows_in", call, "bf16", shape=(R, self.hidden), device=where, allow_none=R == 0)
+        like = layout.handle
+        if grad_rows is None:
+            grad_rows = _arrays.zeros((R, self.hidden), "bf16", like)
+        else:
+            _arrays.check(grad_rows, "grad_rows", call, "bf16", shape=(R, self.hidden), device=where)
+        grad_w = _arrays.zeros((R,), "f32", like) if weights_grad else None
+        handle, join = self.comm._stream(stream)
+        p = _arrays.ptr
+        status = lib.sy_moe_ht_combine_backward(self.handle, p(layout.handle), n, p(grad_out),
+                                                ctypes.byref(recv.struct()), p(row_weights),
+                                                p(rows_in) if weights_grad else 0, p(grad_rows), p(grad_w),
+                                                handle)  # fmt: skip
+        check(status, "sy_moe_ht_combine_backward", self.comm._handle)
+        self.comm._join(join)
+        return (grad_rows, grad_w) if weights_grad else grad_rows
