@@ -27,7 +27,8 @@ except ImportError:  # pragma: no cover - a source tree without an install
 if importlib.util.find_spec("torch") is not None:
     import torch  # noqa: F401  (loaded for its CUDA runtime; see the module comment)
 
-_here = os.path.dirname(os.path.abspath(__file__))
+# where CMake installed the compiled parts (beside _build_info.py; in an editable install not beside this file)
+_here = os.path.dirname(os.path.abspath(getattr(_build_info, "__file__", __file__)))
 
 
 def _library_path() -> str:

@@ -18,7 +18,7 @@ _ENV_ENTRY = re.compile(r'SY_ENV_ID_\((\w+),\s*\w+,\s*"([^"]*)",\s*((?:"(?:[^"\\
 
 def env_variables() -> list[tuple[str, str, str]]:
     """(name, default, what it does) of every variable the library reads, from its env_list.h."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "env_list.h")
+    path = os.path.join(_lib._here, "env_list.h")
     try:
         with open(path) as f:
             text = f.read()
