@@ -187,7 +187,11 @@ static int cmp_ext(const void *a, const void *b) {
  * start and end in microseconds from the call's first kernel, stream, grid, block, shared memory, name), to see
  * what ran beside what. Called with kt.lock held, kt.exts sorted. */
 static void dump_timeline(const char *path, int calls) {
-  FILE *f = fopen(path, "a");
+  char name[512];
+  const char *r = strstr(path, "%r"), *rank = getenv("SY_RANK");
+  if (r) snprintf(name, sizeof name, "%.*s%s%s", (int)(r - path), path, rank ? rank : "0", r + 2);
+  else snprintf(name, sizeof name, "%s", path);
+  FILE *f = fopen(name, "a");
   if (!f) return;
   static int pass;
   uint64_t t0 = 0;
@@ -247,7 +251,11 @@ void bench_ktime_pop(void) {}
  * start and end in microseconds from the call's first kernel, stream, grid, block, shared memory, name), to see
  * what ran beside what. Called with kt.lock held, kt.exts sorted. */
 static void dump_timeline(const char *path, int calls) {
-  FILE *f = fopen(path, "a");
+  char name[512];
+  const char *r = strstr(path, "%r"), *rank = getenv("SY_RANK");
+  if (r) snprintf(name, sizeof name, "%.*s%s%s", (int)(r - path), path, rank ? rank : "0", r + 2);
+  else snprintf(name, sizeof name, "%s", path);
+  FILE *f = fopen(name, "a");
   if (!f) return;
   static int pass;
   uint64_t t0 = 0;
