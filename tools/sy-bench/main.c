@@ -222,7 +222,7 @@ static void usage(FILE *f) {
           "      --seed N              soak: the first round's seed (default 0x50a4)\n"
           "environment: SY_BENCH_CUPTI=PATH (libcupti for the kernel-time columns), SY_BENCH_NO_CUPTI=1 (none: the\n"
           "  default of pool and layer, whose host times CUPTI adds to), SY_BENCH_TIMELINE=FILE (each timed pass's\n"
-          "  last call's kernels appended to FILE, %r the rank: start, end, stream, grid, block, shared memory,\n"
+          "  last call's kernels appended to FILE, %%r the rank: start, end, stream, grid, block, shared memory,\n"
           "  name),\n"
           "  SY_BENCH_NO_GEMM_TUNE=1 (layer: cuBLASLt's first heuristic pick, not the fastest of 8 timed)\n"
           "entries:\n");
