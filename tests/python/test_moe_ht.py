@@ -1,0 +1,186 @@
+"""test_moe_ht.py — the MoE high-throughput mode (switchyard.MoEHT) against reference.py, from switchyard.h's
+words: the layout (counts, offsets, padding), every row of the dispatch (payload bit for bit, src, weight), the
+combine with row values carried back, and the combine's backward (bf16(w g) and the dot product in the header's
+order), all bit for bit on random values, with the contiguous layout (exact counts, or the worst-case bound)
+and the masked one. Host backend at 1-4 ranks; the cuda backend at the launcher's world size. The autograd
+functions: test_moe_ht_autograd.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import reference as ref
+from conftest import flavours, gpu, on_host, to_dev, to_np
+
+import switchyard as sy
+
+
+class Case:
+    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True):
+        self.W, self.E, self.K, self.H, self.T, self.L = W, E, K, H, T, E // W
+        self.wire, self.align, self.mode, self.weighted = wire, align, mode, weighted
+        rng = np.random.default_rng(seed)
+        self.n = [T if r % 2 == 0 else int(rng.integers(0, T + 1)) for r in range(W)]
+        self.ids, self.tokens, self.weights, self.grad = [], [], [], []
+        for r in range(W):
+            ids = np.stack([rng.permutation(E)[:K] for _ in range(self.n[r])]).astype(np.int64).reshape(self.n[r], K)
+            ids[rng.random(ids.shape) < 0.2] = -1
+            self.ids.append(ids)
+            self.tokens.append(ref.bf16_bits(rng.standard_normal((self.n[r], H)).astype(np.float32)))
+            self.weights.append(rng.standard_normal((self.n[r], K)).astype(np.float32))
+            self.grad.append(ref.bf16_bits(rng.standard_normal((self.n[r], H)).astype(np.float32)))
+        self.stride = T * W if mode == "masked" else 0  # room for every token of every rank
+
+    def y(self, s: int, t: int, g: int) -> np.ndarray:
+        """The experts' output for (source s, token t) at global expert g (bf16 bits), computed alike anywhere."""
+        return ref.bf16_bits(ref.bf16_value(self.tokens[s][t]) * np.float32(0.5 + g / 4) + np.float32(g / 8))
+
+    def row_value(self, s: int, t: int, k: int) -> np.float32:
+        return np.float32(s * 1000 + t * 10 + k + 0.25)
+
+    def weight(self, s: int, t: int, k: int) -> np.float32:
+        return self.weights[s][t, k] if self.weighted else np.float32(0)
+
+
+def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
+    r, L, H = comm.rank, c.L, c.H
+    moe = sy.MoEHT(comm, max_tokens=c.T, hidden=H, top_k=c.K, num_experts=c.E, wire=c.wire, expert_alignment=c.align)
+    assert moe.local_experts == L
+    fp8, given = c.wire != "bf16", c.wire == "fp8_given"
+    ids = to_dev(comm, c.ids[r].astype(np.int32 if r % 2 else np.int64), flavour)
+    layout = moe.layout(ids, exact=c.mode == "exact")
+    counts, offsets, row_of = ref.ht_rows(c.ids, r, L, c.align, c.stride)
+    if c.mode == "exact":
+        assert (layout.counts, layout.offsets, layout.rows_needed) == (counts, offsets[:L], offsets[L])
+    recv = moe.alloc_recv(layout, expert_stride=c.stride)
+    for name in ("tokens", "src", "weights"):  # poisoned: what the dispatch writes shows
+        getattr(recv, name)[...] = 0x5A if name == "tokens" else -9
+    if given:
+        q, sc = ref.quantise(c.tokens[r], ue8m0=False)
+        tokens, scales = to_dev(comm, q, flavour, "e4m3"), to_dev(comm, sc, flavour)
+    else:
+        tokens, scales = to_dev(comm, c.tokens[r], flavour, "bf16"), None
+    weights = to_dev(comm, c.weights[r], flavour) if c.weighted else None
+    moe.dispatch(layout, tokens, weights, token_scales=scales, recv=recv)
+
+    np.testing.assert_array_equal(to_np(recv.expert_counts), counts)
+    np.testing.assert_array_equal(to_np(recv.expert_offsets), offsets)
+    got_tok, got_src, got_w = to_np(recv.tokens), to_np(recv.src), to_np(recv.weights)
+    got_sc = to_np(recv.scales) if fp8 else None
+    owner = {row: key for key, row in row_of.items()}
+    for row in range(offsets[L]):
+        if row not in owner:  # padding
+            assert tuple(got_src[row]) == (-1, -1) and got_w[row] == 0, row
+            continue
+        s, t, k = owner[row]
+        assert tuple(got_src[row]) == (s, t) and got_w[row] == c.weight(s, t, k), row
+        if not fp8:
+            np.testing.assert_array_equal(got_tok[row], c.tokens[s][t])
+            continue
+        q, sc = ref.quantise(c.tokens[s][t : t + 1], c.wire == "fp8_ue8m0")
+        np.testing.assert_array_equal(got_tok[row], q[0])
+        np.testing.assert_array_equal(got_sc[:, row], sc[0])
+
+    # the combine: each row's expert output, weighted by the rows' weights, row values carried back
+    def rank_rows(p):
+        return {(t, k): row for (s, t, k), row in ref.ht_rows(c.ids, p, L, c.align, c.stride)[2].items() if s == r}
+
+    def rank_inputs(p):
+        _, offs, rows_p = ref.ht_rows(c.ids, p, L, c.align, c.stride)
+        y = np.full((max(offs[L], 1), H), 0x7FC0, np.uint16)  # padding rows: NaN, which must not be read
+        w = np.zeros(max(offs[L], 1), np.float32)
+        v = np.zeros(max(offs[L], 1), np.float32)
+        for (s, t, k), row in rows_p.items():
+            g = p * L + int(np.searchsorted(offs[:L], row, side="right")) - 1  # the row's expert
+            y[row], w[row], v[row] = c.y(s, t, g), c.weight(s, t, k), c.row_value(s, t, k)
+        return y, w, v
+
+    inputs = [rank_inputs(p) for p in range(c.W)]
+    R = recv.rows
+    y_mine = np.zeros((R, H), np.uint16)
+    y_mine[: min(R, inputs[r][0].shape[0])] = inputs[r][0][:R]
+    v_mine = np.zeros(R, np.float32)
+    v_mine[: min(R, inputs[r][2].shape[0])] = inputs[r][2][:R]
+    y_dev, v_dev = to_dev(comm, y_mine, flavour, "bf16"), to_dev(comm, v_mine, flavour)
+    out, values = moe.combine(layout, y_dev, recv, row_weights=recv.weights, row_values=v_dev)
+    want, want_values = ref.ht_combine(c.ids[r], [rank_rows(p) for p in range(c.W)], [i[0] for i in inputs],
+                                       [i[1] for i in inputs], [i[2] for i in inputs], L, H)  # fmt: skip
+    np.testing.assert_array_equal(to_np(out), want)
+    np.testing.assert_array_equal(to_np(values), want_values)
+    unweighted = moe.combine(layout, y_dev, recv)
+    want_u, _ = ref.ht_combine(c.ids[r], [rank_rows(p) for p in range(c.W)], [i[0] for i in inputs],
+                               [None] * c.W, [None] * c.W, L, H)  # fmt: skip
+    np.testing.assert_array_equal(to_np(unweighted), want_u)
+
+    # the combine's backward: grad_rows = bf16(w g), the weights' gradient = <g, y> in the header's order
+    g = to_dev(comm, c.grad[r], flavour, "bf16")
+    grad_rows, grad_w = moe.combine_backward(layout, g, recv, row_weights=recv.weights, rows_in=y_dev, weights_grad=True)
+    got_gr, got_gw = to_np(grad_rows), to_np(grad_w)
+    for row in range(offsets[L]):
+        if row not in owner:
+            assert got_gw[row] == 0 and not got_gr[row].any(), row
+            continue
+        s, t, k = owner[row]
+        gt = ref.bf16_value(c.grad[s][t])
+        np.testing.assert_array_equal(got_gr[row], ref.bf16_bits((gt * c.weight(s, t, k)).astype(np.float32)))
+        dot = ref.ht_dot(gt, ref.bf16_value(y_mine[row]))
+        assert got_gw[row].view(np.uint32) == dot.view(np.uint32), (row, got_gw[row], dot)
+    moe.close()
+
+
+CASES = {  # W, E, K, H, T, wire, align, mode, seed
+    "one rank exact": (1, 4, 2, 256, 6, "bf16", 1, "exact", 1),
+    "two ranks worst case align 16": (2, 8, 3, 512, 5, "bf16", 16, "worst", 2),
+    "three ranks fp8 masked": (3, 6, 2, 128, 4, "fp8", 1, "masked", 3),
+    "four ranks ue8m0 exact align 8": (4, 8, 4, 128, 3, "fp8_ue8m0", 8, "exact", 4),
+    "two ranks fp8 given": (2, 4, 2, 256, 4, "fp8_given", 4, "worst", 5),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_moe_ht_host(name: str) -> None:
+    W, E, K, H, T, wire, align, mode, seed = CASES[name]
+    flavour = flavours()[seed % len(flavours())]
+    on_host(W, check_ht, Case(W, E, K, H, T, wire, align, mode, seed, weighted=seed != 2), flavour)
+
+
+def check_bad_arguments(comm: sy.Comm) -> None:
+    moe = sy.MoEHT(comm, max_tokens=4, hidden=128, top_k=2, num_experts=4)
+    ids = np.array([[0, 1], [2, -1]], np.int32)
+    with pytest.raises(sy.InvalidArgError, match=r"expert_ids: dtype float32"):
+        moe.layout(ids.astype(np.float32))
+    layout = moe.layout(ids)
+    tok = np.zeros((2, 128), np.uint16)
+    with pytest.raises(sy.InvalidArgError, match=r"layout: a Layout \(MoEHT.layout\) is required"):
+        moe.dispatch(None, tok)
+    with pytest.raises(sy.InvalidArgError, match=r"tokens: shape \[3, 128\], want \[2, 128\]"):
+        moe.dispatch(layout, np.zeros((3, 128), np.uint16))
+    with pytest.raises(sy.InvalidArgError, match=r"token_scales: only with wire 'fp8_given'"):
+        moe.dispatch(layout, tok, token_scales=np.zeros((2, 1), np.float32))
+    with pytest.raises(sy.InvalidArgError, match=r"weights: shape \[2, 3\], want \[2, 2\]"):
+        moe.dispatch(layout, tok, np.zeros((2, 3), np.float32))
+    recv = moe.dispatch(layout, tok)
+    with pytest.raises(sy.InvalidArgError, match=r"rows_in: shape"):
+        moe.combine(layout, np.zeros((recv.rows + 1, 128), np.uint16), recv)
+    with pytest.raises(sy.InvalidArgError, match=r"row_weights: dtype float64"):
+        moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv, row_weights=np.zeros(recv.rows))
+    with pytest.raises(sy.InvalidArgError, match=r"rows_in: required"):
+        moe.combine_backward(layout, tok, recv, weights_grad=True)
+    # the library's own check: a recv too small for the layout is refused on every rank, nothing written
+    small = moe.alloc_recv(layout, rows=0)
+    with pytest.raises(sy.InvalidArgError) as e:
+        moe.dispatch(layout, tok, recv=small)
+    assert e.value.call == "sy_moe_ht_dispatch"
+    moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv)  # still in step
+    moe.close()
+
+
+def test_bad_arguments_host() -> None:
+    on_host(2, check_bad_arguments)
+
+
+@gpu
+@pytest.mark.parametrize("wire,align,mode", [("bf16", 1, "exact"), ("fp8", 16, "worst"), ("bf16", 1, "masked")])
+def test_moe_ht_gpu(gpu_comm: sy.Comm, wire: str, align: int, mode: str) -> None:
+    W = gpu_comm.world_size
+    check_ht(gpu_comm, Case(W, 4 * W, 3, 512, 8, wire, align, mode, 60 + W), "torch")
