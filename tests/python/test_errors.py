@@ -1,0 +1,84 @@
+"""test_errors.py — exceptions: one class per sy_status_t with the library's names, arguments the package checks
+named in the message, the library's own refusals raised with the C call and status, a timed-out wait raised with
+the communicator's description (and sticky), and the launcher helpers' argument checks."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from conftest import on_host
+
+import switchyard as sy
+from switchyard import errors
+
+
+def test_status_classes() -> None:
+    for cls in errors._BY_STATUS.values():
+        assert sy.status_name(cls.status) == cls.name
+        assert sy.status_string(cls.status)  # the library's sentence fragment
+        assert issubclass(cls, sy.Error)
+    assert sy.status_name(0) == "SY_SUCCESS" and sy.status_name(-999) == "SY_UNKNOWN_STATUS"
+    assert issubclass(sy.InvalidArgError, ValueError) and issubclass(sy.TimeoutError, TimeoutError)
+    e = sy.InvalidArgError("sy_x", "what")
+    assert (e.status, e.name, e.call, e.detail) == (-1, "SY_ERR_INVALID_ARG", "sy_x", "what")
+    assert str(e) == "sy_x: SY_ERR_INVALID_ARG (invalid argument): what"
+    unknown = sy.Error("sy_y", status=-99)
+    assert unknown.name == "SY_UNKNOWN_STATUS" and unknown.status == -99
+
+
+def test_comm_arguments() -> None:
+    with pytest.raises(sy.InvalidArgError, match=r"backend: 'gpu', want one of"):
+        sy.Comm(backend="gpu")
+    with pytest.raises(sy.InvalidArgError, match=r"rank: an int is required, got str"):
+        sy.Comm(backend="host", rank="0", world_size=1)
+    # the library's own check: a host-backend rank must say who it is
+    with pytest.raises(sy.InvalidArgError) as e:
+        sy.Comm(backend="host")
+    assert e.value.call == "sy_comm_init"
+    with pytest.raises(sy.InvalidArgError, match=r"world_size: 0: an int >= 1 is required"):
+        sy.host_ranks(0, lambda comm: None)
+    with pytest.raises(sy.InvalidArgError, match=r"fn: int is not callable"):
+        sy.host_ranks(1, 3)
+
+
+def test_failure_in_one_rank() -> None:
+    """A rank's own exception, not the timeouts it causes in its peers, comes back from host_ranks."""
+
+    def fn(comm):
+        if comm.rank == 1:
+            raise KeyError("rank 1's own failure")
+        sy.alltoall(comm, np.zeros((2, 1), np.int32))
+
+    with pytest.raises(KeyError, match="rank 1's own failure"):
+        sy.host_ranks(2, fn, timeout_ms=300)
+
+
+def check_timeout(comm: sy.Comm) -> None:
+    if comm.rank == 1:
+        time.sleep(1.5)  # never enters the barrier: rank 0's wait ends at the bound
+        return
+    with pytest.raises(sy.TimeoutError) as e:
+        comm.barrier()
+    assert e.value.name == "SY_ERR_TIMEOUT" and e.value.call == "sy_comm_barrier"
+    status, detail = comm.async_error()
+    assert status == "SY_ERR_TIMEOUT" and detail, (status, detail)
+    with pytest.raises(sy.Error) as again:  # sticky: every later call that would do work refuses
+        comm.barrier()
+    assert again.value.status in (-5, -10)
+
+
+def test_timeout_host() -> None:
+    sy.host_ranks(2, check_timeout, timeout_ms=300)
+
+
+def test_closed() -> None:
+    def fn(comm):
+        comm.close()
+        comm.close()  # idempotent
+        with pytest.raises(sy.Error, match="the communicator is closed"):
+            comm.handle
+        return repr(comm)
+
+    assert "closed" in on_host(1, fn)[0]
