@@ -27,16 +27,18 @@ _NUMPY = {
     "e4m3": np.dtype(np.uint8),
 }
 _TORCH: dict[str, Any] = {}
+_torch = sys.modules.get("torch")  # _lib imported torch first when it is installed
+_Tensor: Any = _torch.Tensor if _torch is not None else ()  # isinstance(x, ()) is False
 
 
 def torch_module():
-    """torch if it was imported (the package never imports it for numpy callers)."""
-    return sys.modules.get("torch")
+    """torch if it is installed (the package never needs it for numpy callers)."""
+    return _torch
 
 
 def _torch_dtypes() -> dict[str, Any]:
     if not _TORCH:
-        torch = torch_module()
+        torch = _torch
         _TORCH.update(
             bf16=torch.bfloat16,
             f16=torch.float16,
@@ -50,18 +52,25 @@ def _torch_dtypes() -> dict[str, Any]:
     return _TORCH
 
 
+_ACCEPTED: dict[tuple, frozenset] = {}  # (kinds, is torch) -> the dtypes they accept
+
+
+def _accepted(kinds: tuple, torch_side: bool) -> frozenset:
+    key = (kinds, torch_side)
+    found = _ACCEPTED.get(key)
+    if found is None:
+        table = _torch_dtypes() if torch_side else _NUMPY
+        found = _ACCEPTED[key] = frozenset(table[k] for k in kinds)
+    return found
+
+
 def is_torch(x: Any) -> bool:
-    torch = torch_module()
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
-def dtype_of(x: Any) -> Any:
-    return x.dtype
+    return isinstance(x, _Tensor)
 
 
 def matches(x: Any, kind: str) -> bool:
     """Whether x's dtype is the C API's `kind` ("bf16", "i32", ...)."""
-    if is_torch(x):
+    if isinstance(x, _Tensor):
         return x.dtype == _torch_dtypes()[kind]
     return x.dtype == _NUMPY[kind]
 
@@ -77,23 +86,27 @@ def ptr(x: Any) -> int:
     """The first byte's address (0 for None)."""
     if x is None:
         return 0
-    if is_torch(x):
+    if isinstance(x, _Tensor):
         return x.data_ptr()
     return x.ctypes.data
 
 
 def nbytes(x: Any) -> int:
-    if is_torch(x):
+    if isinstance(x, _Tensor):
         return x.numel() * x.element_size()
     return x.nbytes
 
 
 def device_of(x: Any) -> tuple[str, int]:
     """("cpu", -1) or ("cuda", index)."""
-    if is_torch(x):
+    if isinstance(x, _Tensor):
         d = x.device
         return d.type, (d.index if d.index is not None else -1)
     return "cpu", -1
+
+
+def _where(device: tuple[str, int]) -> str:
+    return "cpu" if device[0] == "cpu" else f"cuda:{device[1]}"
 
 
 def check(
@@ -106,29 +119,39 @@ def check(
     allow_none: bool = False,
 ) -> Any:
     """Checks an argument (an array of one of `kinds`, C-contiguous, of `shape` where not None, on `device`)
-    and returns it; raises InvalidArgError naming it otherwise."""
+    and returns it; raises InvalidArgError naming it otherwise. On every call's path: kept cheap."""
     if x is None:
         if allow_none:
             return None
         raise invalid(name, "required (got None)", call)
-    if not (is_torch(x) or isinstance(x, np.ndarray)):
+    torch_side = isinstance(x, _Tensor)
+    if not torch_side and not isinstance(x, np.ndarray):
         raise invalid(name, f"a torch.Tensor or numpy.ndarray is required, got {type(x).__name__}", call)
-    kinds = (kinds,) if isinstance(kinds, str) else kinds
-    if kind_of(x, kinds) is None:
-        want = " or ".join(str(_torch_dtypes()[k] if is_torch(x) else _NUMPY[k]) for k in kinds)
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    if x.dtype not in _accepted(kinds, torch_side):
+        want = " or ".join(str(_torch_dtypes()[k] if torch_side else _NUMPY[k]) for k in kinds)
         raise invalid(name, f"dtype {x.dtype}, want {want}", call)
     if shape is not None:
-        got = tuple(x.shape)
-        if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
+        got = x.shape
+        bad = len(got) != len(shape)
+        if not bad:
+            for want_dim, dim in zip(shape, got):
+                if want_dim is not None and want_dim != dim:
+                    bad = True
+                    break
+        if bad:
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
             raise invalid(name, f"shape {list(got)}, want {want}", call)
-    contiguous = x.is_contiguous() if is_torch(x) else x.flags["C_CONTIGUOUS"]
-    if not contiguous:
+    if not (x.is_contiguous() if torch_side else x.flags.c_contiguous):
         raise invalid(name, "must be contiguous", call)
-    if device is not None and device_of(x) != device:
-        where = "cpu" if device[0] == "cpu" else f"cuda:{device[1]}"
-        got = device_of(x)
-        raise invalid(name, f"on {got[0] if got[0] == 'cpu' else f'cuda:{got[1]}'}, want {where}", call)
+    if device is not None:
+        if torch_side:
+            d = x.device
+            ok = d.type == device[0] and (device[1] < 0 or d.index == device[1])
+        else:
+            ok = device[0] == "cpu"
+        if not ok:
+            raise invalid(name, f"on {_where(device_of(x))}, want {_where(device)}", call)
     return x
 
 

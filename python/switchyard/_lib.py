@@ -269,3 +269,13 @@ MOE_PER_EXPERT = 1
 def version() -> str:
     """The loaded library's version ("0.1.0")."""
     return lib.sy_version().decode()
+
+
+def cuda_device_count() -> int:
+    """GPUs the CUDA runtime the library loaded sees (0 when none is usable)."""
+    try:
+        cudart = ctypes.CDLL("libcudart.so.13", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return 0
+    count = c_int(0)
+    return count.value if cudart.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0

@@ -20,16 +20,12 @@ from .errors import check, invalid
 _ANY = ("bf16", "f16", "f32", "f64", "i32", "i64", "u8", "e4m3")
 
 
-def _check_send(comm: Comm, send: Any, call: str) -> Any:
+def _check_send(comm: Comm, send: Any, call: str) -> str:
+    """Checks send; returns its kind."""
     _arrays.check(send, "send", call, _ANY, device=comm._where)
     if len(send.shape) < 1:
         raise invalid("send", "at least one dimension (rows) is required", call)
-    return send
-
-
-def _check_out(comm: Comm, out: Any, shape: tuple, like: Any, call: str) -> Any:
-    kind = _arrays.kind_of(like, _ANY)
-    return _arrays.check(out, "out", call, kind, shape=shape, device=comm._where)
+    return _arrays.kind_of(send, _ANY)
 
 
 def alltoall(comm: Comm, send: Any, *, out: Any = None, stream: Any = None) -> Any:
@@ -38,15 +34,15 @@ def alltoall(comm: Comm, send: Any, *, out: Any = None, stream: Any = None) -> A
     rows [r*n, (r+1)*n) of the result (r: this rank). Returns `out` (same shape and dtype as send; written in
     place without a copy when it is a symmetric tensor of comm) or a new tensor."""
     call = "switchyard.alltoall"
-    _check_send(comm, send, call)
+    kind = _check_send(comm, send, call)
     world = comm.world_size
     if send.shape[0] % world:
         raise invalid("send", f"{send.shape[0]} rows do not split over world_size={world}", call)
     size = _arrays.nbytes(send)
     if out is not None:
-        _check_out(comm, out, tuple(send.shape), send, call)
+        _arrays.check(out, "out", call, kind, shape=send.shape, device=comm._where)
     direct = out is not None and comm.is_symmetric(out)
-    result = out if out is not None else _arrays.empty(send.shape, _arrays.kind_of(send, _ANY), send)
+    result = out if out is not None else _arrays.empty(send.shape, kind, send)
     if size == 0:
         return result
     recv = _arrays.ptr(out) if direct else comm.scratch("alltoall", size)
@@ -54,7 +50,6 @@ def alltoall(comm: Comm, send: Any, *, out: Any = None, stream: Any = None) -> A
     check(lib.sy_alltoall(comm.handle, _arrays.ptr(send), recv, size // world, handle), "sy_alltoall", comm._handle)
     comm._join(join)
     if not direct:
-        kind = _arrays.kind_of(send, _ANY)
         view = _arrays.wrap(recv, size, send.shape, kind, comm._where, _arrays.is_torch(send))
         with comm._on(stream):
             _arrays.copy_into(result, view)
@@ -88,7 +83,7 @@ def alltoallv(
     same on every rank, >= every rank's sum(recv_splits)), or leave it None and the ranks agree on it through a
     host-side allgather in this call (not capturable, slower). out: as in alltoall."""
     call = "switchyard.alltoallv"
-    _check_send(comm, send, call)
+    kind = _check_send(comm, send, call)
     world = comm.world_size
     sends = _splits(send_splits, "send_splits", world, call)
     recvs = _splits(recv_splits, "recv_splits", world, call)
@@ -97,14 +92,14 @@ def alltoallv(
         raise invalid("send_splits", f"sum {sum(sends)} != send rows {rows}", call)
     row_bytes = _arrays.nbytes(send) // rows if rows else 0
     if rows == 0:
-        row_bytes = _arrays._NUMPY[_arrays.kind_of(send, _ANY)].itemsize
+        row_bytes = _arrays._NUMPY[kind].itemsize
         for d in send.shape[1:]:
             row_bytes *= int(d)
     shape = (sum(recvs),) + tuple(send.shape[1:])
     if out is not None:
-        _check_out(comm, out, shape, send, call)
+        _arrays.check(out, "out", call, kind, shape=shape, device=comm._where)
     direct = out is not None and comm.is_symmetric(out)
-    result = out if out is not None else _arrays.empty(shape, _arrays.kind_of(send, _ANY), send)
+    result = out if out is not None else _arrays.empty(shape, kind, send)
     if max_recv_rows is None:
         mine = sum(recvs).to_bytes(8, "little")
         max_recv_rows = max(int.from_bytes(b, "little") for b in comm.allgather_host(mine))
@@ -124,7 +119,6 @@ def alltoallv(
     check(status, "sy_alltoallv", comm._handle)
     comm._join(join)
     if not direct and shape[0]:
-        kind = _arrays.kind_of(send, _ANY)
         view = _arrays.wrap(recv, shape[0] * row_bytes, shape, kind, comm._where, _arrays.is_torch(send))
         with comm._on(stream):
             _arrays.copy_into(result, view)

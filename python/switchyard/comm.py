@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import os
 import threading
 import time
 from typing import Any, Callable, Sequence, TypeVar
 
-from . import _arrays
+from . import _arrays, _lib
 from ._lib import BACKEND_NAMES, BACKENDS, CommConfig, lib
 from .errors import AbortedError, Error, TimeoutError, check, invalid
 
@@ -80,7 +81,14 @@ class Comm:
     def from_env(cls, *, backend: str = "auto", **kwargs: Any) -> "Comm":
         """Collective: rank and world size from the launcher's environment (syrun sets SY_RANK, SY_WORLD_SIZE,
         SY_LOCAL_RANK, SY_DEVICE; torchrun RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT). With no
-        launcher: one rank."""
+        launcher: one rank. The host backend's ranks are threads of one process, so there it is one rank (use
+        host_ranks for more)."""
+        if _resolves_to_host(backend):
+            world = _launcher_world()
+            if world > 1:
+                raise invalid("backend", f"the host backend runs ranks as threads of one process, but the launcher "
+                              f"started {world} processes (use the cuda backend, or host_ranks)", "Comm.from_env")  # fmt: skip
+            return cls(backend="host", rank=0, world_size=1, **kwargs)
         return cls(backend=backend, rank=-1, world_size=-1, **kwargs)
 
     @classmethod
@@ -150,10 +158,11 @@ class Comm:
             return None, None
         if stream is not None:
             return (stream if isinstance(stream, int) else stream.cuda_stream), None
+        raw = _current_raw_stream(self.device)
+        if raw not in (0, 1):  # not the legacy default stream (torch's default: 0)
+            return raw, None
         torch = _arrays.torch_module()
         current = torch.cuda.current_stream(self.device)
-        if current.cuda_stream not in (0, 1):  # not the legacy default stream
-            return current.cuda_stream, None
         if self._side_stream is None:
             self._side_stream = torch.cuda.Stream(self.device)
         self._side_stream.wait_stream(current)
@@ -244,6 +253,34 @@ class Comm:
         address = self._alloc(size)
         self._scratch[name] = (address, size)
         return address
+
+
+def _current_raw_stream(device: int) -> int:
+    """torch's current stream on `device` as a cudaStream_t (the private call inductor uses, a tenth of the cost of
+    torch.cuda.current_stream(); the public one where it is missing)."""
+    torch = _arrays.torch_module()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def _resolves_to_host(backend: str) -> bool:
+    """Whether sy_comm_init would pick the host backend (switchyard.h: auto is SY_BACKEND, else cuda when a GPU
+    is visible; a build without the cuda backend has only the host one)."""
+    if backend != "auto":
+        return backend == "host"
+    chosen = os.environ.get("SY_BACKEND", "") or "auto"
+    if chosen != "auto":
+        return chosen == "host"
+    return not (getattr(_lib._build_info, "CUDA_KERNELS", False) and _lib.cuda_device_count() > 0)
+
+
+def _launcher_world() -> int:
+    """The world size the launcher's environment gives (1 when there is none)."""
+    for name in ("SY_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        value = os.environ.get(name, "")
+        if value.strip().isdigit():
+            return int(value)
+    return 1
 
 
 # ---- host ranks as threads -----------------------------------------------------------------------------------

@@ -21,24 +21,25 @@ from .errors import Error, check, invalid
 _IDS = ("i32", "i64")
 
 
-@dataclass
+@dataclass(frozen=True)
 class MoERecv:
     """What a dispatch writes on an experts' rank (L local experts, S slots each). Slots at or beyond
-    expert_counts[e] are left as they were."""
+    expert_counts[e] are left as they were. Frozen: its buffers are checked and their addresses taken once."""
 
     tokens: Any  # [L, S, hidden]: bf16, or E4M3 (torch.float8_e4m3fn; uint8 in numpy) on the FP8 wires
     scales: Any  # FP8 wires: f32 [L, hidden / 128, S] (group-major, slot-minor); BF16: None
     src: Any  # i32 [L, S, 2]: {source rank, source token}
     expert_counts: Any  # i32 [L]: slots filled
     rank_counts: Any  # i32 [L, world_size]: slots filled from each source rank
-    _struct: MoeRecv = field(default=None, repr=False)  # type: ignore[assignment]
+    _struct: MoeRecv = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _checked_by: Any = field(default=None, repr=False, compare=False)  # the MoE whose checks it passed
 
     def struct(self) -> MoeRecv:
         """The sy_moe_recv_t of these buffers (made once)."""
         if self._struct is None:
             p = _arrays.ptr
-            self._struct = MoeRecv(p(self.tokens), p(self.scales), p(self.src), p(self.expert_counts),
-                                   p(self.rank_counts))  # fmt: skip
+            object.__setattr__(self, "_struct", MoeRecv(p(self.tokens), p(self.scales), p(self.src),
+                                                        p(self.expert_counts), p(self.rank_counts)))  # fmt: skip
         return self._struct
 
 
@@ -145,6 +146,8 @@ class MoE:
     def _check_recv(self, recv: MoERecv, call: str) -> None:
         if not isinstance(recv, MoERecv):
             raise invalid("recv", f"a MoERecv is required (MoE.alloc_recv), got {type(recv).__name__}", call)
+        if recv._checked_by is self:
+            return
         L, S, H, where = self.local_experts, self.slots, self.hidden, self.comm._where
         fp8 = self.wire != "bf16"
         _arrays.check(recv.tokens, "recv.tokens", call, "e4m3" if fp8 else "bf16", shape=(L, S, H), device=where)
@@ -155,6 +158,7 @@ class MoE:
         _arrays.check(recv.src, "recv.src", call, "i32", shape=(L, S, 2), device=where)
         _arrays.check(recv.expert_counts, "recv.expert_counts", call, "i32", shape=(L,), device=where)
         _arrays.check(recv.rank_counts, "recv.rank_counts", call, "i32", shape=(L, self.comm.world_size), device=where)
+        object.__setattr__(recv, "_checked_by", self)
 
     # ---- calls --------------------------------------------------------------------------------------------
     def dispatch(self, tokens: Any, expert_ids: Any, weights: Any = None, *, recv: MoERecv | None = None,

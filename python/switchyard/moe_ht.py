@@ -34,9 +34,10 @@ class Layout:
     rows_needed: int | None = None  # exact mode: rows the contiguous layout needs
 
 
-@dataclass
+@dataclass(frozen=True)
 class HTRecv:
-    """What a dispatch writes on the experts' rank (sy_moe_ht_recv_t), in the caller's memory."""
+    """What a dispatch writes on the experts' rank (sy_moe_ht_recv_t), in the caller's memory. Frozen: its
+    buffers are checked and their addresses taken once."""
 
     tokens: Any  # [rows, hidden]: bf16, or E4M3 on the FP8 wires
     scales: Any  # FP8 wires: f32 [hidden / 128, rows] (group-major, row-minor); BF16: None
@@ -46,14 +47,16 @@ class HTRecv:
     expert_counts: Any  # i32 [L]: rows of each local expert, padding excluded
     rows: int
     expert_stride: int = 0  # 0: contiguous layout; > 0: expert e starts at row e * expert_stride
-    _struct: MoeHtRecv = field(default=None, repr=False)  # type: ignore[assignment]
+    _struct: MoeHtRecv = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _checked: Any = field(default=None, repr=False, compare=False)  # (MoEHT, written) of the checks it passed
 
     def struct(self) -> MoeHtRecv:
+        """The sy_moe_ht_recv_t of these buffers (made once)."""
         if self._struct is None:
             p = _arrays.ptr
-            self._struct = MoeHtRecv(p(self.tokens), p(self.scales), p(self.src), p(self.weights),
-                                     p(self.expert_offsets), p(self.expert_counts), self.rows,
-                                     self.expert_stride)  # fmt: skip
+            struct = MoeHtRecv(p(self.tokens), p(self.scales), p(self.src), p(self.weights), p(self.expert_offsets),
+                               p(self.expert_counts), self.rows, self.expert_stride)  # fmt: skip
+            object.__setattr__(self, "_struct", struct)
         return self._struct
 
 
@@ -164,6 +167,8 @@ class MoEHT:
     def _check_recv(self, recv: HTRecv, call: str, written: bool) -> None:
         if not isinstance(recv, HTRecv):
             raise invalid("recv", f"an HTRecv (MoEHT.alloc_recv) is required, got {type(recv).__name__}", call)
+        if recv._checked is not None and recv._checked[0] is self and recv._checked[1] >= written:
+            return
         R, H, L, where = recv.rows, self.hidden, self.local_experts, self.comm._where
         if written:
             fp8 = self.wire != "bf16"
@@ -175,6 +180,7 @@ class MoEHT:
         _arrays.check(recv.src, "recv.src", call, "i32", shape=(R, 2), device=where)
         _arrays.check(recv.expert_offsets, "recv.expert_offsets", call, "i32", shape=(L + 1,), device=where)
         _arrays.check(recv.expert_counts, "recv.expert_counts", call, "i32", shape=(L,), device=where)
+        object.__setattr__(recv, "_checked", (self, written))
 
     # ---- calls --------------------------------------------------------------------------------------------
     def dispatch(self, layout: Layout, tokens: Any, weights: Any = None, *, token_scales: Any = None,
