@@ -63,6 +63,16 @@ def on_host(world: int, fn: Any, *args: Any) -> list[Any]:
     return sy.host_ranks(world, fn, *args, timeout_ms=TIMEOUT_MS)
 
 
+_groups = iter(range(1 << 20, 1 << 21))
+
+
+def on_this_thread(fn: Any, *args: Any) -> Any:
+    """fn(comm, *args) on one host-backend rank in the calling thread (for torch machinery that wants the main
+    thread: fake tensors, torch.compile)."""
+    with sy.Comm(backend="host", rank=0, world_size=1, host_group=next(_groups), timeout_ms=TIMEOUT_MS) as comm:
+        return fn(comm, *args)
+
+
 # ---- arrays between numpy (the references) and what a test passes (numpy, or torch on the comm's device) ------
 
 
