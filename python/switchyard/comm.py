@@ -48,9 +48,9 @@ class Comm:
         host_group: int = 0,
     ):
         """Collective: sy_comm_init. rank/world_size -1: from the launcher's environment; backend "auto",
-        "cuda" or "host"; device -1: SY_DEVICE, else the local rank; heap_bytes 0: SY_HEAP_SIZE;
-        timeout_ms 0: SY_TIMEOUT_MS; host_group: host backend, threads passing the same value form one
-        communicator."""
+        "cuda" or "host"; device -1: SY_DEVICE, else the local rank (on the cuda backend it becomes torch's
+        current device); heap_bytes 0: SY_HEAP_SIZE; timeout_ms 0: SY_TIMEOUT_MS; host_group: host backend,
+        threads passing the same value form one communicator."""
         if backend not in BACKENDS:
             raise invalid("backend", f"{backend!r}, want one of {sorted(BACKENDS)}", "Comm")
         for name, value in (("rank", rank), ("world_size", world_size), ("device", device)):
@@ -71,6 +71,8 @@ class Comm:
         check(lib.sy_comm_device(self._handle, ctypes.byref(value)), "sy_comm_device", self._handle)
         self.device: int = value.value
         self._where = ("cuda", self.device) if self.backend == "cuda" else ("cpu", -1)
+        if self.backend == "cuda" and _arrays.torch_module() is not None:
+            _arrays.torch_module().cuda.set_device(self.device)  # "cuda" in torch means this rank's GPU
         self._symmetric: dict[int, int] = {}  # address -> bytes, of sy_mem_alloc
         self._scratch: dict[str, tuple[int, int]] = {}  # the package's own symmetric buffers: name -> (address, bytes)
         self._side_stream: Any = None
