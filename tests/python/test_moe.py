@@ -17,14 +17,15 @@ import switchyard as sy
 class Case:
     """A configuration and every rank's seeded inputs (the same on every rank)."""
 
-    def __init__(self, W: int, E: int, K: int, H: int, T: int, wire: str, per_expert: bool, seed: int):
+    def __init__(self, W: int, E: int, K: int, H: int, T: int, wire: str, per_expert: bool, seed: int, idle=()):
         self.W, self.E, self.K, self.H, self.T, self.L = W, E, K, H, T, E // W
         self.wire, self.per_expert = wire, per_expert
         rng = np.random.default_rng(seed)
         self.n = [int(rng.integers(0, T + 1)) if r % 3 == 1 else T for r in range(W)]  # some ranks send fewer, or none
+        self.n = [0 if r in idle else n for r, n in enumerate(self.n)]  # ranks in `idle` send no token
         self.ids, self.tokens, self.weights = [], [], []
         for r in range(W):
-            ids = np.stack([rng.permutation(E)[:K] for _ in range(self.n[r])]).astype(np.int64).reshape(self.n[r], K)
+            ids = np.array([rng.permutation(E)[:K] for _ in range(self.n[r])], np.int64).reshape(self.n[r], K)
             ids[rng.random(ids.shape) < 0.15] = -1  # some entries name no expert
             self.ids.append(ids)
             self.tokens.append(ref.bf16_bits(rng.standard_normal((self.n[r], H)).astype(np.float32) * 3))
@@ -107,6 +108,11 @@ def test_moe_host(name: str, halves: bool) -> None:
     W, E, K, H, T, wire, per_expert, seed = CASES[name]
     flavour = flavours()[seed % len(flavours())]
     on_host(W, check_moe, Case(W, E, K, H, T, wire, per_expert, seed), flavour, halves, "i32" if seed % 2 else "i64")
+
+
+def test_moe_idle_rank_host() -> None:
+    """A rank with no tokens (empty tensors) still takes part in every call."""
+    on_host(3, check_moe, Case(3, 6, 2, 128, 4, "fp8", False, 9, idle=(1,)), flavours()[-1], False, "i32")
 
 
 def check_bad_arguments(comm: sy.Comm) -> None:

@@ -16,14 +16,15 @@ import switchyard as sy
 
 
 class Case:
-    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True):
+    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True, idle=()):
         self.W, self.E, self.K, self.H, self.T, self.L = W, E, K, H, T, E // W
         self.wire, self.align, self.mode, self.weighted = wire, align, mode, weighted
         rng = np.random.default_rng(seed)
         self.n = [T if r % 2 == 0 else int(rng.integers(0, T + 1)) for r in range(W)]
+        self.n = [0 if r in idle else n for r, n in enumerate(self.n)]  # ranks in `idle` send no token
         self.ids, self.tokens, self.weights, self.grad = [], [], [], []
         for r in range(W):
-            ids = np.stack([rng.permutation(E)[:K] for _ in range(self.n[r])]).astype(np.int64).reshape(self.n[r], K)
+            ids = np.array([rng.permutation(E)[:K] for _ in range(self.n[r])], np.int64).reshape(self.n[r], K)
             ids[rng.random(ids.shape) < 0.2] = -1
             self.ids.append(ids)
             self.tokens.append(ref.bf16_bits(rng.standard_normal((self.n[r], H)).astype(np.float32)))
@@ -142,6 +143,12 @@ def test_moe_ht_host(name: str) -> None:
     W, E, K, H, T, wire, align, mode, seed = CASES[name]
     flavour = flavours()[seed % len(flavours())]
     on_host(W, check_ht, Case(W, E, K, H, T, wire, align, mode, seed, weighted=seed != 2), flavour)
+
+
+@pytest.mark.parametrize("mode", ["exact", "worst"])
+def test_moe_ht_idle_rank_host(mode: str) -> None:
+    """A rank with no tokens (empty tensors) still takes part in every call."""
+    on_host(3, check_ht, Case(3, 6, 2, 128, 4, "bf16", 4, mode, 19, idle=(1,)), flavours()[-1])
 
 
 def check_bad_arguments(comm: sy.Comm) -> None:

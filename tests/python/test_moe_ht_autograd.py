@@ -24,7 +24,7 @@ def inputs(W: int, E: int, K: int, H: int, T: int, seed: int, rank: int):
     """Rank `rank`'s exact-valued inputs (every rank can make any rank's)."""
     rng = np.random.default_rng(seed * 100 + rank)
     n = T if rank % 2 == 0 else T - 1
-    ids = np.stack([rng.permutation(E)[:K] for _ in range(n)]).reshape(n, K)
+    ids = np.array([rng.permutation(E)[:K] for _ in range(n)], np.int64).reshape(n, K)
     ids[rng.random(ids.shape) < 0.2] = -1
     x = rng.integers(-4, 5, size=(n, H)).astype(np.float32)
     w = rng.choice(np.array([-2, -1, -0.5, 0.5, 1, 2], np.float32), size=(n, K))
