@@ -75,10 +75,20 @@ def matches(x: Any, kind: str) -> bool:
     return x.dtype == _NUMPY[kind]
 
 
+_KIND_BY_DTYPE: dict[Any, str] = {}  # dtype -> the C API's kind (numpy's uint16 and uint8: "bf16", "u8")
+
+
 def kind_of(x: Any, kinds: Sequence[str]) -> str | None:
-    for k in kinds:
-        if matches(x, k):
-            return k
+    """x's kind among `kinds` (None if not there)."""
+    if not _KIND_BY_DTYPE:
+        if _torch is not None:
+            _KIND_BY_DTYPE.update({v: k for k, v in _torch_dtypes().items()})
+        _KIND_BY_DTYPE.update({v: k for k, v in _NUMPY.items() if k != "e4m3"})
+    kind = _KIND_BY_DTYPE.get(x.dtype)
+    if kind in kinds:
+        return kind
+    if kind == "u8" and "e4m3" in kinds and not isinstance(x, _Tensor):
+        return "e4m3"
     return None
 
 
@@ -127,7 +137,8 @@ def check(
     torch_side = isinstance(x, _Tensor)
     if not torch_side and not isinstance(x, np.ndarray):
         raise invalid(name, f"a torch.Tensor or numpy.ndarray is required, got {type(x).__name__}", call)
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    if kinds.__class__ is not tuple:
+        kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     if x.dtype not in _accepted(kinds, torch_side):
         want = " or ".join(str(_torch_dtypes()[k] if torch_side else _NUMPY[k]) for k in kinds)
         raise invalid(name, f"dtype {x.dtype}, want {want}", call)
@@ -145,11 +156,12 @@ def check(
     if not (x.is_contiguous() if torch_side else x.flags.c_contiguous):
         raise invalid(name, "must be contiguous", call)
     if device is not None:
-        if torch_side:
-            d = x.device
-            ok = d.type == device[0] and (device[1] < 0 or d.index == device[1])
-        else:
+        if not torch_side:
             ok = device[0] == "cpu"
+        elif device[0] == "cpu":
+            ok = x.is_cpu
+        else:  # get_device: no torch.device object made
+            ok = x.is_cuda and (device[1] < 0 or x.get_device() == device[1])
         if not ok:
             raise invalid(name, f"on {_where(device_of(x))}, want {_where(device)}", call)
     return x

@@ -271,11 +271,36 @@ def version() -> str:
     return lib.sy_version().decode()
 
 
+_cudart: ctypes.CDLL | None = None
+
+
+def cudart() -> ctypes.CDLL:
+    """The CUDA runtime the library loaded (libcudart.so.13), with the few calls the package makes."""
+    global _cudart
+    if _cudart is None:
+        rt = ctypes.CDLL("libcudart.so.13", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        rt.cudaEventCreateWithFlags.argtypes = [POINTER(c_void_p), c_uint]
+        rt.cudaEventRecord.argtypes = [c_void_p, c_void_p]
+        rt.cudaStreamWaitEvent.argtypes = [c_void_p, c_void_p, c_uint]
+        rt.cudaGetDeviceCount.argtypes = [POINTER(c_int)]
+        _cudart = rt
+    return _cudart
+
+
+def cuda_event() -> int:
+    """A cudaEvent_t without timing (for ordering streams); lives as long as the process."""
+    event = c_void_p()
+    status = cudart().cudaEventCreateWithFlags(ctypes.byref(event), 2)  # cudaEventDisableTiming
+    if status != 0:
+        raise RuntimeError(f"cudaEventCreateWithFlags failed: cudaError {status}")
+    return event.value
+
+
 def cuda_device_count() -> int:
     """GPUs the CUDA runtime the library loaded sees (0 when none is usable)."""
     try:
-        cudart = ctypes.CDLL("libcudart.so.13", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        rt = cudart()
     except OSError:
         return 0
     count = c_int(0)
-    return count.value if cudart.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0
+    return count.value if rt.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0

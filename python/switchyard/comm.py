@@ -154,8 +154,8 @@ class Comm:
         return f"Comm(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r}, device={self.device}{state})"
 
     # ---- streams ------------------------------------------------------------------------------------------
-    def _stream(self, stream: Any) -> tuple[int | None, Any]:
-        """(the cudaStream_t to pass, the stream to join back afterwards or None). Host backend: (None, None)."""
+    def _stream(self, stream: Any) -> tuple[int | None, int | None]:
+        """(the cudaStream_t to pass, the legacy stream to order after it, or None). Host backend: (None, None)."""
         if self.backend != "cuda":
             return None, None
         if stream is not None:
@@ -163,16 +163,22 @@ class Comm:
         raw = _current_raw_stream(self.device)
         if raw not in (0, 1):  # not the legacy default stream (torch's default: 0)
             return raw, None
-        torch = _arrays.torch_module()
-        current = torch.cuda.current_stream(self.device)
-        if self._side_stream is None:
+        if self._side_stream is None:  # a stream of torch's (kept) and two events, by the CUDA runtime's calls
+            torch = _arrays.torch_module()
             self._side_stream = torch.cuda.Stream(self.device)
-        self._side_stream.wait_stream(current)
-        return self._side_stream.cuda_stream, current
+            self._fork_events = (_lib.cuda_event(), _lib.cuda_event())
+        side, fork = self._side_stream.cuda_stream, self._fork_events[0]
+        cudart = _lib.cudart()
+        cudart.cudaEventRecord(fork, raw)
+        cudart.cudaStreamWaitEvent(side, fork, 0)
+        return side, raw
 
-    def _join(self, current: Any) -> None:
-        if current is not None:
-            current.wait_stream(self._side_stream)
+    def _join(self, legacy: int | None) -> None:
+        """Orders the legacy stream after the side stream's call (see _stream)."""
+        if legacy is not None:
+            cudart = _lib.cudart()
+            cudart.cudaEventRecord(self._fork_events[1], self._side_stream.cuda_stream)
+            cudart.cudaStreamWaitEvent(legacy, self._fork_events[1], 0)
 
     def _on(self, stream: Any) -> Any:
         """A context in which torch's work (copies, allocations) follows a call made on `stream`."""
@@ -257,12 +263,13 @@ class Comm:
         return address
 
 
-def _current_raw_stream(device: int) -> int:
-    """torch's current stream on `device` as a cudaStream_t (the private call inductor uses, a tenth of the cost of
-    torch.cuda.current_stream(); the public one where it is missing)."""
-    torch = _arrays.torch_module()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+def _public_raw_stream(device: int) -> int:
+    return _arrays.torch_module().cuda.current_stream(device).cuda_stream
+
+
+# torch's current stream on a device as a cudaStream_t: the private call inductor uses (a tenth of the cost of
+# torch.cuda.current_stream()), or the public one where it is missing
+_current_raw_stream = getattr(getattr(_arrays.torch_module(), "_C", None), "_cuda_getCurrentRawStream", _public_raw_stream)
 
 
 def _resolves_to_host(backend: str) -> bool:
