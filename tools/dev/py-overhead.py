@@ -32,19 +32,22 @@ from switchyard._lib import INDEX_TYPES, lib
 TARGET_US = 10.0
 
 
-def timed(fn, calls: int, batches: int, sync) -> float:
-    """Median over batches of the host time of one call, in microseconds."""
-    for _ in range(20):
-        fn()
-    sync()
-    per_call = []
-    for _ in range(batches):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
+def timed(fns, calls: int, batches: int, sync) -> list[float]:
+    """Per function, the median over batches of the host time of one call, in microseconds. The functions' batches
+    alternate, so a drift of the machine's speed falls on each alike."""
+    for fn in fns:
+        for _ in range(20):
             fn()
-        per_call.append((time.perf_counter_ns() - t0) / calls / 1000)
-        sync()
-    return statistics.median(per_call)
+    sync()
+    per_call: list[list[float]] = [[] for _ in fns]
+    for _ in range(batches):
+        for fn, times in zip(fns, per_call):
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter_ns() - t0) / calls / 1000)
+            sync()
+    return [statistics.median(t) for t in per_call]
 
 
 def pair(first, second):
@@ -73,9 +76,8 @@ def main() -> int:
     rows = []
 
     def measure(name, python_call, c_call):
-        run = lambda f: timed(f, args.calls, args.batches, sync)  # noqa: E731
         with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-            py, cc = run(python_call), run(c_call)
+            py, cc = timed([python_call, c_call], args.calls, args.batches, sync)
         rows.append((name, py, cc))
 
     # all-to-all into a symmetric tensor (no copy): 64 KiB
@@ -103,10 +105,10 @@ def main() -> int:
                                              rs, handle),
                  lambda: lib.sy_moe_combine(moe.handle, y.data_ptr(), ids.data_ptr(), i32, weights.data_ptr(), T,
                                             combined.data_ptr(), handle)))  # fmt: skip
-    noop = timed(lambda: lib.sy_version_code(), args.calls, args.batches, lambda: None)
+    (noop,) = timed([lambda: lib.sy_version_code()], args.calls, args.batches, lambda: None)
 
     if cuda:  # the package's fork to a side stream when the current stream is torch's default (legacy) stream
-        py = timed(lambda: sy.alltoall(comm, send, out=out), args.calls, args.batches, torch.cuda.synchronize)
+        (py,) = timed([lambda: sy.alltoall(comm, send, out=out)], args.calls, args.batches, torch.cuda.synchronize)
         rows.append(("alltoall 64K, default stream", py, rows[0][2]))
 
     print(f"# py-overhead: switchyard {sy.__version__}, torch {torch.__version__}, backend {comm.backend}, device "
