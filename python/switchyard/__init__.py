@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ._lib import nvshmem_build_version, version
 from .alltoall import alltoall, alltoallv
+from .attn import Attn, AttnPlan, Description, Placement, Seq, place
 from .comm import Comm, host_ranks
 from .errors import (
     AbortedError,
@@ -41,6 +42,7 @@ __version__ = version()
 
 __all__ = [
     "Comm", "host_ranks", "alltoall", "alltoallv", "MoE", "MoERecv", "MoEHT", "HTRecv", "Layout",
+    "Attn", "AttnPlan", "Description", "Placement", "Seq", "place",
     "Error", "InvalidArgError", "NoMemoryError", "CudaError", "NvshmemError", "TimeoutError", "BootstrapError",
     "SystemCallError", "UnsupportedError", "NoDeviceError", "AbortedError", "MismatchError", "InternalError",
     "status_name", "status_string", "version", "nvshmem_build_version",

@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 
-from switchyard import _lib
+from switchyard import _lib, attn
+
+STRUCTS = {**_lib.STRUCTS, **attn.STRUCTS}
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
@@ -23,7 +25,7 @@ def test_struct_layouts(tmp_path) -> None:
     if cc is None or not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda_runtime_api.h")):
         pytest.skip(f"needs a C compiler and the CUDA headers ({CUDA_INCLUDE})")
     lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <switchyard.h>", "int main(void) {"]
-    for c_name, struct in _lib.STRUCTS.items():
+    for c_name, struct in STRUCTS.items():
         lines.append(f'  printf("{c_name} size %zu\\n", sizeof({c_name}));')
         for field, _ in struct._fields_:
             lines.append(f'  printf("{c_name} {field} %zu\\n", offsetof({c_name}, {field}));')
@@ -34,7 +36,7 @@ def test_struct_layouts(tmp_path) -> None:
     subprocess.run([cc, "-I", os.path.join(ROOT, "include"), "-I", CUDA_INCLUDE, str(src), "-o", str(exe)], check=True)
     c_side = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
     py_side = []
-    for c_name, struct in _lib.STRUCTS.items():
+    for c_name, struct in STRUCTS.items():
         py_side.append(f"{c_name} size {ctypes.sizeof(struct)}")
         py_side += [f"{c_name} {field} {getattr(struct, field).offset}" for field, _ in struct._fields_]
     assert c_side[:-1] == py_side
