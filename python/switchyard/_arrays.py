@@ -64,6 +64,18 @@ def _accepted(kinds: tuple, torch_side: bool) -> frozenset:
     return found
 
 
+_TensorClass: Any = _torch.Tensor if _torch is not None else None  # exactly torch.Tensor (the fast path)
+_KIND_SETS: dict[Any, tuple[frozenset, frozenset]] = {}  # kinds -> (torch dtypes, numpy dtypes)
+
+
+def _kind_sets(kinds: Any) -> tuple[frozenset, frozenset]:
+    key = kinds
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    sets = (_accepted(kinds, True) if _torch is not None else frozenset(), _accepted(kinds, False))
+    _KIND_SETS[key] = sets
+    return sets
+
+
 def is_torch(x: Any) -> bool:
     return isinstance(x, _Tensor)
 
@@ -129,7 +141,20 @@ def check(
     allow_none: bool = False,
 ) -> Any:
     """Checks an argument (an array of one of `kinds`, C-contiguous, of `shape` where not None, on `device`)
-    and returns it; raises InvalidArgError naming it otherwise. On every call's path: kept cheap."""
+    and returns it; raises InvalidArgError naming it otherwise. On every call's path: a plain tensor or array
+    that passes takes one expression; anything else the detailed checks below."""
+    sets = _KIND_SETS.get(kinds)
+    if sets is None:
+        sets = _kind_sets(kinds)
+    cls = x.__class__
+    if cls is _TensorClass:
+        if (x.dtype in sets[0] and (shape is None or x.shape == shape) and x.is_contiguous()
+                and (device is None or (x.get_device() == device[1] if device[0] == "cuda" else x.is_cpu))):  # fmt: skip
+            return x
+    elif cls is np.ndarray:
+        if (x.dtype in sets[1] and (shape is None or x.shape == shape) and x.flags.c_contiguous
+                and (device is None or device[0] == "cpu")):  # fmt: skip
+            return x
     if x is None:
         if allow_none:
             return None

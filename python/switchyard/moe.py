@@ -130,7 +130,9 @@ class MoE:
     # ---- argument checks ----------------------------------------------------------------------------------
     def _check_route(self, call: str, tokens_or_n: Any, expert_ids: Any, weights: Any, weights_read: bool) -> int:
         where = self.comm._where
-        ids = _arrays.check(expert_ids, "expert_ids", call, _IDS, shape=(None, self.top_k), device=where)
+        rows = getattr(expert_ids, "shape", (None,))  # the exact shape when it can be read: the checks' fast path
+        shape = (rows[0] if len(rows) == 2 else None, self.top_k)
+        ids = _arrays.check(expert_ids, "expert_ids", call, _IDS, shape=shape, device=where)
         n = int(ids.shape[0])
         if n > self.max_tokens:
             raise invalid("expert_ids", f"{n} tokens > max_tokens={self.max_tokens}", call)

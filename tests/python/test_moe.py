@@ -125,7 +125,7 @@ def check_bad_arguments(comm: sy.Comm) -> None:
         moe.dispatch(tok, ids)
     with pytest.raises(sy.InvalidArgError, match=r"tokens: dtype float32, want uint16"):
         moe.dispatch(tok.astype(np.float32), ids, w)
-    with pytest.raises(sy.InvalidArgError, match=r"expert_ids: shape \[2, 3\], want \[\*, 2\]"):
+    with pytest.raises(sy.InvalidArgError, match=r"expert_ids: shape \[2, 3\], want \[2, 2\]"):
         moe.dispatch(tok, np.zeros((2, 3), np.int32), w)
     with pytest.raises(sy.InvalidArgError, match=r"expert_ids: 5 tokens > max_tokens=4"):
         moe.dispatch(np.zeros((5, 128), np.uint16), np.zeros((5, 2), np.int32), np.ones((5, 2), np.float32))
