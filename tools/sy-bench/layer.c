@@ -179,12 +179,8 @@ int bench_layer(bench_ctx_t *ctx) {
                   "# layer: forward; hidden %d, ffn %d, top-%d of %d experts; GEMMs: %s, one W1 [%d][%d] and W2 "
                   "[%d][%d] for every expert; ways: a sequential, b %d micro-batches on two streams, c replayed from "
                   "the graph cache (PDL %s); comm and compute: each alone\n",
-                  b.H, b.F, b.K, b.E,
-                  gpu ? (getenv("SY_BENCH_NO_GEMM_TUNE")
-                             ? "cublasLt (its heuristic's first)"
-                             : "cublasLt (the fastest of its first 8 heuristic candidates a shape, timed once)")
-                      : "C loops (host backend)",
-                  b.H, b.F, b.F, b.H, b.nmb, getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
+                  b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H, b.nmb,
+                  getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
     rc = layer_setup_common(&b);
     if (!rc) rc = b.T <= 256 ? layer_decode(&b) : prefill(&b);
     if (rc) bench_print(ctx, "# layer: %d tokens: failed (rank %d)\n", b.T, ctx->rank);

@@ -36,69 +36,6 @@ int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n) {
 
 /* ---- the GEMMs ---------------------------------------------------------------------------------------------- */
 
-/* The GEMMs' algorithms, tuned once a shape: cublasLt's first LAYER_TUNE_ALGOS heuristic candidates each timed
- * (events, 3 runs after one) on the caller's stream outside a capture, the fastest kept; a shape first met inside a
- * capture, or with LAYER_TUNE_ALGOS candidates failing, takes the heuristic's first (algo NULL). cuBLASLt's first
- * pick at the micro-batches' shapes (96 rows an expert) ran 25% slower a row than at the whole step's (run 26). */
-#define LAYER_TUNE_ALGOS  8
-#define LAYER_TUNE_SHAPES 32
-typedef struct gemm_key {
-  int rows, stride, k, n, batch, trans_b, relu, sms;
-} gemm_key_t;
-static struct {
-  gemm_key_t key;
-  int valid; /* 1: algo; -1: tried, none better than the heuristic's own */
-  cublasLtMatmulAlgo_t algo;
-} tuned[LAYER_TUNE_SHAPES];
-static int num_tuned;
-
-static const cublasLtMatmulAlgo_t *tuned_algo(layer_bench_t *b, const gemm_key_t *key, cublasLtMatmulDesc_t op,
-                                              cublasLtMatrixLayout_t *ls, const void *A, const void *B, void *C,
-                                              cudaStream_t stream) {
-  for (int i = 0; i < num_tuned; i++)
-    if (!memcmp(&tuned[i].key, key, sizeof *key)) return tuned[i].valid > 0 ? &tuned[i].algo : NULL;
-  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (num_tuned == LAYER_TUNE_SHAPES || getenv("SY_BENCH_NO_GEMM_TUNE") ||
-      cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
-    return NULL;
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t res[LAYER_TUNE_ALGOS];
-  int found = 0;
-  if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &b->lt_work_bytes,
-                                           sizeof b->lt_work_bytes) == CUBLAS_STATUS_SUCCESS)
-    if (cublasLtMatmulAlgoGetHeuristic(b->lt, op, ls[0], ls[1], ls[2], ls[2], pref, LAYER_TUNE_ALGOS, res, &found) !=
-        CUBLAS_STATUS_SUCCESS)
-      found = 0;
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  cudaEvent_t e0 = NULL, e1 = NULL;
-  float best = 0;
-  int pick = -1;
-  const float one = 1.0f, zero = 0.0f;
-  if (found > 0 && cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess)
-    for (int a = 0; a < found; a++) {
-      int bad = 0;
-      for (int r = 0; r < 4 && !bad; r++) { /* one untimed, three timed */
-        if (r == 1) cudaEventRecord(e0, stream);
-        bad = cublasLtMatmul(b->lt, op, &one, B, ls[0], A, ls[1], &zero, C, ls[2], C, ls[2], &res[a].algo, b->lt_work,
-                             b->lt_work_bytes, stream) != CUBLAS_STATUS_SUCCESS;
-      }
-      float ms = 0;
-      if (bad || cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
-          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
-        continue;
-      if (pick < 0 || ms < best) best = ms, pick = a;
-    }
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-  (void)cudaGetLastError();
-  tuned[num_tuned].key = *key;
-  tuned[num_tuned].valid = pick > 0 ? 1 : -1; /* candidate 0 is what algo NULL runs */
-  if (pick > 0) tuned[num_tuned].algo = res[pick].algo;
-  num_tuned++;
-  return pick > 0 ? &tuned[num_tuned - 1].algo : NULL;
-}
-
 /* Row-major C[e] (rows x n) = A[e] (rows x k) M, e < batch, A[e] and C[e] at e x stride rows; M shared: B (k x n,
  * row-major), or with trans_b B^T of the row-major n x k B; relu on the output with `relu`. cublasLt sees the
  * column-major transposes: C^T = M^T A^T, M^T being B stored n x k column-major (ld n), or (trans_b) B stored
@@ -125,11 +62,8 @@ static int gemm_gpu(layer_bench_t *b, const uint16_t *A, const uint16_t *B, uint
                                                 sizeof strides[i]) != 0;
   }
   const float one = 1.0f, zero = 0.0f;
-  const gemm_key_t key = {rows, stride, k, n, batch, trans_b, relu, sms};
-  const cublasLtMatmulAlgo_t *algo = NULL;
-  if (!rc) algo = tuned_algo(b, &key, op, ls, A, B, C, stream);
   if (!rc)
-    rc = cublasLtMatmul(b->lt, op, &one, B, ls[0], A, ls[1], &zero, C, ls[2], C, ls[2], algo, b->lt_work,
+    rc = cublasLtMatmul(b->lt, op, &one, B, ls[0], A, ls[1], &zero, C, ls[2], C, ls[2], NULL, b->lt_work,
                         b->lt_work_bytes, stream) != CUBLAS_STATUS_SUCCESS;
   for (int i = 0; i < 3; i++)
     if (ls[i]) cublasLtMatrixLayoutDestroy(ls[i]);
