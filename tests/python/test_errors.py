@@ -82,3 +82,28 @@ def test_closed() -> None:
         return repr(comm)
 
     assert "closed" in on_host(1, fn)[0]
+
+
+def test_from_env_and_process_group_host(monkeypatch) -> None:
+    """Without a GPU: from_env is one host rank; a launcher of several processes is refused on the host backend
+    (its ranks are threads); from_process_group takes the default group's rank and size."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    monkeypatch.setenv("SY_BACKEND", "host")
+    with sy.Comm.from_env() as comm:
+        assert (comm.rank, comm.world_size, comm.backend) == (0, 1, "host")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(sy.InvalidArgError, match=r"backend: the host backend runs ranks as threads"):
+        sy.Comm.from_env()
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(sy.InvalidArgError, match=r"group: torch.distributed is not initialised"):
+        sy.Comm.from_process_group()
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with sy.Comm.from_process_group(backend="host") as comm:
+            assert (comm.rank, comm.world_size) == (0, 1)
+            np.testing.assert_array_equal(sy.alltoall(comm, np.arange(4)), np.arange(4))
+    finally:
+        dist.destroy_process_group()
