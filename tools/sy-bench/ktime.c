@@ -247,35 +247,6 @@ int bench_ktime_available(const char **why) {
 int bench_ktime_begin(void) { return 1; }
 void bench_ktime_push(uint64_t call) {}
 void bench_ktime_pop(void) {}
-/* SY_BENCH_TIMELINE=FILE: every kernel of the timed pass's last call appended to FILE (a block a timed pass:
- * start and end in microseconds from the call's first kernel, stream, grid, block, shared memory, name), to see
- * what ran beside what. Called with kt.lock held, kt.exts sorted. */
-static void dump_timeline(const char *path, int calls) {
-  char name[512];
-  const char *r = strstr(path, "%r"), *rank = getenv("SY_RANK");
-  if (r) snprintf(name, sizeof name, "%.*s%s%s", (int)(r - path), path, rank ? rank : "0", r + 2);
-  else snprintf(name, sizeof name, "%s", path);
-  FILE *f = fopen(name, "a");
-  if (!f) return;
-  static int pass;
-  uint64_t t0 = 0;
-  for (size_t i = 0; i < kt.num_kernels; i++) {
-    const ext_rec_t key = {kt.kernels[i].correlation, 0};
-    const ext_rec_t *e = bsearch(&key, kt.exts, kt.num_exts, sizeof *kt.exts, cmp_ext);
-    if (e && e->id == (uint64_t)calls - 1 && (!t0 || kt.kernels[i].start < t0)) t0 = kt.kernels[i].start;
-  }
-  fprintf(f, "== timed pass %d, call %d: start_us end_us stream grid block smem name\n", pass++, calls - 1);
-  for (size_t i = 0; i < kt.num_kernels; i++) {
-    const kernel_rec_t *k = &kt.kernels[i];
-    const ext_rec_t key = {k->correlation, 0};
-    const ext_rec_t *e = bsearch(&key, kt.exts, kt.num_exts, sizeof *kt.exts, cmp_ext);
-    if (!e || e->id != (uint64_t)calls - 1) continue;
-    fprintf(f, "%10.2f %10.2f %4u %6u %5u %7u %s\n", (k->start - t0) / 1e3, (k->end - t0) / 1e3, k->stream, k->grid,
-            k->block, k->smem, k->name);
-  }
-  fclose(f);
-}
-
 int bench_ktime_end(int calls, double *us) { return 1; }
 
 #endif
