@@ -88,6 +88,14 @@ typedef enum sy_status {
 SY_API const char *sy_status_name(sy_status_t status);
 /* A short lowercase sentence fragment: "timed out waiting for a peer". */
 SY_API const char *sy_status_string(sy_status_t status);
+/* The message of the calling thread's last failure: the text of the log line that reported it, without the
+ * "[rank N] sy warn: " prefix, whatever SY_DEBUG says. For SY_ERR_INVALID_ARG it names the function, the argument
+ * and its value ("sy_alltoall: invalid argument: send is NULL with bytes_per_rank=64"); for a call refused after a
+ * recorded error, the communicator's description. Calls clear it as they open, so read right after a call that
+ * failed it is that call's message ("" if it reported none); after a success it is "" or an earlier failure's.
+ * Thread-local (each thread sees its own; never NULL). The text is valid until the thread's next sy_* call, which
+ * may replace or clear it; sy_status_name, sy_status_string, sy_version and sy_backend_name leave it as it is. */
+SY_API const char *sy_last_error(void);
 
 /* "0.1.0". */
 SY_API const char *sy_version(void);

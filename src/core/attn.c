@@ -200,7 +200,7 @@ fail:
 sy_status_t sy_attn_destroy(sy_attn_t attn) {
   if (!attn) return SY_SUCCESS;
   sy_comm_t comm = attn->comm;
-  sy__log_set_rank(comm->rank);
+  sy__api_enter(comm->rank);
   if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
   sy_status_t st = SY_SUCCESS;
   if (attn->staging && sy__comm_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);

@@ -22,6 +22,12 @@ void sy__comm_set_error(sy_comm_t comm, sy_status_t status, const char *fmt, ...
   va_end(ap);
 }
 
+sy_status_t sy__comm_refuse(sy_comm_t comm, const char *func) {
+  sy__log_as(SY_LOG_INFO, SY_RECORD_FIRST, __FILE__, __LINE__, "%s: refused: the communicator failed earlier: %s: %s",
+             func, sy_status_name(comm->error), comm->error_detail);
+  return comm->error;
+}
+
 sy_status_t sy__comm_health(sy_comm_t comm) {
   if (comm->error == SY_SUCCESS && comm->ops->poll_error) {
     char detail[sizeof comm->error_detail];
@@ -59,6 +65,7 @@ static sy_status_t resolve_backend(sy_backend_t requested, sy_backend_t *out) {
 
 sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in) {
   static const char *fn = "sy_comm_init";
+  sy__last_error_clear(); /* no rank yet: sy__log_set_rank below, once known */
   SY_ARG_CHECK(comm_out != NULL, fn, "comm is NULL");
   *comm_out = NULL;
   sy_comm_config_t config = SY_COMM_CONFIG_INIT;
@@ -171,7 +178,7 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
 
 sy_status_t sy_comm_destroy(sy_comm_t comm) {
   if (!comm) return SY_SUCCESS;
-  sy__log_set_rank(comm->rank);
+  sy__api_enter(comm->rank);
   sy_status_t st = comm->ops->destroy(comm);
   free(comm->a2a_scratch);
   free(comm->symm);

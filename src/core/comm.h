@@ -192,14 +192,17 @@ sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn);
 /* Rejects the legacy default stream (NULL) on the cuda backend, naming the function (exec/stream.c). */
 sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
 
-/* Opening of a public call on a communicator: comm non-NULL, the log's rank, no sticky error. */
-#define SY_COMM_GUARD(comm, func)                       \
-  do {                                                  \
-    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL"); \
-    sy__log_set_rank((comm)->rank);                     \
-    sy_status_t sy_health_ = sy__comm_health(comm);     \
-    if (sy_health_ != SY_SUCCESS) return sy_health_;    \
+/* Opening of a public call on a communicator: comm non-NULL, the log's rank and a clear sy_last_error
+ * (sy__api_enter), no sticky error (a refusal's sy_last_error is the communicator's description). */
+#define SY_COMM_GUARD(comm, func)                                     \
+  do {                                                                \
+    SY_ARG_CHECK((comm) != NULL, func, "comm is NULL");               \
+    sy__api_enter((comm)->rank);                                      \
+    sy_status_t sy_health_ = sy__comm_health(comm);                   \
+    if (sy_health_ != SY_SUCCESS) return sy__comm_refuse(comm, func); \
   } while (0)
+/* Returns comm's recorded error, filling sy_last_error with it (when the call has reported nothing yet). */
+sy_status_t sy__comm_refuse(sy_comm_t comm, const char *func);
 
 /* Opening of a query that only reads facts fixed when the communicator or an object was made (rank, size,
  * backend, device, sizes a configuration implies): comm non-NULL and the log's rank, but no health gate, so that
@@ -207,7 +210,7 @@ sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn
 #define SY_COMM_QUERY_GUARD(comm, func)                 \
   do {                                                  \
     SY_ARG_CHECK((comm) != NULL, func, "comm is NULL"); \
-    sy__log_set_rank((comm)->rank);                     \
+    sy__api_enter((comm)->rank);                        \
   } while (0)
 
 /* Records the first asynchronous/fatal error of a communicator (keeps the first). */

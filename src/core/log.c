@@ -1,7 +1,7 @@
 /*
  * log.c — one log for the library: SY_DEBUG picks the level, SY_DEBUG_FILE the destination (%h host,
  * %p pid, %r rank). Lines: "[rank N] sy warn: message". Thread-safe; each thread has its own rank (the host
- * backend runs ranks as threads).
+ * backend runs ranks as threads) and its own last failure's message (sy_last_error; log.h says what fills it).
  */
 #include "internal.h"
 
@@ -16,9 +16,17 @@ static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_level = -1; /* -1: not read yet */
 static FILE *log_file;
 static _Thread_local int log_rank = -1;
+static _Thread_local char last_error[1024]; /* a message as logged, without the "[rank N] sy warn: " prefix */
 
 void sy__log_set_rank(int rank) { log_rank = rank; }
 int sy__log_get_rank(void) { return log_rank; }
+
+const char *sy_last_error(void) { return last_error; }
+void sy__last_error_clear(void) { last_error[0] = '\0'; }
+void sy__api_enter(int rank) {
+  log_rank = rank;
+  last_error[0] = '\0';
+}
 
 static void expand_path(const char *pattern, char *out, size_t out_bytes) {
   size_t n = 0;
@@ -86,14 +94,16 @@ int sy__log_enabled(sy_log_level_t level) {
   return level != SY_LOG_NONE && (int)level <= current;
 }
 
-void sy__log(sy_log_level_t level, const char *file, int line, const char *fmt, ...) {
-  if (!sy__log_enabled(level)) return;
+static void log_line(sy_log_level_t level, sy_record_t record, const char *file, int line, const char *fmt,
+                     va_list ap) {
+  const int enabled = sy__log_enabled(level);
+  if (!enabled && record == SY_RECORD_NONE) return;
   static const char *names[] = {"none", "warn", "info", "trace"};
   char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
+  if (record == SY_RECORD_REPLACE || (record == SY_RECORD_FIRST && !last_error[0]))
+    snprintf(last_error, sizeof last_error, "%s", msg);
+  if (!enabled) return;
   char prefix[32] = "";
   if (log_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", log_rank);
   pthread_mutex_lock(&log_lock);
@@ -105,4 +115,18 @@ void sy__log(sy_log_level_t level, const char *file, int line, const char *fmt, 
   }
   fflush(log_file);
   pthread_mutex_unlock(&log_lock);
+}
+
+void sy__log(sy_log_level_t level, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_line(level, level == SY_LOG_WARN ? SY_RECORD_FIRST : SY_RECORD_NONE, file, line, fmt, ap);
+  va_end(ap);
+}
+
+void sy__log_as(sy_log_level_t level, sy_record_t record, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_line(level, record, file, line, fmt, ap);
+  va_end(ap);
 }

@@ -131,7 +131,7 @@ sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_m
 sy_status_t sy_moe_destroy(sy_moe_t moe) {
   if (!moe) return SY_SUCCESS;
   sy_comm_t comm = moe->comm;
-  sy__log_set_rank(comm->rank);
+  sy__api_enter(comm->rank);
   sy__comm_health(comm);
   if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
   free(moe);

@@ -47,5 +47,5 @@ void sy__arg_error(const char *func, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  sy__log(SY_LOG_WARN, __FILE__, __LINE__, "%s: invalid argument: %s", func, what);
+  sy__log_as(SY_LOG_WARN, SY_RECORD_REPLACE, __FILE__, __LINE__, "%s: invalid argument: %s", func, what);
 }

@@ -120,6 +120,7 @@ sy_status_t sy_host_pool_create(sy_comm_t comm, const sy_host_pool_config_t *con
 
 sy_status_t sy_host_pool_destroy(sy_host_pool_t pool) {
   if (!pool) return SY_SUCCESS;
+  sy__last_error_clear(); /* no guard: accepted after an error */
   const uint64_t deadline = now_ns() + pool->timeout_ms * 1000000ull;
   pthread_mutex_lock(&pool->mu);
   int pending = 0;

@@ -163,7 +163,7 @@ static sy_status_t free_entry(sy_pool_t pool, live_entry_t *e, cudaStream_t stre
 sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   static const char *fn = "sy_pool_free";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
-  sy__log_set_rank(pool->rank); /* no guard: accepted after an error, and after its communicator is gone */
+  sy__api_enter(pool->rank); /* no guard: accepted after an error, and after its communicator is gone */
   live_entry_t *e = ptr ? live_find(pool, ptr) : NULL;
   SY_ARG_CHECK(e != NULL, fn, "ptr=%p is not a live allocation of this pool (never given out, or freed already)", ptr);
   SY_ARG_CHECK(pool->backend != SY_BACKEND_CUDA || (stream != NULL && stream != cudaStreamLegacy), fn,
@@ -175,6 +175,7 @@ sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
 sy_status_t sy_pool_trim(sy_pool_t pool, size_t keep_bytes) {
   static const char *fn = "sy_pool_trim";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
+  sy__api_enter(pool->rank);
   if (pool->backend == SY_BACKEND_CUDA) SY_CHECK(sy__cuda_pool_trim(pool->handle, keep_bytes));
   return SY_SUCCESS; /* the host backend keeps nothing beyond its live allocations */
 }

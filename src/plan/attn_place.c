@@ -547,6 +547,7 @@ oom:
 /* ---- public ---------------------------------------------------------------------------------------------- */
 
 SY_API sy_status_t sy_attn_place(const sy_attn_place_desc_t *desc, sy_attn_placement_t *placement) {
+  sy__last_error_clear();
   sy_status_t status = validate(desc, placement);
   if (status != SY_SUCCESS) return status;
   *placement = NULL;
