@@ -123,6 +123,11 @@ typedef enum sy_backend {
 /* "auto", "cuda", "host". */
 SY_API const char *sy_backend_name(sy_backend_t backend);
 
+/* The caller's allgather over the communicator's ranks (sy_comm_config_t.allgather): every rank gives `bytes`
+ * bytes at `send` (the same count on every rank), and `recv` receives world_size * bytes, rank r's at r * bytes.
+ * Returns 0 on success; anything else fails the library's call with SY_ERR_BOOTSTRAP. */
+typedef int (*sy_allgather_fn)(void *user, const void *send, void *recv, size_t bytes);
+
 typedef struct sy_comm_config {
   size_t size;          /* sizeof(sy_comm_config_t): lets later versions add fields */
   sy_backend_t backend; /* SY_BACKEND_AUTO by default */
@@ -132,17 +137,26 @@ typedef struct sy_comm_config {
   size_t heap_bytes;    /* symmetric memory to reserve per rank; 0: SY_HEAP_SIZE (which must not be 0) */
   uint64_t timeout_ms;  /* bound on every wait; 0: SY_TIMEOUT_MS */
   int host_group;       /* host backend: threads that pass the same value form one communicator */
+  /* cuda backend: how the ranks meet before NVSHMEM exists. NULL: the launcher's rendezvous (sy_comm_init).
+   * Otherwise every host-side exchange goes through this function instead (a torch.distributed group, an MPI
+   * communicator: ranks the launcher does not know as a world): NVSHMEM's unique id at init, and the exchanges
+   * of sy_mem_alloc, sy_comm_allgather_host and the MoE creates. It needs rank and world_size set;
+   * it is called on the thread making the library's call, by every rank at the same points in the same order,
+   * and must stay callable until sy_comm_destroy returns. Its waits are bounded by the caller, not by
+   * SY_BOOT_TIMEOUT_MS. The host backend, whose ranks meet in the process, never calls it. */
+  sy_allgather_fn allgather;
+  void *allgather_user; /* passed to allgather */
 } sy_comm_config_t;
 
 #define SY_COMM_CONFIG_INIT \
-  { sizeof(sy_comm_config_t), SY_BACKEND_AUTO, -1, -1, -1, 0, 0, 0 }
+  { sizeof(sy_comm_config_t), SY_BACKEND_AUTO, -1, -1, -1, 0, 0, 0, NULL, NULL }
 
 /* Collective. Creates this rank's communicator. cuda backend: selects the GPU, exchanges NVSHMEM's unique
  * id through the launcher's rendezvous (syrun's private directory, or TCP to MASTER_ADDR: rank 0 listens only
- * at that address and answers only ranks that complete the handshake, with SY_BOOT_SECRET when it is set),
- * initialises NVSHMEM and reserves the library's control memory. host backend: each of world_size threads calls
- * it with its own rank; it returns once all have arrived (or fails naming the ranks that never did).
- * config may be NULL (all defaults). Not graph-capturable. */
+ * at that address and answers only ranks that complete the handshake, with SY_BOOT_SECRET when it is set) or
+ * through config->allgather, initialises NVSHMEM and reserves the library's control memory. host backend: each of
+ * world_size threads calls it with its own rank; it returns once all have arrived (or fails naming the ranks that
+ * never did). config may be NULL (all defaults). Not graph-capturable. */
 SY_API sy_status_t sy_comm_init(sy_comm_t *comm, const sy_comm_config_t *config);
 
 /* Collective. Frees everything the communicator holds, symmetric allocations included. Accepted after an
@@ -164,8 +178,8 @@ SY_API sy_status_t sy_comm_device(sy_comm_t comm, int *device);
 SY_API sy_status_t sy_comm_async_error(sy_comm_t comm, sy_status_t *async_status, char *detail, size_t detail_bytes);
 
 /* Collective, blocking, host-side: every rank contributes `bytes` from send; recv receives world_size * bytes
- * in rank order. Travels over the bootstrap (syrun's directory or TCP), not the GPU: meant for small things
- * such as an ncclUniqueId. Bounded by the bootstrap timeout. */
+ * in rank order. Travels over the bootstrap (syrun's directory or TCP, or config->allgather), not the GPU: meant
+ * for small things such as an ncclUniqueId. Bounded by the bootstrap timeout (config->allgather: by the caller). */
 SY_API sy_status_t sy_comm_allgather_host(sy_comm_t comm, const void *send, void *recv, size_t bytes);
 
 /* ---------------------------------------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /*
  * boot.h — how a rank learns who it is and meets the others before NVSHMEM exists: the launcher's
  * environment (syrun, torchrun, srun, mpirun) and a small out-of-band allgather (syrun's private directory
- * on one node, TCP to a rendezvous address beyond it). NVSHMEM's unique id and NCCL's travel over it.
+ * on one node, TCP to a rendezvous address beyond it, or the caller's own allgather). NVSHMEM's unique id and
+ * NCCL's travel over it.
  */
 #ifndef SY_BOOT_H
 #define SY_BOOT_H
@@ -43,6 +44,9 @@ sy_status_t sy__boot_open_tcp(const char *addr, int port, int rank, int world_si
                               const char *secret, sy_boot_t **boot);
 /* In-process (host backend and world 1). */
 sy_status_t sy__boot_open_trivial(sy_boot_t **boot);
+/* The caller's allgather (sy_comm_config_t.allgather): each round is one call of it; a non-zero return is
+ * SY_ERR_BOOTSTRAP (sticky, as any failed round). Its waits are the caller's to bound. */
+sy_status_t sy__boot_open_caller(sy_allgather_fn allgather, void *user, int rank, int world_size, sy_boot_t **boot);
 
 /* Collective over the boot ranks: recv gets world_size * bytes, in rank order. Ranks passing different
  * byte counts get SY_ERR_MISMATCH. A rank that does not arrive within the timeout makes the others fail with

@@ -80,6 +80,32 @@ sy_status_t sy__boot_open_trivial(sy_boot_t **boot) {
   return sy__boot_alloc(SY_BOOT_TRIVIAL, 0, 1, 0, boot);
 }
 
+sy_status_t sy__boot_open_caller(sy_allgather_fn allgather, void *user, int rank, int world_size, sy_boot_t **boot) {
+  const char *fn = "sy__boot_open_caller";
+  SY_ARG_CHECK(boot != NULL, fn, "boot=NULL");
+  SY_ARG_CHECK(allgather != NULL, fn, "allgather=NULL");
+  SY_ARG_CHECK(world_size >= 1, fn, "world_size=%d must be >= 1", world_size);
+  SY_ARG_CHECK(rank >= 0 && rank < world_size, fn, "rank=%d must be in [0, %d)", rank, world_size);
+  SY_CHECK(sy__boot_alloc(SY_BOOT_CALLER, rank, world_size, 0, boot));
+  (*boot)->allgather = allgather;
+  (*boot)->allgather_user = user;
+  SY_INFO("rendezvous: the caller's allgather, rank %d of %d", rank, world_size);
+  return SY_SUCCESS;
+}
+
+static sy_status_t caller_allgather(sy_boot_t *boot, const void *send, void *recv, size_t bytes) {
+  const int rc = boot->allgather(boot->allgather_user, send, recv, bytes);
+  if (rc != 0) {
+    SY_WARN(
+        "rendezvous: the caller's allgather (sy_comm_config_t.allgather) returned %d in round %llu (%zu bytes a "
+        "rank)",
+        rc, (unsigned long long)boot->round, bytes);
+    return SY_ERR_BOOTSTRAP;
+  }
+  boot->round++;
+  return SY_SUCCESS;
+}
+
 /* ---------------------------------------------------------------------------------------------------- */
 /* Directory mode                                                                                         */
 /* ---------------------------------------------------------------------------------------------------- */
@@ -375,6 +401,7 @@ sy_status_t sy__boot_allgather(sy_boot_t *boot, const void *send, void *recv, si
       }
       if (status == SY_SUCCESS) boot->round++;
       break;
+    case SY_BOOT_CALLER: status = caller_allgather(boot, send, recv, bytes); break;
   }
   if (status != SY_SUCCESS) boot->failed = status;
   return status;

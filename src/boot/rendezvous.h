@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-typedef enum sy_boot_kind { SY_BOOT_TRIVIAL, SY_BOOT_DIR, SY_BOOT_TCP } sy_boot_kind_t;
+typedef enum sy_boot_kind { SY_BOOT_TRIVIAL, SY_BOOT_DIR, SY_BOOT_TCP, SY_BOOT_CALLER } sy_boot_kind_t;
 
 struct sy_boot {
   sy_boot_kind_t kind;
@@ -23,6 +23,8 @@ struct sy_boot {
   char *secret; /* tcp: the shared secret while the rendezvous opens, else NULL (wiped and freed after open) */
   int port;
   int *fds; /* tcp rank 0: world_size sockets (fds[0] unused); others: fds[0] is the socket to rank 0 */
+  sy_allgather_fn allgather; /* caller: the caller's allgather and its argument */
+  void *allgather_user;
 };
 
 sy_status_t sy__boot_alloc(sy_boot_kind_t kind, int rank, int world_size, uint64_t timeout_ms, sy_boot_t **out);

@@ -90,6 +90,9 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   SY_ARG_CHECK(config.rank >= -1 && config.world_size >= -1, fn,
                "config->rank=%d / world_size=%d: use -1 for 'from the launcher'", config.rank, config.world_size);
   SY_ARG_CHECK(config.device >= -1, fn, "config->device=%d must be -1 or a device index", config.device);
+  SY_ARG_CHECK(config.allgather == NULL || config.rank >= 0, fn,
+               "config->allgather is set but config->rank=-1: a caller's bootstrap needs the rank and world_size it "
+               "gathers over");
 
   sy_resolved_config_t rc;
   memset(&rc, 0, sizeof rc);
@@ -114,6 +117,8 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   }
   rc.host_group = config.host_group;
   rc.device = config.device;
+  rc.allgather = config.allgather;
+  rc.allgather_user = config.allgather_user;
 
   if (config.rank >= 0) {
     rc.rank = config.rank;

@@ -223,6 +223,8 @@ typedef struct sy_resolved_config {
   size_t heap_bytes;
   uint64_t timeout_ms, boot_timeout_ms;
   int host_group;
+  sy_allgather_fn allgather; /* the caller's bootstrap, or NULL: the launcher's */
+  void *allgather_user;
 } sy_resolved_config_t;
 
 /* Backends: fill comm->ops and comm->backend_state. */

@@ -336,9 +336,11 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   st->a2a_blocks = blocks > 0 ? (int)blocks : st->num_sms;
   st->a2a_ce_min = ce_min;
 
-  SY_CHECK_GOTO(comm->world_size == 1 ? sy__boot_open_trivial(&st->boot)
-                                      : sy__boot_open(comm->rank, comm->world_size, config->boot_timeout_ms, &st->boot),
-                s, fail);
+  if (comm->world_size == 1) s = sy__boot_open_trivial(&st->boot);
+  else if (config->allgather)
+    s = sy__boot_open_caller(config->allgather, config->allgather_user, comm->rank, comm->world_size, &st->boot);
+  else s = sy__boot_open(comm->rank, comm->world_size, config->boot_timeout_ms, &st->boot);
+  if (s != SY_SUCCESS) goto fail; /* each opening says why */
   SY_CHECK_GOTO(bring_up_nvshmem(comm, st, config), s, fail);
 
   err = cudaHostAlloc(&p, sizeof(error_slot), cudaHostAllocMapped);
