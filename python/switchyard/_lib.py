@@ -110,6 +110,10 @@ if NVSHMEM_LOADED is not None and nvshmem_build_version() not in ("none", "unkno
 # ---- structs (include/switchyard.h) ------------------------------------------------------------------------
 
 
+# sy_allgather_fn: int (*)(void *user, const void *send, void *recv, size_t bytes)
+ALLGATHER_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, c_size_t)
+
+
 class CommConfig(ctypes.Structure):
     _fields_ = [
         ("size", c_size_t),
@@ -120,6 +124,8 @@ class CommConfig(ctypes.Structure):
         ("heap_bytes", c_size_t),
         ("timeout_ms", c_uint64),
         ("host_group", c_int),
+        ("allgather", ALLGATHER_FN),
+        ("allgather_user", c_void_p),
     ]
 
 
@@ -252,6 +258,8 @@ lib.sy_status_name.argtypes = [c_int]
 lib.sy_status_name.restype = c_char_p
 lib.sy_status_string.argtypes = [c_int]
 lib.sy_status_string.restype = c_char_p
+lib.sy_last_error.argtypes = []
+lib.sy_last_error.restype = c_char_p
 lib.sy_version.argtypes = []
 lib.sy_version.restype = c_char_p
 lib.sy_version_code.argtypes = []

@@ -1,104 +1,98 @@
 """errors.py — the exceptions: one class per sy_status_t, all under switchyard.Error.
 
 Every error carries the status (`status`, its number; `name`, e.g. "SY_ERR_TIMEOUT", from sy_status_name), the
-C call or Python argument it concerns (`call`), and what else is known (`detail`): for errors the package finds
-itself, the argument and its value; for SY_ERR_TIMEOUT / SY_ERR_MISMATCH / SY_ERR_ABORTED the communicator's
-one-line description (sy_comm_async_error). The C API has no hook for its last log line, so an
-SY_ERR_INVALID_ARG that only the library sees says which call refused, and the log line naming the argument
-goes to stderr (SY_DEBUG, SY_DEBUG_FILE).
+C call or Python argument it concerns (`call`), the library's message (`log_line`: sy_last_error, the text of the
+log line that reported the failure, read right after the call whatever SY_DEBUG says; "" for errors the package
+finds itself) and what is known beyond the status (`detail`): the argument and its value (the library's line, or
+the package's own check), and for SY_ERR_TIMEOUT / SY_ERR_MISMATCH / SY_ERR_ABORTED the communicator's one-line
+description (sy_comm_async_error) where the line does not already hold it. A Python exception raised inside a
+callback the library made (a GraphCache step, a process group's allgather) is the error's __cause__.
 """
 
 from __future__ import annotations
 
 import builtins
 import ctypes
+import threading
 
 from ._lib import lib
 
+_BY_STATUS: dict[int, type] = {}
+
 
 class Error(RuntimeError):
-    """A switchyard call failed. `status` (int), `name` ("SY_ERR_..."), `call`, `detail`."""
+    """A switchyard call failed. `status` (int), `name` ("SY_ERR_..."), `call`, `detail`, `log_line`."""
 
     status: int = -12
     name: str = "SY_ERR_INTERNAL"
 
-    def __init__(self, call: str, detail: str = "", status: int | None = None):
+    def __init_subclass__(cls, status: int | None = None, **kwargs):
+        """`class XError(Error, status=-n)`: the status's class, named by the library (sy_status_name)."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status, cls.name = status, lib.sy_status_name(status).decode()
+            _BY_STATUS[status] = cls
+
+    def __init__(self, call: str, detail: str = "", status: int | None = None, log_line: str = ""):
         if status is not None:
             self.status = status
             self.name = status_name(status)
-        self.call, self.detail = call, detail
+        self.call, self.detail, self.log_line = call, detail, log_line
         text = f"{call}: {self.name} ({status_string(self.status)})"
         super().__init__(f"{text}: {detail}" if detail else text)
 
 
-class InvalidArgError(Error, ValueError):
-    status, name = -1, "SY_ERR_INVALID_ARG"
+class InvalidArgError(Error, ValueError, status=-1):
+    """SY_ERR_INVALID_ARG: an argument was refused, by the package or the library; nothing changed."""
 
 
-class NoMemoryError(Error, MemoryError):
-    status, name = -2, "SY_ERR_NO_MEMORY"
+class NoMemoryError(Error, MemoryError, status=-2):
+    """SY_ERR_NO_MEMORY."""
 
 
-class CudaError(Error):
-    status, name = -3, "SY_ERR_CUDA"
+class CudaError(Error, status=-3):
+    """SY_ERR_CUDA: a CUDA runtime call failed."""
 
 
-class NvshmemError(Error):
-    status, name = -4, "SY_ERR_NVSHMEM"
+class NvshmemError(Error, status=-4):
+    """SY_ERR_NVSHMEM."""
 
 
-class TimeoutError(Error, builtins.TimeoutError):
-    status, name = -5, "SY_ERR_TIMEOUT"
+class TimeoutError(Error, builtins.TimeoutError, status=-5):
+    """SY_ERR_TIMEOUT: a wait for a peer ended at its bound; the communicator now only accepts destroy."""
 
 
-class BootstrapError(Error):
-    status, name = -6, "SY_ERR_BOOTSTRAP"
+class BootstrapError(Error, status=-6):
+    """SY_ERR_BOOTSTRAP: the ranks could not meet (the launcher's rendezvous, or a process group's allgather)."""
 
 
-class SystemCallError(Error, OSError):
-    status, name = -7, "SY_ERR_SYSTEM"
+class SystemCallError(Error, OSError, status=-7):
+    """SY_ERR_SYSTEM."""
 
 
-class UnsupportedError(Error):
-    status, name = -8, "SY_ERR_UNSUPPORTED"
+class UnsupportedError(Error, status=-8):
+    """SY_ERR_UNSUPPORTED: not on this backend or in this build."""
 
 
-class NoDeviceError(Error):
-    status, name = -9, "SY_ERR_NO_DEVICE"
+class NoDeviceError(Error, status=-9):
+    """SY_ERR_NO_DEVICE."""
 
 
-class AbortedError(Error):
-    status, name = -10, "SY_ERR_ABORTED"
+class AbortedError(Error, status=-10):
+    """SY_ERR_ABORTED: a peer's earlier error ended this call."""
 
 
-class MismatchError(Error):
-    status, name = -11, "SY_ERR_MISMATCH"
+class MismatchError(Error, status=-11):
+    """SY_ERR_MISMATCH: the ranks disagree on a collective's arguments."""
 
 
-class InternalError(Error):
-    status, name = -12, "SY_ERR_INTERNAL"
+class InternalError(Error, status=-12):
+    """SY_ERR_INTERNAL."""
 
 
-_BY_STATUS = {
-    cls.status: cls
-    for cls in (
-        InvalidArgError,
-        NoMemoryError,
-        CudaError,
-        NvshmemError,
-        TimeoutError,
-        BootstrapError,
-        SystemCallError,
-        UnsupportedError,
-        NoDeviceError,
-        AbortedError,
-        MismatchError,
-        InternalError,
-    )
-}
-# the library's list must be ours: a status the library has and this list lacks still raises, as Error
-for _status, _cls in _BY_STATUS.items():
-    assert lib.sy_status_name(_status).decode() == _cls.name, (_status, _cls.name)
+# the library's list must be ours (a status the library has and this list lacks would still raise, as Error)
+assert all(cls.name != "SY_UNKNOWN_STATUS" for cls in _BY_STATUS.values()), _BY_STATUS
+assert lib.sy_status_name(min(_BY_STATUS) - 1) == b"SY_UNKNOWN_STATUS", "the library has statuses this list lacks"
 
 _ASYNC = (-5, -10, -11)  # timeout, aborted, mismatch: the communicator holds a description
 
@@ -124,17 +118,47 @@ def async_detail(comm_handle: int | None) -> tuple[int, str]:
     return status.value, detail.value.decode(errors="replace")
 
 
+def last_error() -> str:
+    """sy_last_error: this thread's message of its last failure ("" when none); valid until its next sy_* call."""
+    return lib.sy_last_error().decode(errors="replace")
+
+
+_callback = threading.local()  # an exception raised in a callback the library made on this thread
+
+
+def callback_failed(exc: BaseException) -> None:
+    """Keeps an exception raised inside a ctypes callback (which cannot raise through C) for the error of the
+    library call that made the callback (raise_status makes it the __cause__)."""
+    _callback.error = exc
+
+
+def take_callback_error() -> BaseException | None:
+    """The exception callback_failed kept on this thread, once (None when none)."""
+    exc = getattr(_callback, "error", None)
+    _callback.error = None
+    return exc
+
+
 def raise_status(status: int, call: str, comm_handle: int | None = None) -> None:
-    """Raises the exception of a non-zero status returned by `call`."""
-    detail = ""
+    """Raises the exception of a non-zero status returned by `call` (call it right after the C call: it reads the
+    library's message first, which the next sy_* call clears)."""
+    line = last_error()
+    detail = line
+    for prefix in (f"{call}: ", "invalid argument: "):  # said by the exception's text already
+        if detail.startswith(prefix):
+            detail = detail[len(prefix) :]
     if status in _ASYNC:
-        seen, detail = async_detail(comm_handle)
+        seen, description = async_detail(comm_handle)
         if seen and seen != status:
-            detail = f"first error {status_name(seen)}: {detail}"
-    elif status == -1:
-        detail = "the library's log line (stderr, or SY_DEBUG_FILE) names the argument"
+            description = f"first error {status_name(seen)}: {description}"
+        if description and description not in line:
+            detail = f"{detail}; {description}" if detail else description
     cls = _BY_STATUS.get(status, Error)
-    raise cls(call, detail, status=status if cls is Error else None)
+    error = cls(call, detail, status=status if cls is Error else None, log_line=line)
+    cause = take_callback_error()
+    if cause is not None:
+        raise error from cause
+    raise error
 
 
 def check(status: int, call: str, comm_handle: int | None = None) -> None:

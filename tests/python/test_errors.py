@@ -1,6 +1,7 @@
 """test_errors.py — exceptions: one class per sy_status_t with the library's names, arguments the package checks
-named in the message, the library's own refusals raised with the C call and status, a timed-out wait raised with
-the communicator's description (and sticky), and the launcher helpers' argument checks."""
+named in the message, the library's own refusals raised with the C call, the status and the library's line naming
+the argument (sy_last_error), a timed-out wait raised with the wait's line and the communicator's description (and
+sticky, the refusal saying why), and the launcher helpers' argument checks."""
 
 from __future__ import annotations
 
@@ -33,10 +34,14 @@ def test_comm_arguments() -> None:
         sy.Comm(backend="gpu")
     with pytest.raises(sy.InvalidArgError, match=r"rank: an int is required, got str"):
         sy.Comm(backend="host", rank="0", world_size=1)
-    # the library's own check: a host-backend rank must say who it is
+    # the library's own check: a host-backend rank must say who it is; its line names the argument
     with pytest.raises(sy.InvalidArgError) as e:
         sy.Comm(backend="host")
     assert e.value.call == "sy_comm_init"
+    assert e.value.log_line.startswith("sy_comm_init: invalid argument: config->rank=-1: the host backend runs ranks")
+    assert str(e.value).startswith("sy_comm_init: SY_ERR_INVALID_ARG (invalid argument): config->rank=-1: the host")
+    assert e.value.detail == e.value.log_line[len("sy_comm_init: invalid argument: ") :]
+    assert errors.last_error() == e.value.log_line  # what the library still says on this thread
     with pytest.raises(sy.InvalidArgError, match=r"world_size: 0: an int >= 1 is required"):
         sy.host_ranks(0, lambda comm: None)
     with pytest.raises(sy.InvalidArgError, match=r"fn: int is not callable"):
@@ -64,9 +69,12 @@ def check_timeout(comm: sy.Comm) -> None:
     assert e.value.name == "SY_ERR_TIMEOUT" and e.value.call == "sy_comm_barrier"
     status, detail = comm.async_error()
     assert status == "SY_ERR_TIMEOUT" and detail, (status, detail)
+    assert "barrier" in e.value.log_line and "missing: 1" in e.value.log_line, e.value.log_line  # the wait's line
+    assert detail in str(e.value)  # the communicator's description, once
     with pytest.raises(sy.Error) as again:  # sticky: every later call that would do work refuses
         comm.barrier()
     assert again.value.status in (-5, -10)
+    assert again.value.log_line.startswith("sy_comm_barrier: refused: the communicator failed earlier: SY_ERR_")
 
 
 def test_timeout_host() -> None:
