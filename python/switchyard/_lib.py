@@ -129,16 +129,19 @@ class CommConfig(ctypes.Structure):
     ]
 
 
+# the fields both MoE configurations open with (sy_moe_config_t, sy_moe_ht_config_t)
+_MOE_SHAPE = [
+    ("size", c_size_t),
+    ("max_tokens", c_int),
+    ("hidden", c_int),
+    ("top_k", c_int),
+    ("num_experts", c_int),
+    ("wire", c_int),
+]
+
+
 class MoeConfig(ctypes.Structure):
-    _fields_ = [
-        ("size", c_size_t),
-        ("max_tokens", c_int),
-        ("hidden", c_int),
-        ("top_k", c_int),
-        ("num_experts", c_int),
-        ("wire", c_int),
-        ("flags", c_uint),
-    ]
+    _fields_ = _MOE_SHAPE + [("flags", c_uint)]
 
 
 class MoeRecv(ctypes.Structure):
@@ -166,17 +169,7 @@ class MoeRecvSizes(ctypes.Structure):
 
 
 class MoeHtConfig(ctypes.Structure):
-    _fields_ = [
-        ("size", c_size_t),
-        ("max_tokens", c_int),
-        ("hidden", c_int),
-        ("top_k", c_int),
-        ("num_experts", c_int),
-        ("wire", c_int),
-        ("expert_alignment", c_int),
-        ("num_sms", c_int),
-        ("flags", c_uint),
-    ]
+    _fields_ = _MOE_SHAPE + [("expert_alignment", c_int), ("num_sms", c_int), ("flags", c_uint)]
 
 
 class MoeHtRecv(ctypes.Structure):

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple, Sequence
 
 from . import _arrays
 from ._lib import lib
-from .comm import Comm
-from .errors import Error, check, invalid
+from .comm import Comm, CommObject
+from .errors import check, invalid
 
 
 class PlanDesc(ctypes.Structure):
@@ -189,23 +189,22 @@ def place(doc_lens: Sequence[Sequence[int]], *, tolerance: float = 0.0, max_shar
                      {name: getattr(stats, name) for name, _ in PlaceStats._fields_})  # fmt: skip
 
 
-class AttnPlan:
-    """This rank's plan (sy_attn_plan_create) from the global description. Attributes from sy_attn_plan_info
-    (num_tokens, q_recv_rows, kv_recv_rows, max_num_tokens, max_q_recv_rows, max_kv_recv_rows, fingerprint, and
-    the per-rank lists q_recv_from, kv_recv_from, q_send_to, kv_send_to) and sy_attn_plan_seqs (q_send, kv_send,
-    q_recv, kv_recv: lists of Seq)."""
+class AttnPlan(CommObject):
+    """This rank's plan (sy_attn_plan_create; not collective) from the global description. Attributes from
+    sy_attn_plan_info (num_tokens, q_recv_rows, kv_recv_rows, max_num_tokens, max_q_recv_rows, max_kv_recv_rows,
+    fingerprint, and the per-rank lists q_recv_from, kv_recv_from, q_send_to, kv_send_to) and sy_attn_plan_seqs
+    (q_send, kv_send, q_recv, kv_recv: lists of Seq)."""
+
+    _destroy = "sy_attn_plan_destroy"
 
     def __init__(self, comm: Comm, description: Description):
+        call = "AttnPlan"
         if not isinstance(description, Description):
-            raise invalid("description", f"a Description is required, got {type(description).__name__}", "AttnPlan")
-        self.comm, self.description = comm, description
-        desc, keep = _describe(description, "AttnPlan")
-        handle = c_void_p()
-        check(lib.sy_attn_plan_create(comm.handle, ctypes.byref(desc), ctypes.byref(handle)), "sy_attn_plan_create",
-              comm._handle)  # fmt: skip
+            raise invalid("description", f"a Description is required, got {type(description).__name__}", call)
+        self.description = description
+        desc, keep = _describe(description, call)
+        self._create(comm, "sy_attn_plan_create", ctypes.byref(desc))
         del keep
-        self._handle: int | None = handle.value
-        comm._objects.append(self)
         info = PlanInfo(ctypes.sizeof(PlanInfo))
         check(lib.sy_attn_plan_info(self._handle, ctypes.byref(info)), "sy_attn_plan_info")
         W = comm.world_size
@@ -227,48 +226,17 @@ class AttnPlan:
         self.q_recv = places(seqs.q_recv, seqs.q_recv_count)
         self.kv_recv = places(seqs.kv_recv, seqs.kv_recv_count)
 
-    @property
-    def handle(self) -> int:
-        if not self._handle:
-            raise Error("AttnPlan", "the plan is destroyed", status=-1)
-        return self._handle
 
-    def close(self) -> None:
-        """sy_attn_plan_destroy (not collective). Idempotent; Comm.close() calls it too."""
-        if self._handle:
-            handle, self._handle = self._handle, None
-            if self in self.comm._objects:
-                self.comm._objects.remove(self)
-            check(lib.sy_attn_plan_destroy(handle), "sy_attn_plan_destroy")
+class Attn(CommObject):
+    """The attention dispatch's object (sy_attn_create, collective; so is close): max_tokens, the most rows any
+    rank owns in any plan used with it; max_replicas, the most KV replicas of a sequence; max_kv_grad_row_bytes,
+    the KV backward's largest gradient row (0: no KV backward)."""
 
-
-class Attn:
-    """The attention dispatch's object (sy_attn_create, collective): max_tokens, the most rows any rank owns in
-    any plan used with it; max_replicas, the most KV replicas of a sequence; max_kv_grad_row_bytes, the KV
-    backward's largest gradient row (0: no KV backward)."""
+    _destroy = "sy_attn_destroy"
 
     def __init__(self, comm: Comm, *, max_tokens: int, max_replicas: int = 1, max_kv_grad_row_bytes: int = 0):
-        self.comm = comm
         config = AttnConfig(ctypes.sizeof(AttnConfig), max_tokens, max_replicas, max_kv_grad_row_bytes)
-        handle = c_void_p()
-        check(lib.sy_attn_create(comm.handle, ctypes.byref(config), ctypes.byref(handle)), "sy_attn_create",
-              comm._handle)  # fmt: skip
-        self._handle: int | None = handle.value
-        comm._objects.append(self)
-
-    @property
-    def handle(self) -> int:
-        if not self._handle:
-            raise Error("Attn", "the object is closed", status=-1)
-        return self._handle
-
-    def close(self) -> None:
-        """Collective (sy_attn_destroy). Idempotent; Comm.close() calls it too."""
-        if self._handle:
-            handle, self._handle = self._handle, None
-            if self in self.comm._objects:
-                self.comm._objects.remove(self)
-            check(lib.sy_attn_destroy(handle), "sy_attn_destroy")
+        self._create(comm, "sy_attn_create", ctypes.byref(config))
 
     # ---- helpers ------------------------------------------------------------------------------------------
     def _rows(self, x: Any, name: str, rows: int, call: str) -> tuple[str, int]:

@@ -76,7 +76,7 @@ class Comm:
         self._symmetric: dict[int, int] = {}  # address -> bytes, of sy_mem_alloc
         self._scratch: dict[str, tuple[int, int]] = {}  # the package's own symmetric buffers: name -> (address, bytes)
         self._side_stream: Any = None
-        self._objects: list[Any] = []  # MoE objects to destroy before the communicator
+        self._objects: list[CommObject] = []  # objects made on it, to destroy before it
 
     # ---- constructors -------------------------------------------------------------------------------------
     @classmethod
@@ -131,8 +131,9 @@ class Comm:
         return lib.sy_status_name(status.value).decode(), detail.value.decode(errors="replace")
 
     def close(self) -> None:
-        """Collective: destroys the MoE objects made on this communicator, then the communicator (its symmetric
-        memory too: tensors over it must not be used after). Idempotent."""
+        """Collective: destroys the objects made on this communicator (attention and MoE objects, plans, pools,
+        graph caches), then the communicator (its symmetric memory too: tensors over it must not be used after).
+        Idempotent."""
         if not self._handle:
             return
         for obj in reversed(self._objects):
@@ -261,6 +262,46 @@ class Comm:
         address = self._alloc(size)
         self._scratch[name] = (address, size)
         return address
+
+
+class CommObject:
+    """An object made on a communicator (an attention plan, a MoE object, a pool, a graph cache): its C handle,
+    which `handle` gives (raising once closed), and `close()`, which destroys it (idempotent). The communicator
+    closes the objects still open before itself, the last made first."""
+
+    comm: Comm
+    _handle: int | None = None
+    _destroy = ""  # the C destroy function
+
+    def _create(self, comm: Comm, create: str, *args: Any) -> None:
+        """Makes the object: `create`(comm, *args, &handle), e.g. sy_moe_create(comm, &config, &moe)."""
+        self.comm = comm
+        handle = ctypes.c_void_p()
+        check(getattr(lib, create)(comm.handle, *args, ctypes.byref(handle)), create, comm._handle)
+        self._handle = handle.value
+        comm._objects.append(self)
+
+    @property
+    def handle(self) -> int:
+        """The C handle (for ctypes callers); raises once closed."""
+        if not self._handle:
+            raise Error(type(self).__name__, "the object is closed", status=-1)
+        return self._handle
+
+    def close(self) -> None:
+        """Destroys the object (collective where its C destroy is: the class says). Idempotent; Comm.close()
+        calls it too."""
+        if self._handle:
+            handle, self._handle = self._handle, None
+            if self in self.comm._objects:
+                self.comm._objects.remove(self)
+            check(getattr(lib, self._destroy)(handle), self._destroy)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _public_raw_stream(device: int) -> int:

@@ -15,8 +15,8 @@ from typing import Any
 
 from . import _arrays
 from ._lib import INDEX_TYPES, MOE_PER_EXPERT, WIRES, MoeConfig, MoeRecv, MoeRecvSizes, lib
-from .comm import Comm
-from .errors import Error, check, invalid
+from .comm import Comm, CommObject
+from .errors import check, invalid
 
 _IDS = ("i32", "i64")
 
@@ -43,10 +43,20 @@ class MoERecv:
         return self._struct
 
 
-class MoE:
-    """A low-latency MoE object (sy_moe_create, collective). wire: "fp8" (E4M3, per-128 fp32 scales, quantised
-    in the dispatch), "fp8_ue8m0" (power-of-two scales) or "bf16"; per_expert: one copy per (token, expert) both
-    ways instead of per (token, rank)."""
+def _config(max_tokens: int, hidden: int, top_k: int, num_experts: int, wire: str, per_expert: bool) -> MoeConfig:
+    """The sy_moe_config_t of MoE's arguments (the wire checked here, the rest by the library)."""
+    if wire not in ("fp8", "fp8_ue8m0", "bf16"):
+        raise invalid("wire", f"{wire!r}, want 'fp8', 'fp8_ue8m0' or 'bf16'", "MoE")
+    return MoeConfig(ctypes.sizeof(MoeConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
+                     MOE_PER_EXPERT if per_expert else 0)  # fmt: skip
+
+
+class MoE(CommObject):
+    """A low-latency MoE object (sy_moe_create, collective; so is close). wire: "fp8" (E4M3, per-128 fp32 scales,
+    quantised in the dispatch), "fp8_ue8m0" (power-of-two scales) or "bf16"; per_expert: one copy per (token,
+    expert) both ways instead of per (token, rank)."""
+
+    _destroy = "sy_moe_destroy"
 
     def __init__(
         self,
@@ -59,18 +69,10 @@ class MoE:
         wire: str = "fp8",
         per_expert: bool = False,
     ):
-        if wire not in ("fp8", "fp8_ue8m0", "bf16"):
-            raise invalid("wire", f"{wire!r}, want 'fp8', 'fp8_ue8m0' or 'bf16'", "MoE")
-        self.comm = comm
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire, self.per_expert = wire, per_expert
-        self._config = MoeConfig(ctypes.sizeof(MoeConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
-                                 MOE_PER_EXPERT if per_expert else 0)  # fmt: skip
-        handle = ctypes.c_void_p()
-        check(lib.sy_moe_create(comm.handle, ctypes.byref(self._config), ctypes.byref(handle)), "sy_moe_create",
-              comm._handle)  # fmt: skip
-        self._handle: int | None = handle.value
-        comm._objects.append(self)
+        self._config = _config(max_tokens, hidden, top_k, num_experts, wire, per_expert)
+        self._create(comm, "sy_moe_create", ctypes.byref(self._config))
         sizes = MoeRecvSizes(ctypes.sizeof(MoeRecvSizes))
         check(lib.sy_moe_recv_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_recv_sizes", comm._handle)
         self.local_experts: int = sizes.local_experts
@@ -79,29 +81,13 @@ class MoE:
         self._like: Any = None
 
     @staticmethod
-    def workspace_size(comm: Comm, **config: Any) -> int:
+    def workspace_size(comm: Comm, *, max_tokens: int, hidden: int, top_k: int, num_experts: int, wire: str = "fp8",
+                       per_expert: bool = False) -> int:  # fmt: skip
         """Symmetric bytes a configuration reserves (sy_moe_workspace_size), to size SY_HEAP_SIZE."""
-        wire = config.pop("wire", "fp8")
-        flags = MOE_PER_EXPERT if config.pop("per_expert", False) else 0
-        c = MoeConfig(ctypes.sizeof(MoeConfig), config["max_tokens"], config["hidden"], config["top_k"],
-                      config["num_experts"], WIRES[wire], flags)  # fmt: skip
+        c = _config(max_tokens, hidden, top_k, num_experts, wire, per_expert)
         out = ctypes.c_size_t()
         check(lib.sy_moe_workspace_size(comm.handle, ctypes.byref(c), ctypes.byref(out)), "sy_moe_workspace_size")
         return out.value
-
-    @property
-    def handle(self) -> int:
-        if not self._handle:
-            raise Error("MoE", "the object is closed", status=-1)
-        return self._handle
-
-    def close(self) -> None:
-        """Collective (sy_moe_destroy). Idempotent; Comm.close() calls it too."""
-        if self._handle:
-            handle, self._handle = self._handle, None
-            if self in self.comm._objects:
-                self.comm._objects.remove(self)
-            check(lib.sy_moe_destroy(handle), "sy_moe_destroy")
 
     def alloc_recv(self, like: Any = None) -> MoERecv:
         """Buffers for a dispatch's output, of the library and device of `like` (a tensor; None: the

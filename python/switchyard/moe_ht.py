@@ -15,8 +15,8 @@ from typing import Any
 
 from . import _arrays
 from ._lib import INDEX_TYPES, WIRES, MoeHtConfig, MoeHtRecv, MoeHtSizes, lib
-from .comm import Comm
-from .errors import Error, check, invalid
+from .comm import Comm, CommObject
+from .errors import check, invalid
 
 _IDS = ("i32", "i64")
 
@@ -60,10 +60,12 @@ class HTRecv:
         return self._struct
 
 
-class MoEHT:
-    """A high-throughput MoE object (sy_moe_ht_create, collective). wire: "bf16" (default), "fp8",
+class MoEHT(CommObject):
+    """A high-throughput MoE object (sy_moe_ht_create, collective; so is close). wire: "bf16" (default), "fp8",
     "fp8_ue8m0" or "fp8_given" (the caller passes E4M3 tokens and their scales); expert_alignment: each local
     expert's rows padded to a multiple of it; num_sms: SMs the communication kernels may hold (0: 16)."""
+
+    _destroy = "sy_moe_ht_destroy"
 
     def __init__(
         self,
@@ -79,35 +81,16 @@ class MoEHT:
     ):
         if wire not in WIRES:
             raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT")
-        self.comm = comm
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire = wire
         config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
                              expert_alignment, num_sms, 0)  # fmt: skip
-        handle = ctypes.c_void_p()
-        check(lib.sy_moe_ht_create(comm.handle, ctypes.byref(config), ctypes.byref(handle)), "sy_moe_ht_create",
-              comm._handle)  # fmt: skip
-        self._handle: int | None = handle.value
-        comm._objects.append(self)
+        self._create(comm, "sy_moe_ht_create", ctypes.byref(config))
         sizes = MoeHtSizes(ctypes.sizeof(MoeHtSizes))
         check(lib.sy_moe_ht_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_ht_sizes", comm._handle)
         self.local_experts: int = sizes.local_experts
         self.max_rows: int = sizes.max_rows
         self.handle_bytes: int = sizes.handle_bytes
-
-    @property
-    def handle(self) -> int:
-        if not self._handle:
-            raise Error("MoEHT", "the object is closed", status=-1)
-        return self._handle
-
-    def close(self) -> None:
-        """Collective (sy_moe_ht_destroy). Idempotent; Comm.close() calls it too."""
-        if self._handle:
-            handle, self._handle = self._handle, None
-            if self in self.comm._objects:
-                self.comm._objects.remove(self)
-            check(lib.sy_moe_ht_destroy(handle), "sy_moe_ht_destroy")
 
     # ---- layout -------------------------------------------------------------------------------------------
     def layout(self, expert_ids: Any, *, exact: bool = True, stream: Any = None) -> Layout:
