@@ -1,8 +1,9 @@
 """comm.py — the communicator (sy_comm_*), its symmetric memory (sy_mem_*) and its streams.
 
 A Comm is one rank's sy_comm_t. Made from the launcher's environment (syrun, torchrun, srun, mpirun: rank -1),
-from a torch.distributed process group (the default group of a torchrun job), or, on the host backend, by
-`host_ranks`, which runs N ranks as threads of this process (their communicators share a host_group).
+from a torch.distributed process group (any group: the library's host-side exchanges then go through the group,
+sy_comm_config_t.allgather), or, on the host backend, by `host_ranks`, which runs N ranks as threads of this
+process (their communicators share a host_group).
 
 Streams: the cuda backend's calls take torch's current stream unless a stream is given. The library refuses
 the legacy default stream (switchyard.h: it would serialise against every other stream), which is where torch
@@ -22,8 +23,8 @@ import time
 from typing import Any, Callable, Sequence, TypeVar
 
 from . import _arrays, _lib
-from ._lib import BACKEND_NAMES, BACKENDS, CommConfig, lib
-from .errors import AbortedError, Error, TimeoutError, check, invalid
+from ._lib import ALLGATHER_FN, BACKEND_NAMES, BACKENDS, CommConfig, lib
+from .errors import AbortedError, Error, TimeoutError, callback_failed, check, invalid
 
 T = TypeVar("T")
 _groups = itertools.count(1 << 24)  # host groups of host_ranks (a value a caller is unlikely to pick)
@@ -46,18 +47,27 @@ class Comm:
         heap_bytes: int = 0,
         timeout_ms: int = 0,
         host_group: int = 0,
+        allgather: Callable[[bytes], Sequence[bytes]] | None = None,
     ):
         """Collective: sy_comm_init. rank/world_size -1: from the launcher's environment; backend "auto",
         "cuda" or "host"; device -1: SY_DEVICE, else the local rank (on the cuda backend it becomes torch's
         current device); heap_bytes 0: SY_HEAP_SIZE; timeout_ms 0: SY_TIMEOUT_MS; host_group: host backend,
-        threads passing the same value form one communicator."""
+        threads passing the same value form one communicator. allgather (cuda backend; rank and world_size
+        given): how the ranks meet instead of the launcher's rendezvous, a function taking this rank's bytes and
+        returning every rank's, in rank order (mpi4py's comm.allgather is one; from_process_group makes one of
+        a group); the library calls it collectively, on the calling thread, until close()."""
         if backend not in BACKENDS:
             raise invalid("backend", f"{backend!r}, want one of {sorted(BACKENDS)}", "Comm")
         for name, value in (("rank", rank), ("world_size", world_size), ("device", device)):
             if not isinstance(value, int):
                 raise invalid(name, f"an int is required, got {type(value).__name__}", "Comm")
+        if allgather is not None and not callable(allgather):
+            raise invalid("allgather", f"{type(allgather).__name__} is not callable", "Comm")
         config = CommConfig(ctypes.sizeof(CommConfig), BACKENDS[backend], rank, world_size, device, heap_bytes,
                             timeout_ms, host_group)  # fmt: skip
+        self._bootstrap = _Allgather(allgather, world_size) if allgather is not None else None
+        if self._bootstrap is not None:
+            config.allgather = self._bootstrap.fn
         handle = ctypes.c_void_p()
         check(lib.sy_comm_init(ctypes.byref(handle), ctypes.byref(config)), "sy_comm_init")
         self._handle: int | None = handle.value
@@ -94,24 +104,39 @@ class Comm:
         return cls(backend=backend, rank=-1, world_size=-1, **kwargs)
 
     @classmethod
-    def from_process_group(cls, group: Any = None, **kwargs: Any) -> "Comm":
-        """Collective: the ranks of a torch.distributed process group. Only the default (world) group of a job
-        whose launcher environment switchyard reads (torchrun, syrun, srun, mpirun) is supported: the library
-        meets its peers through that environment (MASTER_ADDR, port MASTER_PORT + 1), not through the group's
-        store. The device is torch.cuda.current_device() unless given."""
+    def from_process_group(cls, group: Any = None, *, backend: str = "auto", **kwargs: Any) -> "Comm":
+        """Collective over the group: the ranks of a torch.distributed process group (None: the default group),
+        numbered as the group numbers them (dist.get_rank(group), dist.get_world_size(group)). The cuda backend
+        meets the group's ranks through the group itself (sy_comm_config_t.allgather over
+        dist.all_gather_object: NVSHMEM's unique id from the group's first rank, then the library's other
+        host-side exchanges), so any group works; the default group of a launcher whose world is the group's
+        (torchrun, syrun, srun, mpirun) meets through the launcher's rendezvous as from_env does. NVSHMEM is one
+        per process, so a process has one cuda communicator at a time. The device is torch.cuda.current_device()
+        unless given. The host backend's ranks are threads of one process: there the group must be this process
+        alone (host_ranks runs more)."""
         import torch.distributed as dist
 
+        call = "Comm.from_process_group"
         if not dist.is_initialized():
-            raise invalid("group", "torch.distributed is not initialised", "Comm.from_process_group")
+            raise invalid("group", "torch.distributed is not initialised", call)
         world = dist.group.WORLD
         group = world if group is None else group
-        if group is not world and dist.get_world_size(group) != dist.get_world_size():
-            raise invalid("group", "only the default (world) group is supported", "Comm.from_process_group")
+        rank = dist.get_rank(group)
+        if rank < 0:
+            raise invalid("group", f"this process (global rank {dist.get_rank()}) is not a member of the group", call)
+        size = dist.get_world_size(group)
+        if _resolves_to_host(backend):
+            if size > 1:
+                raise invalid("backend", f"the host backend runs ranks as threads of one process, but the group "
+                              f"has {size} processes (use the cuda backend, or host_ranks)", call)  # fmt: skip
+            return cls(backend="host", rank=0, world_size=1, **kwargs)
         if "device" not in kwargs:
             import torch
 
             kwargs["device"] = torch.cuda.current_device() if torch.cuda.is_available() else -1
-        return cls(rank=dist.get_rank(group), world_size=dist.get_world_size(group), **kwargs)
+        if group is not world or _launcher_world() != size:
+            kwargs["allgather"] = group_allgather(group)
+        return cls(backend=backend, rank=rank, world_size=size, **kwargs)
 
     # ---- queries and lifetime -----------------------------------------------------------------------------
     @property
@@ -302,6 +327,47 @@ class CommObject:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def group_allgather(group: Any) -> Callable[[bytes], list[bytes]]:
+    """An allgather of bytes over a torch.distributed group (dist.all_gather_object: any backend, gloo or NCCL),
+    in the group's rank order: Comm's `allgather` for the group's ranks."""
+    import torch.distributed as dist
+
+    size = dist.get_world_size(group)
+
+    def allgather(data: bytes) -> list[bytes]:
+        gathered: list[Any] = [None] * size
+        dist.all_gather_object(gathered, bytes(data), group=group)
+        return gathered
+
+    return allgather
+
+
+class _Allgather:
+    """A Python allgather as the library's sy_allgather_fn (the ctypes function is kept here, alive as long as
+    the Comm). An exception inside it cannot cross C: it fails the library's call (SY_ERR_BOOTSTRAP) and becomes
+    that error's __cause__."""
+
+    def __init__(self, allgather: Callable[[bytes], Sequence[bytes]], world_size: int):
+        self.allgather, self.world_size = allgather, world_size
+        self.fn = ALLGATHER_FN(self._call)
+
+    def _call(self, user: int | None, send: int | None, recv: int | None, nbytes: int) -> int:
+        try:
+            gathered = self.allgather(ctypes.string_at(send, nbytes) if nbytes else b"")
+            if len(gathered) != self.world_size:
+                raise ValueError(f"allgather returned {len(gathered)} items for a world of {self.world_size}")
+            for r, data in enumerate(gathered):
+                if not isinstance(data, (bytes, bytearray)) or len(data) != nbytes:
+                    got = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray)) else type(data).__name__
+                    raise ValueError(f"allgather: rank {r} gave {got} where this rank gave {nbytes} bytes")
+                if nbytes:
+                    ctypes.memmove(recv + r * nbytes, bytes(data), nbytes)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - handed to the library call's error
+            callback_failed(e)
+            return 1
 
 
 def _public_raw_stream(device: int) -> int:
