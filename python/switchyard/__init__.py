@@ -9,7 +9,9 @@ library (ctypes; nothing compiled against torch), torch tensors in and out (nump
     y = moe.combine(expert_out, ids, weights)
 
 `switchyard.host_ranks(n, fn)` runs fn(comm) on n ranks of the host backend (threads of this process).
-Errors raise switchyard.Error subclasses carrying the status (switchyard.h's sy_status_t).
+`Pool`, `HostPool` and `GraphCache` are the orchestration (stream-ordered scratch, pinned staging, a CUDA graph
+per shape bucket). Errors raise switchyard.Error subclasses carrying the status (switchyard.h's sy_status_t) and
+the library's message of the failure.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from .errors import (
 )
 from .moe import MoE, MoERecv
 from .moe_ht import HTRecv, Layout, MoEHT
+from .orchestration import GraphCache, GraphStats, HostPool, HostPoolStats, Pool, PoolStats
 
 __version__ = version()
 
 __all__ = [
     "Comm", "host_ranks", "alltoall", "alltoallv", "MoE", "MoERecv", "MoEHT", "HTRecv", "Layout",
     "Attn", "AttnPlan", "Description", "Placement", "Seq", "place",
+    "Pool", "PoolStats", "HostPool", "HostPoolStats", "GraphCache", "GraphStats",
     "Error", "InvalidArgError", "NoMemoryError", "CudaError", "NvshmemError", "TimeoutError", "BootstrapError",
     "SystemCallError", "UnsupportedError", "NoDeviceError", "AbortedError", "MismatchError", "InternalError",
     "status_name", "status_string", "version", "nvshmem_build_version",

@@ -70,6 +70,8 @@ for _name, _args in {
     "sy_attn_plan_info": [_P, _P],
     "sy_attn_plan_seqs": [_P, _P],
     "sy_attn_plan_destroy": [_P],
+    "sy_attn_plan_create_async": [_P, _P, _P, _P, _P, POINTER(c_void_p)],
+    "sy_attn_plan_destroy_async": [_P, _P],
     "sy_attn_workspace_size": [_P, _P, POINTER(c_size_t)],
     "sy_attn_create": [_P, _P, POINTER(c_void_p)],
     "sy_attn_destroy": [_P],
@@ -193,17 +195,32 @@ class AttnPlan(CommObject):
     """This rank's plan (sy_attn_plan_create; not collective) from the global description. Attributes from
     sy_attn_plan_info (num_tokens, q_recv_rows, kv_recv_rows, max_num_tokens, max_q_recv_rows, max_kv_recv_rows,
     fingerprint, and the per-rank lists q_recv_from, kv_recv_from, q_send_to, kv_send_to) and sy_attn_plan_seqs
-    (q_send, kv_send, q_recv, kv_recv: lists of Seq)."""
+    (q_send, kv_send, q_recv, kv_recv: lists of Seq).
+
+    ordered=True uploads the plan's device copy in stream order (sy_attn_plan_create_async): from `pool` (a Pool)
+    through `staging` (a HostPool's pinned slots; None: the communicator's own) on `stream` (torch's current
+    stream when None), without waiting for the GPU; calls on that stream (or ordered after it) may use the plan.
+    Not inside a CUDA graph capture. On the host backend both forms are the same."""
 
     _destroy = "sy_attn_plan_destroy"
 
-    def __init__(self, comm: Comm, description: Description):
+    def __init__(self, comm: Comm, description: Description, *, ordered: bool = False, pool: Any = None,
+                 staging: Any = None, stream: Any = None):  # fmt: skip
         call = "AttnPlan"
         if not isinstance(description, Description):
             raise invalid("description", f"a Description is required, got {type(description).__name__}", call)
+        if not ordered and (pool is not None or staging is not None or stream is not None):
+            raise invalid("ordered", "pool, staging and stream are for the stream-ordered upload (ordered=True)", call)
         self.description = description
         desc, keep = _describe(description, call)
-        self._create(comm, "sy_attn_plan_create", ctypes.byref(desc))
+        if ordered:
+            pool_handle, staging_handle = _handle_of(pool, "pool", call), _handle_of(staging, "staging", call)
+            stream_handle, join = comm._stream(stream)
+            self._create(comm, "sy_attn_plan_create_async", ctypes.byref(desc), pool_handle, staging_handle,
+                         stream_handle)  # fmt: skip
+            comm._join(join)
+        else:
+            self._create(comm, "sy_attn_plan_create", ctypes.byref(desc))
         del keep
         info = PlanInfo(ctypes.sizeof(PlanInfo))
         check(lib.sy_attn_plan_info(self._handle, ctypes.byref(info)), "sy_attn_plan_info")
@@ -225,6 +242,29 @@ class AttnPlan(CommObject):
         self.kv_send = places(seqs.kv_send, seqs.num_seqs * C)
         self.q_recv = places(seqs.q_recv, seqs.q_recv_count)
         self.kv_recv = places(seqs.kv_recv, seqs.kv_recv_count)
+
+    def close(self, stream: Any = None) -> None:
+        """Not collective. sy_attn_plan_destroy (its device copy freed after the device is done with it); with
+        `stream`, sy_attn_plan_destroy_async: given back to its pool on that stream, after the work enqueued there
+        before (which must include the plan's last use). Idempotent; Comm.close() calls it too."""
+        if stream is None:
+            return super().close()
+        if self._handle:
+            handle, self._handle = self._handle, None
+            if self in self.comm._objects:
+                self.comm._objects.remove(self)
+            stream_handle, join = self.comm._stream(stream)
+            check(lib.sy_attn_plan_destroy_async(handle, stream_handle), "sy_attn_plan_destroy_async")
+            self.comm._join(join)
+
+
+def _handle_of(obj: Any, name: str, call: str) -> int | None:
+    """The C handle of an optional CommObject argument (None: NULL)."""
+    if obj is None:
+        return None
+    if not isinstance(obj, CommObject):
+        raise invalid(name, f"a switchyard object is required, got {type(obj).__name__}", call)
+    return obj.handle
 
 
 class Attn(CommObject):

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from switchyard import _lib, attn
+from switchyard import _lib, attn, orchestration
 
-STRUCTS = {**_lib.STRUCTS, **attn.STRUCTS}
+STRUCTS = {**_lib.STRUCTS, **attn.STRUCTS, **orchestration.STRUCTS}
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
