@@ -39,10 +39,18 @@ SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1",
            "before it ends)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
            "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
+SY_ENV_ID_(SY_HT_OWN_QUEUE, SY_ENV_INT, "-1",
+           "high-throughput MoE dispatch kernel: this rank's own tokens' rows taken in chunks from one queue by "
+           "whichever block has nothing else to do (1), or a static split of each channel's tokens (0, "
+           "SY_HT_RECV_OWN); -1: the queue, but the static split for the combine's backward at world size 1 "
+           "(measured faster there, bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_RECV_OWN, SY_ENV_INT, "-1",
-           "high-throughput MoE dispatch: the share of a channel's own tokens (in 1/1024) whose rows its receiving "
-           "block writes, the sending block the rest; -1: half at world size 1, else balanced against the messages "
-           "the receiving block expands (bench/NOTES.md)")
+           "high-throughput MoE dispatch with SY_HT_OWN_QUEUE=0: the share of a channel's own tokens (in 1/1024) "
+           "whose rows its receiving block writes, the sending block the rest; -1: half at world size 1, else "
+           "balanced against the messages the receiving block expands (bench/NOTES.md)")
+SY_ENV_ID_(SY_HT_PROBE, SY_ENV_STRING, "",
+           "high-throughput MoE: write where each block of the last dispatch and combine calls spent its time here "
+           "at destroy (%r rank; for measuring, bench/NOTES.md)")
 SY_ENV_ID_(SY_MOE_DIRECT, SY_ENV_STRING, "auto",
            "one-kernel sy_moe_dispatch: this rank's own tokens go straight into its expert buffers (1), through its "
            "dispatch region (0), or auto: straight with SY_MOE_PER_EXPERT from SMs / 2 tokens on")

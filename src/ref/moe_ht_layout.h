@@ -101,7 +101,9 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
  * exchange, and W x C rings of SY_MOE_HT_RING_SLOTS messages; the host backend reserves none. channels C =
  * max(1, num_sms / 2). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
  * hidden / 128 fp32 scales). */
+#ifndef SY_MOE_HT_RING_SLOTS /* a power of two; set at build time only for measuring others (bench/NOTES.md) */
 #define SY_MOE_HT_RING_SLOTS 64
+#endif
 typedef struct sy_moe_ht_ws_layout {
   size_t tail, head, stamp, ack, xdata, ring, bytes;
   size_t xdata_words, msg_bytes, payload_offset, scales_offset;

@@ -168,7 +168,7 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
   }
   int32_t *take = mbase + W; /* [W] messages this round answers for each source */
   const bool stalled = serve_rounds(
-      P, left, take,
+      P, left, take, []() { return false; },
       [&](int s) { /* the room in owner s's ring */
                    const uint64_t room = ld_acquire_sys(head_word(P, P.ws, s, c)) + HT_SLOTS - base[s];
                    return (int)min((uint64_t)min(left[s], HT_PER_PEER), room);
@@ -195,9 +195,14 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
   /* the channel's second-half tokens whose experts are all here: their whole sum */
   const int only[1] = {me};
   const uint64_t none[1] = {0};
+  const uint64_t pt = probe_now(P);
   for (int t = chan_mid(c, P.num_tokens, C) + threadIdx.x / 32; !stalled && t < chan_begin(c + 1, P.num_tokens, C);
        t += HT_DWARPS)
     if (self_only(P, t)) reduce_token(P, pp, c, t, only, none, 1, rowbase_me, rows_ok);
+  if (P.probe) {
+    __syncthreads();
+    probe_add(P, PR_OWN, probe_now(P) - pt);
+  }
 }
 
 struct recv_batch {
@@ -256,6 +261,7 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
   const int end = chan_begin(c + 1, P.num_tokens, C), mid = chan_mid(c, P.num_tokens, C);
   for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
+    uint64_t pt = probe_now(P);
     plan_batch(P, t0, nb, mid, cons, B, touched, ntouched);
     if (threadIdx.x == 0)
       for (int q = 0; q < ntouched && !failed; q++) {
@@ -264,15 +270,22 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
       }
     __syncthreads();
     if (failed) return;
+    if (P.probe) probe_add(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
     for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
       if (!B.skip[j]) reduce_token(P, pp, c, t0 + j, B.rank[j], B.index[j], B.nr[j], rowbase_me, rows_ok);
     __syncthreads();
+    if (P.probe) {
+      probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
+      probe_add(P, PR_ROUNDS, 1);
+      probe_add(P, PR_ITEMS, nb);
+    }
     if (threadIdx.x == 0)
       for (int q = 0; q < ntouched; q++) {
         const int p = touched[q];
         ht_give_back(P, p, c, cons[p]);
       }
     __syncthreads();
+    if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
   }
   for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
 }
@@ -289,6 +302,8 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   const bool rows_ok = rows_setup(P, rowbase);
   const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
   ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
+  probe_begin(P);
   if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
   else recv_part(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
+  probe_end(P);
 }

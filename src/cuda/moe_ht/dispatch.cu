@@ -32,6 +32,40 @@ __device__ __forceinline__ int own_mid(const ht_params &P, int c) {
   return b + (int)(((int64_t)(e - b) * P.recv_own) >> 10);
 }
 
+/* The own-token queue (P.own_queue; SY_HT_OWN_QUEUE=0 keeps the static split of own_mid): this rank's own tokens'
+ * rows are chunks of HT_DWARPS tokens (a warp a token) that any block takes, by one ticket counter in device
+ * memory, when it has nothing better to do — a receiver in a round that found no message, a sender whose
+ * destination's ring is full — and every block once its ring work is done. So neither role waits while own
+ * rows are left, whatever the routing. Counters, no reset: the call's tickets start at local->own_base; a block
+ * draws until it gets a ticket past the call's chunks (exactly one such ticket a block), and the block that ends
+ * the call last sets own_base to the counter (own_end). A ticket below own_base (a block of an earlier call that
+ * stopped early, on an error) is skipped. */
+struct own_state {
+  uint64_t base;  /* the call's first ticket */
+  uint64_t drawn; /* thread 0's last ticket */
+  int left;       /* this block may still draw */
+};
+
+__device__ __forceinline__ int own_chunks(const ht_params &P) { return (P.num_tokens + HT_DWARPS - 1) / HT_DWARPS; }
+
+__device__ __forceinline__ void own_begin(const ht_params &P, own_state &q, bool rows_ok) {
+  if (threadIdx.x == 0) {
+    q.base = *(volatile uint64_t *)&P.local->own_base;
+    q.left = P.own_queue && rows_ok && P.num_tokens > 0;
+  }
+  __syncthreads();
+}
+
+/* Every thread, at the kernel's end: the block that ends last sets the next call's base. */
+__device__ __forceinline__ void own_end(const ht_params &P) {
+  if (!P.own_queue) return;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atom_add_acq_rel_gpu(&P.local->own_done, 1u) != gridDim.x - 1) return;
+  P.local->own_base = atomicAdd((unsigned long long *)&P.local->own_ticket, 0ull);
+  P.local->own_done = 0;
+}
+
 struct send_batch {
   int ndst[HT_BATCH];
   int dst[HT_BATCH][32];
@@ -91,8 +125,21 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
  * with `self`, its own rows here (the dispatch's rows, or the combine's backward's gradients), the token read
  * once for all of them (bf16 as is; FP8 quantised once; or the given E4M3 bytes and scales). sk: the warp's
  * sinks (shared memory). */
-__device__ void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot, int nd, bool self,
-                           const int32_t *rowbase_me, ht_sink *sk) {
+/* send_token inlined where the kernel sends and the own-token chunks out of line (a call: the kernel's parameters
+ * are __grid_constant__, so a reference to them costs no copy), so that its call sites do not spill the kernel's
+ * registers; SY_HT_SEND_INLINE=0 at build time swaps the two (measured slower, bench/NOTES.md). */
+#ifndef SY_HT_SEND_INLINE
+#define SY_HT_SEND_INLINE 1
+#endif
+#if SY_HT_SEND_INLINE
+#define SY_HT_SEND_ATTR __forceinline__
+#define SY_HT_OWN_ATTR  __noinline__
+#else
+#define SY_HT_SEND_ATTR __noinline__
+#define SY_HT_OWN_ATTR
+#endif
+__device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot,
+                                           int nd, bool self, const int32_t *rowbase_me, ht_sink *sk) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
   const int e = lane < P.K ? ids[lane] : -1;
@@ -157,6 +204,28 @@ __device__ void send_token(const ht_params &P, int c, int t, const int *dst, con
   }
 }
 
+/* Every thread: one chunk's rows if one is left (returns true), else false (and the block draws no more). */
+__device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
+  if (!q.left) return false; /* uniform: written by thread 0 before a barrier */
+  if (threadIdx.x == 0) {
+    uint64_t t;
+    do t = atomicAdd((unsigned long long *)&P.local->own_ticket, 1ull);
+    while (t < q.base);
+    q.drawn = t - q.base;
+    if (q.drawn >= (uint64_t)own_chunks(P)) q.left = 0;
+  }
+  __syncthreads();
+  const bool got = q.left;
+  if (got) {
+    const int t = (int)q.drawn * HT_DWARPS + (int)(threadIdx.x / 32);
+    const uint64_t pt = probe_now(P);
+    if (t < P.num_tokens) send_token(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);
+    __syncthreads(); /* q.drawn is read */
+    if (P.probe) probe_add(P, PR_OWN, probe_now(P) - pt);
+  }
+  return got;
+}
+
 /* Warp 0: the batch's tokens' destination ranks other than this one (each once, in k order), a lane a token; then
  * thread 0 gives each (token, destination) its ring index, in token order, and lists the destinations touched. */
 __device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, send_batch &B, int *touched,
@@ -189,21 +258,41 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, s
     }
 }
 
+/* Thread 0: whether every ring the batch touches has room now (index base[d] - 1 below head + R). */
+__device__ __forceinline__ bool batch_room(const ht_params &P, int c, const uint64_t *base, const int *touched,
+                                           int ntouched) {
+  for (int i = 0; i < ntouched; i++) {
+    const int d = touched[i];
+    if (base[d] > HT_SLOTS && ld_acquire_sys(head_word(P, P.ws, d, c)) < base[d] - HT_SLOTS) return false;
+  }
+  return true;
+}
+
 __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok,
-                          ht_sink *sinks) {
+                          ht_sink *sinks, own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
   __shared__ send_batch B;
-  __shared__ int touched[HT_BATCH * 32], ntouched, failed;
+  __shared__ int touched[HT_BATCH * 32], ntouched, failed, room;
   for (int d = threadIdx.x; d < W; d += blockDim.x) base[d] = P.sent[(size_t)d * C + c];
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  const int end = chan_begin(c + 1, P.num_tokens, C), mid = own_mid(P, c);
+  /* with the queue the own rows are the queue's; at world 1 no token has a message */
+  const int end = W == 1 && P.own_queue ? 0 : chan_begin(c + 1, P.num_tokens, C);
+  const int mid = P.own_queue ? end : own_mid(P, c);
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
   for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
+    uint64_t pt = probe_now(P);
+    const uint64_t own0 = probe_get(P, PR_OWN);
     plan_batch(P, t0, nb, base, B, touched, ntouched);
-    if (threadIdx.x == 0) /* room: index base[d] - 1 must be below head + R */
+    for (;;) { /* while a ring it needs is full, own rows from the queue */
+      __syncthreads();
+      if (threadIdx.x == 0) room = batch_room(P, c, base, touched, ntouched);
+      __syncthreads();
+      if (room || !own_chunk(P, q, rowbase_me, sk)) break;
+    }
+    if (threadIdx.x == 0 && !room) /* nothing else to do: the bounded waits */
       for (int i = 0; i < ntouched && !failed; i++) {
         const int d = touched[i];
         if (base[d] > HT_SLOTS && !ht_wait(P, head_word(P, P.ws, d, c), base[d] - HT_SLOTS, OP_MOE_HT_SEND, d))
@@ -211,9 +300,15 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
       }
     __syncthreads();
     if (failed) return;
+    if (P.probe) probe_add(P, PR_WAIT, probe_now(P) - pt - (probe_get(P, PR_OWN) - own0)), pt = probe_now(P);
     for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
       send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
     __syncthreads();
+    if (P.probe) {
+      probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
+      probe_add(P, PR_ROUNDS, 1);
+      probe_add(P, PR_ITEMS, nb);
+    }
     if (threadIdx.x == 0 && ntouched) {
       bool remote = false;
       for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
@@ -221,6 +316,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
       for (int i = 0; i < ntouched; i++) ht_publish(P, touched[i], c, base[touched[i]]);
     }
     __syncthreads();
+    if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
   }
   for (int d = threadIdx.x; d < W; d += blockDim.x) P.sent[(size_t)d * C + c] = base[d];
 }
@@ -304,7 +400,8 @@ __device__ void recv_outputs(const ht_params &P, int c) {
   }
 }
 
-__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks) {
+__device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks,
+                          own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *cons = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(cons + W); /* [W] messages of this call still to come */
@@ -322,16 +419,22 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
   if (P.mode == HT_DISPATCH && rows_ok) recv_outputs(P, c);
   if (P.mode == HT_COMBINE_BACKWARD && rows_ok) grad_padding(P, c);
-  /* this rank's own tokens of the channel's first half: their rows (or gradients) straight from the tokens */
-  const int mid = own_mid(P, c);
+  /* without the queue, this rank's own tokens of the channel's first part: their rows (or gradients) */
+  const int mid = P.own_queue ? chan_begin(c, P.num_tokens, C) : own_mid(P, c);
+  const uint64_t pt = probe_now(P);
   for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
     send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
+  if (P.probe) {
+    __syncthreads();
+    probe_add(P, PR_OWN, probe_now(P) - pt);
+  }
   const bool write = rows_ok; /* else the messages are consumed and nothing is written */
   int32_t *take = mbase + W;  /* [W] messages this round takes from each source */
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
+  const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
   serve_rounds(
-      P, left, take,
-      [&](int s) { /* the messages in source s's ring */
+      P, left, take, [&]() { return own_chunk(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
+      [&](int s) {                                                      /* the messages in source s's ring */
                    const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
                    return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
       },
@@ -357,15 +460,23 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
 } // namespace
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. */
-__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(ht_params P) {
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_constant__ ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
-  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks);
-  else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks);
+  probe_begin(P);
+  __shared__ own_state q;
+  own_begin(P, q, rows_ok);
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
+  else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks, q);
+  ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
+  while (own_chunk(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
+  }
+  own_end(P);
+  probe_end(P);
   if (P.mode == HT_DISPATCH && blockIdx.x == (unsigned)P.C && threadIdx.x == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;

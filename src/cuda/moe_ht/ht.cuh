@@ -38,18 +38,22 @@ constexpr int HT_THREADS = 256; /* the layout's kernels: 8 warps */
 constexpr int HT_WARPS = HT_THREADS / 32;
 constexpr int HT_DTHREADS = 512; /* the data kernels (dispatch, combine): 16 warps, one block an SM */
 constexpr int HT_DWARPS = HT_DTHREADS / 32;
-constexpr int HT_BATCH = 32;    /* tokens a block takes in order between two counter updates (a lane a token) */
-constexpr int HT_ROUND = 64;    /* messages a block takes from all its peers' rings in one round */
-constexpr int HT_PER_PEER = 32; /* at most from one peer a round: half a ring, which its writer refills meanwhile */
+constexpr int HT_BATCH = 32; /* tokens a block takes in order between two counter updates (a lane a token) */
 constexpr int HT_SLOTS = SY_MOE_HT_RING_SLOTS; /* R: slots per ring */
+constexpr int HT_PER_PEER = HT_SLOTS / 2; /* at most from one peer a round: half a ring, which its writer refills */
+constexpr int HT_ROUND = HT_PER_PEER > 64 ? HT_PER_PEER : 64; /* messages a block takes from all its peers a round */
 constexpr int HT_PEER_TAB = 8;
 constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
 
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;
 
 struct ht_local {
-  uint64_t layouts; /* layout calls done */
-  uint64_t pad_[7];
+  uint64_t layouts;    /* layout calls done */
+  uint64_t own_ticket; /* the dispatch kernel's own-token queue: tickets drawn so far (every call's) */
+  uint64_t own_base;   /* the first ticket of the next call (set by the block that ends a call last) */
+  uint32_t own_done;   /* blocks of the running call that have ended */
+  uint32_t pad32_;
+  uint64_t pad_[4];
   /* then sent[W][C] and consumed[W][C], uint64 */
 };
 
@@ -71,7 +75,10 @@ struct ht_params {
   volatile uint64_t *host_stamp;
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
-  int recv_own; /* the dispatch: the share (in 1/1024) of a channel's own tokens its receiving block writes */
+  int recv_own;    /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
+                   block writes */
+  int own_queue;   /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
+  uint64_t *probe; /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;
@@ -89,6 +96,45 @@ struct ht_params {
 };
 
 enum { HT_DISPATCH = 0, HT_COMBINE_BACKWARD = 1 };
+
+/* The per-block probe (SY_HT_PROBE, for measuring: bench/NOTES.md): thread 0 of each block adds up where its
+ * time went in shared memory and writes the sums at its end, so each call overwrites the last one's. Slots: */
+enum {
+  PR_START, /* globaltimer at the block's start, ns */
+  PR_END,   /* at its end */
+  PR_OWN,   /* ns writing (dispatch) or summing (combine) this rank's own tokens outside the rings */
+  PR_WAIT,  /* ns waiting: the senders for ring room, the receivers for messages (rounds or batches with none) */
+  PR_WORK,  /* ns in rounds or batches that moved messages */
+  PR_ROUNDS,
+  PR_ITEMS, /* messages or tokens moved */
+  PR_SYNC,  /* ns in fences, tail and head stores */
+  HT_PROBE_SLOTS
+};
+__device__ __forceinline__ uint64_t *probe_acc() {
+  __shared__ uint64_t acc[HT_PROBE_SLOTS];
+  return acc;
+}
+__device__ __forceinline__ void probe_begin(const ht_params &P) {
+  if (!P.probe || threadIdx.x) return;
+  uint64_t *a = probe_acc();
+  for (int i = 0; i < HT_PROBE_SLOTS; i++) a[i] = 0;
+  a[PR_START] = global_timer_ns();
+}
+/* Thread 0: adds the time since `since` (or a count) to slot i. */
+__device__ __forceinline__ void probe_add(const ht_params &P, int i, uint64_t v) {
+  if (P.probe && threadIdx.x == 0) probe_acc()[i] += v;
+}
+__device__ __forceinline__ uint64_t probe_now(const ht_params &P) { return P.probe ? global_timer_ns() : 0; }
+/* Thread 0: slot i so far (0 elsewhere). */
+__device__ __forceinline__ uint64_t probe_get(const ht_params &P, int i) {
+  return P.probe && threadIdx.x == 0 ? probe_acc()[i] : 0;
+}
+__device__ __forceinline__ void probe_end(const ht_params &P) {
+  if (!P.probe || threadIdx.x) return;
+  uint64_t *a = probe_acc();
+  a[PR_END] = global_timer_ns();
+  for (int i = 0; i < HT_PROBE_SLOTS; i++) P.probe[(size_t)blockIdx.x * HT_PROBE_SLOTS + i] = a[i];
+}
 
 /* Peer p's workspace as this GPU reaches it, or NULL: NVSHMEM puts (a peer not load/store reachable, or
  * SY_FORCE_PUT). */
@@ -184,7 +230,7 @@ __global__ void sy_ht_layout_count(sy::ht_params P);
 __global__ void sy_ht_layout_prefix(sy::ht_params P);
 __global__ void sy_ht_layout_pos(sy::ht_params P);
 __global__ void sy_ht_layout_exchange(sy::ht_params P);
-__global__ void sy_ht_dispatch(sy::ht_params P);
+__global__ void sy_ht_dispatch(const __grid_constant__ sy::ht_params P);
 __global__ void sy_ht_combine(sy::ht_params P);
 
 #endif

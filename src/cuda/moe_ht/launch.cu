@@ -6,6 +6,7 @@
  * combine: one kernel each).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,7 +35,68 @@ struct ht_gpu {
   uint64_t *mapped_stamp_dev;
   size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
   int recv_own;           /* ht_params.recv_own */
+  int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: own_queue_for) */
+  uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
+  char probe_path[256];
 };
+
+/* SY_HT_PROBE's records: the dispatch, the combine (weighted), the combine's backward (the dispatch kernel), the
+ * dispatch's backward (the combine kernel without weights) — each the last such call's. */
+enum { HT_PROBE_KERNELS = 4 };
+static const char *const probe_kernel[HT_PROBE_KERNELS] = {"dispatch", "combine", "combine_bwd", "dispatch_bwd"};
+
+static void probe_setup(sy_comm_t comm, ht_gpu *g) {
+  const char *pattern = sy__env_str(SY_ENVID_SY_HT_PROBE);
+  if (!pattern || !*pattern) return;
+  size_t n = 0; /* %r: the rank */
+  for (const char *p = pattern; *p && n + 16 < sizeof g->probe_path; p++) {
+    if (p[0] == '%' && p[1] == 'r') n += (size_t)snprintf(g->probe_path + n, 16, "%d", comm->rank), p++;
+    else g->probe_path[n++] = *p;
+  }
+  g->probe_path[n] = '\0';
+  const size_t bytes = (size_t)HT_PROBE_KERNELS * 2 * g->wl.channels * HT_PROBE_SLOTS * 8;
+  if (cudaMalloc((void **)&g->probe, bytes) != cudaSuccess || cudaMemset(g->probe, 0, bytes) != cudaSuccess) {
+    SY_WARN("SY_HT_PROBE: no device memory for %zu bytes of probes; not probing", bytes);
+    cudaFree(g->probe);
+    g->probe = NULL;
+  }
+}
+
+/* At destroy: a line per (kernel, block) that ran: times in us from the kernel's first block's start. */
+static void probe_write(const ht_gpu *g, int rank) {
+  const size_t per = (size_t)2 * g->wl.channels * HT_PROBE_SLOTS, C = (size_t)g->wl.channels;
+  uint64_t *h = (uint64_t *)malloc(per * HT_PROBE_KERNELS * 8);
+  FILE *f = h ? fopen(g->probe_path, "w") : NULL;
+  if (!f || cudaMemcpy(h, g->probe, per * HT_PROBE_KERNELS * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    SY_WARN("SY_HT_PROBE: cannot write %s", g->probe_path);
+    if (f) fclose(f);
+    free(h);
+    return;
+  }
+  fprintf(f, "# rank kernel block role start_us end_us own_us wait_us work_us rounds items sync_us\n");
+  for (int k = 0; k < HT_PROBE_KERNELS; k++) {
+    const uint64_t *r = h + per * k;
+    uint64_t t0 = 0;
+    for (size_t b = 0; b < 2 * C; b++)
+      if (r[b * HT_PROBE_SLOTS + PR_START] && (!t0 || r[b * HT_PROBE_SLOTS + PR_START] < t0))
+        t0 = r[b * HT_PROBE_SLOTS + PR_START];
+    for (size_t b = 0; b < 2 * C; b++) {
+      const uint64_t *v = r + b * HT_PROBE_SLOTS;
+      if (!v[PR_START]) continue;
+      fprintf(f, "%d %s %zu %s %.2f %.2f %.2f %.2f %.2f %llu %llu %.2f\n", rank, probe_kernel[k], b,
+              b < C ? "send" : "recv", (v[PR_START] - t0) / 1e3, (v[PR_END] - t0) / 1e3, v[PR_OWN] / 1e3,
+              v[PR_WAIT] / 1e3, v[PR_WORK] / 1e3, (unsigned long long)v[PR_ROUNDS], (unsigned long long)v[PR_ITEMS],
+              v[PR_SYNC] / 1e3);
+    }
+  }
+  fclose(f);
+  free(h);
+}
+
+/* This launch's probe record, or NULL. */
+static uint64_t *probe_of(const ht_gpu *g, int kernel) {
+  return g->probe ? g->probe + (size_t)kernel * 2 * g->wl.channels * HT_PROBE_SLOTS : NULL;
+}
 
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -59,6 +121,10 @@ static int recv_own_share(int W, int K) {
 }
 
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
+  if (g->probe) {
+    probe_write(g, comm->rank);
+    cudaFree(g->probe);
+  }
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
@@ -88,6 +154,10 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CUDA_CHECK(cudaHostGetDevicePointer((void **)&g->mapped_counts_dev, g->mapped, 0));
   g->mapped_stamp_dev = (uint64_t *)((char *)g->mapped_counts_dev + align_up((2 * L + 1) * 4, 8));
   g->recv_own = recv_own_share((int)W, c->top_k);
+  long long queue = -1;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
+  g->own_queue = queue < 0 ? -1 : queue > 0;
+  probe_setup(comm, g);
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
@@ -220,6 +290,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
+  P->own_queue = g->own_queue != 0; /* the combine's backward: own_queue_for */
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;
@@ -304,6 +375,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
+  P.probe = probe_of(g, 0);
   return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }
 
@@ -312,6 +384,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
+  P.probe = probe_of(g, call->row_weights ? 1 : 3);
   return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->pipe_smem, stream, P);
 }
 
@@ -325,5 +398,9 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   P.wire = SY_MOE_WIRE_BF16;
   P.weights = NULL;
   P.token_scales = NULL;
+  P.probe = probe_of(g, 2);
+  /* auto: at world 1 both blocks of a channel write only own rows, so the static split is already even, and the
+   * queue measured 11% slower on the gradients (bench/NOTES.md, the own-token queue) */
+  if (g->own_queue < 0 && comm->world_size == 1) P.own_queue = 0;
   return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }

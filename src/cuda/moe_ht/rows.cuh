@@ -135,11 +135,12 @@ __device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 
  * every peer's `left` is 0: each round a thread per peer with messages left sets take[p] = offer(p) (what it may
  * take now, at most HT_PER_PEER), thread 0 plans the round (plan_round), the warps call work(p, j) for each item,
  * and after a barrier a thread per peer that took k > 0 calls settle(p, k) (its counters, then the hand-back or
- * publish). Bounded: after the timeout with no item from any pending peer, stall(p) reports the first such peer.
+ * publish). A round with no item calls idle() on every thread (other work the block may do meanwhile: true if it
+ * did some). Bounded: after the timeout with no item from any pending peer, stall(p) reports the first such peer.
  * Returns whether the block stopped early (a timeout or an abort). */
-template <class Offer, class Work, class Settle, class Stall>
-__device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Offer offer,
-                                             Work work, Settle settle, Stall stall) {
+template <class Idle, class Offer, class Work, class Settle, class Stall>
+__device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Idle idle,
+                                             Offer offer, Work work, Settle settle, Stall stall) {
   const int W = P.world_size;
   __shared__ int2 items[HT_ROUND];
   __shared__ int nitems, pending, stalled;
@@ -147,6 +148,7 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
   if (threadIdx.x == 0) stalled = 0, since = 0;
   for (int round = 0;; round++) {
     __syncthreads();
+    const uint64_t pt = probe_now(P);
     for (int p = threadIdx.x; p < W; p += blockDim.x) take[p] = left[p] > 0 ? offer(p) : 0;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -157,13 +159,19 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     __syncthreads();
     if (pending == 0 || stalled) break;
     const int n = nitems;
+    const bool busy = n == 0 && idle(); /* every thread: other work while no item is there */
     for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) work(items[i].x, items[i].y);
     __syncthreads(); /* the round's items are done: settle them, a thread a peer */
     for (int p = threadIdx.x; p < W; p += blockDim.x)
       if (take[p] > 0) settle(p, take[p]);
+    if (P.probe) {
+      if (!busy) probe_add(P, n > 0 ? PR_WORK : PR_WAIT, probe_now(P) - pt); /* idle work: its own slot */
+      probe_add(P, PR_ROUNDS, n > 0);
+      probe_add(P, PR_ITEMS, n);
+    }
     if (threadIdx.x == 0) {
       const uint64_t now = global_timer_ns();
-      if (n > 0 || since == 0) since = now;
+      if (n > 0 || busy || since == 0) since = now;
       else if (aborted(P.ctx)) stalled = 1;
       else if (now - since > P.ctx.timeout_ns) {
         int p = 0;
