@@ -1,0 +1,488 @@
+/*
+ * expand-ceiling.cu — how fast a few SMs can expand rows (issue 19's dispatch at 16 SMs): N tokens of `bytes`
+ * each, every token written to K rows of an N x K row output (a fixed random permutation), by
+ *   regs   a warp a token, 4 16-byte loads a lane in flight, then the K stores of each (the dispatch's warp_copy);
+ *   tma    one lane of each of P warps a block runs a pipeline of S stages of a whole row in shared memory: a bulk
+ *          load (cp.async.bulk, an mbarrier) S rows ahead, then K bulk stores of the row from shared memory;
+ *   wregs  the stores of regs without the loads (the store ceiling of SM stores);
+ *   wtma   the bulk stores of tma without the loads;
+ * and a device-to-device cudaMemcpyAsync of the output's bytes beside them (the HBM ceiling). Event time, best of
+ * 20 after 3 warm-ups; checks the output of regs and tma.
+ *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/expand-ceiling tools/dev/expand-ceiling.cu && /tmp/expand-ceiling
+ *   [tokens=4096] [bytes=14336] [K=8]; `gather [tokens] [bytes] [K]` (gather_main: K rows in, their weighted
+ *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
+ *   on two GPUs (peer_main).
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                                                  \
+  do {                                                                                                         \
+    cudaError_t e_ = (x);                                                                                      \
+    if (e_ != cudaSuccess) {                                                                                   \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
+      exit(1);                                                                                                 \
+    }                                                                                                          \
+  } while (0)
+
+__device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__global__ void __launch_bounds__(512) k_regs(const char *in, char *out, const int *dst, int n, int bytes, int K,
+                                              int write_only) {
+  const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
+  for (int t = warp; t < n; t += warps) {
+    const int d = lane < K ? dst[(size_t)t * K + lane] : 0;
+    for (int base = lane * 16; base < bytes; base += 4 * 512) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (base + u * 512 < bytes)
+          v[u] = write_only ? make_uint4(t, u, 0, 0) : __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
+      for (int i = 0; i < K; i++) {
+        char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
+      }
+    }
+  }
+}
+
+/* P pipelines a block (lane 0 of warps 0..P-1), S stages of `bytes` each. */
+__global__ void k_tma(const char *in, char *out, const int *dst, int n, int bytes, int K, int P, int S, int write_only) {
+  extern __shared__ __align__(128) char sm[];
+  __shared__ __align__(8) uint64_t bar[64];
+  const int w = threadIdx.x / 32;
+  if (w >= P || (threadIdx.x & 31)) return;
+  char *stage = sm + (size_t)w * S * bytes;
+  uint64_t *b = bar + w * S;
+  for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&b[s])) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  const int pipe = blockIdx.x * P + w, pipes = gridDim.x * P;
+  /* this pipeline's tokens: pipe, pipe + pipes, ... ; the j-th goes through stage j % S */
+  const int mine = pipe < n ? (n - pipe + pipes - 1) / pipes : 0;
+  auto load = [&](int j) {
+    const int s = j % S, t = pipe + j * pipes;
+    if (write_only) return;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&b[s])), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            saddr(stage + (size_t)s * bytes)),
+        "l"(in + (size_t)t * bytes), "r"(bytes), "r"(saddr(&b[s]))
+        : "memory");
+  };
+  for (int j = 0; j < S && j < mine; j++) load(j);
+  for (int j = 0; j < mine; j++) {
+    const int s = j % S, t = pipe + j * pipes;
+    if (!write_only) {
+      const uint32_t parity = (j / S) & 1;
+      asm volatile(
+          "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+              saddr(&b[s])),
+          "r"(parity)
+          : "memory");
+    }
+    for (int i = 0; i < K; i++) {
+      char *o = out + (size_t)dst[(size_t)t * K + i] * bytes;
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
+                   "r"(saddr(stage + (size_t)s * bytes)), "r"(bytes)
+                   : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    /* the stage of token j - 1 is reloaded with token j - 1 + S once its stores have read it: token j's stores
+     * stay in flight meanwhile */
+    if (j >= 1 && j - 1 + S < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      load(j - 1 + S);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+
+/* ---- the gather-sums (the combine's experts' side: K rows in, their weighted fp32 sum out as one bf16 row) ---- */
+__device__ __forceinline__ float bflo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bfhi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *(const uint32_t *)&h;
+}
+__device__ __forceinline__ void acc8(float *a, uint4 v, float w) {
+  const uint32_t x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) a[2 * i] = fmaf(w, bflo(x[i]), a[2 * i]), a[2 * i + 1] = fmaf(w, bfhi(x[i]), a[2 * i + 1]);
+}
+__device__ __forceinline__ uint4 out8(const float *a) {
+  return make_uint4(pack2(a[0], a[1]), pack2(a[2], a[3]), pack2(a[4], a[5]), pack2(a[6], a[7]));
+}
+
+/* a warp a token, U 512-byte passes of every row loaded before the sums */
+template <int U>
+__global__ void __launch_bounds__(512) g_regs(const char *in, char *out, const int *src, int n, int bytes, int K) {
+  const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
+  for (int t = warp; t < n; t += warps) {
+    const int my = lane < K ? src[(size_t)t * K + lane] : 0;
+    for (int base = lane * 16; base < bytes; base += U * 512) {
+      float a[U][8];
+#pragma unroll
+      for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int q = 0; q < 8; q++) a[u][q] = 0.0f;
+      for (int k0 = 0; k0 < K; k0 += 4) {
+        uint4 v[4][U];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+          const char *r = in + (size_t)__shfl_sync(0xffffffffu, my, (k0 + k) & 31) * bytes;
+#pragma unroll
+          for (int u = 0; u < U; u++)
+            if (k0 + k < K && base + u * 512 < bytes) v[k][u] = __ldg((const uint4 *)(r + base + u * 512));
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+          for (int u = 0; u < U; u++)
+            if (k0 + k < K) acc8(a[u], v[k][u], 0.5f + 0.125f * (k0 + k));
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        if (base + u * 512 < bytes) *(uint4 *)(out + (size_t)t * bytes + base + u * 512) = out8(a[u]);
+    }
+  }
+}
+
+/* a warp a token through a lane's cp.async ring (pipe.cuh's pipe_gather: 16 slots, 14 pieces ahead) */
+__global__ void __launch_bounds__(512) g_pipe(const char *in, char *out, const int *src, int n, int bytes, int K) {
+  extern __shared__ __align__(16) uint4 ring_[]; /* [16 warps][16 slots][32 lanes] */
+  uint4(*ring)[16][32] = (uint4(*)[16][32])ring_;
+  const int w = threadIdx.x / 32, warp = blockIdx.x * 16 + w, warps = gridDim.x * 16, lane = threadIdx.x & 31;
+  const int passes = (bytes + 511) / 512;
+  for (int t = warp; t < n; t += warps) {
+    const int my = lane < K ? src[(size_t)t * K + lane] : 0;
+    int ipass = 0, isrc = 0, islot = 0, rslot = 0;
+    auto issue = [&]() {
+      if (ipass < passes) {
+        const int off = ipass * 512 + lane * 16;
+        const char *r = in + (size_t)__shfl_sync(0xffffffffu, my, isrc) * bytes;
+        if (off < bytes)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr(&ring[w][islot][lane])), "l"(r + off)
+                       : "memory");
+        if (++islot == 16) islot = 0;
+        if (++isrc == K) isrc = 0, ipass++;
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    for (int d = 0; d < 14; d++) issue();
+    for (int pass = 0; pass < passes; pass++) {
+      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int i = 0; i < K; i++) {
+        asm volatile("cp.async.wait_group 13;" ::: "memory");
+        const uint4 v = ring[w][rslot][lane];
+        if (++rslot == 16) rslot = 0;
+        issue();
+        acc8(a, v, 0.5f + 0.125f * i);
+      }
+      const int off = pass * 512 + lane * 16;
+      if (off < bytes) *(uint4 *)(out + (size_t)t * bytes + off) = out8(a);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  }
+}
+
+/* a block's producer (warp 0, lane 0) bulk-loads item i = (token, chunk of the row) — the K rows' chunk — into
+ * stage i % S, S <= 15 stages of K x ch bytes; consumer warp 1 + i % S sums it (a lane 16 bytes at a time) and stores
+ * the output chunk, then frees the stage. */
+__global__ void __launch_bounds__(512) g_tma(const char *in, char *out, const int *src, int n, int bytes, int K, int cpr,
+                                             int S) {
+  extern __shared__ __align__(128) char sm[];
+  __shared__ __align__(8) uint64_t full[32], empty[32];
+  const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int ch = bytes / cpr;
+  if (threadIdx.x < S) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&full[threadIdx.x])) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&empty[threadIdx.x])) : "memory");
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  const int mine = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1) / gridDim.x : 0, items = mine * cpr;
+  if (w == 0) {
+    if (lane) return;
+    for (int i = 0; i < items; i++) {
+      const int s = i % S, u = i / S;
+      if (u > 0)
+        asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                         saddr(&empty[s])),
+                     "r"((u - 1) & 1)
+                     : "memory");
+      const int t = blockIdx.x + (i / cpr) * gridDim.x, c = i % cpr;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&full[s])), "r"(K * ch)
+                   : "memory");
+      for (int k = 0; k < K; k++)
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                saddr(sm + ((size_t)s * K + k) * ch)),
+            "l"(in + (size_t)src[(size_t)t * K + k] * bytes + (size_t)c * ch), "r"(ch), "r"(saddr(&full[s]))
+            : "memory");
+    }
+    return;
+  }
+  for (int i = w - 1; w <= S && i < items; i += S) { /* warp w consumes stage w - 1, so its phases in order */
+    const int s = i % S, u = i / S;
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                     saddr(&full[s])),
+                 "r"(u & 1)
+                 : "memory");
+    const int t = blockIdx.x + (i / cpr) * gridDim.x, c = i % cpr;
+    for (int off = lane * 16; off < ch; off += 512) {
+      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < K; k++) acc8(a, *(const uint4 *)(sm + ((size_t)s * K + k) * ch + off), 0.5f + 0.125f * k);
+      *(uint4 *)(out + (size_t)t * bytes + (size_t)c * ch + off) = out8(a);
+    }
+    __syncwarp();
+    if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(saddr(&empty[s])) : "memory");
+  }
+}
+
+static int gather_main(int n, int bytes, int K) {
+  const size_t rows = (size_t)n * K, in_bytes = rows * bytes, out_bytes = (size_t)n * bytes;
+  char *in, *out, *ref;
+  int *src;
+  CK(cudaMalloc(&in, in_bytes));
+  CK(cudaMalloc(&out, out_bytes));
+  CK(cudaMalloc(&ref, out_bytes));
+  CK(cudaMalloc(&src, rows * 4));
+  {
+    uint16_t *h = (uint16_t *)malloc(in_bytes);
+    for (size_t i = 0; i < in_bytes / 2; i++) h[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 512); /* bf16 */
+    CK(cudaMemcpy(in, h, in_bytes, cudaMemcpyHostToDevice));
+    free(h);
+    int *p = (int *)malloc(rows * 4);
+    for (size_t i = 0; i < rows; i++) p[i] = (int)i;
+    srand(11);
+    for (size_t i = rows - 1; i > 0; i--) {
+      const size_t j = (size_t)rand() % (i + 1);
+      const int x = p[i];
+      p[i] = p[j], p[j] = x;
+    }
+    CK(cudaMemcpy(src, p, rows * 4, cudaMemcpyHostToDevice));
+    free(p);
+  }
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaFuncSetAttribute(g_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
+  CK(cudaFuncSetAttribute(g_pipe, cudaFuncAttributeMaxDynamicSharedMemorySize, 128 * 1024));
+  auto timeit = [&](auto &&launch) {
+    float best = 1e30f;
+    for (int it = 0; it < 23; it++) {
+      CK(cudaEventRecord(e0, st));
+      launch();
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (it >= 3 && ms < best) best = ms;
+    }
+    return best * 1000.0f;
+  };
+  g_regs<2><<<132, 512, 0, st>>>(in, ref, src, n, bytes, K);
+  CK(cudaStreamSynchronize(st));
+  auto same = [&]() {
+    static char *a = (char *)malloc(out_bytes), *b = (char *)malloc(out_bytes);
+    CK(cudaMemcpy(a, out, out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b, ref, out_bytes, cudaMemcpyDeviceToHost));
+    return memcmp(a, b, out_bytes) == 0;
+  };
+  const double rw = (double)in_bytes + (double)out_bytes;
+  printf("gather: %d tokens, K %d rows of %d B each in (%.1f MiB), one row out\n", n, K, bytes, in_bytes / 1048576.0);
+  printf("%-8s %5s %4s %3s %10s %12s %12s %s\n", "kind", "SMs", "cpr", "S", "us", "GB/s r+w", "GB/s/SM", "same");
+  for (int sms : {16, 24, 32, 132}) {
+    fprintf(stderr, "gather: %d SMs\n", sms);
+    auto row = [&](const char *kind, int cpr, int S, float us) {
+      printf("%-8s %5d %4d %3d %10.1f %12.1f %12.2f %s\n", kind, sms, cpr, S, us, rw / us / 1e3, rw / us / 1e3 / sms,
+             same() ? "yes" : "NO");
+    };
+    CK(cudaMemsetAsync(out, 0, out_bytes, st));
+    row("regs1", 0, 0, timeit([&] { g_regs<1><<<sms, 512, 0, st>>>(in, out, src, n, bytes, K); }));
+    CK(cudaMemsetAsync(out, 0, out_bytes, st));
+    row("regs2", 0, 0, timeit([&] { g_regs<2><<<sms, 512, 0, st>>>(in, out, src, n, bytes, K); }));
+    CK(cudaMemsetAsync(out, 0, out_bytes, st));
+    row("pipe", 0, 0, timeit([&] { g_pipe<<<sms, 512, 128 * 1024, st>>>(in, out, src, n, bytes, K); }));
+    const int cfg[][2] = {{4, 7}, {8, 14}, {16, 15}};
+    for (auto &c : cfg) {
+      const int cpr = c[0], S = c[1];
+      if (bytes % (cpr * 16)) continue;
+      const size_t smem = (size_t)S * K * (bytes / cpr);
+      if (smem > 220 * 1024) continue;
+      CK(cudaMemsetAsync(out, 0, out_bytes, st));
+      row("tma", cpr, S, timeit([&] { g_tma<<<sms, 512, smem, st>>>(in, out, src, n, bytes, K, cpr, S); }));
+    }
+  }
+  return 0;
+}
+
+/* `peer`: with two GPUs, the same kernels at K = 1 (a row each, in order) across NVLink: push (GPU 0's SMs store
+ * into GPU 1's memory), pull (GPU 0's SMs load from GPU 1's memory into its own), and both directions at once (each
+ * GPU pushes into the other's memory). */
+static int peer_main(int n, int bytes) {
+  int ndev = 0;
+  CK(cudaGetDeviceCount(&ndev));
+  if (ndev < 2) {
+    printf("peer: %d GPU(s), need 2\n", ndev);
+    return 0;
+  }
+  const size_t total = (size_t)n * bytes;
+  char *buf[2][2]; /* [gpu][0: source, 1: destination] */
+  int *dst[2];
+  cudaStream_t st[2];
+  cudaEvent_t e0[2], e1[2];
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaDeviceEnablePeerAccess(1 - g, 0));
+    CK(cudaMalloc(&buf[g][0], total));
+    CK(cudaMalloc(&buf[g][1], total));
+    CK(cudaMemset(buf[g][0], 1 + g, total));
+    CK(cudaMalloc(&dst[g], (size_t)n * 4));
+    int *p = (int *)malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) p[i] = i;
+    CK(cudaMemcpy(dst[g], p, (size_t)n * 4, cudaMemcpyHostToDevice));
+    free(p);
+    CK(cudaStreamCreateWithFlags(&st[g], cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e0[g]));
+    CK(cudaEventCreate(&e1[g]));
+    CK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
+  }
+  printf("peer: %d rows of %d B (%.1f MiB) a direction\n", n, bytes, total / 1048576.0);
+  printf("%-6s %-5s %5s %10s %10s %12s\n", "kind", "dir", "SMs", "us", "GB/s", "GB/s/SM");
+  for (int sms : {2, 4, 8, 16, 32}) {
+    for (int tma = 0; tma < 2; tma++) {
+      for (int dir = 0; dir < 3; dir++) { /* 0 push, 1 pull, 2 both push */
+        float best = 1e30f;
+        for (int it = 0; it < 13; it++) {
+          for (int g = 0; g < (dir == 2 ? 2 : 1); g++) {
+            CK(cudaSetDevice(g));
+            CK(cudaEventRecord(e0[g], st[g]));
+            const char *src = dir == 1 ? buf[1][0] : buf[g][0];
+            char *out = dir == 1 ? buf[0][1] : buf[1 - g][1];
+            if (tma) k_tma<<<sms, 4 * 32, (size_t)4 * 3 * bytes, st[g]>>>(src, out, dst[g], n, bytes, 1, 4, 3, 0);
+            else k_regs<<<sms, 512, 0, st[g]>>>(src, out, dst[g], n, bytes, 1, 0);
+            CK(cudaEventRecord(e1[g], st[g]));
+          }
+          float worst = 0;
+          for (int g = 0; g < (dir == 2 ? 2 : 1); g++) {
+            CK(cudaSetDevice(g));
+            CK(cudaEventSynchronize(e1[g]));
+            CK(cudaGetLastError());
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0[g], e1[g]));
+            worst = ms > worst ? ms : worst;
+          }
+          if (it >= 3 && worst < best) best = worst;
+        }
+        const float us = best * 1000.0f;
+        static const char *dn[3] = {"push", "pull", "both"};
+        printf("%-6s %-5s %5d %10.1f %10.1f %12.2f\n", tma ? "tma" : "regs", dn[dir], sms, us, total / us / 1e3,
+               total / us / 1e3 / sms);
+      }
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc > 1 && !strcmp(argv[1], "gather"))
+    return gather_main(argc > 2 ? atoi(argv[2]) : 4096, argc > 3 ? atoi(argv[3]) : 14336, argc > 4 ? atoi(argv[4]) : 8);
+  if (argc > 1 && !strcmp(argv[1], "peer"))
+    return peer_main(argc > 2 ? atoi(argv[2]) : 8192, argc > 3 ? atoi(argv[3]) : 14336);
+  const int n = argc > 1 ? atoi(argv[1]) : 4096, bytes = argc > 2 ? atoi(argv[2]) : 14336, K = argc > 3 ? atoi(argv[3]) : 8;
+  const size_t in_bytes = (size_t)n * bytes, out_bytes = in_bytes * K;
+  char *in, *out, *ref;
+  int *dst;
+  CK(cudaMalloc(&in, in_bytes));
+  CK(cudaMalloc(&out, out_bytes));
+  CK(cudaMalloc(&ref, out_bytes));
+  CK(cudaMalloc(&dst, (size_t)n * K * 4));
+  {
+    char *h = (char *)malloc(in_bytes);
+    for (size_t i = 0; i < in_bytes; i++) h[i] = (char)(i * 2654435761u >> 13);
+    CK(cudaMemcpy(in, h, in_bytes, cudaMemcpyHostToDevice));
+    free(h);
+    int *p = (int *)malloc((size_t)n * K * 4);
+    for (int i = 0; i < n * K; i++) p[i] = i;
+    srand(7);
+    for (int i = n * K - 1; i > 0; i--) {
+      const int j = rand() % (i + 1), x = p[i];
+      p[i] = p[j], p[j] = x;
+    }
+    CK(cudaMemcpy(dst, p, (size_t)n * K * 4, cudaMemcpyHostToDevice));
+    char *o = (char *)malloc(out_bytes);
+    char *hin = (char *)malloc(in_bytes);
+    CK(cudaMemcpy(hin, in, in_bytes, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < n; t++)
+      for (int k = 0; k < K; k++) memcpy(o + (size_t)p[t * K + k] * bytes, hin + (size_t)t * bytes, bytes);
+    CK(cudaMemcpy(ref, o, out_bytes, cudaMemcpyHostToDevice));
+    free(o), free(hin), free(p);
+  }
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
+  auto timeit = [&](auto &&launch) {
+    float best = 1e30f;
+    for (int it = 0; it < 23; it++) {
+      CK(cudaEventRecord(e0, st));
+      launch();
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (it >= 3 && ms < best) best = ms;
+    }
+    return best * 1000.0f;
+  };
+  auto check = [&]() {
+    static char *a = (char *)malloc(out_bytes), *b = (char *)malloc(out_bytes);
+    CK(cudaMemcpy(a, out, out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b, ref, out_bytes, cudaMemcpyDeviceToHost));
+    return memcmp(a, b, out_bytes) == 0;
+  };
+  const double rw = (double)out_bytes + (double)in_bytes;
+  const float copy = timeit([&] { CK(cudaMemcpyAsync(out, ref, out_bytes, cudaMemcpyDeviceToDevice, st)); });
+  printf("tokens %d, row %d B, K %d: output %.1f MiB; copy of the output %.1f us (%.0f GB/s read + write)\n", n, bytes,
+         K, out_bytes / 1048576.0, copy, 2.0 * out_bytes / copy / 1e3);
+  printf("%-6s %5s %3s %3s %10s %12s %12s %s\n", "kind", "SMs", "P", "S", "us", "GB/s r+w", "GB/s/SM", "ok");
+  for (int sms : {16, 24, 32, 132}) {
+    for (int wo = 0; wo < 2; wo++) {
+      CK(cudaMemsetAsync(out, 0, out_bytes, st));
+      const float us = timeit([&] { k_regs<<<sms, 512, 0, st>>>(in, out, dst, n, bytes, K, wo); });
+      const double b = wo ? (double)out_bytes : rw;
+      printf("%-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n", wo ? "wregs" : "regs", sms, "-", "-", us, b / us / 1e3,
+             b / us / 1e3 / sms, wo ? "-" : check() ? "yes" : "NO");
+    }
+    const int cfg[][2] = {{1, 14}, {2, 7}, {4, 3}, {7, 2}}; /* S >= 2: a stage is reloaded one token late */
+    for (auto &c : cfg) {
+      const int P = c[0], S = c[1];
+      const size_t smem = (size_t)P * S * bytes;
+      if (smem > 220 * 1024 || P * S > 64) continue;
+      for (int wo = 0; wo < 2; wo++) {
+        CK(cudaMemsetAsync(out, 0, out_bytes, st));
+        const float us = timeit([&] { k_tma<<<sms, P * 32, smem, st>>>(in, out, dst, n, bytes, K, P, S, wo); });
+        const double b = wo ? (double)out_bytes : rw;
+        printf("%-6s %5d %3d %3d %10.1f %12.1f %12.2f %s\n", wo ? "wtma" : "tma", sms, P, S, us, b / us / 1e3,
+               b / us / 1e3 / sms, wo ? "-" : check() ? "yes" : "NO");
+      }
+    }
+  }
+  return 0;
+}
