@@ -20,19 +20,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                                  \
-  do {                                                                                                         \
-    cudaError_t e_ = (x);                                                                                      \
-    if (e_ != cudaSuccess) {                                                                                   \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
-      exit(1);                                                                                                 \
-    }                                                                                                          \
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
   } while (0)
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-__global__ void __launch_bounds__(512) k_regs(const char *in, char *out, const int *dst, int n, int bytes, int K,
-                                              int write_only) {
+__global__ void __launch_bounds__(512)
+    k_regs(const char *in, char *out, const int *dst, int n, int bytes, int K, int write_only) {
   const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
   for (int t = warp; t < n; t += warps) {
     const int d = lane < K ? dst[(size_t)t * K + lane] : 0;
@@ -53,7 +53,8 @@ __global__ void __launch_bounds__(512) k_regs(const char *in, char *out, const i
 }
 
 /* P pipelines a block (lane 0 of warps 0..P-1), S stages of `bytes` each. */
-__global__ void k_tma(const char *in, char *out, const int *dst, int n, int bytes, int K, int P, int S, int write_only) {
+__global__ void k_tma(const char *in, char *out, const int *dst, int n, int bytes, int K, int P, int S,
+                      int write_only) {
   extern __shared__ __align__(128) char sm[];
   __shared__ __align__(8) uint64_t bar[64];
   const int w = threadIdx.x / 32;
@@ -70,22 +71,20 @@ __global__ void k_tma(const char *in, char *out, const int *dst, int n, int byte
     const int s = j % S, t = pipe + j * pipes;
     if (write_only) return;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&b[s])), "r"(bytes) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            saddr(stage + (size_t)s * bytes)),
-        "l"(in + (size_t)t * bytes), "r"(bytes), "r"(saddr(&b[s]))
-        : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     saddr(stage + (size_t)s * bytes)),
+                 "l"(in + (size_t)t * bytes), "r"(bytes), "r"(saddr(&b[s]))
+                 : "memory");
   };
   for (int j = 0; j < S && j < mine; j++) load(j);
   for (int j = 0; j < mine; j++) {
     const int s = j % S, t = pipe + j * pipes;
     if (!write_only) {
       const uint32_t parity = (j / S) & 1;
-      asm volatile(
-          "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-              saddr(&b[s])),
-          "r"(parity)
-          : "memory");
+      asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                       saddr(&b[s])),
+                   "r"(parity)
+                   : "memory");
     }
     for (int i = 0; i < K; i++) {
       char *o = out + (size_t)dst[(size_t)t * K + i] * bytes;
@@ -104,7 +103,6 @@ __global__ void k_tma(const char *in, char *out, const int *dst, int n, int byte
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-
 /* ---- the gather-sums (the combine's experts' side: K rows in, their weighted fp32 sum out as one bf16 row) ---- */
 __device__ __forceinline__ float bflo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bfhi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -115,7 +113,8 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
 __device__ __forceinline__ void acc8(float *a, uint4 v, float w) {
   const uint32_t x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int i = 0; i < 4; i++) a[2 * i] = fmaf(w, bflo(x[i]), a[2 * i]), a[2 * i + 1] = fmaf(w, bfhi(x[i]), a[2 * i + 1]);
+  for (int i = 0; i < 4; i++)
+    a[2 * i] = fmaf(w, bflo(x[i]), a[2 * i]), a[2 * i + 1] = fmaf(w, bfhi(x[i]), a[2 * i + 1]);
 }
 __device__ __forceinline__ uint4 out8(const float *a) {
   return make_uint4(pack2(a[0], a[1]), pack2(a[2], a[3]), pack2(a[4], a[5]), pack2(a[6], a[7]));
@@ -196,8 +195,8 @@ __global__ void __launch_bounds__(512) g_pipe(const char *in, char *out, const i
 /* a block's producer (warp 0, lane 0) bulk-loads item i = (token, chunk of the row) — the K rows' chunk — into
  * stage i % S, S <= 15 stages of K x ch bytes; consumer warp 1 + i % S sums it (a lane 16 bytes at a time) and stores
  * the output chunk, then frees the stage. */
-__global__ void __launch_bounds__(512) g_tma(const char *in, char *out, const int *src, int n, int bytes, int K, int cpr,
-                                             int S) {
+__global__ void __launch_bounds__(512)
+    g_tma(const char *in, char *out, const int *src, int n, int bytes, int K, int cpr, int S) {
   extern __shared__ __align__(128) char sm[];
   __shared__ __align__(8) uint64_t full[32], empty[32];
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -214,19 +213,19 @@ __global__ void __launch_bounds__(512) g_tma(const char *in, char *out, const in
     for (int i = 0; i < items; i++) {
       const int s = i % S, u = i / S;
       if (u > 0)
-        asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-                         saddr(&empty[s])),
-                     "r"((u - 1) & 1)
-                     : "memory");
+        asm volatile(
+            "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                saddr(&empty[s])),
+            "r"((u - 1) & 1)
+            : "memory");
       const int t = blockIdx.x + (i / cpr) * gridDim.x, c = i % cpr;
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&full[s])), "r"(K * ch)
                    : "memory");
       for (int k = 0; k < K; k++)
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                saddr(sm + ((size_t)s * K + k) * ch)),
-            "l"(in + (size_t)src[(size_t)t * K + k] * bytes + (size_t)c * ch), "r"(ch), "r"(saddr(&full[s]))
-            : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         saddr(sm + ((size_t)s * K + k) * ch)),
+                     "l"(in + (size_t)src[(size_t)t * K + k] * bytes + (size_t)c * ch), "r"(ch), "r"(saddr(&full[s]))
+                     : "memory");
     }
     return;
   }
@@ -402,7 +401,8 @@ int main(int argc, char **argv) {
     return gather_main(argc > 2 ? atoi(argv[2]) : 4096, argc > 3 ? atoi(argv[3]) : 14336, argc > 4 ? atoi(argv[4]) : 8);
   if (argc > 1 && !strcmp(argv[1], "peer"))
     return peer_main(argc > 2 ? atoi(argv[2]) : 8192, argc > 3 ? atoi(argv[3]) : 14336);
-  const int n = argc > 1 ? atoi(argv[1]) : 4096, bytes = argc > 2 ? atoi(argv[2]) : 14336, K = argc > 3 ? atoi(argv[3]) : 8;
+  const int n = argc > 1 ? atoi(argv[1]) : 4096, bytes = argc > 2 ? atoi(argv[2]) : 14336,
+            K = argc > 3 ? atoi(argv[3]) : 8;
   const size_t in_bytes = (size_t)n * bytes, out_bytes = in_bytes * K;
   char *in, *out, *ref;
   int *dst;
@@ -468,7 +468,10 @@ int main(int argc, char **argv) {
       const float us = timeit([&] { k_regs<<<sms, 512, 0, st>>>(in, out, dst, n, bytes, K, wo); });
       const double b = wo ? (double)out_bytes : rw;
       printf("%-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n", wo ? "wregs" : "regs", sms, "-", "-", us, b / us / 1e3,
-             b / us / 1e3 / sms, wo ? "-" : check() ? "yes" : "NO");
+             b / us / 1e3 / sms,
+             wo        ? "-"
+             : check() ? "yes"
+                       : "NO");
     }
     const int cfg[][2] = {{1, 14}, {2, 7}, {4, 3}, {7, 2}}; /* S >= 2: a stage is reloaded one token late */
     for (auto &c : cfg) {
@@ -480,7 +483,10 @@ int main(int argc, char **argv) {
         const float us = timeit([&] { k_tma<<<sms, P * 32, smem, st>>>(in, out, dst, n, bytes, K, P, S, wo); });
         const double b = wo ? (double)out_bytes : rw;
         printf("%-6s %5d %3d %3d %10.1f %12.1f %12.2f %s\n", wo ? "wtma" : "tma", sms, P, S, us, b / us / 1e3,
-               b / us / 1e3 / sms, wo ? "-" : check() ? "yes" : "NO");
+               b / us / 1e3 / sms,
+               wo        ? "-"
+               : check() ? "yes"
+                         : "NO");
       }
     }
   }
