@@ -190,13 +190,17 @@ static uint64_t uniform_seed(int rank, int64_t tokens, uint64_t what) {
 }
 
 void wl_moe_uniform_routing(int rank, int tokens, int num_experts, int top_k, int32_t *ids, float *weights) {
+  wl_moe_range_routing(rank, tokens, 0, num_experts, top_k, ids, weights);
+}
+
+void wl_moe_range_routing(int rank, int tokens, int first, int candidates, int top_k, int32_t *ids, float *weights) {
   uint64_t s = uniform_seed(rank, tokens, 1);
   for (int t = 0; t < tokens; t++) {
     int32_t *row = ids + (size_t)t * top_k;
     for (int k = 0; k < top_k; k++) {
       int taken;
       do {
-        row[k] = (int32_t)(wl_rand(&s) % (uint64_t)num_experts);
+        row[k] = (int32_t)(first + (int64_t)(wl_rand(&s) % (uint64_t)candidates));
         taken = 0;
         for (int j = 0; j < k; j++) taken |= row[j] == row[k];
       } while (taken);

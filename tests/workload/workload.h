@@ -96,6 +96,9 @@ void wl_moe_expert_row(const wl_moe_t *m, int round, int rank, int expert, int s
 /* top_k distinct experts per token, uniformly, as int32 [tokens][top_k]; weights [tokens][top_k] in (0, 1]
  * (NULL: drawn and dropped, so every rank's ids stay the same whether or not it keeps the weights). */
 void wl_moe_uniform_routing(int rank, int tokens, int num_experts, int top_k, int32_t *ids, float *weights);
+/* The same drawn from the experts [first, first + candidates) only (top_k <= candidates): a skewed routing, e.g. a
+ * rank's own experts; with first 0 and candidates num_experts, wl_moe_uniform_routing's ids. */
+void wl_moe_range_routing(int rank, int tokens, int first, int candidates, int top_k, int32_t *ids, float *weights);
 /* bf16 tokens [tokens][hidden]: finite, non-zero, in (-4, 4). */
 void wl_moe_uniform_tokens(int rank, int tokens, int hidden, uint16_t *x);
 

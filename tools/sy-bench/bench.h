@@ -42,6 +42,7 @@ typedef struct bench_opts {
   int micro_batches;                 /* layer: ways b and c's micro-batches (--micro-batches); 0: 2 */
   int gemm_sms;                      /* layer: the micro-batches' GEMMs' SM target (--gemm-sms); -1: the SMs the
                                       * communication leaves; 0: every SM */
+  const char *routing;               /* moe-ht: uniform (NULL), local or hot (--routing) */
 } bench_opts_t;
 
 /* One measured variant at one size. */

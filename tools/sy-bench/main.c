@@ -213,6 +213,9 @@ static void usage(FILE *f) {
           "      --wire fp8|bf16       moe-ll, moe-ht: only that dispatch wire (default both)\n"
           "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
           "      --alignment N         moe-ht: each local expert's rows padded to a multiple of N (default 128)\n"
+          "      --routing KIND        moe-ht: uniform (default: each token's experts drawn from all), local (from\n"
+          "                            its own rank's experts: no token leaves its rank) or hot (from rank 0's:\n"
+          "                            every token goes to rank 0)\n"
           "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
           "      --micro-batches N     layer: micro-batches of ways b and c, 2 to 8 (default 2)\n"
           "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
@@ -396,8 +399,8 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 
 int main(int argc, char **argv) {
   bench_opts_t opts = {
-      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2, 20, 5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1};
+      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,  5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -463,6 +466,10 @@ int main(int argc, char **argv) {
       if (strcmp(v, "fp8") && strcmp(v, "bf16"))
         bad = fprintf(stderr, "sy-bench: --wire %s: expected fp8 or bf16\n", v) > 0;
       opts.wire_only = v;
+    } else if (!strcmp(a, "--routing")) {
+      if (strcmp(v, "uniform") && strcmp(v, "local") && strcmp(v, "hot"))
+        bad = fprintf(stderr, "sy-bench: --routing %s: expected uniform, local or hot\n", v) > 0;
+      opts.routing = v;
     } else if (!strcmp(a, "--mode")) {
       if (strcmp(v, "dedup") && strcmp(v, "per-expert"))
         bad = fprintf(stderr, "sy-bench: --mode %s: expected dedup or per-expert\n", v) > 0;

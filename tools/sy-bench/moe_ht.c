@@ -152,8 +152,11 @@ static void free_scratch(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h) {
 static int load_size(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, int T) {
   const int W = h->W, L = h->L;
   h->T = T, h->x_other_rank = -1, b->tokens = T;
-  for (int r = 0; r < W; r++)
-    wl_moe_uniform_routing(r, T, h->E, TOP_K, h->all_ids + (size_t)r * T * TOP_K, h->all_w + (size_t)r * T * TOP_K);
+  const char *routing = ctx->opts->routing ? ctx->opts->routing : "uniform";
+  for (int r = 0; r < W; r++) { /* the experts a token draws from: all, its rank's own (local) or rank 0's (hot) */
+    const int first = !strcmp(routing, "local") ? r * L : 0, n = !strcmp(routing, "uniform") ? h->E : L;
+    wl_moe_range_routing(r, T, first, n, TOP_K, h->all_ids + (size_t)r * T * TOP_K, h->all_w + (size_t)r * T * TOP_K);
+  }
   wl_moe_uniform_tokens(h->me, T, HIDDEN, h->x_me);
   memset(h->msgs, 0, (size_t)W * W * sizeof *h->msgs);
   memset(h->expert_rows, 0, (size_t)h->E * sizeof *h->expert_rows);
@@ -329,7 +332,13 @@ static void print_header(bench_ctx_t *ctx, int experts, int align, int sms) {
   if (experts != NUM_EXPERTS)
     bench_print(ctx, "# note: %d experts is not a multiple of world %d; using the nearest multiple, %d\n", NUM_EXPERTS,
                 W, experts);
-  bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly, weights in (0, 1]\n", TOP_K);
+  const char *routing = ctx->opts->routing ? ctx->opts->routing : "uniform";
+  bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly from %s, weights in (0, 1]\n",
+              TOP_K,
+              !strcmp(routing, "local") ? "its own rank's (local: no token leaves its rank)"
+              : !strcmp(routing, "hot") ? "rank 0's (hot: every token goes to rank 0)"
+                                        : "all");
+
   bench_print(ctx,
               "# calls, each timed alone in worst-case mode (host_counts NULL, recv.rows = max_rows): layout; "
               "dispatch; combine (weighted by recv.weights); combine_bwd (grad rows and the row weights' gradient); "
@@ -381,14 +390,16 @@ static void print_result(bench_ctx_t *ctx, const ht_result_t *res, int experts, 
     bench_print(ctx, "   %6d %5s %-12s %s %4d | %s | %6lld\n", res->T, wire_name(res->wire), moe_ht_op_names[op],
                 ours_cols, sms, nccl_cols, r->wrong);
     bench_json(ctx,
-               "{\"entry\": \"moe-ht\", \"backend\": \"%s\", \"world\": %d, \"tokens_per_rank\": %d, \"hidden\": %d, "
+               "{\"entry\": \"moe-ht\", \"backend\": \"%s\", \"world\": %d, \"routing\": \"%s\", "
+               "\"tokens_per_rank\": %d, \"hidden\": %d, "
                "\"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"alignment\": %d, \"num_sms\": %d, "
                "\"call\": \"%s\", \"supported\": %s, \"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, "
                "\"deepep_bytes\": %.0f, \"deepep_GBs\": %.3f, \"link_bytes\": %.0f, \"link_GBs\": %.3f, "
                "\"hbm_bytes\": %.0f, \"hbm_GBs\": %.3f, \"pct_of_ceiling\": %.1f, \"wrong\": %lld, "
                "\"nccl\": {%s\"time_us\": %.3f, \"kernel_us\": %s}, \"speedup_nccl\": %.3f, "
                "\"ceiling\": {%s\"copy_bytes\": %.0f, \"time_us\": %.3f, \"hbm_GBs\": %.3f}}",
-               sy_backend_name(ctx->backend), ctx->world, res->T, HIDDEN, TOP_K, experts, wire_name(res->wire),
+               sy_backend_name(ctx->backend), ctx->world, ctx->opts->routing ? ctx->opts->routing : "uniform", res->T,
+               HIDDEN, TOP_K, experts, wire_name(res->wire),
                ctx->opts->alignment ? ctx->opts->alignment : DEFAULT_ALIGNMENT, sms, moe_ht_op_names[op],
                ours ? "true" : "false", ours ? o->time_us : 0, bench_json_us(f[7], 24, ours ? o->kernel_us : 0),
                ours ? o->host_us : 0, r->deepep_bytes, d, r->link_bytes, l, r->hbm_bytes, m, pct, r->wrong,
@@ -448,6 +459,10 @@ int bench_moe_ht(bench_ctx_t *ctx) {
   ht_scratch_t h;
   memset(&h, 0, sizeof h);
   h.W = W, h.me = ctx->rank, h.E = experts, h.L = experts / W, h.align = align;
+  if (o->routing && strcmp(o->routing, "uniform") && h.L < TOP_K) {
+    bench_print(ctx, "# moe-ht: --routing %s needs at least %d experts a rank (%d here)\n", o->routing, TOP_K, h.L);
+    return 1;
+  }
   int rc = bench_allreduce_max(ctx, alloc_scratch(ctx, &b, &h, (size_t)most)) != 0, missing = 0;
   if (!rc) print_header(ctx, experts, align, sms);
   ht_result_t *res = calloc(MAX_CONFIGS, sizeof *res);
