@@ -3,7 +3,8 @@
 # default tree and three variants (send_token inlined: SY_HT_SEND_INLINE=1; rings of 128 and 256 slots), runs
 # test_gpu_moe_ht at 2 GPUs (default, put path, 256 slots), then moe-ht (4,096 tokens, SY_HT_PROBE digested):
 # world 1 on GPU 0 at 16 SMs (default and inlined), world 2 at 16 SMs (default, queue off, inlined, 128 and 256
-# slots; BF16 wire) and at 32 SMs (default).
+# slots; BF16 wire) and at 32 SMs (default). As run in history run 27, call 7, when send_token was out of line
+# unless SY_HT_SEND_INLINE=1; since 6c66ab7 inlining it is the default, so /tmp/b-inl now builds the default again.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 T=build/tests/gpu
 tools/build.sh >$OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }

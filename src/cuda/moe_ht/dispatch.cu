@@ -2,19 +2,23 @@
  * dispatch.cu — sy_moe_ht_dispatch on the GPU: one kernel of 2 C blocks (C = channels) of 16 warps.
  *   blocks [0, C)   send: block c walks channel c's tokens in order, HT_BATCH at a time. Warp 0 finds each
  *                   token's destination ranks other than this one (a lane a token), thread 0 gives each (token,
- *                   destination) its ring index and waits (bounded) until each destination's ring has room; then
- *                   a warp per token writes its message into every destination's ring (header, entries, payload:
- *                   bf16 as is, FP8 quantised, or the given E4M3 bytes and scales) and, for the tokens past
- *                   own_mid, its own rows here, reading the token once for all (rows.cuh); then
- *                   one fence and a tail store per destination.
- *   blocks [C, 2C)  receive: block C + c first writes the own rows of the channel's tokens before own_mid (half
- *                   of them at world 1; fewer beyond, where it also expands the messages), then walks the
- *                   other sources round robin and takes what ring (s -> me, c) holds, HT_BATCH at a time, a warp
- *                   per message: each entry's row is rowbase[s][e] + position (the handle's offsets and counts:
- *                   rows of expert e from sources before s), and the payload goes to every row of the token here
- *                   (the expansion), with its scales, {s, token} and weight; the rows are remembered in the
- *                   handle (recv_rows) for the combines. Then the head store that gives the sender its slots
- *                   back. It also writes the padding rows of its experts and (block C) the offsets and counts.
+ *                   destination) its ring index; while a destination's ring has no room the block writes own
+ *                   rows from the queue (below), then waits (bounded); then a warp per token writes its message
+ *                   into every destination's ring (header, entries, payload: bf16 as is, FP8 quantised, or the
+ *                   given E4M3 bytes and scales); then one fence and a tail store per destination.
+ *   blocks [C, 2C)  receive: block C + c walks the other sources round robin and takes what ring (s -> me, c)
+ *                   holds, a round at a time, a warp per message: each entry's row is rowbase[s][e] + position
+ *                   (the handle's offsets and counts: rows of expert e from sources before s), and the payload
+ *                   goes to every row of the token here (the expansion), with its scales, {s, token} and weight;
+ *                   the rows are remembered in the handle (recv_rows) for the combines. Then the head store that
+ *                   gives the sender its slots back. A round that finds no message writes own rows from the
+ *                   queue instead. It also writes the padding rows of its experts and (block C) the offsets and
+ *                   counts.
+ *   every block     at its end, the own rows the queue has left.
+ * This rank's own tokens take no ring: their rows come from the own-token queue (own_chunk: chunks of 16 tokens
+ * any block takes by ticket), or with SY_HT_OWN_QUEUE=0 from a static split of each channel's tokens (own_mid: the
+ * receiving block writes [begin, mid) before its rounds, the sending block [mid, end) with each token's
+ * messages, reading the token once for all).
  * The combine's backward is this kernel with grad_out as a bf16 token: the receiving side writes gradients.
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
@@ -38,8 +42,7 @@ __device__ __forceinline__ int own_mid(const ht_params &P, int c) {
  * destination's ring is full — and every block once its ring work is done. So neither role waits while own
  * rows are left, whatever the routing. Counters, no reset: the call's tickets start at local->own_base; a block
  * draws until it gets a ticket past the call's chunks (exactly one such ticket a block), and the block that ends
- * the call last sets own_base to the counter (own_end). A ticket below own_base (a block of an earlier call that
- * stopped early, on an error) is skipped. */
+ * the call last sets own_base to the counter (own_end), so no ticket of a call lies below its base. */
 struct own_state {
   uint64_t base;  /* the call's first ticket */
   uint64_t drawn; /* thread 0's last ticket */
@@ -204,19 +207,18 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
   }
 }
 
-/* Every thread: one chunk's rows if one is left (returns true), else false (and the block draws no more). */
+/* Every thread: one chunk's rows if one is left (returns true), else false (and the block draws no more). Every
+ * call site passes a barrier between two calls, which is what keeps q's words apart: q.left changes only after the
+ * barrier at which every thread has seen the past-the-end ticket (so each reads the same q.left on entry), and
+ * q.drawn only after the barrier that ends the last chunk's reads of it. */
 __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
-  if (!q.left) return false; /* uniform: written by thread 0 before a barrier */
-  if (threadIdx.x == 0) {
-    uint64_t t;
-    do t = atomicAdd((unsigned long long *)&P.local->own_ticket, 1ull);
-    while (t < q.base);
-    q.drawn = t - q.base;
-    if (q.drawn >= (uint64_t)own_chunks(P)) q.left = 0;
-  }
+  if (!q.left) return false;
+  if (threadIdx.x == 0) q.drawn = atomicAdd((unsigned long long *)&P.local->own_ticket, 1ull) - q.base;
   __syncthreads();
-  const bool got = q.left;
-  if (got) {
+  const bool got = q.drawn < (uint64_t)own_chunks(P);
+  if (!got) {
+    if (threadIdx.x == 0) q.left = 0;
+  } else {
     const int t = (int)q.drawn * HT_DWARPS + (int)(threadIdx.x / 32);
     const uint64_t pt = probe_now(P);
     if (t < P.num_tokens) send_token(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);

@@ -40,6 +40,8 @@ constexpr int HT_DTHREADS = 512; /* the data kernels (dispatch, combine): 16 war
 constexpr int HT_DWARPS = HT_DTHREADS / 32;
 constexpr int HT_BATCH = 32; /* tokens a block takes in order between two counter updates (a lane a token) */
 constexpr int HT_SLOTS = SY_MOE_HT_RING_SLOTS; /* R: slots per ring */
+static_assert(HT_SLOTS >= HT_BATCH && (HT_SLOTS & (HT_SLOTS - 1)) == 0,
+              "SY_MOE_HT_RING_SLOTS: a power of two of at least HT_BATCH (a sender's batch to one ring)");
 constexpr int HT_PER_PEER = HT_SLOTS / 2; /* at most from one peer a round: half a ring, which its writer refills */
 constexpr int HT_ROUND = HT_PER_PEER > 64 ? HT_PER_PEER : 64; /* messages a block takes from all its peers a round */
 constexpr int HT_PEER_TAB = 8;

@@ -35,13 +35,15 @@ struct ht_gpu {
   uint64_t *mapped_stamp_dev;
   size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
   int recv_own;           /* ht_params.recv_own */
-  int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: own_queue_for) */
+  int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: the queue, but not for the combine's backward
+                           * at world 1: sy__cuda_moe_ht_combine_backward) */
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
   char probe_path[256];
 };
 
 /* SY_HT_PROBE's records: the dispatch, the combine (weighted), the combine's backward (the dispatch kernel), the
- * dispatch's backward (the combine kernel without weights) — each the last such call's. */
+ * dispatch's backward (the combine kernel without weights: an unweighted combine lands there too) — each the last
+ * such call's. */
 enum { HT_PROBE_KERNELS = 4 };
 static const char *const probe_kernel[HT_PROBE_KERNELS] = {"dispatch", "combine", "combine_bwd", "dispatch_bwd"};
 
@@ -121,10 +123,7 @@ static int recv_own_share(int W, int K) {
 }
 
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
-  if (g->probe) {
-    probe_write(g, comm->rank);
-    cudaFree(g->probe);
-  }
+  if (g->probe) cudaFree(g->probe);
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
@@ -256,6 +255,7 @@ extern "C" void sy__cuda_moe_ht_destroy(sy_comm_t comm, struct sy_moe_ht *moe) {
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   if (!g) return;
   cudaDeviceSynchronize();
+  if (g->probe) probe_write(g, comm->rank);
   free_gpu(comm, g, comm->error == SY_SUCCESS); /* after an error the communicator frees the workspace */
   moe->backend_state = NULL;
 }
@@ -290,7 +290,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
-  P->own_queue = g->own_queue != 0; /* the combine's backward: own_queue_for */
+  P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;
