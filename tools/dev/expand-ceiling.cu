@@ -29,6 +29,23 @@
     }                                                                                    \
   } while (0)
 
+/* Event time of launch() on st, best of 20 after 3 warm-ups, in us. */
+template <class Launch>
+static float best_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, Launch &&launch) {
+  float best = 1e30f;
+  for (int it = 0; it < 23; it++) {
+    CK(cudaEventRecord(e0, st));
+    launch();
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (it >= 3 && ms < best) best = ms;
+  }
+  return best * 1000.0f;
+}
+
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __global__ void __launch_bounds__(512)
@@ -277,20 +294,7 @@ static int gather_main(int n, int bytes, int K) {
   CK(cudaEventCreate(&e1));
   CK(cudaFuncSetAttribute(g_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
   CK(cudaFuncSetAttribute(g_pipe, cudaFuncAttributeMaxDynamicSharedMemorySize, 128 * 1024));
-  auto timeit = [&](auto &&launch) {
-    float best = 1e30f;
-    for (int it = 0; it < 23; it++) {
-      CK(cudaEventRecord(e0, st));
-      launch();
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (it >= 3 && ms < best) best = ms;
-    }
-    return best * 1000.0f;
-  };
+  auto timeit = [&](auto &&launch) { return best_us(st, e0, e1, launch); };
   g_regs<2><<<132, 512, 0, st>>>(in, ref, src, n, bytes, K);
   CK(cudaStreamSynchronize(st));
   auto same = [&]() {
@@ -437,20 +441,7 @@ int main(int argc, char **argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   CK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
-  auto timeit = [&](auto &&launch) {
-    float best = 1e30f;
-    for (int it = 0; it < 23; it++) {
-      CK(cudaEventRecord(e0, st));
-      launch();
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (it >= 3 && ms < best) best = ms;
-    }
-    return best * 1000.0f;
-  };
+  auto timeit = [&](auto &&launch) { return best_us(st, e0, e1, launch); };
   auto check = [&]() {
     static char *a = (char *)malloc(out_bytes), *b = (char *)malloc(out_bytes);
     CK(cudaMemcpy(a, out, out_bytes, cudaMemcpyDeviceToHost));
