@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# x4-now.sh PART — four-GPU calls of 2026-11-26 (late), each under 600 s on one warm nvidia-h100-x4:
+#   a  build; test_gpu_moe_ht at 4 GPUs with the own-token queue by default, off and forced on, and at 1 rank;
+#      moe-ht at world 4 (4,096 and 8,192 tokens, 16 SMs, both wires, forward and backward, NCCL beside it, the
+#      per-block probe of the last call); sy-bench layer at world 4 (decode 128 and prefill 4,096 tokens)
+#   b  the Python package: pip install . beside compute-sanitizer racecheck and synccheck of test_gpu_moe_ht (queue
+#      on) on GPU 0; then pytest at 4 ranks and at 1 rank
+#   c  every GPU test at 2 and 4 GPUs (gpu-check, no sanitizers)
+# $OUT/summary.txt, JSON, a few logs.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+s=$OUT/summary.txt B=build/bin T=build/tests/gpu/test_gpu_moe_ht
+part=${1:?usage: x4-now.sh a|b|c}
+if [ "$part" = a ]; then
+  t0=$(date +%s)
+  tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
+  echo "build $(($(date +%s) - t0)) s" >>$s
+  for q in -1 0 1; do
+    SY_HT_OWN_QUEUE=$q timeout 90 $B/syrun -n 4 $T >>/tmp/t.txt 2>&1; echo "test_gpu_moe_ht n=4 queue=$q rc=$?" >>$s
+  done
+  timeout 60 $B/syrun -n 1 $T >>/tmp/t.txt 2>&1; echo "test_gpu_moe_ht n=1 rc=$?" >>$s
+  mkdir -p /tmp/p4
+  t0=$(date +%s)
+  SY_HT_PROBE=/tmp/p4/probe.%r.txt timeout 220 $B/syrun -n 4 $B/sy-bench --json $OUT/ht_w4.json moe-ht >/tmp/ht4.txt 2>&1
+  echo "== moe-ht world 4, 16 SMs rc=$? ($(($(date +%s) - t0)) s)" >>$s
+  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd|layout) |target|wrong" /tmp/ht4.txt >>$s
+  python3 tools/dev/ht-probe.py /tmp/p4/probe.*.txt >>$s 2>&1
+  t0=$(date +%s)
+  timeout 150 $B/syrun -n 4 $B/sy-bench --json $OUT/layer_w4.json layer >/tmp/layer4.txt 2>&1
+  echo "== layer world 4 rc=$? ($(($(date +%s) - t0)) s)" >>$s
+  grep -E "^\[rank 0\]|^#" /tmp/layer4.txt | grep -vE "^# *$" | tail -40 >>$s
+  cp /tmp/ht4.txt /tmp/layer4.txt $OUT/
+  tar czf $OUT/logs.tar.gz -C /tmp t.txt p4 build.log
+elif [ "$part" = b ]; then
+  (python3 -m pip install --quiet . >/tmp/pip.log 2>&1; echo "== pip install . rc=$?" >>$s) &
+  for tool in racecheck synccheck; do
+    SY_HT_OWN_QUEUE=1 CUDA_VISIBLE_DEVICES=0 timeout 150 $B/syrun -n 1 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
+      --error-exitcode 9 $T >/tmp/san_$tool.txt 2>&1
+    echo "compute-sanitizer $tool test_gpu_moe_ht (queue on) rc=$?" >>$s
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" /tmp/san_$tool.txt | tail -3 >>$s
+  done
+  wait
+  timeout 180 $B/syrun -n 4 python3 -m pytest tests/python -q -p no:cacheprovider >$OUT/py4.txt 2>&1
+  echo "== pytest 4 ranks rc=$?" >>$s
+  grep -E "passed|failed|error" $OUT/py4.txt | tail -8 >>$s
+  timeout 120 $B/syrun -n 1 python3 -m pytest tests/python -q -p no:cacheprovider >$OUT/py1.txt 2>&1
+  echo "== pytest 1 rank rc=$?" >>$s
+  tail -3 $OUT/py1.txt >>$s
+  for ex in moe_layer cp_attention; do
+    timeout 60 $B/syrun -n 4 python3 examples/$ex.py >/tmp/ex_$ex.txt 2>&1
+    echo "== examples/$ex.py 4 ranks rc=$?" >>$s; tail -4 /tmp/ex_$ex.txt >>$s
+  done
+  tar czf $OUT/logs.tar.gz -C /tmp san_racecheck.txt san_synccheck.txt pip.log ex_moe_layer.txt ex_cp_attention.txt
+else
+  GPU_CHECK_ONLY='^test_' GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=120 tools/gpu-check.sh /tmp/g 2 4 >$OUT/gc.txt 2>&1
+  cp /tmp/g/summary.txt $OUT/gc_summary.txt
+  tar czf $OUT/logs.tar.gz -C /tmp/g logs
+fi
+cat $s
