@@ -126,6 +126,14 @@ class Streams:
         if stream is not None:
             stream.wait_event(event)
 
+    def used(self, stream: torch.cuda.Stream | None, *tensors: torch.Tensor) -> None:
+        """Tensors made on one stream and read on `stream`: their memory is not handed to new tensors until
+        `stream`'s work so far is done (torch's caching allocator reuses a dead tensor's memory on the stream that
+        made it at once). switchyard's calls mark what they read themselves."""
+        if stream is not None:
+            for t in tensors:
+                t.record_stream(stream)
+
     def join(self) -> None:
         """The current stream waits for both (before the loss reads the outputs)."""
         for s in (self.comm, self.compute):
@@ -146,6 +154,7 @@ def forward_micro_batches(moe: sy.MoEHT, xs: list[torch.Tensor], layer: Layer, w
             dispatched = streams.mark(streams.comm)
         with streams.on(streams.compute):
             streams.wait(streams.compute, dispatched)
+            streams.used(streams.compute, recv.tokens)
             y = local_experts(layout, recv, w1, w2)
             pending.append((layout, recv, y, streams.mark(streams.compute)))
     outs = []

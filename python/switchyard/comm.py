@@ -86,6 +86,7 @@ class Comm:
         self._symmetric: dict[int, int] = {}  # address -> bytes, of sy_mem_alloc
         self._scratch: dict[str, tuple[int, int]] = {}  # the package's own symmetric buffers: name -> (address, bytes)
         self._side_stream: Any = None
+        self._streams: dict[int, Any] = {}  # _used: torch.cuda.ExternalStream of each raw stream handle
         self._objects: list[CommObject] = []  # objects made on it, to destroy before it
 
     # ---- constructors -------------------------------------------------------------------------------------
@@ -205,6 +206,30 @@ class Comm:
             cudart = _lib.cudart()
             cudart.cudaEventRecord(self._fork_events[1], self._side_stream.cuda_stream)
             cudart.cudaStreamWaitEvent(legacy, self._fork_events[1], 0)
+
+    def _used(self, stream: int | None, join: int | None, explicit: Any, given: tuple, made: tuple = ()) -> None:
+        """Marks the torch tensors a call read or wrote as in use by the call's stream (Tensor.record_stream), as
+        torch.distributed's collectives do: torch's caching allocator hands a dead tensor's memory to new tensors of
+        the stream that allocated it at once, so a tensor made on one stream and given to a call on another (an
+        FFN's output combined on the communication stream, a saved tensor freed by autograd) could be overwritten
+        while the call still reads it. With the mark its memory waits for the call. `given`: the caller's tensors;
+        `made`: the package's new ones, made on torch's current stream, so marked only when the call runs on an
+        `explicit` stream. Nothing is marked on the side stream of the legacy default stream (_stream): that
+        stream waits for the call, and so does any reuse of its memory. A mark costs about a microsecond of host
+        time; numpy arrays and None pass."""
+        if stream is None or join is not None:
+            return
+        torch_stream = None
+        for x in given + made if explicit is not None else given:
+            if x is None or not _arrays.is_torch(x) or not x.is_cuda:
+                continue
+            if torch_stream is None:
+                torch_stream = self._streams.get(stream)
+                if torch_stream is None:
+                    torch_stream = _arrays.torch_module().cuda.ExternalStream(stream, device=self.device)
+                    if len(self._streams) < 64:  # the streams a program uses are few; a bound all the same
+                        self._streams[stream] = torch_stream
+            x.record_stream(torch_stream)
 
     def _on(self, stream: Any) -> Any:
         """A context in which torch's work (copies, allocations) follows a call made on `stream`."""

@@ -34,6 +34,10 @@ class MoERecv:
     _struct: MoeRecv = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _checked_by: Any = field(default=None, repr=False, compare=False)  # the MoE whose checks it passed
 
+    def arrays(self) -> tuple:
+        """Its buffers (for Comm._used)."""
+        return (self.tokens, self.scales, self.src, self.expert_counts, self.rank_counts)
+
     def struct(self) -> MoeRecv:
         """The sy_moe_recv_t of these buffers (made once)."""
         if self._struct is None:
@@ -156,15 +160,19 @@ class MoE(CommObject):
         reuse (alloc_recv), else new ones. Returns recv."""
         call = "MoE.dispatch"
         n = self._check_route(call, tokens, expert_ids, weights, not self.per_expert)
+        given, made = (), ()
         if recv is None:
             recv = self.alloc_recv(tokens)
+            made = recv.arrays()
         else:
             self._check_recv(recv, call)
+            given = recv.arrays()
         handle, join = self.comm._stream(stream)
         status = lib.sy_moe_dispatch(self.handle, _arrays.ptr(tokens), n, _arrays.ptr(expert_ids),
                                      INDEX_TYPES["int64" if _arrays.matches(expert_ids, "i64") else "int32"],
                                      _arrays.ptr(weights), ctypes.byref(recv.struct()), handle)  # fmt: skip
         check(status, "sy_moe_dispatch", self.comm._handle)
+        self.comm._used(handle, join, stream, (tokens, expert_ids, weights) + given, made)
         self.comm._join(join)
         return recv
 
@@ -177,18 +185,23 @@ class MoE(CommObject):
                                           INDEX_TYPES["int64" if _arrays.matches(expert_ids, "i64") else "int32"],
                                           _arrays.ptr(weights), handle)  # fmt: skip
         check(status, "sy_moe_dispatch_send", self.comm._handle)
+        self.comm._used(handle, join, stream, (tokens, expert_ids, weights))
         self.comm._join(join)
         self._like = tokens
 
     def dispatch_recv(self, recv: MoERecv | None = None, *, stream: Any = None) -> MoERecv:
         """The dispatch's receive half (sy_moe_dispatch_recv). Returns recv (new buffers when None)."""
+        given, made = (), ()
         if recv is None:
             recv = self.alloc_recv(self._like)
+            made = recv.arrays()
         else:
             self._check_recv(recv, "MoE.dispatch_recv")
+            given = recv.arrays()
         handle, join = self.comm._stream(stream)
         check(lib.sy_moe_dispatch_recv(self.handle, ctypes.byref(recv.struct()), handle), "sy_moe_dispatch_recv",
               self.comm._handle)  # fmt: skip
+        self.comm._used(handle, join, stream, given, made)
         self.comm._join(join)
         return recv
 
@@ -204,12 +217,15 @@ class MoE(CommObject):
         call = "MoE.combine"
         self._check_expert_out(expert_out, call)
         n = self._check_route(call, None, expert_ids, weights, self.per_expert)
+        given_out = out
         out = self._out(out, n, expert_out, call)
         handle, join = self.comm._stream(stream)
         status = lib.sy_moe_combine(self.handle, _arrays.ptr(expert_out), _arrays.ptr(expert_ids),
                                     INDEX_TYPES["int64" if _arrays.matches(expert_ids, "i64") else "int32"],
                                     _arrays.ptr(weights), n, _arrays.ptr(out), handle)  # fmt: skip
         check(status, "sy_moe_combine", self.comm._handle)
+        made = (out,) if given_out is None else ()
+        self.comm._used(handle, join, stream, (expert_out, expert_ids, weights, given_out), made)
         self.comm._join(join)
         return out
 
@@ -219,6 +235,7 @@ class MoE(CommObject):
         handle, join = self.comm._stream(stream)
         check(lib.sy_moe_combine_send(self.handle, _arrays.ptr(expert_out), handle), "sy_moe_combine_send",
               self.comm._handle)  # fmt: skip
+        self.comm._used(handle, join, stream, (expert_out,))
         self.comm._join(join)
         self._like = expert_out
 
@@ -227,12 +244,15 @@ class MoE(CommObject):
         Returns out: bf16 [T, hidden]."""
         call = "MoE.combine_recv"
         n = self._check_route(call, None, expert_ids, weights, self.per_expert)
+        given_out = out
         out = self._out(out, n, self._like if self._like is not None else expert_ids, call)
         handle, join = self.comm._stream(stream)
         status = lib.sy_moe_combine_recv(self.handle, _arrays.ptr(expert_ids),
                                          INDEX_TYPES["int64" if _arrays.matches(expert_ids, "i64") else "int32"],
                                          _arrays.ptr(weights), n, _arrays.ptr(out), handle)  # fmt: skip
         check(status, "sy_moe_combine_recv", self.comm._handle)
+        made = (out,) if given_out is None else ()
+        self.comm._used(handle, join, stream, (expert_ids, weights, given_out), made)
         self.comm._join(join)
         return out
 

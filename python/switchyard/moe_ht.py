@@ -50,6 +50,10 @@ class HTRecv:
     _struct: MoeHtRecv = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _checked: Any = field(default=None, repr=False, compare=False)  # (MoEHT, written) of the checks it passed
 
+    def arrays(self) -> tuple:
+        """Its buffers (for Comm._used)."""
+        return (self.tokens, self.scales, self.src, self.weights, self.expert_offsets, self.expert_counts)
+
     def struct(self) -> MoeHtRecv:
         """The sy_moe_ht_recv_t of these buffers (made once)."""
         if self._struct is None:
@@ -109,6 +113,7 @@ class MoEHT(CommObject):
         status = lib.sy_moe_ht_layout(self.handle, _arrays.ptr(ids), INDEX_TYPES["int64" if _arrays.matches(ids, "i64") else "int32"],
                                       n, _arrays.ptr(handle), host, stream_handle)  # fmt: skip
         check(status, "sy_moe_ht_layout", self.comm._handle)
+        self.comm._used(stream_handle, join, stream, (ids,), (handle,))
         self.comm._join(join)
         layout = Layout(handle=handle, num_tokens=n, expert_ids=ids)
         if host is not None:
@@ -182,15 +187,19 @@ class MoEHT(CommObject):
         elif token_scales is not None:
             raise invalid("token_scales", f"only with wire 'fp8_given' (this object's wire: {self.wire!r})", call)
         _arrays.check(weights, "weights", call, "f32", shape=(n, self.top_k), device=where, allow_none=True)
+        given, made = (tokens, token_scales, weights, layout.handle), ()
         if recv is None:
             recv = self.alloc_recv(layout, expert_stride=expert_stride)
+            made = recv.arrays()
         else:
             self._check_recv(recv, call, written=True)
+            given += recv.arrays()
         handle, join = self.comm._stream(stream)
         status = lib.sy_moe_ht_dispatch(self.handle, _arrays.ptr(layout.handle), n, _arrays.ptr(tokens),
                                         _arrays.ptr(token_scales), _arrays.ptr(weights), ctypes.byref(recv.struct()),
                                         handle)  # fmt: skip
         check(status, "sy_moe_ht_dispatch", self.comm._handle)
+        self.comm._used(handle, join, stream, given, made)
         self.comm._join(join)
         return recv
 
@@ -210,6 +219,7 @@ class MoEHT(CommObject):
         _arrays.check(row_weights, "row_weights", call, "f32", shape=(R,), device=where, allow_none=True)
         _arrays.check(row_values, "row_values", call, "f32", shape=(R,), device=where, allow_none=True)
         like = layout.handle
+        given = (layout.handle, rows_in, row_weights, row_values, out, token_values)
         if out is None:
             out = _arrays.empty((n, self.hidden), "bf16", like)
         else:
@@ -225,6 +235,7 @@ class MoEHT(CommObject):
         status = lib.sy_moe_ht_combine(self.handle, p(layout.handle), n, p(rows_in), ctypes.byref(recv.struct()),
                                        p(row_weights), p(row_values), p(out), p(token_values), handle)  # fmt: skip
         check(status, "sy_moe_ht_combine", self.comm._handle)
+        self.comm._used(handle, join, stream, given, (out, token_values))
         self.comm._join(join)
         return (out, token_values) if want_values else out
 
@@ -244,6 +255,7 @@ class MoEHT(CommObject):
         if weights_grad:
             _arrays.check(rows_in, "rows_in", call, "bf16", shape=(R, self.hidden), device=where, allow_none=R == 0)
         like = layout.handle
+        given = (layout.handle, grad_out, row_weights, rows_in if weights_grad else None, grad_rows)
         if grad_rows is None:
             grad_rows = _arrays.zeros((R, self.hidden), "bf16", like)
         else:
@@ -256,5 +268,6 @@ class MoEHT(CommObject):
                                                 p(rows_in) if weights_grad else 0, p(grad_rows), p(grad_w),
                                                 handle)  # fmt: skip
         check(status, "sy_moe_ht_combine_backward", self.comm._handle)
+        self.comm._used(handle, join, stream, given, (grad_rows, grad_w))
         self.comm._join(join)
         return (grad_rows, grad_w) if weights_grad else grad_rows

@@ -140,3 +140,28 @@ def test_alltoall_gpu_graph(gpu_comm: sy.Comm) -> None:
         graph.replay()
         want = np.concatenate([payload(s, r, n, width) + step for s in range(W)])
         np.testing.assert_array_equal(to_np(out), want)
+
+
+@gpu
+def test_tensor_of_another_stream_waits_for_the_call(gpu_comm: sy.Comm) -> None:
+    """A tensor made on stream a and given to a call on stream b: once it dies, torch's caching allocator must not
+    hand its memory to a new tensor of stream a before b's call is done (the package marks it, Comm._used). b is
+    held asleep so the call cannot have ended when the new tensor is made."""
+    import torch
+
+    W = gpu_comm.world_size
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(a):
+        send = torch.ones(W * 1024, 64, device="cuda")
+    b.wait_stream(a)
+    with torch.cuda.stream(b):
+        torch.cuda._sleep(100_000_000)  # ~50 ms at the H100's clock
+        out = sy.alltoall(gpu_comm, send)
+    ptr = send.data_ptr()
+    del send
+    with torch.cuda.stream(a):
+        again = torch.empty(W * 1024, 64, device="cuda")
+    reused = again.data_ptr() == ptr
+    b.synchronize()
+    assert not reused, "the memory of a tensor a call on another stream still reads went to a new tensor"
+    assert torch.equal(out.cpu(), torch.ones(W * 1024, 64))

@@ -5,11 +5,12 @@
 #      per-block probe of the last call); sy-bench layer at world 4 (decode 128 and prefill 4,096 tokens)
 #   b  the Python package: pip install . beside compute-sanitizer racecheck and synccheck of test_gpu_moe_ht (queue
 #      on) on GPU 0; then pytest at 4 ranks and at 1 rank
+#   p  the Python package again after its fix (below), without the sanitizers
 #   c  every GPU test at 2 and 4 GPUs (gpu-check, no sanitizers)
 # $OUT/summary.txt, JSON, a few logs.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/summary.txt B=build/bin T=build/tests/gpu/test_gpu_moe_ht
-part=${1:?usage: x4-now.sh a|b|c}
+part=${1:?usage: x4-now.sh a|b|p|c}
 if [ "$part" = a ]; then
   t0=$(date +%s)
   tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
@@ -31,8 +32,11 @@ if [ "$part" = a ]; then
   cp /tmp/ht4.txt /tmp/layer4.txt $OUT/
   tar czf $OUT/logs.tar.gz -C /tmp t.txt p4 build.log
 elif [ "$part" = b ]; then
-  (python3 -m pip install --quiet . >/tmp/pip.log 2>&1; echo "== pip install . rc=$?" >>$s) &
-  for tool in racecheck synccheck; do
+  # the GPU machine reaches no registry: the wheel built here (pip wheel . --no-deps -w build/wheel, in a venv with
+  # torch 2.11 and NVSHMEM 3.4.5, the machine's pair) travels with the call (carry build/wheel)
+  [ -x $B/syrun ] || tools/build.sh >/tmp/build.log 2>&1
+  (python3 -m pip install --quiet --no-deps --no-index build/wheel/*.whl >/tmp/pip.log 2>&1; echo "== pip install wheel rc=$?" >>$s) &
+  for tool in ${SANITIZE-racecheck synccheck}; do
     SY_HT_OWN_QUEUE=1 CUDA_VISIBLE_DEVICES=0 timeout 150 $B/syrun -n 1 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
       --error-exitcode 9 $T >/tmp/san_$tool.txt 2>&1
     echo "compute-sanitizer $tool test_gpu_moe_ht (queue on) rc=$?" >>$s
@@ -50,6 +54,27 @@ elif [ "$part" = b ]; then
     echo "== examples/$ex.py 4 ranks rc=$?" >>$s; tail -4 /tmp/ex_$ex.txt >>$s
   done
   tar czf $OUT/logs.tar.gz -C /tmp san_racecheck.txt san_synccheck.txt pip.log ex_moe_layer.txt ex_cp_attention.txt
+elif [ "$part" = p ]; then
+  # the Python package again: the wheel of call b, its Python files replaced by the checkout's (the library is the
+  # same; the package now marks the tensors of each call as in use by the call's stream), the examples at 4 and 1
+  # ranks, the tests at 4 ranks, and the host time above the C calls (tools/dev/py-overhead.py)
+  [ -x $B/syrun ] || tools/build.sh >/tmp/build.log 2>&1
+  python3 -m pip install --quiet --no-deps --no-index --force-reinstall build/wheel/*.whl >/tmp/pip.log 2>&1
+  echo "== pip install wheel rc=$?" >>$s
+  dir=$(python3 -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('switchyard').origin))")
+  cp python/switchyard/*.py "$dir"/ && echo "package files from the checkout into $dir" >>$s
+  for n in 4 1; do
+    for ex in moe_layer cp_attention; do
+      timeout 60 $B/syrun -n $n python3 examples/$ex.py >/tmp/ex_${ex}_$n.txt 2>&1
+      echo "== examples/$ex.py $n ranks rc=$?" >>$s; grep -c PASS /tmp/ex_${ex}_$n.txt >>$s; grep FAIL /tmp/ex_${ex}_$n.txt >>$s
+    done
+  done
+  timeout 150 $B/syrun -n 4 python3 -m pytest tests/python -q -p no:cacheprovider >$OUT/py4.txt 2>&1
+  echo "== pytest 4 ranks rc=$?" >>$s
+  grep -E "passed|failed|error" $OUT/py4.txt | tail -8 >>$s
+  CUDA_VISIBLE_DEVICES=0 timeout 90 python3 tools/dev/py-overhead.py >$OUT/overhead.txt 2>&1
+  echo "== py-overhead rc=$?" >>$s
+  tar czf $OUT/logs.tar.gz -C /tmp $(cd /tmp && ls ex_*_[14].txt) pip.log
 else
   GPU_CHECK_ONLY='^test_' GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=120 tools/gpu-check.sh /tmp/g 2 4 >$OUT/gc.txt 2>&1
   cp /tmp/g/summary.txt $OUT/gc_summary.txt
