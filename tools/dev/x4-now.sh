@@ -6,11 +6,12 @@
 #   b  the Python package: pip install . beside compute-sanitizer racecheck and synccheck of test_gpu_moe_ht (queue
 #      on) on GPU 0; then pytest at 4 ranks and at 1 rank
 #   p  the Python package again after its fix (below), without the sanitizers
+#   q  SY_HT_OWN_QUEUE=2 against 1 at world 4 and 2, then p
 #   c  every GPU test at 2 and 4 GPUs (gpu-check, no sanitizers)
 # $OUT/summary.txt, JSON, a few logs.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/summary.txt B=build/bin T=build/tests/gpu/test_gpu_moe_ht
-part=${1:?usage: x4-now.sh a|b|p|c}
+part=${1:?usage: x4-now.sh a|b|p|q|c}
 if [ "$part" = a ]; then
   t0=$(date +%s)
   tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
@@ -75,6 +76,23 @@ elif [ "$part" = p ]; then
   CUDA_VISIBLE_DEVICES=0 timeout 90 python3 tools/dev/py-overhead.py >$OUT/overhead.txt 2>&1
   echo "== py-overhead rc=$?" >>$s
   tar czf $OUT/logs.tar.gz -C /tmp $(cd /tmp && ls ex_*_[14].txt) pip.log
+elif [ "$part" = q ]; then
+  # SY_HT_OWN_QUEUE=2 (receivers take own rows only at their end) against 1, at world 4 and 2 (4,096 tokens, 16
+  # SMs, no probe), test_gpu_moe_ht with 2; then part p's Python run with the new stream-mark test
+  t0=$(date +%s)
+  tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
+  echo "build $(($(date +%s) - t0)) s" >>$s
+  SY_HT_OWN_QUEUE=2 timeout 90 $B/syrun -n 4 $T >>/tmp/t.txt 2>&1; echo "test_gpu_moe_ht n=4 queue=2 rc=$?" >>$s
+  SY_HT_OWN_QUEUE=2 timeout 60 $B/syrun -n 1 $T >>/tmp/t.txt 2>&1; echo "test_gpu_moe_ht n=1 queue=2 rc=$?" >>$s
+  for n in 4 2; do
+    for q in 1 2 1 2; do
+      SY_HT_OWN_QUEUE=$q CUDA_VISIBLE_DEVICES=$([ $n = 4 ] && echo 0,1,2,3 || echo 0,1) timeout 100 $B/syrun -n $n \
+        $B/sy-bench --tokens 4096 --json $OUT/q${q}_w$n.json moe-ht >/tmp/q${q}_w$n.txt 2>&1
+      echo "== moe-ht world $n queue $q rc=$?" >>$s
+      grep -E " (dispatch|combine_bwd) " /tmp/q${q}_w$n.txt >>$s
+    done
+  done
+  exec bash "$0" p
 else
   GPU_CHECK_ONLY='^test_' GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=120 tools/gpu-check.sh /tmp/g 2 4 >$OUT/gc.txt 2>&1
   cp /tmp/g/summary.txt $OUT/gc_summary.txt
