@@ -41,8 +41,7 @@ SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
            "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
 SY_ENV_ID_(SY_HT_OWN_QUEUE, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch kernel: this rank's own tokens' rows taken in chunks from one queue by "
-           "whichever block has nothing else to do (1; 2: receiving blocks only once their messages are done), or "
-           "a static split of each channel's tokens (0, "
+           "whichever block has nothing else to do (1), or a static split of each channel's tokens (0, "
            "SY_HT_RECV_OWN); -1: the queue, but the static split for the combine's backward at world size 1 "
            "(measured faster there, bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_RECV_OWN, SY_ENV_INT, "-1",

@@ -435,8 +435,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
   serve_rounds(
-      P, left, take, [&]() { return P.own_queue == 1 && own_chunk(P, q, rowbase_me, sk); }, /* no message: own rows */
-      [&](int s) { /* the messages in source s's ring */
+      P, left, take, [&]() { return own_chunk(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
+      [&](int s) {                                                      /* the messages in source s's ring */
                    const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
                    return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
       },

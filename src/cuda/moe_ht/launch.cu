@@ -35,9 +35,8 @@ struct ht_gpu {
   uint64_t *mapped_stamp_dev;
   size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
   int recv_own;           /* ht_params.recv_own */
-  int own_queue;          /* SY_HT_OWN_QUEUE: 1, 2 (the queue; receivers take chunks only at their end), 0, or -1
-                           * (auto: the queue, but not for the combine's backward at world 1:
-                           * sy__cuda_moe_ht_combine_backward) */
+  int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: the queue, but not for the combine's backward
+                           * at world 1: sy__cuda_moe_ht_combine_backward) */
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
   char probe_path[256];
 };
@@ -156,7 +155,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   g->recv_own = recv_own_share((int)W, c->top_k);
   long long queue = -1;
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
-  g->own_queue = queue < 0 ? -1 : queue > 2 ? 2 : (int)queue;
+  g->own_queue = queue < 0 ? -1 : queue > 0;
   probe_setup(comm, g);
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
@@ -291,7 +290,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
-  P->own_queue = g->own_queue < 0 ? 1 : g->own_queue; /* auto, the combine's backward: below */
+  P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;
