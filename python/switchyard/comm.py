@@ -87,6 +87,9 @@ class Comm:
         self._scratch: dict[str, tuple[int, int]] = {}  # the package's own symmetric buffers: name -> (address, bytes)
         self._side_stream: Any = None
         self._streams: dict[int, Any] = {}  # _used: torch.cuda.ExternalStream of each raw stream handle
+        # _used's marks, unless SWITCHYARD_STREAM_MARKS=0 (a program that keeps every tensor alive until the calls
+        # on other streams are done, as with TORCH_NCCL_AVOID_RECORD_STREAMS)
+        self._marks = os.environ.get("SWITCHYARD_STREAM_MARKS", "1") != "0"
         self._objects: list[CommObject] = []  # objects made on it, to destroy before it
 
     # ---- constructors -------------------------------------------------------------------------------------
@@ -217,7 +220,7 @@ class Comm:
         `explicit` stream. Nothing is marked on the side stream of the legacy default stream (_stream): that
         stream waits for the call, and so does any reuse of its memory. A mark costs about a microsecond of host
         time; numpy arrays and None pass."""
-        if stream is None or join is not None:
+        if stream is None or join is not None or not self._marks:
             return
         torch_stream = None
         for x in given + made if explicit is not None else given:
