@@ -511,7 +511,8 @@ __device__ __noinline__ void both_part(const ht_params &P, int c, char *smem, co
     const uint64_t pt = probe_now(P);
     const uint64_t own0 = probe_get(P, PR_OWN);
     bool moved = false;
-    if (t0 < end) { /* the sending side: the next batch, if its rings have room */
+    uint64_t sent_ns = 0; /* the probe: a batch's time goes to PR_SYNC in this loop (tools/dev/ht-probe.py) */
+    if (t0 < end) {       /* the sending side: the next batch, if its rings have room */
       const int nb = min(HT_BATCH, end - t0);
       if (!planned) plan_batch(P, t0, nb, base, B, touched, ntouched);
       planned = true;
@@ -532,6 +533,7 @@ __device__ __noinline__ void both_part(const ht_params &P, int c, char *smem, co
         t0 += nb;
         planned = false;
         moved = true;
+        if (P.probe) sent_ns = probe_now(P) - pt;
       }
     }
     bool busy; /* the receiving side: one round of what the rings hold */
@@ -559,7 +561,8 @@ __device__ __noinline__ void both_part(const ht_params &P, int c, char *smem, co
     const bool did = moved || own_chunk(P, q, rowbase_me, sk); /* neither side could move: own rows */
     if (P.probe) {
       const uint64_t own = probe_get(P, PR_OWN) - own0;
-      probe_add(P, moved ? PR_WORK : PR_WAIT, probe_now(P) - pt - own);
+      probe_add(P, PR_SYNC, sent_ns);
+      probe_add(P, moved ? PR_WORK : PR_WAIT, probe_now(P) - pt - own - sent_ns);
       probe_add(P, PR_ROUNDS, n > 0);
       probe_add(P, PR_ITEMS, n > 0 ? n : 0);
     }

@@ -112,7 +112,7 @@ enum {
   PR_WORK,  /* ns in rounds or batches that moved messages */
   PR_ROUNDS,
   PR_ITEMS, /* messages or tokens moved */
-  PR_SYNC,  /* ns in fences, tail and head stores */
+  PR_SYNC,  /* ns in fences, tail and head stores; with SY_HT_MERGED (role "both") the dispatch's send batches */
   HT_PROBE_SLOTS
 };
 __device__ __forceinline__ uint64_t *probe_acc() {
