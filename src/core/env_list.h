@@ -44,9 +44,6 @@ SY_ENV_ID_(SY_HT_OWN_QUEUE, SY_ENV_INT, "-1",
            "whichever block has nothing else to do (1), or a static split of each channel's tokens (0, "
            "SY_HT_RECV_OWN); -1: the queue, but the static split for the combine's backward at world size 1 "
            "(measured faster there, bench/NOTES.md)")
-SY_ENV_ID_(SY_HT_MERGED, SY_ENV_BOOL, "0",
-           "high-throughput MoE data kernels: every block both sends and receives its channel (num_sms channels, "
-           "one block each), instead of num_sms / 2 channels of a sending and a receiving block (0)")
 SY_ENV_ID_(SY_HT_RECV_OWN, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch with SY_HT_OWN_QUEUE=0: the share of a channel's own tokens (in 1/1024) "
            "whose rows its receiving block writes, the sending block the rest; -1: half at world size 1, else "

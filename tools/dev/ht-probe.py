@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """ht-probe.py — digests SY_HT_PROBE files (src/cuda/moe_ht/launch.cu: a line per block of the last call of each
-high-throughput MoE kernel): per rank, kernel and role (send: blocks [0, C), recv: [C, 2C); both: SY_HT_MERGED,
-where the dispatch's sync column is its send batches), the blocks' mean and
+high-throughput MoE kernel): per rank, kernel and role (send: blocks [0, C), recv: [C, 2C)), the blocks' mean and
 largest span and where it went (own rows, waiting, moving messages, counters), in us.
 
   python3 tools/dev/ht-probe.py probe.0.txt probe.1.txt ...

@@ -212,16 +212,6 @@ struct recv_batch {
   uint64_t index[HT_BATCH][32];
 };
 
-/* An owner's batch in shared memory, one for recv_part and both_part (a kernel holds one of them). */
-struct recv_smem {
-  recv_batch B;
-  int touched[HT_BATCH * 32], ntouched, failed, ready;
-};
-__device__ __forceinline__ recv_smem &recv_state() {
-  __shared__ recv_smem st;
-  return st;
-}
-
 /* Warp 0: the batch's tokens' ranks, ascending (a lane a token), and which tokens the sending block sums (the
  * second half's tokens with every expert here); then thread 0 gives each (token, other rank) its message's
  * index in that rank's ring, in token order, and lists the ranks touched. */
@@ -263,9 +253,8 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
 __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
   const int W = P.world_size, C = P.C;
   uint64_t *cons = (uint64_t *)smem; /* [W] */
-  recv_smem &st = recv_state();
-  recv_batch &B = st.B;
-  int *touched = st.touched, &ntouched = st.ntouched, &failed = st.failed;
+  __shared__ recv_batch B;
+  __shared__ int touched[HT_BATCH * 32], ntouched, failed;
   for (int p = threadIdx.x; p < W; p += blockDim.x) cons[p] = P.consumed[(size_t)p * C + c];
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
@@ -301,134 +290,20 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
   for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
 }
 
-/* SY_HT_MERGED: block c is both sides of channel c in one loop that never waits on one while the other has work:
- * each pass one round of partials for the owners whose rings have room (the experts' side), then the next batch
- * of its own tokens if every partial the batch needs has arrived (the owner's side, which then also sums the
- * tokens whose experts are all here). Bounded: after the timeout without progress it reports the ring it waited
- * for (a partial the pending batch needs, else the first owner whose ring stayed full). */
-__device__ void both_part(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
-  const int W = P.world_size, C = P.C, me = P.ctx.rank;
-  uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> s, c): partials for owner s */
-  uint64_t *cons = base + W;         /* [W] partials consumed from ring (p -> me, c) */
-  int32_t *left = (int32_t *)(cons + W), *done = left + W, *mbase = done + W, *take = mbase + W;
-  recv_smem &st = recv_state();
-  recv_batch &B = st.B;
-  int *touched = st.touched, &ntouched = st.ntouched, &ready = st.ready;
-  __shared__ int stop;
-  __shared__ uint64_t since;
-  const int32_t *chan = hsec(P, P.hl.chan_tokens), *recv_rows = hsec(P, P.hl.recv_rows);
-  for (int s = threadIdx.x; s < W; s += blockDim.x) {
-    base[s] = P.sent[(size_t)s * C + c];
-    cons[s] = P.consumed[(size_t)s * C + c];
-    left[s] = s == me ? 0 : chan[(size_t)s * C + c];
-    done[s] = 0;
-    int b = 0;
-    for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
-    mbase[s] = b;
-  }
-  if (threadIdx.x == 0) stop = 0, since = 0;
-  __syncthreads();
-  const int end = chan_begin(c + 1, P.num_tokens, C);
-  int t0 = chan_begin(c, P.num_tokens, C);
-  bool planned = false;
-  for (int round = 0;; round++) {
-    const uint64_t pt = probe_now(P);
-    bool busy;
-    const int n = serve_round(
-        P, round, left, take, []() { return false; },
-        [&](int s) { /* the room in owner s's ring */
-                     const uint64_t room = ld_acquire_sys(head_word(P, P.ws, s, c)) + HT_SLOTS - base[s];
-                     return (int)min((uint64_t)min(left[s], HT_PER_PEER), room);
-        },
-        [&](int s, int j) {
-          char *peer = ht_peer(P, s);
-          const int index = mbase[s] + done[s] + j;
-          char *slot = ring_slot(P, peer ? peer : P.ws, me, c, base[s] + j);
-          send_partial(P, pp, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
-                       peer ? nullptr : slot, s, rows_ok);
-        },
-        [&](int s, int k) {
-          if (ht_peer(P, s)) fence_acq_rel(s != me);
-          base[s] += k;
-          left[s] -= k;
-          done[s] += k;
-          ht_publish(P, s, c, base[s]);
-        },
-        busy);
-    bool moved = n > 0;
-    if (t0 < end) { /* the owner's side: the next batch, once its partials are all here */
-      const int nb = min(HT_BATCH, end - t0);
-      if (!planned) plan_batch(P, t0, nb, end, cons, B, touched, ntouched); /* mid = end: it sums every token */
-      planned = true;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        ready = 1;
-        for (int i = 0; i < ntouched && ready; i++)
-          ready = ld_acquire_sys(tail_word(P, P.ws, touched[i], c)) >= cons[touched[i]];
-      }
-      __syncthreads();
-      if (ready) {
-        for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
-          reduce_token(P, pp, c, t0 + j, B.rank[j], B.index[j], B.nr[j], rowbase_me, rows_ok);
-        __syncthreads();
-        if (threadIdx.x == 0)
-          for (int i = 0; i < ntouched; i++) ht_give_back(P, touched[i], c, cons[touched[i]]);
-        __syncthreads(); /* B and touched are read */
-        t0 += nb;
-        planned = false;
-        moved = true;
-      }
-    }
-    if (t0 >= end && n < 0) break;
-    if (P.probe) {
-      probe_add(P, moved ? PR_WORK : PR_WAIT, probe_now(P) - pt);
-      probe_add(P, PR_ROUNDS, n > 0);
-      probe_add(P, PR_ITEMS, n > 0 ? n : 0);
-    }
-    if (threadIdx.x == 0) {
-      const uint64_t now = global_timer_ns();
-      if (moved || since == 0) since = now;
-      else if (aborted(P.ctx)) stop = 1;
-      else if (now - since > P.ctx.timeout_ns) {
-        int p = -1;
-        for (int i = 0; t0 < end && i < ntouched && p < 0; i++)
-          if (ld_acquire_sys(tail_word(P, P.ws, touched[i], c)) < cons[touched[i]]) p = touched[i];
-        if (p >= 0)
-          report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, p, 0, cons[p], ld_acquire_sys(tail_word(P, P.ws, p, c)));
-        else {
-          int s = 0;
-          while (s < W - 1 && left[s] == 0) s++;
-          report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, s, 0, base[s] + 1 - HT_SLOTS,
-                       ld_acquire_sys(head_word(P, P.ws, s, c)));
-        }
-        stop = 1;
-      }
-    }
-    __syncthreads();
-    if (stop) break;
-  }
-  for (int s = threadIdx.x; s < W; s += blockDim.x) {
-    P.sent[(size_t)s * C + c] = base[s];
-    P.consumed[(size_t)s * C + c] = cons[s];
-  }
-}
-
 } // namespace
 
-/* Shared memory: HT_PEER_SMEM bytes a peer ([W] uint64 twice, then 4 [W] int32), then rowbase [W][L], then a
- * pipe a warp
+/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L], then a pipe a warp
  * (pipe.cuh: ht_pipes_at). */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   if (!ht_handle_ok(P, true)) return;
-  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * HT_PEER_SMEM);
+  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
   ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
   probe_begin(P);
-  if (P.merged) both_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
-  else if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
+  if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
   else recv_part(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
   probe_end(P);
 }

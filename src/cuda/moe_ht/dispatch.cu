@@ -75,16 +75,6 @@ struct send_batch {
   uint64_t slot[HT_BATCH][32];
 };
 
-/* A sending block's batch in shared memory, one for send_part and both_part (a kernel holds one of them). */
-struct send_smem {
-  send_batch B;
-  int touched[HT_BATCH * 32], ntouched, failed, room;
-};
-__device__ __forceinline__ send_smem &send_state() {
-  __shared__ send_smem st;
-  return st;
-}
-
 /* The combine's backward, a warp: the owner's grad_out row g (a ring slot: CG; or this rank's own grad_out) into
  * the gradient of each of n rows (lanes [0, n) of `row`): bf16(w_r x g) or g as is, and the dot product of g
  * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
@@ -284,9 +274,8 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
                           ht_sink *sinks, own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
-  send_smem &st = send_state();
-  send_batch &B = st.B;
-  int *touched = st.touched, &ntouched = st.ntouched, &failed = st.failed, &room = st.room;
+  __shared__ send_batch B;
+  __shared__ int touched[HT_BATCH * 32], ntouched, failed, room;
   for (int d = threadIdx.x; d < W; d += blockDim.x) base[d] = P.sent[(size_t)d * C + c];
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
@@ -470,155 +459,27 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   for (int s = threadIdx.x; s < W; s += blockDim.x) P.consumed[(size_t)s * C + c] = cons[s];
 }
 
-/* SY_HT_MERGED: block c sends channel c's tokens and receives ring (s -> me, c) for every s, in one loop that
- * never waits on one side while the other has work: each pass it sends the next batch if every ring the batch
- * needs has room, takes one round of messages if any are there, and writes own rows from the queue if it did
- * neither. Then the rows' stores (the expansion) spread over every block, not half of them. Bounded: after the
- * timeout without progress it reports the ring it waited for (a full one of the pending batch, else the first
- * source with messages still to come). */
-__device__ __noinline__ void both_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok,
-                                       ht_sink *sinks, own_state &q) {
-  const int W = P.world_size, C = P.C, me = P.ctx.rank;
-  uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
-  uint64_t *cons = base + W;         /* [W] messages consumed from ring (s -> me, c) */
-  int32_t *left = (int32_t *)(cons + W), *done = left + W, *mbase = done + W, *take = mbase + W;
-  send_smem &st = send_state();
-  send_batch &B = st.B;
-  int *touched = st.touched, &ntouched = st.ntouched, &room = st.room;
-  __shared__ int stop;
-  __shared__ uint64_t since;
-  const int32_t *chan = hsec(P, P.hl.chan_tokens);
-  for (int s = threadIdx.x; s < W; s += blockDim.x) {
-    base[s] = P.sent[(size_t)s * C + c];
-    cons[s] = P.consumed[(size_t)s * C + c];
-    left[s] = s == me ? 0 : chan[(size_t)s * C + c];
-    done[s] = 0;
-    int b = 0;
-    for (int j = 0; j < c; j++) b += chan[(size_t)s * C + j];
-    mbase[s] = b;
-  }
-  if (threadIdx.x == 0) stop = 0, since = 0;
-  __syncthreads();
-  if (P.mode == HT_DISPATCH && rows_ok) recv_outputs(P, c);
-  if (P.mode == HT_COMBINE_BACKWARD && rows_ok) grad_padding(P, c);
-  ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
-  const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
-  int32_t *recv_rows = hsec(P, P.hl.recv_rows);
-  const int end = W == 1 ? 0 : chan_begin(c + 1, P.num_tokens, C); /* at world 1 no token has a message */
-  int t0 = chan_begin(c, P.num_tokens, C);
-  bool planned = false;
-  for (int round = 0;; round++) {
-    const uint64_t pt = probe_now(P);
-    const uint64_t own0 = probe_get(P, PR_OWN);
-    bool moved = false;
-    uint64_t sent_ns = 0; /* the probe: a batch's time goes to PR_SYNC in this loop (tools/dev/ht-probe.py) */
-    if (t0 < end) {       /* the sending side: the next batch, if its rings have room */
-      const int nb = min(HT_BATCH, end - t0);
-      if (!planned) plan_batch(P, t0, nb, base, B, touched, ntouched);
-      planned = true;
-      __syncthreads();
-      if (threadIdx.x == 0) room = batch_room(P, c, base, touched, ntouched);
-      __syncthreads();
-      if (room) {
-        for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
-          send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], false, rowbase_me, sk);
-        __syncthreads();
-        if (threadIdx.x == 0 && ntouched) {
-          bool remote = false;
-          for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
-          fence_acq_rel(remote);
-          for (int i = 0; i < ntouched; i++) ht_publish(P, touched[i], c, base[touched[i]]);
-        }
-        __syncthreads(); /* B and touched are read */
-        t0 += nb;
-        planned = false;
-        moved = true;
-        if (P.probe) sent_ns = probe_now(P) - pt;
-      }
-    }
-    bool busy; /* the receiving side: one round of what the rings hold */
-    const int n = serve_round(
-        P, round, left, take, []() { return false; },
-        [&](int s) {
-          const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
-          return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
-        },
-        [&](int s, int j) {
-          const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
-          int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-          if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, rows_ok, sk);
-          else if (rows_ok) recv_grad(P, m, rows);
-        },
-        [&](int s, int k) {
-          cons[s] += k;
-          left[s] -= k;
-          done[s] += k;
-          ht_give_back(P, s, c, cons[s]);
-        },
-        busy);
-    moved |= n > 0;
-    if (t0 >= end && n < 0) break;
-    const bool did = moved || own_chunk(P, q, rowbase_me, sk); /* neither side could move: own rows */
-    if (P.probe) {
-      const uint64_t own = probe_get(P, PR_OWN) - own0;
-      probe_add(P, PR_SYNC, sent_ns);
-      probe_add(P, moved ? PR_WORK : PR_WAIT, probe_now(P) - pt - own - sent_ns);
-      probe_add(P, PR_ROUNDS, n > 0);
-      probe_add(P, PR_ITEMS, n > 0 ? n : 0);
-    }
-    if (threadIdx.x == 0) {
-      const uint64_t now = global_timer_ns();
-      if (did || since == 0) since = now;
-      else if (aborted(P.ctx)) stop = 1;
-      else if (now - since > P.ctx.timeout_ns) {
-        int d = -1;
-        for (int i = 0; t0 < end && i < ntouched && d < 0; i++)
-          if (ld_acquire_sys(head_word(P, P.ws, touched[i], c)) + HT_SLOTS < base[touched[i]]) d = touched[i];
-        if (d >= 0)
-          report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, d, 0, base[d] - HT_SLOTS,
-                       ld_acquire_sys(head_word(P, P.ws, d, c)));
-        else {
-          int s = 0;
-          while (s < W - 1 && left[s] == 0) s++;
-          report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
-                       ld_acquire_sys(tail_word(P, P.ws, s, c)));
-        }
-        stop = 1;
-      }
-    }
-    __syncthreads();
-    if (stop) break;
-  }
-  for (int s = threadIdx.x; s < W; s += blockDim.x) {
-    P.sent[(size_t)s * C + c] = base[s];
-    P.consumed[(size_t)s * C + c] = cons[s];
-  }
-}
-
 } // namespace
 
-/* Shared memory: HT_PEER_SMEM bytes a peer ([W] uint64 twice, then 4 [W] int32), then rowbase [W][L]; and each
- * warp's sinks. */
+/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_constant__ ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
-  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * HT_PEER_SMEM);
+  int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   probe_begin(P);
   __shared__ own_state q;
   own_begin(P, q, rows_ok);
-  if (P.merged) both_part(P, blockIdx.x, smem, rowbase, rows_ok, sinks, q);
-  else if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
+  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
   else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks, q);
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
   while (own_chunk(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
   }
   own_end(P);
   probe_end(P);
-  if (P.mode == HT_DISPATCH && blockIdx.x == (P.merged ? 0u : (unsigned)P.C) &&
-      threadIdx.x == 0) { /* combines' check */
+  if (P.mode == HT_DISPATCH && blockIdx.x == (unsigned)P.C && threadIdx.x == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;
     h->dispatched = 1;

@@ -45,7 +45,6 @@ static_assert(HT_SLOTS >= HT_BATCH && (HT_SLOTS & (HT_SLOTS - 1)) == 0,
 constexpr int HT_PER_PEER = HT_SLOTS / 2; /* at most from one peer a round: half a ring, which its writer refills */
 constexpr int HT_ROUND = HT_PER_PEER > 64 ? HT_PER_PEER : 64; /* messages a block takes from all its peers a round */
 constexpr int HT_PEER_TAB = 8;
-constexpr int HT_PEER_SMEM = 32;   /* a data kernel block's shared bytes a peer: two uint64 and four int32 counters */
 constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
 
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;
@@ -81,8 +80,6 @@ struct ht_params {
   int recv_own;    /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
                    block writes */
   int own_queue;   /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
-  int merged;      /* C blocks, block c sending and receiving channel c (SY_HT_MERGED), else 2 C: c sends, C + c
-                      receives */
   uint64_t *probe; /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
@@ -112,7 +109,7 @@ enum {
   PR_WORK,  /* ns in rounds or batches that moved messages */
   PR_ROUNDS,
   PR_ITEMS, /* messages or tokens moved */
-  PR_SYNC,  /* ns in fences, tail and head stores; with SY_HT_MERGED (role "both") the dispatch's send batches */
+  PR_SYNC,  /* ns in fences, tail and head stores */
   HT_PROBE_SLOTS
 };
 __device__ __forceinline__ uint64_t *probe_acc() {

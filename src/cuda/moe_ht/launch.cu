@@ -37,8 +37,6 @@ struct ht_gpu {
   int recv_own;           /* ht_params.recv_own */
   int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: the queue, but not for the combine's backward
                            * at world 1: sy__cuda_moe_ht_combine_backward) */
-  bool merged;            /* SY_HT_MERGED: C = num_sms channels, a block each that sends and receives */
-  int blocks;             /* the data kernels' blocks: 2 C, or C merged */
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
   char probe_path[256];
 };
@@ -88,11 +86,9 @@ static void probe_write(const ht_gpu *g, int rank) {
       const uint64_t *v = r + b * HT_PROBE_SLOTS;
       if (!v[PR_START]) continue;
       fprintf(f, "%d %s %zu %s %.2f %.2f %.2f %.2f %.2f %llu %llu %.2f\n", rank, probe_kernel[k], b,
-              g->merged ? "both"
-              : b < C   ? "send"
-                        : "recv",
-              (v[PR_START] - t0) / 1e3, (v[PR_END] - t0) / 1e3, v[PR_OWN] / 1e3, v[PR_WAIT] / 1e3, v[PR_WORK] / 1e3,
-              (unsigned long long)v[PR_ROUNDS], (unsigned long long)v[PR_ITEMS], v[PR_SYNC] / 1e3);
+              b < C ? "send" : "recv", (v[PR_START] - t0) / 1e3, (v[PR_END] - t0) / 1e3, v[PR_OWN] / 1e3,
+              v[PR_WAIT] / 1e3, v[PR_WORK] / 1e3, (unsigned long long)v[PR_ROUNDS], (unsigned long long)v[PR_ITEMS],
+              v[PR_SYNC] / 1e3);
     }
   }
   fclose(f);
@@ -161,7 +157,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
   g->own_queue = queue < 0 ? -1 : queue > 0;
   probe_setup(comm, g);
-  const size_t recv_smem = W * HT_PEER_SMEM + E * 4, send_smem = W * HT_PEER_SMEM;
+  const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
   /* the combine gathers through a pipe a warp after that */
@@ -201,11 +197,6 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   if (!g) return SY_ERR_NO_MEMORY;
   g->wl = sy__moe_ht_ws_layout(&moe->config, W);
   g->hl = sy__moe_ht_handle_layout(&moe->config, W);
-  int merged = 0;
-  if (sy__env_bool(SY_ENVID_SY_HT_MERGED, &merged) != SY_SUCCESS) merged = 0;
-  g->merged = merged != 0;
-  if (g->merged) g->wl.channels = g->wl.max_channels; /* the workspace is sized for it either way */
-  g->blocks = g->merged ? g->wl.channels : 2 * g->wl.channels;
   sy_status_t s = sy_mem_alloc(comm, g->wl.bytes, (void **)&g->ws); /* collective */
   if (s != SY_SUCCESS) {
     free(g);
@@ -253,8 +244,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe_ht: workspace %zu bytes (%d channels%s, %d-slot rings of %zu-byte messages), handle %zu bytes, %s",
-          g->wl.bytes, g->wl.channels, g->merged ? ", merged" : "", HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
+  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s",
+          g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
           g->staging ? "puts to some peers" : "stores to every peer");
   moe->backend_state = g;
   return SY_SUCCESS;
@@ -299,8 +290,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
-  P->own_queue = g->own_queue != 0 || g->merged; /* auto, the combine's backward: below; merged: always */
-  P->merged = g->merged;
+  P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;
@@ -386,7 +376,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   ht_params P;
   fill(comm, moe, g, call, &P);
   P.probe = probe_of(g, 0);
-  return launch_pdl(sy_ht_dispatch, g->blocks, HT_DTHREADS, g->smem, stream, P);
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
@@ -395,7 +385,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_params P;
   fill(comm, moe, g, call, &P);
   P.probe = probe_of(g, call->row_weights ? 1 : 3);
-  return launch_pdl(sy_ht_combine, g->blocks, HT_DTHREADS, g->pipe_smem, stream, P);
+  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->pipe_smem, stream, P);
 }
 
 /* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
@@ -411,6 +401,6 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   P.probe = probe_of(g, 2);
   /* auto: at world 1 both blocks of a channel write only own rows, so the static split is already even, and the
    * queue measured 11% slower on the gradients (bench/NOTES.md, the own-token queue) */
-  if (g->own_queue < 0 && comm->world_size == 1 && !g->merged) P.own_queue = 0;
-  return launch_pdl(sy_ht_dispatch, g->blocks, HT_DTHREADS, g->smem, stream, P);
+  if (g->own_queue < 0 && comm->world_size == 1) P.own_queue = 0;
+  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }

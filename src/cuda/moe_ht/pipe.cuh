@@ -20,8 +20,6 @@
 
 #include <stdint.h>
 
-#include "cuda/moe_ht/ht.cuh"
-
 namespace sy {
 
 /* A lane's ring, and the pieces it has in flight (a slot is refilled at least one piece after it was read).
@@ -50,9 +48,7 @@ struct ht_pipe {
 
 /* The data kernels' dynamic shared memory: their per-peer state and rowbase (W x 24 + E x 4 bytes, rows.cuh),
  * then, where a kernel gathers through pipes (the combine), a pipe a warp from this offset on. */
-__host__ __device__ inline size_t ht_pipes_at(int W, int E) {
-  return ((size_t)W * HT_PEER_SMEM + (size_t)E * 4 + 15) / 16 * 16;
-}
+__host__ __device__ inline size_t ht_pipes_at(int W, int E) { return ((size_t)W * 24 + (size_t)E * 4 + 15) / 16 * 16; }
 
 /* This warp's pipe. */
 __device__ __forceinline__ ht_pipe &ht_warp_pipe(int W, int E) {

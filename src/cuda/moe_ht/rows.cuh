@@ -131,34 +131,6 @@ __device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 
   return n;
 }
 
-/* One round of serve_rounds (below; every thread, after a barrier that follows the previous round's settle):
- * returns -1 when no peer has anything left, else the items it took (0: none there now; then idle() ran, and
- * `busy` says whether it did some work). */
-template <class Idle, class Offer, class Work, class Settle>
-__device__ __forceinline__ int serve_round(const ht_params &P, int round, const int32_t *left, int32_t *take, Idle idle,
-                                           Offer offer, Work work, Settle settle, bool &busy) {
-  const int W = P.world_size;
-  __shared__ int2 items[HT_ROUND];
-  __shared__ int nitems, pending;
-  for (int p = threadIdx.x; p < W; p += blockDim.x) take[p] = left[p] > 0 ? offer(p) : 0;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    pending = 0;
-    for (int p = 0; p < W; p++) pending += left[p];
-    nitems = plan_round(W, round % W, take, items);
-  }
-  __syncthreads();
-  busy = false;
-  if (pending == 0) return -1;
-  const int n = nitems;
-  busy = n == 0 && idle(); /* every thread: other work while no item is there */
-  for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) work(items[i].x, items[i].y);
-  __syncthreads(); /* the round's items are done: settle them, a thread a peer */
-  for (int p = threadIdx.x; p < W; p += blockDim.x)
-    if (take[p] > 0) settle(p, take[p]);
-  return n;
-}
-
 /* The rounds of a block that serves many peers' rings (the dispatch's receiver, the combine's experts' side) until
  * every peer's `left` is 0: each round a thread per peer with messages left sets take[p] = offer(p) (what it may
  * take now, at most HT_PER_PEER), thread 0 plans the round (plan_round), the warps call work(p, j) for each item,
@@ -170,16 +142,28 @@ template <class Idle, class Offer, class Work, class Settle, class Stall>
 __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Idle idle,
                                              Offer offer, Work work, Settle settle, Stall stall) {
   const int W = P.world_size;
-  __shared__ int stalled;
+  __shared__ int2 items[HT_ROUND];
+  __shared__ int nitems, pending, stalled;
   __shared__ uint64_t since;
   if (threadIdx.x == 0) stalled = 0, since = 0;
   for (int round = 0;; round++) {
     __syncthreads();
-    if (stalled) break;
     const uint64_t pt = probe_now(P);
-    bool busy;
-    const int n = serve_round(P, round, left, take, idle, offer, work, settle, busy);
-    if (n < 0) break;
+    for (int p = threadIdx.x; p < W; p += blockDim.x) take[p] = left[p] > 0 ? offer(p) : 0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      pending = 0;
+      for (int p = 0; p < W; p++) pending += left[p];
+      nitems = plan_round(W, round % W, take, items);
+    }
+    __syncthreads();
+    if (pending == 0 || stalled) break;
+    const int n = nitems;
+    const bool busy = n == 0 && idle(); /* every thread: other work while no item is there */
+    for (int i = threadIdx.x / 32; i < n; i += HT_DWARPS) work(items[i].x, items[i].y);
+    __syncthreads(); /* the round's items are done: settle them, a thread a peer */
+    for (int p = threadIdx.x; p < W; p += blockDim.x)
+      if (take[p] > 0) settle(p, take[p]);
     if (P.probe) {
       if (!busy) probe_add(P, n > 0 ? PR_WORK : PR_WAIT, probe_now(P) - pt); /* idle work: its own slot */
       probe_add(P, PR_ROUNDS, n > 0);
