@@ -9,8 +9,9 @@ receives, and per received sequence where it came from) -> Q+KV forward (queries
 attention layout) -> attention per received query shard with torch's scaled_dot_product_attention, causal within
 its document -> Q reverse (the outputs back to their owners' rows) -> backward: the outputs' gradient forward
 (Q forward), attention's backward, the queries' gradient back (Q reverse) and the keys' and values' gradients back
-summed over the ranks that used them (KV backward). Checked against attention over the whole documents in one
-process (forward output, dQ, dK, dV).
+summed over the ranks that used them (KV backward). The same once more through switchyard.autograd, where torch's
+backward makes those calls itself. Both checked against attention over the whole documents in one process
+(forward output, dQ, dK, dV).
 
     build/bin/syrun -n 2 python examples/cp_attention.py      # GPUs (ranks may share one: syrun -n 2 --gpus 0,0)
     python examples/cp_attention.py --host 4                  # no GPU: 4 ranks of the host backend (threads)
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import switchyard as sy
+from switchyard import autograd
 
 # Tolerance of every check: |got - want| <= TOL * max|want|. The shards' attention is the same arithmetic as the
 # whole document's but over other batches of rows (other kernels, other rounding), and a token's dK and dV are the
@@ -177,6 +179,19 @@ def forward_backward(attn: sy.Attn, plan: sy.AttnPlan, seqs: Sequences, q: torch
     return out, dq, dkv[:, 0], dkv[:, 1]
 
 
+def forward_backward_autograd(attn: sy.Attn, plan: sy.AttnPlan, seqs: Sequences, q: torch.Tensor, k: torch.Tensor,
+                              v: torch.Tensor, d_out: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """The same through switchyard.autograd: the directions are differentiable, so the forward is three lines and
+    torch's backward makes the Q forward, Q reverse and KV backward calls (collective: every rank runs it)."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    q_recv, kv_recv = autograd.qkv_forward(attn, plan, q, torch.stack((k, v), dim=1))
+    o_recv = attend(q_recv, kv_recv, seqs)
+    if not o_recv.requires_grad:  # no query shard arrived here: the rank stays in the graph (a collective backward)
+        o_recv = o_recv + 0 * q_recv
+    out = autograd.q_reverse(attn, plan, o_recv)
+    return (out.detach(), *torch.autograd.grad(out, (q, k, v), d_out))
+
+
 def run(comm: sy.Comm, args: argparse.Namespace) -> bool:
     """One rank's program; True when every check passed."""
     device = torch.device(f"cuda:{comm.device}") if comm.backend == "cuda" else torch.device("cpu")
@@ -186,6 +201,7 @@ def run(comm: sy.Comm, args: argparse.Namespace) -> bool:
     q, k, v = qkv(args, comm.rank, plan.num_tokens, device)
     d_out = qkv(args, comm.rank + 1000, plan.num_tokens, device)[0]  # the loss's gradient at the output (seeded)
     got = forward_backward(attn, plan, sequences(plan, doc_lens), q, k, v, d_out)
+    got_autograd = forward_backward_autograd(attn, plan, sequences(plan, doc_lens), q, k, v, d_out)
     attn.close()
     plan.close()
 
@@ -193,7 +209,10 @@ def run(comm: sy.Comm, args: argparse.Namespace) -> bool:
     q_ref, k_ref, v_ref = (x.clone().requires_grad_() for x in (q, k, v))
     out_ref = reference(q_ref, k_ref, v_ref, doc_lens[comm.rank])
     want = (out_ref, *torch.autograd.grad(out_ref, (q_ref, k_ref, v_ref), d_out))
-    return all([check(comm, name, g, w) for name, g, w in zip(("attention output", "dQ", "dK", "dV"), got, want)])
+    names = ("attention output", "dQ", "dK", "dV")
+    ok = [check(comm, name, g, w) for name, g, w in zip(names, got, want)]
+    ok += [check(comm, f"{name} (autograd)", g, w) for name, g, w in zip(names, got_autograd, want)]
+    return all(ok)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

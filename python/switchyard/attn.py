@@ -277,6 +277,7 @@ class Attn(CommObject):
     def __init__(self, comm: Comm, *, max_tokens: int, max_replicas: int = 1, max_kv_grad_row_bytes: int = 0):
         config = AttnConfig(ctypes.sizeof(AttnConfig), max_tokens, max_replicas, max_kv_grad_row_bytes)
         self._create(comm, "sy_attn_create", ctypes.byref(config))
+        self.max_kv_grad_row_bytes = max_kv_grad_row_bytes
 
     # ---- helpers ------------------------------------------------------------------------------------------
     def _rows(self, x: Any, name: str, rows: int, call: str) -> tuple[str, int]:

@@ -1,4 +1,5 @@
-"""autograd.py — the MoE high-throughput dispatch and combine as torch.autograd.Functions.
+"""autograd.py — the MoE high-throughput dispatch and combine, and the attention directions, as
+torch.autograd.Functions.
 
 The backward of each is a call of the same step's handle (switchyard.h, "MoE high throughput"), no new
 layout:
@@ -8,17 +9,23 @@ layout:
   token_values).
 - combine (rows y, row weights -> out): out[t] = sum w_r y_r. Its backward is sy_moe_ht_combine_backward:
   dy_r = bf16(w_r g[t]) and dw_r = <g[t], y_r>.
-Both backward calls are collective: every rank must run the backward of every step (torch runs a graph's
-backward in the same order on every rank when the ranks build the same graph). The BF16 wire only: FP8 rows
-have no gradient.
+- the attention directions (switchyard.h, "Context-parallel attention dispatch"): Q forward moves each sent
+  sequence's rows to one rank, so its backward is Q reverse (the gradient of unsent rows is zero) and Q reverse's
+  is Q forward; the KV forward copies each sequence's rows to its replicas, so its backward is the KV backward,
+  which sums the replicas' gradients (fp32, replica order, rounded once).
+Every backward call is collective: every rank must run the backward of every step (torch runs a graph's
+backward in the same order on every rank when the ranks build the same graph). The MoE's BF16 wire only: FP8
+rows have no gradient.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
+from .attn import Attn, AttnPlan
 from .errors import invalid
 from .moe_ht import HTRecv, Layout, MoEHT
 
@@ -78,3 +85,75 @@ def combine(moe: MoEHT, layout: Layout, rows: Any, recv: HTRecv, row_weights: An
     """Differentiable sy_moe_ht_combine: out[t] = sum over t's rows of row_weights[r] * rows[r] (bf16 [T,
     hidden]), with gradients to rows and row_weights (e.g. recv.weights of a differentiable dispatch)."""
     return _Combine.apply(rows, row_weights, moe, layout, recv)
+
+
+class _QForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: Any, attn: Attn, plan: AttnPlan) -> Any:
+        ctx.attn, ctx.plan = attn, plan
+        return attn.q_forward(plan, q)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return ctx.attn.q_reverse(ctx.plan, grad.contiguous()), None, None
+
+
+class _QReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, rows: Any, attn: Attn, plan: AttnPlan) -> Any:
+        ctx.attn, ctx.plan = attn, plan
+        return attn.q_reverse(plan, rows)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return ctx.attn.q_forward(ctx.plan, grad.contiguous()), None, None
+
+
+class _QKVForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: Any, kv: Any, attn: Attn, plan: AttnPlan) -> Any:
+        ctx.attn, ctx.plan = attn, plan
+        q_recv, kv_recv = attn.qkv_forward(plan, q, kv)
+        ctx.shapes = (tuple(q_recv.shape), q_recv.dtype, tuple(kv_recv.shape), kv_recv.dtype)
+        return q_recv, kv_recv
+
+    @staticmethod
+    def backward(ctx: Any, grad_q: Any, grad_kv: Any) -> Any:
+        attn, plan = ctx.attn, ctx.plan
+        q_shape, q_dtype, kv_shape, kv_dtype = ctx.shapes
+        if grad_q is None:
+            grad_q = torch.zeros(q_shape, dtype=q_dtype, device=_device(attn))
+        if grad_kv is None:
+            grad_kv = torch.zeros(kv_shape, dtype=kv_dtype, device=_device(attn))
+        # both calls are collective: every rank makes both, whichever gradients it needs
+        return attn.q_reverse(plan, grad_q.contiguous()), attn.kv_backward(plan, grad_kv.contiguous()), None, None
+
+
+def _device(attn: Attn) -> Any:
+    return torch.device("cuda", attn.comm.device) if attn.comm.backend == "cuda" else torch.device("cpu")
+
+
+def q_forward(attn: Attn, plan: AttnPlan, q: Any) -> Any:
+    """Differentiable Attn.q_forward: this rank's rows q ([plan.num_tokens, ...]) to the attention layout
+    ([plan.q_recv_rows, ...]); the backward brings the gradient back by Q reverse."""
+    return _QForward.apply(q, attn, plan)
+
+
+def q_reverse(attn: Attn, plan: AttnPlan, rows: Any) -> Any:
+    """Differentiable Attn.q_reverse: attention-layout rows ([plan.q_recv_rows, ...], e.g. the attention output)
+    back to their owners' rows ([plan.num_tokens, ...]); the backward sends the gradient forward again."""
+    return _QReverse.apply(rows, attn, plan)
+
+
+def qkv_forward(attn: Attn, plan: AttnPlan, q: Any, kv: Any) -> tuple[Any, Any]:
+    """Differentiable Attn.qkv_forward: returns (q_recv, kv_recv); the backward is Q reverse for q and the KV
+    backward (each sequence's replicas' gradients summed) for kv, so kv's dtype must be one the KV backward sums
+    (bf16, f16, f32) and its row within the Attn's max_kv_grad_row_bytes."""
+    call = "autograd.qkv_forward"
+    if kv.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise invalid("kv", f"dtype {kv.dtype}: the KV backward sums bf16, f16 or f32 rows", call)
+    row_bytes = kv.element_size() * math.prod(kv.shape[1:])
+    if row_bytes > attn.max_kv_grad_row_bytes:
+        raise invalid("attn", f"max_kv_grad_row_bytes={attn.max_kv_grad_row_bytes}: the KV backward of {row_bytes}-byte "
+                      "rows needs at least that (sy.Attn(..., max_kv_grad_row_bytes=...))", call)  # fmt: skip
+    return _QKVForward.apply(q, kv, attn, plan)

@@ -18,7 +18,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.mark.parametrize(
     "example,world,checks_per_rank",
-    [("moe_layer.py", 3, 7), ("cp_attention.py", 4, 4)],
+    [("moe_layer.py", 3, 7), ("cp_attention.py", 4, 8)],
 )
 def test_example_host(example: str, world: int, checks_per_rank: int) -> None:
     result = subprocess.run([sys.executable, str(EXAMPLES / example), "--host", str(world)], capture_output=True,
