@@ -22,10 +22,7 @@ Prints PASS or FAIL per check and exits non-zero on a failure.
 from __future__ import annotations
 
 import argparse
-import bisect
-import itertools
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -63,50 +60,14 @@ def qkv(args: argparse.Namespace, rank: int, tokens: int, device: torch.device) 
     return [torch.randn(tokens, args.heads, args.head_dim, generator=g).to(device, torch.bfloat16) for _ in range(3)]
 
 
-@dataclass
-class Sequences:
-    """What attention needs of the query shards that arrived here, in arrival order. cu_seqlens_q is
-    flash-attention's varlen argument; the keys of a shard are a window of kv_recv (its document's keys up to its
-    last query), whose windows may overlap, so they go as a start and a length rather than as cu_seqlens_k."""
-
-    cu_seqlens_q: torch.Tensor  # int32 [n + 1]: shard i is q_recv rows cu_seqlens_q[i] .. cu_seqlens_q[i + 1]
-    kv_start: list[int]  # shard i's keys and values: kv_recv rows kv_start[i] .. kv_start[i] + kv_len[i]
-    kv_len: list[int]
-
-
-def kv_row_here(plan: sy.AttnPlan, src_rank: int, src_row: int) -> int:
-    """The row of this rank's kv_recv that holds row src_row of rank src_rank's keys and values."""
-    kv = next(kv for kv in plan.kv_recv if kv.src_rank == src_rank and kv.src_row <= src_row < kv.src_row + kv.rows)
-    return kv.dst_row + src_row - kv.src_row
-
-
-def sequences(plan: sy.AttnPlan, doc_lens: list[list[int]]) -> Sequences:
-    """From the plan's arrival lists (plan.q_recv, plan.kv_recv: source rank, its row, rows, row here). A rank
-    holding a query shard also holds the keys and values of every earlier shard of its document, and those arrive
-    back to back (by source rank, then sequence), so the shard's keys are the window from its document's first
-    row to its own last row."""
-    cu, kv_start, kv_len = [0], [], []
-    for shard in plan.q_recv:
-        if shard.rows == 0:
-            continue
-        starts = [0, *itertools.accumulate(doc_lens[shard.src_rank])]
-        doc_start = starts[bisect.bisect_right(starts, shard.src_row) - 1]  # the document holding the shard
-        shard_end = shard.src_row + shard.rows
-        first, last = kv_row_here(plan, shard.src_rank, doc_start), kv_row_here(plan, shard.src_rank, shard_end - 1)
-        assert last + 1 - first == shard_end - doc_start, "the document's keys are not back to back"
-        kv_start.append(first)
-        kv_len.append(last + 1 - first)
-        cu.append(cu[-1] + shard.rows)
-    return Sequences(torch.tensor(cu, dtype=torch.int32), kv_start, kv_len)
-
-
-def attend(q_recv: torch.Tensor, kv_recv: torch.Tensor, seqs: Sequences) -> torch.Tensor:
-    """Causal attention of each query shard over its document's keys up to its last query: its last query sees
-    every key of the window, its first sees all but the shard's other rows (bottom-right causal). Rows are
-    [tokens, heads, head_dim]; SDPA wants [heads, tokens, head_dim]."""
+def attend(q_recv: torch.Tensor, kv_recv: torch.Tensor, win: sy.Windows) -> torch.Tensor:
+    """Causal attention of each query shard over its document's keys up to its last query (the plan's windows,
+    AttnPlan.windows): its last query sees every key of the window, its first all but the shard's other rows
+    (bottom-right causal). Rows are [tokens, heads, head_dim]; SDPA wants [heads, tokens, head_dim]. With
+    flash-attention: its varlen call per window, or cu_seqlens_q with the windows' keys gathered."""
     out = torch.zeros_like(q_recv)
-    cu = seqs.cu_seqlens_q.tolist()
-    for i, (start, n) in enumerate(zip(seqs.kv_start, seqs.kv_len)):
+    cu = win.cu_seqlens_q
+    for i, (start, n) in enumerate(zip(win.kv_start, win.kv_len)):
         q = q_recv[cu[i] : cu[i + 1]].transpose(0, 1)
         k, v = kv_recv[start : start + n, 0].transpose(0, 1), kv_recv[start : start + n, 1].transpose(0, 1)
         causal = torch.ones(q.shape[1], n, dtype=torch.bool, device=q.device).tril(diagonal=n - q.shape[1])
@@ -161,7 +122,7 @@ def make_plan(comm: sy.Comm, row_bytes: int, doc_lens: list[list[int]]) -> tuple
     return plan, attn
 
 
-def forward_backward(attn: sy.Attn, plan: sy.AttnPlan, seqs: Sequences, q: torch.Tensor, k: torch.Tensor,
+def forward_backward(attn: sy.Attn, plan: sy.AttnPlan, win: sy.Windows, q: torch.Tensor, k: torch.Tensor,
                      v: torch.Tensor, d_out: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """Context-parallel attention of this rank's tokens, forward and backward: returns, on the owner's rows, the
     output and the gradients dQ, dK, dV of the loss whose gradient at the output is d_out. Every call of attn is
@@ -170,7 +131,7 @@ def forward_backward(attn: sy.Attn, plan: sy.AttnPlan, seqs: Sequences, q: torch
     # attention there, the outputs back to their owners
     q_recv, kv_recv = attn.qkv_forward(plan, q, torch.stack((k, v), dim=1))
     q_recv.requires_grad_(), kv_recv.requires_grad_()
-    o_recv = attend(q_recv, kv_recv, seqs)
+    o_recv = attend(q_recv, kv_recv, win)
     out = attn.q_reverse(plan, o_recv.detach())
     # backward: the output's gradient to the attention layout, attention's backward there, then dQ back to its
     # owners and dK, dV back summed over the ranks that used them (in fp32, in replica order: deterministic)
@@ -179,13 +140,13 @@ def forward_backward(attn: sy.Attn, plan: sy.AttnPlan, seqs: Sequences, q: torch
     return out, dq, dkv[:, 0], dkv[:, 1]
 
 
-def forward_backward_autograd(attn: sy.Attn, plan: sy.AttnPlan, seqs: Sequences, q: torch.Tensor, k: torch.Tensor,
+def forward_backward_autograd(attn: sy.Attn, plan: sy.AttnPlan, win: sy.Windows, q: torch.Tensor, k: torch.Tensor,
                               v: torch.Tensor, d_out: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """The same through switchyard.autograd: the directions are differentiable, so the forward is three lines and
     torch's backward makes the Q forward, Q reverse and KV backward calls (collective: every rank runs it)."""
     q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
     q_recv, kv_recv = autograd.qkv_forward(attn, plan, q, torch.stack((k, v), dim=1))
-    o_recv = attend(q_recv, kv_recv, seqs)
+    o_recv = attend(q_recv, kv_recv, win)
     if not o_recv.requires_grad:  # no query shard arrived here: the rank stays in the graph (a collective backward)
         o_recv = o_recv + 0 * q_recv
     out = autograd.q_reverse(attn, plan, o_recv)
@@ -200,8 +161,9 @@ def run(comm: sy.Comm, args: argparse.Namespace) -> bool:
     plan, attn = make_plan(comm, row_bytes, doc_lens)
     q, k, v = qkv(args, comm.rank, plan.num_tokens, device)
     d_out = qkv(args, comm.rank + 1000, plan.num_tokens, device)[0]  # the loss's gradient at the output (seeded)
-    got = forward_backward(attn, plan, sequences(plan, doc_lens), q, k, v, d_out)
-    got_autograd = forward_backward_autograd(attn, plan, sequences(plan, doc_lens), q, k, v, d_out)
+    win = plan.windows(doc_lens)  # each arrived query shard's rows and its document's keys here
+    got = forward_backward(attn, plan, win, q, k, v, d_out)
+    got_autograd = forward_backward_autograd(attn, plan, win, q, k, v, d_out)
     attn.close()
     plan.close()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ._lib import nvshmem_build_version, version
 from .alltoall import alltoall, alltoallv
-from .attn import Attn, AttnPlan, Description, Placement, Seq, place
+from .attn import Attn, AttnPlan, Description, Placement, Seq, Windows, place
 from .comm import Comm, host_ranks
 from .errors import (
     AbortedError,
@@ -45,7 +45,7 @@ __version__ = version()
 
 __all__ = [
     "Comm", "host_ranks", "alltoall", "alltoallv", "MoE", "MoERecv", "MoEHT", "HTRecv", "Layout",
-    "Attn", "AttnPlan", "Description", "Placement", "Seq", "place",
+    "Attn", "AttnPlan", "Description", "Placement", "Seq", "Windows", "place",
     "Pool", "PoolStats", "HostPool", "HostPoolStats", "GraphCache", "GraphStats",
     "Error", "InvalidArgError", "NoMemoryError", "CudaError", "NvshmemError", "TimeoutError", "BootstrapError",
     "SystemCallError", "UnsupportedError", "NoDeviceError", "AbortedError", "MismatchError", "InternalError",

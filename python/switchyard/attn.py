@@ -11,7 +11,9 @@ first call of a size must not be inside a CUDA graph capture.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
+import itertools
 from ctypes import POINTER, c_double, c_int, c_int64, c_size_t, c_uint, c_uint64, c_void_p
 from typing import Any, NamedTuple, Sequence
 
@@ -149,6 +151,21 @@ def _describe(d: Description, call: str) -> tuple[PlanDesc, list]:
     return desc, keep
 
 
+class Windows(NamedTuple):
+    """AttnPlan.windows: what attention needs of the query shards that arrived here, in arrival order (shards of 0
+    rows left out). cu_seqlens_q is flash-attention's varlen argument for q_recv; shard i's keys and values are
+    kv_recv rows kv_start[i] .. kv_start[i] + kv_len[i] (its document's from the first row to the shard's last:
+    windows of one document overlap, so they come as starts and lengths, not as cu_seqlens_k); causal within the
+    document, query j of shard i sits at key position kv_len[i] - q_len[i] + j of its window (bottom-right)."""
+
+    cu_seqlens_q: list[int]  # [n + 1]
+    q_len: list[int]
+    kv_start: list[int]
+    kv_len: list[int]
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+
 class Placement(NamedTuple):
     """sy_attn_place's result: the shards as a plan description, and the balance it reached."""
 
@@ -242,6 +259,44 @@ class AttnPlan(CommObject):
         self.kv_send = places(seqs.kv_send, seqs.num_seqs * C)
         self.q_recv = places(seqs.q_recv, seqs.q_recv_count)
         self.kv_recv = places(seqs.kv_recv, seqs.kv_recv_count)
+
+    def windows(self, doc_lens: Sequence[Sequence[int]]) -> Windows:
+        """Pure Python, from the arrival lists: each query shard here, its rows in q_recv and its keys' window in
+        kv_recv, given every rank's document lengths (doc_lens[r]: rank r's documents, tokens, back to back in its
+        rows, as given to sy.place). For placements whose shards stay inside documents and send every shard's keys
+        and values to each rank holding a later shard of its document (sy.place's); anything else is refused."""
+        call = "AttnPlan.windows"
+        W = self.comm.world_size
+        if len(doc_lens) != W:
+            raise invalid("doc_lens", f"{len(doc_lens)} ranks' lengths for a world of {W}", call)
+        starts = [[0, *itertools.accumulate(int(x) for x in r)] for r in doc_lens]
+        cu, q_len, kv_start, kv_len = [0], [], [], []
+        for shard in self.q_recv:
+            if shard.rows == 0:
+                continue
+            s = starts[shard.src_rank]
+            d = bisect.bisect_right(s, shard.src_row) - 1  # the document holding the shard's first row
+            end = shard.src_row + shard.rows
+            if d >= len(s) - 1 or end > s[d + 1]:
+                raise invalid("doc_lens", f"rank {shard.src_rank}'s rows {shard.src_row}..{end - 1} (sequence "
+                              f"{shard.seq}) are not inside one of its documents", call)  # fmt: skip
+            first, last = self._kv_here(shard.src_rank, s[d], call), self._kv_here(shard.src_rank, end - 1, call)
+            if last + 1 - first != end - s[d]:
+                raise invalid("plan", f"the keys of rank {shard.src_rank}'s rows {s[d]}..{end - 1} are not back to "
+                              "back here (a description not made by sy.place?)", call)  # fmt: skip
+            cu.append(cu[-1] + shard.rows)
+            q_len.append(shard.rows)
+            kv_start.append(first)
+            kv_len.append(last + 1 - first)
+        return Windows(cu, q_len, kv_start, kv_len, max(q_len, default=0), max(kv_len, default=0))
+
+    def _kv_here(self, src_rank: int, src_row: int, call: str) -> int:
+        """The kv_recv row here holding row src_row of rank src_rank's keys and values."""
+        for kv in self.kv_recv:
+            if kv.src_rank == src_rank and kv.src_row <= src_row < kv.src_row + kv.rows:
+                return kv.dst_row + src_row - kv.src_row
+        raise invalid("plan", f"row {src_row} of rank {src_rank}'s keys does not arrive here, where a query shard "
+                      "after it does (a description not made by sy.place?)", call)  # fmt: skip
 
     def close(self, stream: Any = None) -> None:
         """Not collective. sy_attn_plan_destroy (its device copy freed after the device is done with it); with

@@ -129,6 +129,62 @@ def test_attn_placement_host() -> None:
     on_host(3, check_attn, d, flavours()[-1], "bf16")
 
 
+def check_windows(comm: sy.Comm, doc_lens: list[list[int]], flavour: str) -> None:
+    """AttnPlan.windows against the rows themselves: after Q+KV forward, shard i's q_recv rows are its source rows,
+    and its kv_recv window is its document's rows from the first to the shard's last (so the shard's queries are
+    the window's last q_len rows: bottom-right causal)."""
+    r, width = comm.rank, 4
+    placement = sy.place(doc_lens)
+    plan = sy.AttnPlan(comm, placement.description)
+    attn = sy.Attn(comm, max_tokens=max(1, plan.max_num_tokens), max_replicas=max(1, placement.description.max_replicas))
+    n = plan.num_tokens
+    q_recv, kv_recv = (to_np(x) for x in attn.qkv_forward(plan, to_dev(comm, rows_of(r, n, width, 1), flavour),
+                                                          to_dev(comm, rows_of(r, n, width, 2), flavour)))  # fmt: skip
+    win = plan.windows(doc_lens)
+    shards = [x for x in plan.q_recv if x.rows]
+    assert len(win.q_len) == len(shards) and win.cu_seqlens_q[-1] == plan.q_recv_rows
+    assert win.max_seqlen_q == max(win.q_len, default=0) and win.max_seqlen_k == max(win.kv_len, default=0)
+    for i, x in enumerate(shards):
+        starts = np.concatenate([[0], np.cumsum(doc_lens[x.src_rank])]).astype(int)
+        doc_start = starts[np.searchsorted(starts, x.src_row, side="right") - 1]
+        src_q = rows_of(x.src_rank, sum(doc_lens[x.src_rank]), width, 1)
+        src_kv = rows_of(x.src_rank, sum(doc_lens[x.src_rank]), width, 2)
+        assert win.q_len[i] == x.rows == win.cu_seqlens_q[i + 1] - win.cu_seqlens_q[i]
+        np.testing.assert_array_equal(q_recv[win.cu_seqlens_q[i] : win.cu_seqlens_q[i + 1]],
+                                      src_q[x.src_row : x.src_row + x.rows])  # fmt: skip
+        np.testing.assert_array_equal(kv_recv[win.kv_start[i] : win.kv_start[i] + win.kv_len[i]],
+                                      src_kv[doc_start : x.src_row + x.rows])  # fmt: skip
+    # the long document was cut: somewhere a shard's window starts before its own rows
+    later = sum(x[0] for x in comm.allgather_host(bytes([sum(k > q for k, q in zip(win.kv_len, win.q_len))])))
+    assert later > 0 or comm.world_size == 1
+    if comm.world_size > 1:
+        with pytest.raises(sy.InvalidArgError, match=r"doc_lens: 1 ranks' lengths for a world of"):
+            plan.windows(doc_lens[:1])
+    attn.close()
+    plan.close()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_attn_windows_host(world: int) -> None:
+    rng = np.random.default_rng(500 + world)
+    doc_lens = [[int(x) for x in rng.integers(1, 40, size=int(rng.integers(0 if r else 1, 4)))] for r in range(world)]
+    doc_lens[0].append(150)  # a long document, cut into shards over several ranks
+    on_host(world, check_windows, doc_lens, flavours()[world % len(flavours())])
+
+
+def check_windows_refused(comm: sy.Comm) -> None:
+    """A description whose sequence spans two documents: refused, naming doc_lens."""
+    plan = sy.AttnPlan(comm, sy.Description([[6]], [[0]], [[[0]]], 1))
+    with pytest.raises(sy.InvalidArgError, match=r"doc_lens: rank 0's rows 0..5 \(sequence 0\) are not inside one"):
+        plan.windows([[3, 3]])
+    assert plan.windows([[6]]).kv_len == [6]
+    plan.close()
+
+
+def test_attn_windows_refused_host() -> None:
+    on_host(1, check_windows_refused)
+
+
 def check_bad_arguments(comm: sy.Comm) -> None:
     d = sy.Description([[4, 2], [3]], [[0, 1], [1]], None, 0)
     with pytest.raises(sy.InvalidArgError, match=r"q_dst: rank 1: 2 entries for 1 sequences"):
