@@ -48,7 +48,7 @@ def alltoall(comm: Comm, send: Any, *, out: Any = None, stream: Any = None) -> A
     recv = _arrays.ptr(out) if direct else comm.scratch("alltoall", size)
     handle, join = comm._stream(stream)
     check(lib.sy_alltoall(comm.handle, _arrays.ptr(send), recv, size // world, handle), "sy_alltoall", comm._handle)
-    comm._used(handle, join, stream, (send, out) if direct else (send,))
+    comm._used(handle, stream, (send, out), (result,) if out is None else ())
     comm._join(join)
     if not direct:
         view = _arrays.wrap(recv, size, send.shape, kind, comm._where, _arrays.is_torch(send))
@@ -118,7 +118,7 @@ def alltoallv(
                               Sizes(*offsets_s), recv, Sizes(*[r * row_bytes for r in recvs]), Sizes(*offsets_r),
                               handle)  # fmt: skip
     check(status, "sy_alltoallv", comm._handle)
-    comm._used(handle, join, stream, (send, out) if direct else (send,))
+    comm._used(handle, stream, (send, out), (result,) if out is None else ())
     comm._join(join)
     if not direct and shape[0]:
         view = _arrays.wrap(recv, shape[0] * row_bytes, shape, kind, comm._where, _arrays.is_torch(send))

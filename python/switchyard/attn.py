@@ -387,7 +387,7 @@ class Attn(CommObject):
         handle, join = self.comm._stream(stream)
         check(lib.sy_attn_q_forward(self.handle, plan.handle, _arrays.ptr(q), row_bytes, address, handle),
               "sy_attn_q_forward", self.comm._handle)  # fmt: skip
-        self.comm._used(handle, join, stream, (q, out), (result,) if out is None else ())
+        self.comm._used(handle, stream, (q, out), (result,) if out is None else ())
         self.comm._join(join)
         return self._finish(address, result, direct, q, stream)
 
@@ -406,7 +406,7 @@ class Attn(CommObject):
         status = lib.sy_attn_qkv_forward(self.handle, plan.handle, _arrays.ptr(q), q_bytes, qa, _arrays.ptr(kv),
                                          kv_bytes, ka, handle)  # fmt: skip
         check(status, "sy_attn_qkv_forward", self.comm._handle)
-        self.comm._used(handle, join, stream, (q, kv, q_out, kv_out), (qr if q_out is None else None,
+        self.comm._used(handle, stream, (q, kv, q_out, kv_out), (qr if q_out is None else None,
                         kr if kv_out is None else None))  # fmt: skip
         self.comm._join(join)
         return self._finish(qa, qr, qd, q, stream), self._finish(ka, kr, kd, kv, stream)
@@ -423,7 +423,7 @@ class Attn(CommObject):
         handle, join = self.comm._stream(stream)
         check(lib.sy_attn_q_reverse(self.handle, plan.handle, _arrays.ptr(attn_rows), row_bytes, address, handle),
               "sy_attn_q_reverse", self.comm._handle)  # fmt: skip
-        self.comm._used(handle, join, stream, (attn_rows, out), (result,) if out is None else ())
+        self.comm._used(handle, stream, (attn_rows, out), (result,) if out is None else ())
         self.comm._join(join)
         return self._finish(address, result, direct, attn_rows, stream)
 
@@ -447,6 +447,6 @@ class Attn(CommObject):
         status = lib.sy_attn_kv_backward(self.handle, plan.handle, _arrays.ptr(grad_rows), row_bytes, _DTYPES[kind],
                                          1 if unsummed else 0, _arrays.ptr(out), handle)  # fmt: skip
         check(status, "sy_attn_kv_backward", self.comm._handle)
-        self.comm._used(handle, join, stream, (grad_rows, given_out), (out,))
+        self.comm._used(handle, stream, (grad_rows, given_out), (out,))
         self.comm._join(join)
         return out

@@ -210,17 +210,17 @@ class Comm:
             cudart.cudaEventRecord(self._fork_events[1], self._side_stream.cuda_stream)
             cudart.cudaStreamWaitEvent(legacy, self._fork_events[1], 0)
 
-    def _used(self, stream: int | None, join: int | None, explicit: Any, given: tuple, made: tuple = ()) -> None:
+    def _used(self, stream: int | None, explicit: Any, given: tuple, made: tuple = ()) -> None:
         """Marks the torch tensors a call read or wrote as in use by the call's stream (Tensor.record_stream), as
         torch.distributed's collectives do: torch's caching allocator hands a dead tensor's memory to new tensors of
         the stream that allocated it at once, so a tensor made on one stream and given to a call on another (an
         FFN's output combined on the communication stream, a saved tensor freed by autograd) could be overwritten
         while the call still reads it. With the mark its memory waits for the call. `given`: the caller's tensors;
         `made`: the package's new ones, made on torch's current stream, so marked only when the call runs on an
-        `explicit` stream. Nothing is marked on the side stream of the legacy default stream (_stream): that
-        stream waits for the call, and so does any reuse of its memory. A mark costs about a microsecond of host
+        `explicit` stream (on the legacy default stream's side stream, _stream, they need none: the legacy stream
+        waits for the call, and so does any reuse of their memory). A mark costs about a microsecond of host
         time; numpy arrays and None pass."""
-        if stream is None or join is not None or not self._marks:
+        if stream is None or not self._marks:
             return
         torch_stream = None
         for x in given + made if explicit is not None else given:

@@ -172,7 +172,7 @@ class MoE(CommObject):
                                      INDEX_TYPES["int64" if _arrays.matches(expert_ids, "i64") else "int32"],
                                      _arrays.ptr(weights), ctypes.byref(recv.struct()), handle)  # fmt: skip
         check(status, "sy_moe_dispatch", self.comm._handle)
-        self.comm._used(handle, join, stream, (tokens, expert_ids, weights) + given, made)
+        self.comm._used(handle, stream, (tokens, expert_ids, weights) + given, made)
         self.comm._join(join)
         return recv
 
@@ -185,7 +185,7 @@ class MoE(CommObject):
                                           INDEX_TYPES["int64" if _arrays.matches(expert_ids, "i64") else "int32"],
                                           _arrays.ptr(weights), handle)  # fmt: skip
         check(status, "sy_moe_dispatch_send", self.comm._handle)
-        self.comm._used(handle, join, stream, (tokens, expert_ids, weights))
+        self.comm._used(handle, stream, (tokens, expert_ids, weights))
         self.comm._join(join)
         self._like = tokens
 
@@ -201,7 +201,7 @@ class MoE(CommObject):
         handle, join = self.comm._stream(stream)
         check(lib.sy_moe_dispatch_recv(self.handle, ctypes.byref(recv.struct()), handle), "sy_moe_dispatch_recv",
               self.comm._handle)  # fmt: skip
-        self.comm._used(handle, join, stream, given, made)
+        self.comm._used(handle, stream, given, made)
         self.comm._join(join)
         return recv
 
@@ -225,7 +225,7 @@ class MoE(CommObject):
                                     _arrays.ptr(weights), n, _arrays.ptr(out), handle)  # fmt: skip
         check(status, "sy_moe_combine", self.comm._handle)
         made = (out,) if given_out is None else ()
-        self.comm._used(handle, join, stream, (expert_out, expert_ids, weights, given_out), made)
+        self.comm._used(handle, stream, (expert_out, expert_ids, weights, given_out), made)
         self.comm._join(join)
         return out
 
@@ -235,7 +235,7 @@ class MoE(CommObject):
         handle, join = self.comm._stream(stream)
         check(lib.sy_moe_combine_send(self.handle, _arrays.ptr(expert_out), handle), "sy_moe_combine_send",
               self.comm._handle)  # fmt: skip
-        self.comm._used(handle, join, stream, (expert_out,))
+        self.comm._used(handle, stream, (expert_out,))
         self.comm._join(join)
         self._like = expert_out
 
@@ -252,7 +252,7 @@ class MoE(CommObject):
                                          _arrays.ptr(weights), n, _arrays.ptr(out), handle)  # fmt: skip
         check(status, "sy_moe_combine_recv", self.comm._handle)
         made = (out,) if given_out is None else ()
-        self.comm._used(handle, join, stream, (expert_ids, weights, given_out), made)
+        self.comm._used(handle, stream, (expert_ids, weights, given_out), made)
         self.comm._join(join)
         return out
 

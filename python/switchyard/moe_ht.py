@@ -113,7 +113,7 @@ class MoEHT(CommObject):
         status = lib.sy_moe_ht_layout(self.handle, _arrays.ptr(ids), INDEX_TYPES["int64" if _arrays.matches(ids, "i64") else "int32"],
                                       n, _arrays.ptr(handle), host, stream_handle)  # fmt: skip
         check(status, "sy_moe_ht_layout", self.comm._handle)
-        self.comm._used(stream_handle, join, stream, (ids,), (handle,))
+        self.comm._used(stream_handle, stream, (ids,), (handle,))
         self.comm._join(join)
         layout = Layout(handle=handle, num_tokens=n, expert_ids=ids)
         if host is not None:
@@ -199,7 +199,7 @@ class MoEHT(CommObject):
                                         _arrays.ptr(token_scales), _arrays.ptr(weights), ctypes.byref(recv.struct()),
                                         handle)  # fmt: skip
         check(status, "sy_moe_ht_dispatch", self.comm._handle)
-        self.comm._used(handle, join, stream, given, made)
+        self.comm._used(handle, stream, given, made)
         self.comm._join(join)
         return recv
 
@@ -219,7 +219,8 @@ class MoEHT(CommObject):
         _arrays.check(row_weights, "row_weights", call, "f32", shape=(R,), device=where, allow_none=True)
         _arrays.check(row_values, "row_values", call, "f32", shape=(R,), device=where, allow_none=True)
         like = layout.handle
-        given = (layout.handle, rows_in, row_weights, row_values, out, token_values)
+        given = (layout.handle, rows_in, row_weights, row_values, out, token_values, recv.src, recv.expert_offsets,
+                 recv.expert_counts)  # the header: the combine may read recv's buffers
         if out is None:
             out = _arrays.empty((n, self.hidden), "bf16", like)
         else:
@@ -235,7 +236,7 @@ class MoEHT(CommObject):
         status = lib.sy_moe_ht_combine(self.handle, p(layout.handle), n, p(rows_in), ctypes.byref(recv.struct()),
                                        p(row_weights), p(row_values), p(out), p(token_values), handle)  # fmt: skip
         check(status, "sy_moe_ht_combine", self.comm._handle)
-        self.comm._used(handle, join, stream, given, (out, token_values))
+        self.comm._used(handle, stream, given, (out, token_values))
         self.comm._join(join)
         return (out, token_values) if want_values else out
 
@@ -255,12 +256,14 @@ class MoEHT(CommObject):
         if weights_grad:
             _arrays.check(rows_in, "rows_in", call, "bf16", shape=(R, self.hidden), device=where, allow_none=R == 0)
         like = layout.handle
-        given = (layout.handle, grad_out, row_weights, rows_in if weights_grad else None, grad_rows)
-        if grad_rows is None:
-            grad_rows = _arrays.zeros((R, self.hidden), "bf16", like)
-        else:
-            _arrays.check(grad_rows, "grad_rows", call, "bf16", shape=(R, self.hidden), device=where)
-        grad_w = _arrays.zeros((R,), "f32", like) if weights_grad else None
+        given = (layout.handle, grad_out, row_weights, rows_in if weights_grad else None, grad_rows, recv.src,
+                 recv.expert_offsets, recv.expert_counts)
+        with self.comm._on(stream):  # the zero fills go to the call's stream, ahead of the kernel
+            if grad_rows is None:
+                grad_rows = _arrays.zeros((R, self.hidden), "bf16", like)
+            else:
+                _arrays.check(grad_rows, "grad_rows", call, "bf16", shape=(R, self.hidden), device=where)
+            grad_w = _arrays.zeros((R,), "f32", like) if weights_grad else None
         handle, join = self.comm._stream(stream)
         p = _arrays.ptr
         status = lib.sy_moe_ht_combine_backward(self.handle, p(layout.handle), n, p(grad_out),
@@ -268,6 +271,6 @@ class MoEHT(CommObject):
                                                 p(rows_in) if weights_grad else 0, p(grad_rows), p(grad_w),
                                                 handle)  # fmt: skip
         check(status, "sy_moe_ht_combine_backward", self.comm._handle)
-        self.comm._used(handle, join, stream, given, (grad_rows, grad_w))
+        self.comm._used(handle, stream, given, (grad_rows, grad_w))
         self.comm._join(join)
         return (grad_rows, grad_w) if weights_grad else grad_rows
