@@ -4,8 +4,9 @@
 # all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path) and the all-to-all
 # and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), the high-throughput MoE test
 # with its own-token queue off and forced on (SY_HT_OWN_QUEUE=0 / 1; the default mixes them), runs the fault test
-# (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it), runs every GPU test at world 1
-# under compute-sanitizer (steps sanitize_<tool>_<test>), runs the CPU tests, runs the benchmarks with the NCCL
+# (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it), runs the Python package's
+# tests and examples from the build tree (PYTHONPATH=build/python; where python3 has torch), runs every GPU test at
+# world 1 under compute-sanitizer (steps sanitize_<tool>_<test>), runs the CPU tests, runs the benchmarks with the NCCL
 # baseline, and prints a short table last. OUTDIR gets summary.txt,
 # the benchmark JSON (bench_<entry>.n<N>.json), results.md (the JSON as RESULTS.md tables, via
 # tools/dev/results-table.py), trace_<entry>.n<N>.txt (per-phase trace digests at the issues' small sizes, via
@@ -101,6 +102,15 @@ for n in "${counts[@]}"; do
   SY_HT_OWN_QUEUE=1 run test_gpu_moe_ht.queue "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
   run test_example_layer "$n" "$bin/sy-example-layer" # examples/moe_layer.c, as a user runs it
+  # the Python package from the build tree (this build's library; CMakeLists.txt, build/python), where python3 has
+  # torch and pytest: its tests (the GPU ones run at every count) and both examples
+  if python3 -c "import torch, pytest" 2>/dev/null; then
+    run test_python "$n" env PYTHONPATH="$root/build/python" python3 -m pytest "$root/tests/python" -q -p no:cacheprovider
+    run test_python_moe_layer "$n" env PYTHONPATH="$root/build/python" python3 "$root/examples/moe_layer.py"
+    run test_python_cp_attention "$n" env PYTHONPATH="$root/build/python" python3 "$root/examples/cp_attention.py"
+  else
+    note "test_python n=$n" "not run" "python3 has no torch or pytest"
+  fi
 done
 
 # A rank SIGKILLed in the middle of an all-to-all, an attention call and a MoE round, ranks sharing one GPU: the
