@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# x4-merged.sh — (ran once, on d238f4f; SY_HT_MERGED was reverted after it: bench/NOTES.md) one short device call on 4 GPUs: SY_HT_MERGED=1 (every block sends and receives) checked by
+# x4-merged.sh — ran once, on d238f4f (SY_HT_MERGED was reverted after it; the code is on the branch try/ht-merged,
+# bench/NOTES.md): one short device call on 4 GPUs, SY_HT_MERGED=1 (every block sends and receives) checked by
 # test_gpu_moe_ht at 4 ranks and 1 rank, then moe-ht at world 4, 4,096 tokens, 16 SMs, merged and split on the same
 # machine (NCCL beside each). $OUT/summary.txt is written as it goes.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
