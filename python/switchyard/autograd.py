@@ -87,26 +87,17 @@ def combine(moe: MoEHT, layout: Layout, rows: Any, recv: HTRecv, row_weights: An
     return _Combine.apply(rows, row_weights, moe, layout, recv)
 
 
-class _QForward(torch.autograd.Function):
+class _Move(torch.autograd.Function):
+    """Q forward or Q reverse (`there`), whose backward is the other (`back`): each is the other's adjoint."""
+
     @staticmethod
-    def forward(ctx: Any, q: Any, attn: Attn, plan: AttnPlan) -> Any:
-        ctx.attn, ctx.plan = attn, plan
-        return attn.q_forward(plan, q)
+    def forward(ctx: Any, rows: Any, attn: Attn, plan: AttnPlan, there: str, back: str) -> Any:
+        ctx.attn, ctx.plan, ctx.back = attn, plan, back
+        return getattr(attn, there)(plan, rows)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
-        return ctx.attn.q_reverse(ctx.plan, grad.contiguous()), None, None
-
-
-class _QReverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, rows: Any, attn: Attn, plan: AttnPlan) -> Any:
-        ctx.attn, ctx.plan = attn, plan
-        return attn.q_reverse(plan, rows)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return ctx.attn.q_forward(ctx.plan, grad.contiguous()), None, None
+        return getattr(ctx.attn, ctx.back)(ctx.plan, grad.contiguous()), None, None, None, None
 
 
 class _QKVForward(torch.autograd.Function):
@@ -136,13 +127,13 @@ def _device(attn: Attn) -> Any:
 def q_forward(attn: Attn, plan: AttnPlan, q: Any) -> Any:
     """Differentiable Attn.q_forward: this rank's rows q ([plan.num_tokens, ...]) to the attention layout
     ([plan.q_recv_rows, ...]); the backward brings the gradient back by Q reverse."""
-    return _QForward.apply(q, attn, plan)
+    return _Move.apply(q, attn, plan, "q_forward", "q_reverse")
 
 
 def q_reverse(attn: Attn, plan: AttnPlan, rows: Any) -> Any:
     """Differentiable Attn.q_reverse: attention-layout rows ([plan.q_recv_rows, ...], e.g. the attention output)
     back to their owners' rows ([plan.num_tokens, ...]); the backward sends the gradient forward again."""
-    return _QReverse.apply(rows, attn, plan)
+    return _Move.apply(rows, attn, plan, "q_reverse", "q_forward")
 
 
 def qkv_forward(attn: Attn, plan: AttnPlan, q: Any, kv: Any) -> tuple[Any, Any]:
