@@ -267,8 +267,16 @@ class AttnPlan(CommObject):
         and values to each rank holding a later shard of its document (sy.place's); anything else is refused."""
         call = "AttnPlan.windows"
         W = self.comm.world_size
-        if len(doc_lens) != W:
-            raise invalid("doc_lens", f"{len(doc_lens)} ranks' lengths for a world of {W}", call)
+        if not isinstance(doc_lens, Sequence) or len(doc_lens) != W:
+            got = f"{len(doc_lens)} ranks' lengths" if isinstance(doc_lens, Sequence) else type(doc_lens).__name__
+            raise invalid("doc_lens", f"{got} for a world of {W}: a list of token counts per rank is required", call)
+        for r, lens in enumerate(doc_lens):
+            if not isinstance(lens, Sequence) or any(isinstance(x, bool) or int(x) != x or x < 0 for x in lens):
+                raise invalid("doc_lens", f"rank {r}: {lens!r} is not a list of token counts (integers >= 0)", call)
+        me = self.comm.rank
+        if sum(int(x) for x in doc_lens[me]) != self.num_tokens:
+            raise invalid("doc_lens", f"rank {me}'s documents hold {sum(int(x) for x in doc_lens[me])} tokens, its "
+                          f"plan {self.num_tokens}", call)  # fmt: skip
         starts = [[0, *itertools.accumulate(int(x) for x in r)] for r in doc_lens]
         cu, q_len, kv_start, kv_len = [0], [], [], []
         for shard in self.q_recv:

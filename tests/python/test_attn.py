@@ -178,6 +178,12 @@ def check_windows_refused(comm: sy.Comm) -> None:
     with pytest.raises(sy.InvalidArgError, match=r"doc_lens: rank 0's rows 0..5 \(sequence 0\) are not inside one"):
         plan.windows([[3, 3]])
     assert plan.windows([[6]]).kv_len == [6]
+    for bad, words in (([[3, -1, 4]], r"rank 0: \[3, -1, 4\] is not a list of token counts"),
+                       ([[2.5, 3.5]], r"rank 0: \[2.5, 3.5\] is not a list of token counts"),
+                       ([[5]], r"rank 0's documents hold 5 tokens, its plan 6"),
+                       (6, r"int for a world of 1")):  # fmt: skip
+        with pytest.raises(sy.InvalidArgError, match=r"doc_lens: " + words):
+            plan.windows(bad)
     plan.close()
 
 
