@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
   }
 
   __shared__ uint32_t ticket_s[2];
-  piece_queue<TICKETS> queue = piece_queue_begin<TICKETS>(prefix_s[W], P.stride, &ctx.state->a2a_tickets);
+  piece_queue<TICKETS> queue = piece_queue_begin<TICKETS>(prefix_s[W], P.stride, &ctx.state->a2a_queue);
   for_each_piece(queue, ticket_s, [&](uint32_t piece) {
     int lo_k = 0, hi_k = W - 1; /* the k with prefix_s[k] <= piece < prefix_s[k + 1] */
     while (lo_k < hi_k) {
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(A2A_THREADS) alltoallv_kernel(const __grid_con
     trace<TRACE>(ctx, OP_A2A_DATA, PH_KERNEL, false, -1, call);
     if (atom_add_acq_rel_gpu(&ctx.state->a2a_blocks_done, 1u) == gridDim.x - 1) {
       ctx.state->a2a_blocks_done = 0;
-      piece_queue_reset(queue);
+      piece_queue_close(queue);
       ctx.state->a2a_calls = call;
     }
   }

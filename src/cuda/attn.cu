@@ -70,8 +70,9 @@ struct attn_mail {
 struct attn_local {
   uint64_t calls;
   unsigned blocks_done; /* blocks done with this call, plus ATTN_DONE_FLAGGED when a source flagged a mismatch */
-  unsigned tickets;     /* pieces handed out in this call (the ticket order); the last block resets it */
-  uint64_t base[1];     /* [W]: pieces expected from each source before this call */
+  unsigned pad_;
+  ticket_queue queue; /* the pieces in the ticket order (exec/work_queue.cuh) */
+  uint64_t base[1];   /* [W]: pieces expected from each source before this call */
 };
 
 struct attn_gpu {
@@ -288,7 +289,7 @@ __device__ __forceinline__ void attn_finish(const attn_params &P, const piece_qu
     else attn_advance_flagged<MAXW>(P);
     if (threadIdx.x == 0) {
       P.local->blocks_done = 0;
-      piece_queue_reset(queue);
+      piece_queue_close(queue);
       P.local->calls = call;
     }
   }
@@ -339,7 +340,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const __grid_constan
   }
 
   __shared__ uint32_t ticket_s[2];
-  piece_queue<TICKETS> queue = piece_queue_begin<TICKETS>(prefix_s[W * nch], P.stride, &P.local->tickets);
+  piece_queue<TICKETS> queue = piece_queue_begin<TICKETS>(prefix_s[W * nch], P.stride, &P.local->queue);
   for_each_piece(queue, ticket_s, [&](uint32_t piece) {
     int lo_i = 0, hi_i = W * nch - 1;
     while (lo_i < hi_i) {

@@ -22,6 +22,7 @@
 #include "boot/boot.h"
 #include "core/internal.h"
 #include "exec/launch.cuh"
+#include "exec/work_queue.cuh"
 
 namespace sy {
 
@@ -74,8 +75,8 @@ struct dev_state {
   uint64_t barrier_calls;
   uint64_t a2a_calls;
   unsigned a2a_blocks_done;
-  unsigned a2a_tickets; /* the all-to-all's pieces handed out in this call (the ticket order); the last block resets */
-  unsigned trace_next;  /* next free trace_event */
+  unsigned trace_next;    /* next free trace_event */
+  ticket_queue a2a_queue; /* the all-to-all's pieces in the ticket order (exec/work_queue.cuh) */
 };
 
 struct a2a_mail {

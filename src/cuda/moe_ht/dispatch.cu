@@ -40,9 +40,9 @@ __device__ __forceinline__ int own_mid(const ht_params &P, int c) {
  * rows are chunks of HT_DWARPS tokens (a warp a token) that any block takes, by one ticket counter in device
  * memory, when it has nothing better to do — a receiver in a round that found no message, a sender whose
  * destination's ring is full — and every block once its ring work is done. So neither role waits while own
- * rows are left, whatever the routing. Counters, no reset: the call's tickets start at local->own_base; a block
- * draws until it gets a ticket past the call's chunks (exactly one such ticket a block), and the block that ends
- * the call last sets own_base to the counter (own_end), so no ticket of a call lies below its base. */
+ * rows are left, whatever the routing. The queue is the library's one (exec/work_queue.cuh: ticket_queue, grow-only,
+ * no reset): a block draws until it gets a ticket past the call's chunks, and the block that ends the call last
+ * closes it (own_end). */
 struct own_state {
   uint64_t base;  /* the call's first ticket */
   uint64_t drawn; /* thread 0's last ticket */
@@ -53,7 +53,7 @@ __device__ __forceinline__ int own_chunks(const ht_params &P) { return (P.num_to
 
 __device__ __forceinline__ void own_begin(const ht_params &P, own_state &q, bool rows_ok) {
   if (threadIdx.x == 0) {
-    q.base = *(volatile uint64_t *)&P.local->own_base;
+    q.base = ticket_queue_base(&P.local->own);
     q.left = P.own_queue && rows_ok && P.num_tokens > 0;
   }
   __syncthreads();
@@ -65,7 +65,7 @@ __device__ __forceinline__ void own_end(const ht_params &P) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (atom_add_acq_rel_gpu(&P.local->own_done, 1u) != gridDim.x - 1) return;
-  P.local->own_base = atomicAdd((unsigned long long *)&P.local->own_ticket, 0ull);
+  ticket_queue_close(&P.local->own);
   P.local->own_done = 0;
 }
 
@@ -213,7 +213,7 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
  * q.drawn only after the barrier that ends the last chunk's reads of it. */
 __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
   if (!q.left) return false;
-  if (threadIdx.x == 0) q.drawn = atomicAdd((unsigned long long *)&P.local->own_ticket, 1ull) - q.base;
+  if (threadIdx.x == 0) q.drawn = ticket_draw(&P.local->own, q.base);
   __syncthreads();
   const bool got = q.drawn < (uint64_t)own_chunks(P);
   if (!got) {

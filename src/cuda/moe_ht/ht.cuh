@@ -50,10 +50,9 @@ constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in share
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;
 
 struct ht_local {
-  uint64_t layouts;    /* layout calls done */
-  uint64_t own_ticket; /* the dispatch kernel's own-token queue: tickets drawn so far (every call's) */
-  uint64_t own_base;   /* the first ticket of the next call (set by the block that ends a call last) */
-  uint32_t own_done;   /* blocks of the running call that have ended */
+  uint64_t layouts;  /* layout calls done */
+  ticket_queue own;  /* the dispatch kernel's own-token queue (exec/work_queue.cuh) */
+  uint32_t own_done; /* blocks of the running call that have ended */
   uint32_t pad32_;
   uint64_t pad_[4];
   /* then sent[W][C] and consumed[W][C], uint64 */
@@ -228,6 +227,13 @@ sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct sy_moe_ht *m
 }
 
 /* kernels (layout.cu, dispatch.cu, combine.cu) */
+/* The layout's scratch cleared before count: n[i] 4-byte words at w[i] (one kernel, not memsets: a memset node adds
+ * ~1.8 us to a graph launch's host time, a kernel node ~0; bench/NOTES.md, "Host time of a replayed step"). */
+struct ht_zero_params {
+  uint32_t *w[3];
+  size_t n[3];
+};
+__global__ void sy_ht_layout_zero(ht_zero_params Z);
 __global__ void sy_ht_layout_count(sy::ht_params P);
 __global__ void sy_ht_layout_prefix(sy::ht_params P);
 __global__ void sy_ht_layout_pos(sy::ht_params P);
