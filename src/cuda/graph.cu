@@ -14,6 +14,52 @@ extern "C" sy_status_t sy__cuda_stream_capturing(cudaStream_t stream, int *captu
   return SY_SUCCESS;
 }
 
+/* SY_DEBUG=INFO: what a capture holds, by node type (a replay's host time grows with its nodes and their kinds:
+ * bench/NOTES.md, "Host time of a replayed step"); TRACE: each kernel node's function. Only reads the graph. */
+static void census(cudaGraph_t g) {
+  if (!sy__log_enabled(SY_LOG_INFO)) return;
+  size_t n = 0;
+  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return (void)cudaGetLastError();
+  cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *nodes);
+  if (!nodes || cudaGraphGetNodes(g, nodes, &n) != cudaSuccess) return free(nodes), (void)cudaGetLastError();
+  int kernel = 0, copy = 0, set = 0, host = 0, record = 0, wait = 0, empty = 0, other = 0;
+  for (size_t i = 0; i < n; i++) {
+    cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
+    if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess) {
+      (void)cudaGetLastError();
+      other++;
+      continue;
+    }
+    switch (t) {
+      case cudaGraphNodeTypeKernel: {
+        kernel++;
+        cudaKernelNodeParams kp;
+        const char *name = nullptr;
+        if (sy__log_enabled(SY_LOG_TRACE) && cudaGraphKernelNodeGetParams(nodes[i], &kp) == cudaSuccess &&
+            cudaFuncGetName(&name, kp.func) == cudaSuccess)
+          SY_TRACE("graph node %zu: kernel %s, grid %u, block %u, %u B shared", i, name, kp.gridDim.x, kp.blockDim.x,
+                   kp.sharedMemBytes);
+        (void)cudaGetLastError();
+        break;
+      }
+      case cudaGraphNodeTypeMemcpy: copy++; break;
+      case cudaGraphNodeTypeMemset: set++; break;
+      case cudaGraphNodeTypeHost: host++; break;
+      case cudaGraphNodeTypeEventRecord: record++; break;
+      case cudaGraphNodeTypeWaitEvent: wait++; break;
+      case cudaGraphNodeTypeEmpty: empty++; break;
+      default: other++; break;
+    }
+  }
+  size_t edges = 0;
+  if (cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &edges) != cudaSuccess) (void)cudaGetLastError();
+  SY_INFO(
+      "graph captured: %zu nodes (%d kernels, %d copies, %d memsets, %d host functions, %d event records, %d "
+      "event waits, %d empty, %d other), %zu edges",
+      n, kernel, copy, set, host, record, wait, empty, other, edges);
+  free(nodes);
+}
+
 extern "C" sy_status_t sy__cuda_graph_capture(cudaStream_t stream, sy_graph_step_fn step, void *user, int bucket,
                                               void **graph) {
   *graph = nullptr;
@@ -29,6 +75,7 @@ extern "C" sy_status_t sy__cuda_graph_capture(cudaStream_t stream, sy_graph_step
     }
     return cuda_error(err, "cudaStreamEndCapture (the step did something a capture cannot hold?)", __FILE__, __LINE__);
   }
+  census(g);
   *graph = g;
   return SY_SUCCESS;
 }
