@@ -355,10 +355,14 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
     P.host_stamp = g->mapped_stamp_dev;
   }
   const int N = call->num_tokens;
-  SY_CUDA_CHECK(cudaMemsetAsync(g->masks, 0, g->mask_bytes, stream));
-  SY_CUDA_CHECK(cudaMemsetAsync(g->expert_count, 0, (size_t)moe->config.num_experts * 4, stream));
-  SY_CUDA_CHECK(cudaMemsetAsync((char *)call->handle + g->hl.send_chan, 0,
-                                (size_t)comm->world_size * (size_t)moe->config.num_sms * 4, stream));
+  ht_zero_params Z;
+  Z.w[0] = g->masks, Z.n[0] = g->mask_bytes / 4;
+  Z.w[1] = (uint32_t *)g->expert_count, Z.n[1] = (size_t)moe->config.num_experts;
+  Z.w[2] = (uint32_t *)((char *)call->handle + g->hl.send_chan);
+  Z.n[2] = (size_t)comm->world_size * (size_t)moe->config.num_sms;
+  const size_t most = Z.n[0] > Z.n[1] ? Z.n[0] : Z.n[1];
+  const int zblocks = (int)((most > Z.n[2] ? most : Z.n[2]) / (4 * HT_THREADS) + 1);
+  SY_CHECK(launch_pdl(sy_ht_layout_zero, zblocks < 256 ? zblocks : 256, HT_THREADS, 0, stream, Z));
   if (N > 0) {
     const int blocks = (N + HT_THREADS - 1) / HT_THREADS;
     SY_CHECK(launch_pdl(sy_ht_layout_count, blocks, HT_THREADS, 0, stream, P));

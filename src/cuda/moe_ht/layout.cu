@@ -8,11 +8,18 @@
  *             its word — how many earlier tokens of this rank name the same expert
  *   exchange  one block: to each rank its counts (after that rank's ack of the previous layout), from each
  *             rank its counts (then the ack), the offsets, the handle's header, and the exact mode's host copy
- * The scratch (masks, counts) is zeroed by cudaMemsetAsync before count.
+ * Before them, zero clears the scratch (masks, counts) and the handle's send counts.
  */
 #include "cuda/moe_ht/ht.cuh"
 
 using namespace sy;
+
+__global__ void sy_ht_layout_zero(ht_zero_params Z) {
+  pdl_begin();
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (int i = 0; i < 3; i++)
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < Z.n[i]; j += stride) Z.w[i][j] = 0;
+}
 
 __global__ void sy_ht_layout_count(ht_params P) {
   pdl_begin();
