@@ -5,7 +5,9 @@
  * captured once from two non-blocking streams joined by events (the layer's way b) or from one stream, instantiated,
  * warmed up, then replayed 2,000 times; the median host time of cudaGraphLaunch (the stream drained between
  * replays, outside the timing) is printed.
- *   shapes: kernels K (2, 8, 32) x branches (1, 2) x parameter bytes (16, 768: ht_params is ~700) x PDL (off, on)
+ *   shapes: kernels K (2, 8, 32) x branches (1, 2) x parameter bytes (16, 768: ht_params is ~700) x PDL (off, on);
+ *   then 8 kernels on 2 branches with what the layer's decode graph has beside (its census, SY_DEBUG=INFO: 8
+ *   kernels, 2-4 memsets from cuBLASLt): 1, 2 or 4 memset nodes, and kernels launched with a 2-block cluster
  *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/glp tools/dev/graph-launch-probe.cu && /tmp/glp
  */
 #include <cuda_runtime.h>
@@ -45,6 +47,8 @@ static double now_us() {
   return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
+static int g_cluster = 0; /* kernels with a 2 x 1 x 1 cluster (cuBLASLt's Hopper kernels have clusters) */
+
 template <int BYTES>
 static void launch(cudaStream_t s, bool pdl, int *out) {
   blob<BYTES> b;
@@ -52,15 +56,25 @@ static void launch(cudaStream_t s, bool pdl, int *out) {
   b.pad[0] = 0;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(1), cfg.blockDim = dim3(32), cfg.stream = s;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr, cfg.numAttrs = pdl ? 1 : 0;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (g_cluster) {
+    cfg.gridDim = dim3(2);
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = 2, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = 1;
+    n++;
+  }
+  cfg.attrs = attr, cfg.numAttrs = n;
   CK(cudaLaunchKernelEx(&cfg, k_empty<BYTES>, b));
 }
 
 template <int BYTES>
-static double replay_us(int kernels, int branches, bool pdl, cudaStream_t s0, cudaStream_t s1, int *out) {
+static double replay_us(int kernels, int branches, bool pdl, cudaStream_t s0, cudaStream_t s1, int *out,
+                        int memsets = 0) {
   cudaEvent_t fork, join;
   CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
@@ -73,6 +87,7 @@ static double replay_us(int kernels, int branches, bool pdl, cudaStream_t s0, cu
   for (int k = 0; k < kernels; k++) {
     cudaStream_t s = branches == 2 && (k & 1) ? s1 : s0;
     launch<BYTES>(s, pdl, out);
+    if (k < memsets) CK(cudaMemsetAsync(out + 1, 0, 64, s)); /* cuBLASLt's: a workspace cleared before a kernel */
   }
   if (branches == 2) {
     CK(cudaEventRecord(join, s1));
@@ -105,7 +120,7 @@ int main() {
   CK(cudaStreamCreateWithPriority(&s0, cudaStreamNonBlocking, hi));
   CK(cudaStreamCreateWithPriority(&s1, cudaStreamNonBlocking, lo));
   int *out;
-  CK(cudaMalloc(&out, 4));
+  CK(cudaMalloc(&out, 256));
   printf("%8s %9s %7s %4s %10s\n", "kernels", "branches", "params", "pdl", "replay_us");
   for (int kernels : {2, 8, 32})
     for (int branches : {1, 2})
@@ -115,5 +130,12 @@ int main() {
         printf("%8d %9d %7d %4d %10.2f\n", kernels, branches, 768, pdl,
                replay_us<768>(kernels, branches, pdl, s0, s1, out));
       }
+  printf("\n8 kernels on 2 branches, 16-byte parameters, PDL on, with:\n%10s %8s %10s\n", "memsets", "cluster",
+         "replay_us");
+  for (int cluster = 0; cluster < 2; cluster++)
+    for (int m : {0, 1, 2, 4}) {
+      g_cluster = cluster;
+      printf("%10d %8d %10.2f\n", m, cluster, replay_us<16>(8, 2, true, s0, s1, out, m));
+    }
   return 0;
 }
