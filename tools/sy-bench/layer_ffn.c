@@ -185,8 +185,8 @@ int layer_setup_common(layer_bench_t *b) {
     rc = cudaEventCreateWithFlags(&b->ev[i], cudaEventDisableTiming) != cudaSuccess;
   /* cuBLASLt's workspace: 32 MiB for prefill; none for decode (<= 256 tokens), where cuBLASLt otherwise picks
    * split-K kernels whose workspace it clears with memsets, and each memset node adds ~1.8 us to a graph launch's
-   * host time, a kernel node ~0 (bench/NOTES.md, "Host time of a replayed step"). SY_BENCH_GEMM_WORKSPACE=MiB
-   * sets it for both. */
+   * host time, a kernel node a few hundredths (bench/NOTES.md, "Host time of a replayed step").
+   * SY_BENCH_GEMM_WORKSPACE=MiB sets it for both. */
   const char *ws = getenv("SY_BENCH_GEMM_WORKSPACE");
   b->lt_work_bytes = (size_t)(ws && *ws ? atoi(ws) : b->T <= 256 ? 0 : 32) << 20;
   rc = rc || cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS ||

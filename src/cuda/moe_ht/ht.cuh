@@ -228,7 +228,8 @@ sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct sy_moe_ht *m
 
 /* kernels (layout.cu, dispatch.cu, combine.cu) */
 /* The layout's scratch cleared before count: n[i] 4-byte words at w[i] (one kernel, not memsets: a memset node adds
- * ~1.8 us to a graph launch's host time, a kernel node ~0; bench/NOTES.md, "Host time of a replayed step"). */
+ * ~1.8 us to a graph launch's host time, a kernel node a few hundredths; bench/NOTES.md, "Host time of a replayed
+ * step"). */
 struct ht_zero_params {
   uint32_t *w[3];
   size_t n[3];
