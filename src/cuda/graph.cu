@@ -33,13 +33,17 @@ static void census(cudaGraph_t g) {
     switch (t) {
       case cudaGraphNodeTypeKernel: {
         kernel++;
+        if (!sy__log_enabled(SY_LOG_TRACE)) break;
         cudaKernelNodeParams kp;
         const char *name = nullptr;
-        if (sy__log_enabled(SY_LOG_TRACE) && cudaGraphKernelNodeGetParams(nodes[i], &kp) == cudaSuccess &&
+        if (cudaGraphKernelNodeGetParams(nodes[i], &kp) == cudaSuccess &&
             cudaFuncGetName(&name, kp.func) == cudaSuccess)
           SY_TRACE("graph node %zu: kernel %s, grid %u, block %u, %u B shared", i, name, kp.gridDim.x, kp.blockDim.x,
                    kp.sharedMemBytes);
-        (void)cudaGetLastError();
+        else { /* a kernel of another runtime (cuBLASLt's): the runtime API cannot read its node */
+          (void)cudaGetLastError();
+          SY_TRACE("graph node %zu: kernel (not this runtime's: a library's)", i);
+        }
         break;
       }
       case cudaGraphNodeTypeMemcpy: copy++; break;

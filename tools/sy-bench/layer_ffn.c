@@ -188,7 +188,16 @@ int layer_setup_common(layer_bench_t *b) {
    * host time, a kernel node a few hundredths (bench/NOTES.md, "Host time of a replayed step").
    * SY_BENCH_GEMM_WORKSPACE=MiB sets it for both. */
   const char *ws = getenv("SY_BENCH_GEMM_WORKSPACE");
-  b->lt_work_bytes = (size_t)(ws && *ws ? atoi(ws) : b->T <= 256 ? 0 : 32) << 20;
+  long mib = b->T <= 256 ? 0 : 32;
+  if (ws && *ws) {
+    char *end = NULL;
+    mib = strtol(ws, &end, 10);
+    if (*end || mib < 0 || mib > 4096) {
+      bench_print(b->ctx, "# layer: SY_BENCH_GEMM_WORKSPACE=%s: not a size in MiB from 0 to 4096\n", ws);
+      return 1;
+    }
+  }
+  b->lt_work_bytes = (size_t)mib << 20;
   rc = rc || cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS ||
        (b->lt_work_bytes && cudaMalloc(&b->lt_work, b->lt_work_bytes) != 0);
   return rc;
