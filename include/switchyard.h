@@ -737,6 +737,18 @@ SY_API sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *co
 SY_API sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe);
 /* Local; answers after an error too. */
 SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
+/* A dispatch's receive buffers of `rows` rows as one allocation from `pool` (sy_pool_alloc: stream-ordered and
+ * graph-capturable), sized for this object's wire: expert_offsets [L + 1], expert_counts [L], src, weights,
+ * scales (FP8 wires; NULL on BF16) and tokens, each 256-byte aligned; recv->rows = rows, recv->expert_stride =
+ * expert_stride. The exact size: host_counts[2 L] of sy_moe_ht_layout (the rows that layout needs); the bound:
+ * sy_moe_ht_sizes's max_rows (contiguous layout) or L x expert_stride (masked). rows >= 0 (0: no row buffers,
+ * tokens NULL), expert_stride >= 0 and L x expert_stride <= rows; the pool must be of the object's
+ * communicator. Local. On failure nothing is allocated and *recv is left as it was. */
+SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
+                                        sy_moe_ht_recv_t *recv, cudaStream_t stream);
+/* Gives back, in the order of `stream`, what sy_moe_ht_recv_alloc took for recv (a recv it did not fill is
+ * SY_ERR_INVALID_ARG, nothing freed); then zeroes *recv. */
+SY_API sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_t *recv, cudaStream_t stream);
 
 /* The layout of one step. expert_ids: [num_tokens][top_k] of id_type on the device (-1 = none; an id at most
  * once per token; 0 <= num_tokens <= max_tokens); handle: handle_bytes of device memory, written here and read

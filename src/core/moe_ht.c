@@ -8,6 +8,7 @@
  * collective as a whole (a timed-out wait, ranks that disagree) are sticky, as in comm.c.
  */
 #include "internal.h"
+#include "mem/pool.h"
 #include "ref/moe_ht_layout.h"
 #include "ref/moe_ht_ref.h"
 
@@ -176,6 +177,56 @@ sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes) {
   const size_t size = sizes->size; /* a newer caller's larger struct: its known prefix is filled */
   fill_sizes(moe, sizes);
   sizes->size = size;
+  return SY_SUCCESS;
+}
+
+/* ---- receive buffers from a pool ---------------------------------------------------------------------------- */
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride, sy_moe_ht_recv_t *recv,
+                                 cudaStream_t stream) {
+  static const char *fn = "sy_moe_ht_recv_alloc";
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  SY_COMM_GUARD(moe->comm, fn);
+  SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
+  SY_ARG_CHECK(sy__pool_comm(pool) == moe->comm, fn, "pool belongs to another communicator than moe");
+  SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
+  SY_ARG_CHECK(rows >= 0, fn, "rows=%d is negative", rows);
+  const int L = moe->local_experts;
+  SY_ARG_CHECK(expert_stride >= 0, fn, "expert_stride=%d is negative (0: the contiguous layout)", expert_stride);
+  SY_ARG_CHECK((int64_t)expert_stride * L <= rows, fn,
+               "expert_stride=%d x %d local experts exceeds rows=%d (the masked layout's last expert would not fit)",
+               expert_stride, L, rows);
+  sy_moe_ht_sizes_t z;
+  fill_sizes(moe, &z);
+  const size_t R = (size_t)rows;
+  /* the sections in order: offsets, counts, src, weights, scales, tokens */
+  const size_t bytes[6] = {((size_t)L + 1) * 4, (size_t)L * 4, R * 8, R * 4, R * z.scale_bytes, R * z.row_bytes};
+  size_t at[6], total = 0;
+  for (int i = 0; i < 6; i++) at[i] = total, total += align256(bytes[i]);
+  void *base = NULL;
+  SY_CHECK(sy_pool_alloc(pool, total, &base, stream));
+  char *b = base;
+  recv->expert_offsets = (int32_t *)(b + at[0]);
+  recv->expert_counts = (int32_t *)(b + at[1]);
+  recv->src = (int32_t *)(b + at[2]);
+  recv->weights = (float *)(b + at[3]);
+  recv->scales = z.scale_bytes ? (float *)(b + at[4]) : NULL;
+  recv->tokens = rows ? (void *)(b + at[5]) : NULL;
+  recv->rows = rows;
+  recv->expert_stride = expert_stride;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_t *recv, cudaStream_t stream) {
+  static const char *fn = "sy_moe_ht_recv_free";
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
+  SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
+  SY_ARG_CHECK(recv->expert_offsets != NULL, fn, "recv->expert_offsets is NULL (not filled by sy_moe_ht_recv_alloc)");
+  SY_CHECK(sy_pool_free(pool, recv->expert_offsets, stream));
+  memset(recv, 0, sizeof *recv);
   return SY_SUCCESS;
 }
 

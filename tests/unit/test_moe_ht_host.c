@@ -11,7 +11,9 @@
  *  - with exact values (small integers, weights of +-0.5, 1, 2): dispatch -> combine round trips (the BF16
  *    wire), and the adjoints in fp64: <dispatch(x), y> = <x, combine(y)> (BF16 wire), <combine(y), g> =
  *    <y, combine_backward(g)>, and the weights' gradient against a finite change of the weights:
- *    <combine(y; w + d), g> - <combine(y; w), g> = sum d x token_values (the gradient carried back).
+ *    <combine(y; w + d), g> - <combine(y; w), g> = sum d x token_values (the gradient carried back);
+ *  - the same step with the receive buffers from a pool (sy_moe_ht_recv_alloc, sized by host_counts in the exact
+ *    mode): the same bits.
  * SY_TEST_SEED overrides the seed; a failure prints it.
  */
 #include "moe_ht_test.h"
@@ -352,6 +354,27 @@ static void round_rank(shared_t *sh, step_t *st, void *handle, void *handle2, in
   h2.layout = h1.layout, h2.dispatched = h1.dispatched;
   memcpy(handle2, &h2, sizeof h2);
   CHECK(!memcmp(handle, handle2, hl.recv_rows)); /* recv_rows: compared against the reference above */
+  /* the receive buffers from a pool (sy_moe_ht_recv_alloc), sized by the exact mode's host_counts[2 L] (the rows
+   * the layout needs) or as the case's: the same bits */
+  sy_pool_t pool = NULL;
+  CHECK_OK(sy_pool_create(st->comm, NULL, &pool));
+  const int prows = c->counts == COUNTS_EXACT ? host_counts[2 * L] : rows;
+  CHECK_EQ_INT(prows, rows);
+  bufs_t b3;
+  bufs_alloc(c, rows, stride, &b3);
+  free(b3.recv.tokens), free(b3.recv.scales), free(b3.recv.src), free(b3.recv.weights);
+  free(b3.recv.expert_offsets), free(b3.recv.expert_counts);
+  CHECK_OK(sy_moe_ht_recv_alloc(st->moe, pool, prows, stride, &b3.recv, NULL));
+  memcpy(b3.y, b.y, (size_t)rows * c->H * 2);
+  memcpy(b3.row_values, b.row_values, (size_t)rows * 4);
+  bufs_poison(c, &b3);
+  memset(handle2, POISON, hl.bytes);
+  CHECK_OK(run_step(st, handle2, NULL, &b3));
+  CHECK(bufs_same(c, &b, &b3));
+  CHECK_OK(sy_comm_barrier(st->comm, NULL)); /* no peer reads b3 any more */
+  CHECK_OK(sy_moe_ht_recv_free(st->moe, pool, &b3.recv, NULL));
+  bufs_free(&b3);
+  CHECK_OK(sy_pool_destroy(pool));
   if (st->exact) exact_checks(st, sh, nv, handle, &b);
   CHECK_OK(sy_comm_barrier(st->comm, NULL)); /* no peer reads b any more */
   bufs_free(&b), bufs_free(&b2);

@@ -441,6 +441,56 @@ static void wire_args(ctx_t *x, bufs_t *b) {
   }
 }
 
+/* sy_moe_ht_recv_alloc / _free (local: rank 0 alone): every bad argument rejected naming it, *recv and the pool
+ * untouched; a good allocation's sections in order, 256-byte aligned, apart, sized for the wire; freed once. */
+static void recv_pool_args(ctx_t *x, bufs_t *b) {
+  sy_pool_t pool = NULL;
+  CHECK_OK(sy_pool_create(x->comm, NULL, &pool));
+  if (!pool) return;
+  sy_moe_ht_recv_t r, before;
+  memset(&r, 0x5a, sizeof r);
+  before = r;
+  REJECT(sy_moe_ht_recv_alloc(NULL, pool, 4, 0, &r, NULL), "sy_moe_ht_recv_alloc: invalid argument: moe is NULL");
+  REJECT(sy_moe_ht_recv_alloc(x->moe, NULL, 4, 0, &r, NULL), "sy_moe_ht_recv_alloc: invalid argument: pool is NULL");
+  REJECT(sy_moe_ht_recv_alloc(x->moe, pool, 4, 0, NULL, NULL), "sy_moe_ht_recv_alloc: invalid argument: recv is NULL");
+  REJECT(sy_moe_ht_recv_alloc(x->moe, pool, -1, 0, &r, NULL), "rows=-1 is negative");
+  REJECT(sy_moe_ht_recv_alloc(x->moe, pool, 4, -2, &r, NULL), "expert_stride=-2 is negative");
+  REJECT(sy_moe_ht_recv_alloc(x->moe, pool, 4, 3, &r, NULL), "expert_stride=3 x 2 local experts exceeds rows=4");
+  CHECK(!memcmp(&r, &before, sizeof r));
+  sy_pool_stats_t ps = SY_POOL_STATS_INIT;
+  CHECK_OK(sy_pool_stats(pool, &ps));
+  CHECK_EQ_INT(ps.allocs, 0);
+  /* 5 rows, the masked layout of stride 2, FP8 (hidden 128: one scale a row) */
+  CHECK_OK(sy_moe_ht_recv_alloc(x->moe, pool, 5, 2, &r, NULL));
+  CHECK_EQ_INT(r.rows, 5);
+  CHECK_EQ_INT(r.expert_stride, 2);
+  char *sec[6] = {(char *)r.expert_offsets, (char *)r.expert_counts, (char *)r.src,
+                  (char *)r.weights,        (char *)r.scales,        (char *)r.tokens};
+  const size_t need[6] = {3 * 4, 2 * 4, 5 * 8, 5 * 4, 5 * 4, 5 * 128};
+  for (int i = 0; i < 6; i++) {
+    CHECK(sec[i] != NULL && (uintptr_t)sec[i] % 256 == 0);
+    if (i) CHECK(sec[i] >= sec[i - 1] + need[i - 1]); /* in order, apart */
+    if (sec[i]) memset(sec[i], 0, need[i]);           /* every byte writable (AddressSanitizer's view) */
+  }
+  CHECK_OK(sy_pool_stats(pool, &ps));
+  CHECK_EQ_INT(ps.live, 1);
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, NULL, NULL), "sy_moe_ht_recv_free: invalid argument: recv is NULL");
+  sy_moe_ht_recv_t other = r;
+  other.expert_offsets = r.src; /* not what the pool gave out */
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "is not a live allocation of this pool");
+  CHECK_OK(sy_moe_ht_recv_free(x->moe, pool, &r, NULL));
+  CHECK(r.expert_offsets == NULL && r.tokens == NULL && r.rows == 0);
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &r, NULL), "recv->expert_offsets is NULL");
+  /* no rows: the offsets and counts only, tokens NULL as the dispatch allows */
+  CHECK_OK(sy_moe_ht_recv_alloc(x->moe, pool, 0, 0, &r, NULL));
+  CHECK(r.tokens == NULL && r.expert_offsets != NULL && r.expert_counts != NULL && r.rows == 0);
+  CHECK_OK(sy_moe_ht_recv_free(x->moe, pool, &r, NULL));
+  CHECK_OK(sy_pool_stats(pool, &ps));
+  CHECK_EQ_INT(ps.live, 0);
+  CHECK_EQ_INT(ps.allocs, 2);
+  CHECK_OK(sy_pool_destroy(pool));
+}
+
 static void args_rank(int me, sy_comm_t comm, void *arg) {
   const ht_case_t *c = &small;
   const sy_moe_ht_config_t config = ht_config(c);
@@ -474,6 +524,7 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
     longer.s.size = sizeof longer;
     CHECK_OK(sy_moe_ht_sizes(x.moe, &longer.s));
     CHECK(longer.s.size == sizeof longer && longer.tail == 77 && longer.s.local_experts == 2);
+    recv_pool_args(&x, b);
   }
   gen_full(c, &x.wd);
   gen_rows(c, me, b);
