@@ -9,7 +9,9 @@
  * object back to back on one stream (the rings' counters carry over), num_tokens and routing changing every
  * round; last, a CUDA graph of the worst-case round replayed with new inputs.
  * Every round also runs the dispatch's backward (the combine unweighted, no row values) and the combine's
- * backward (grad_rows and the row weights' gradient, padding rows poisoned first).
+ * backward (grad_rows and the row weights' gradient, padding rows poisoned first). The worst-case and masked
+ * cases take their receive buffers from a stream-ordered pool (sy_moe_ht_recv_alloc), the exact ones from
+ * cudaMalloc.
  */
 #include "gpu_test.h"
 
@@ -377,6 +379,17 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   if (trace_on()) fprintf(stderr, "[test rank %d] %.3f s: %s: oracle finished\n", rank, gt_now_s(), c->name);
   ht_bufs_t b;
   bufs_alloc(&R, 0, sz.handle_bytes, &b);
+  /* the worst-case and masked cases take their receive buffers from a pool (sy_moe_ht_recv_alloc) */
+  sy_pool_t pool = NULL;
+  if (!c->exact) {
+    void *mine[] = {b.recv.tokens,  b.recv.scales,         b.recv.src,
+                    b.recv.weights, b.recv.expert_offsets, b.recv.expert_counts};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+      if (mine[i]) GT_CUDA(cudaFree(mine[i]));
+    GT_OK(sy_pool_create(comm, NULL, &pool));
+    GT_OK(sy_moe_ht_recv_alloc(moe, pool, R.rows, R.stride, &b.recv, stream));
+    GT_CUDA(cudaStreamSynchronize(stream));
+  }
   size_t wrong = 0;
   for (int round = 0; round < ROUNDS; round++) {
     ht_inputs_t in;
@@ -428,6 +441,11 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     printf("  %-26s %s (%d rows max, %d channels)\n", c->name, wrong ? "WRONG" : "ok", R.rows,
            (c->sms / 2 > 1 ? c->sms / 2 : 1));
   fflush(stdout);
+  if (pool) {
+    GT_OK(sy_moe_ht_recv_free(moe, pool, &b.recv, stream)); /* zeroes b.recv: bufs_free skips it */
+    GT_CUDA(cudaStreamSynchronize(stream));
+    GT_OK(sy_pool_destroy(pool));
+  }
   bufs_free(0, &b);
   for (int i = 0; i < (ROUNDS + REPLAYS) * world; i++) result_free(&R.want[i]);
   free(R.want);
