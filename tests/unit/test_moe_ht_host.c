@@ -114,7 +114,7 @@ static int bufs_same(const ht_case_t *c, const bufs_t *a, const bufs_t *b) {
   void *p[6], *q[6];
   recv_ptrs(a, p), recv_ptrs(b, q);
   for (int i = 0; i < 6; i++)
-    if (p[i] && memcmp(p[i], q[i], a->bytes[i])) return 0;
+    if (a->bytes[i] && (!p[i] || !q[i] || memcmp(p[i], q[i], a->bytes[i]))) return 0; /* NULL only when empty */
   const size_t R = (size_t)a->recv.rows;
   return !memcmp(a->out, b->out, (size_t)c->T * c->H * 2) &&
          !memcmp(a->token_values, b->token_values, (size_t)c->T * c->K * 4) &&
