@@ -684,7 +684,7 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /*                                                                                                        */
 /* SM budget: the dispatch, combine and backward kernels hold at most config.num_sms SMs (default 16; an  */
 /* odd count is rounded down, and 2 at least: a sending and a receiving block), so expert GEMMs can run   */
-/* beside them on the other SMs. The layout's four short kernels are spread over the GPU.                  */
+/* beside them on the other SMs. The layout's five short kernels are spread over the GPU.                 */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_moe_ht *sy_moe_ht_t;
 

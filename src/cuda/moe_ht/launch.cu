@@ -2,7 +2,7 @@
  * launch.cu — the host side of the MoE high-throughput kernels: create (the workspace, the device-local state,
  * the layout scratch, the mapped counts of the exact mode, the put path's staging where some peer is not
  * load/store reachable or SY_FORCE_PUT is set),
- * destroy, and the launches (layout: four kernels and, in the exact mode, the bounded host wait; dispatch and
+ * destroy, and the launches (layout: five kernels and, in the exact mode, the bounded host wait; dispatch and
  * combine: one kernel each).
  */
 #include <math.h>

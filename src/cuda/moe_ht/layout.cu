@@ -1,5 +1,6 @@
 /*
- * layout.cu — sy_moe_ht_layout on the GPU: four small kernels, no host round trip.
+ * layout.cu — sy_moe_ht_layout on the GPU: five small kernels, no host round trip.
+ *   zero      the scratch below and the handle's send counts cleared (sy_ht_layout_zero)
  *   count     a thread per token: its ids checked (a bad one reported and counted as -1) and copied into the
  *             handle, its bit set in each named expert's token mask, the expert's entry count, and per
  *             destination rank (a token once per rank) the channel's send count
