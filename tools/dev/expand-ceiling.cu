@@ -11,7 +11,7 @@
  *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/expand-ceiling tools/dev/expand-ceiling.cu && /tmp/expand-ceiling
  *   [tokens=4096] [bytes=14336] [K=8]; `gather [tokens] [bytes] [K]` (gather_main: K rows in, their weighted
  *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
- *   on two GPUs (peer_main).
+ *   on two GPUs (peer_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31).
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -453,6 +453,20 @@ int main(int argc, char **argv) {
   printf("tokens %d, row %d B, K %d: output %.1f MiB; copy of the output %.1f us (%.0f GB/s read + write)\n", n, bytes,
          K, out_bytes / 1048576.0, copy, 2.0 * out_bytes / copy / 1e3);
   printf("%-6s %5s %3s %3s %10s %12s %12s %s\n", "kind", "SMs", "P", "S", "us", "GB/s r+w", "GB/s/SM", "ok");
+  if (getenv("EC_OCCUPANCY")) { /* regs on every SM with 1-4 blocks of 16 warps an SM (the dispatch has one) */
+    int dev_sms = 0;
+    CK(cudaDeviceGetAttribute(&dev_sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k_regs));
+    printf("k_regs: %d registers a thread\n", fa.numRegs);
+    for (int m = 1; m <= 4; m++) {
+      CK(cudaMemsetAsync(out, 0, out_bytes, st));
+      const float us = timeit([&] { k_regs<<<dev_sms * m, 512, 0, st>>>(in, out, dst, n, bytes, K, 0); });
+      printf("%-6s %5d x %d blocks %10.1f us %12.1f GB/s r+w %s\n", "regs", dev_sms, m, us, rw / us / 1e3,
+             check() ? "yes" : "NO");
+    }
+    return 0;
+  }
   for (int sms : {16, 24, 32, 132}) {
     for (int wo = 0; wo < 2; wo++) {
       CK(cudaMemsetAsync(out, 0, out_bytes, st));
