@@ -746,8 +746,10 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
  * communicator. Local. On failure nothing is allocated and *recv is left as it was. */
 SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
                                         sy_moe_ht_recv_t *recv, cudaStream_t stream);
-/* Gives back, in the order of `stream`, what sy_moe_ht_recv_alloc took for recv (a recv it did not fill is
- * SY_ERR_INVALID_ARG, nothing freed); then zeroes *recv. */
+/* Gives back, in the order of `stream`, what sy_moe_ht_recv_alloc took for recv; then zeroes *recv. A recv it did
+ * not fill for this object, or one changed since (its rows or a section), is SY_ERR_INVALID_ARG, nothing freed.
+ * Free each recv once: a copy of one already freed may name a newer allocation the pool put at the same address,
+ * which this call cannot tell apart. */
 SY_API sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_t *recv, cudaStream_t stream);
 
 /* The layout of one step. expert_ids: [num_tokens][top_k] of id_type on the device (-1 = none; an id at most

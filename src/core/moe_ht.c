@@ -184,6 +184,30 @@ sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes) {
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The receive buffers of `rows` rows as one allocation: the sections in order — offsets, counts, src, weights,
+ * scales, tokens — each 256-byte aligned; at[i] from the allocation's start; returns the total (a multiple of 256).
+ * With a base, `r` gets the section pointers from it (scales NULL on BF16, tokens NULL without rows), rows and
+ * stride; without, r is zeroed. */
+static size_t recv_sections(const struct sy_moe_ht *moe, int rows, int expert_stride, char *base, sy_moe_ht_recv_t *r) {
+  const size_t L = (size_t)moe->local_experts, R = (size_t)rows;
+  sy_moe_ht_sizes_t z;
+  fill_sizes(moe, &z);
+  const size_t bytes[6] = {(L + 1) * 4, L * 4, R * 8, R * 4, R * z.scale_bytes, R * z.row_bytes};
+  size_t at[6], total = 0;
+  for (int i = 0; i < 6; i++) at[i] = total, total += align256(bytes[i]);
+  memset(r, 0, sizeof *r);
+  if (!base) return total; /* the size only */
+  r->expert_offsets = (int32_t *)(base + at[0]);
+  r->expert_counts = (int32_t *)(base + at[1]);
+  r->src = (int32_t *)(base + at[2]);
+  r->weights = (float *)(base + at[3]);
+  r->scales = z.scale_bytes ? (float *)(base + at[4]) : NULL;
+  r->tokens = rows ? (void *)(base + at[5]) : NULL;
+  r->rows = rows;
+  r->expert_stride = expert_stride;
+  return total;
+}
+
 sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride, sy_moe_ht_recv_t *recv,
                                  cudaStream_t stream) {
   static const char *fn = "sy_moe_ht_recv_alloc";
@@ -198,24 +222,11 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
   SY_ARG_CHECK((int64_t)expert_stride * L <= rows, fn,
                "expert_stride=%d x %d local experts exceeds rows=%d (the masked layout's last expert would not fit)",
                expert_stride, L, rows);
-  sy_moe_ht_sizes_t z;
-  fill_sizes(moe, &z);
-  const size_t R = (size_t)rows;
-  /* the sections in order: offsets, counts, src, weights, scales, tokens */
-  const size_t bytes[6] = {((size_t)L + 1) * 4, (size_t)L * 4, R * 8, R * 4, R * z.scale_bytes, R * z.row_bytes};
-  size_t at[6], total = 0;
-  for (int i = 0; i < 6; i++) at[i] = total, total += align256(bytes[i]);
+  sy_moe_ht_recv_t r;
+  const size_t total = recv_sections(moe, rows, expert_stride, NULL, &r);
   void *base = NULL;
   SY_CHECK(sy_pool_alloc(pool, total, &base, stream));
-  char *b = base;
-  recv->expert_offsets = (int32_t *)(b + at[0]);
-  recv->expert_counts = (int32_t *)(b + at[1]);
-  recv->src = (int32_t *)(b + at[2]);
-  recv->weights = (float *)(b + at[3]);
-  recv->scales = z.scale_bytes ? (float *)(b + at[4]) : NULL;
-  recv->tokens = rows ? (void *)(b + at[5]) : NULL;
-  recv->rows = rows;
-  recv->expert_stride = expert_stride;
+  (void)recv_sections(moe, rows, expert_stride, base, recv);
   return SY_SUCCESS;
 }
 
@@ -225,6 +236,22 @@ sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
   SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
   SY_ARG_CHECK(recv->expert_offsets != NULL, fn, "recv->expert_offsets is NULL (not filled by sy_moe_ht_recv_alloc)");
+  const size_t live = sy__pool_live_bytes(pool, recv->expert_offsets);
+  SY_ARG_CHECK(live != 0, fn,
+               "recv->expert_offsets=%p is not a live allocation of this pool (never given out, or freed already)",
+               (void *)recv->expert_offsets);
+  /* every section where this object's allocation of recv->rows rows puts it, in an allocation of that size: a
+   * recv the caller filled or changed is refused, nothing freed (its expert_offsets may be another allocation) */
+  sy_moe_ht_recv_t want;
+  const size_t total =
+      recv->rows >= 0 ? recv_sections(moe, recv->rows, recv->expert_stride, (char *)recv->expert_offsets, &want) : 0;
+  SY_ARG_CHECK(recv->rows >= 0 && live == total && recv->expert_counts == want.expert_counts && recv->src == want.src &&
+                   recv->weights == want.weights && recv->scales == want.scales && recv->tokens == want.tokens,
+               fn,
+               "recv does not match what sy_moe_ht_recv_alloc gave out (rows=%d, the allocation at expert_offsets "
+               "holds %zu bytes, a recv of that many rows %zu; or a section moved): not filled by it for this object, "
+               "or changed since",
+               recv->rows, live, total);
   SY_CHECK(sy_pool_free(pool, recv->expert_offsets, stream));
   memset(recv, 0, sizeof *recv);
   return SY_SUCCESS;

@@ -172,6 +172,11 @@ sy_status_t sy_pool_free(sy_pool_t pool, void *ptr, cudaStream_t stream) {
   return free_entry(pool, e, stream);
 }
 
+size_t sy__pool_live_bytes(sy_pool_t pool, const void *ptr) {
+  const live_entry_t *e = pool ? live_find(pool, ptr) : NULL;
+  return e ? e->bytes : 0;
+}
+
 sy_status_t sy_pool_trim(sy_pool_t pool, size_t keep_bytes) {
   static const char *fn = "sy_pool_trim";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");

@@ -19,6 +19,8 @@ sy_comm_t sy__host_pool_comm(sy_host_pool_t pool);
 size_t sy__host_pool_slot_bytes(sy_host_pool_t pool);
 /* One more holder of the pool (an attention plan): sy_pool_destroy destroys it when the last holder calls it. */
 void sy__pool_retain(sy_pool_t pool);
+/* The bytes of the pool's live allocation at ptr (its start; a multiple of 256), or 0 if there is none. */
+size_t sy__pool_live_bytes(sy_pool_t pool, const void *ptr);
 /* Frees a live allocation at once, after the device is done with it (cudaFree's synchronisation). */
 sy_status_t sy__pool_free_now(sy_pool_t pool, void *ptr);
 

@@ -442,7 +442,8 @@ static void wire_args(ctx_t *x, bufs_t *b) {
 }
 
 /* sy_moe_ht_recv_alloc / _free (local: rank 0 alone): every bad argument rejected naming it, *recv and the pool
- * untouched; a good allocation's sections in order, 256-byte aligned, apart, sized for the wire; freed once. */
+ * untouched; a good allocation's sections in order, 256-byte aligned, apart, sized for the wire; freed once; a recv
+ * it did not fill (another live allocation at expert_offsets) or one changed since refused, nothing freed. */
 static void recv_pool_args(ctx_t *x, bufs_t *b) {
   sy_pool_t pool = NULL;
   CHECK_OK(sy_pool_create(x->comm, NULL, &pool));
@@ -478,6 +479,31 @@ static void recv_pool_args(ctx_t *x, bufs_t *b) {
   sy_moe_ht_recv_t other = r;
   other.expert_offsets = r.src; /* not what the pool gave out */
   REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "is not a live allocation of this pool");
+  /* a recv the caller filled, whose expert_offsets is another live allocation of the pool, or a recv changed since
+   * the alloc: refused, nothing freed, *recv as it was */
+  void *mine = NULL;
+  CHECK_OK(sy_pool_alloc(pool, 64, &mine, NULL));
+  other = r;
+  other.expert_offsets = mine;
+  sy_moe_ht_recv_t kept = other;
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "recv does not match what sy_moe_ht_recv_alloc gave out");
+  CHECK(!memcmp(&other, &kept, sizeof other));
+  other = r;
+  other.rows = 4;
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "rows=4, the allocation at expert_offsets holds");
+  other = r;
+  other.rows = -1;
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "recv does not match");
+  other = r;
+  other.tokens = (char *)r.tokens + 256;
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "recv does not match");
+  other = r;
+  other.scales = NULL;
+  REJECT(sy_moe_ht_recv_free(x->moe, pool, &other, NULL), "recv does not match");
+  CHECK_OK(sy_pool_stats(pool, &ps));
+  CHECK_EQ_INT(ps.live, 2);
+  CHECK_EQ_INT(ps.frees, 0);
+  CHECK_OK(sy_pool_free(pool, mine, NULL));
   CHECK_OK(sy_moe_ht_recv_free(x->moe, pool, &r, NULL));
   CHECK(r.expert_offsets == NULL && r.tokens == NULL && r.rows == 0);
   REJECT(sy_moe_ht_recv_free(x->moe, pool, &r, NULL), "recv->expert_offsets is NULL");
@@ -487,7 +513,8 @@ static void recv_pool_args(ctx_t *x, bufs_t *b) {
   CHECK_OK(sy_moe_ht_recv_free(x->moe, pool, &r, NULL));
   CHECK_OK(sy_pool_stats(pool, &ps));
   CHECK_EQ_INT(ps.live, 0);
-  CHECK_EQ_INT(ps.allocs, 2);
+  CHECK_EQ_INT(ps.allocs, 3);
+  CHECK_EQ_INT(ps.frees, 3);
   CHECK_OK(sy_pool_destroy(pool));
 }
 
