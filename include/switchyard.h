@@ -353,8 +353,9 @@ SY_API sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t
 SY_API sy_status_t sy_attn_plan_info(sy_attn_plan_t plan, sy_attn_plan_info_t *info);
 /* seqs: initialised with SY_ATTN_PLAN_SEQS_INIT (its size field is checked). */
 SY_API sy_status_t sy_attn_plan_seqs(sy_attn_plan_t plan, sy_attn_plan_seqs_t *seqs);
-/* Frees the plan at once: its device copy after the device is done with it (a device synchronisation, as
- * cudaFree). sy_attn_plan_destroy_async gives it back on the stream of the plan's last use instead. */
+/* Frees the plan at once: its device copy after the device is done with it (the call synchronises the device
+ * that holds it, so a kernel that never ends keeps it waiting). sy_attn_plan_destroy_async gives it back on the
+ * stream of the plan's last use instead, without waiting. */
 SY_API sy_status_t sy_attn_plan_destroy(sy_attn_plan_t plan);
 /* Stream-ordered sy_attn_plan_create: the plan's device copy comes from `pool` on `stream` and is copied there
  * through `staging`'s pinned slots (each given back by the stream when its copy is done), so building a plan never

@@ -44,8 +44,22 @@ extern "C" sy_status_t sy__cuda_pool_alloc(void *handle, size_t bytes, void **pt
 }
 
 extern "C" sy_status_t sy__cuda_pool_free(void *ptr, cudaStream_t stream) {
-  if (stream) SY_CUDA_CHECK(cudaFreeAsync(ptr, stream));
-  else SY_CUDA_CHECK(cudaFree(ptr));
+  if (stream) {
+    SY_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+    return SY_SUCCESS;
+  }
+  /* At once: cudaFree does not synchronise for memory from cudaMallocFromPoolAsync (CUDA's note on cudaFree), so
+   * the device that holds it is synchronised first — the "after the device is done with it" the callers promise
+   * (sy_attn_plan_destroy, sy_pool_destroy's clean-up). */
+  cudaPointerAttributes at;
+  SY_CUDA_CHECK(cudaPointerGetAttributes(&at, ptr));
+  int current = -1;
+  SY_CUDA_CHECK(cudaGetDevice(&current));
+  if (at.device >= 0 && at.device != current) SY_CUDA_CHECK(cudaSetDevice(at.device));
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaFree(ptr);
+  if (at.device >= 0 && at.device != current) (void)cudaSetDevice(current);
+  SY_CUDA_CHECK(err);
   return SY_SUCCESS;
 }
 

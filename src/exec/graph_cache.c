@@ -119,7 +119,13 @@ static sy_status_t capture(struct sy_graph_cache *g, int i, cudaStream_t stream)
   SY_CHECK(sy__cuda_graph_capture(stream, g->step, g->user, g->buckets[i], &graph));
   g->stats.captures++;
   int updated = 0;
-  if (b->exec) SY_CHECK(sy__cuda_graph_update(b->exec, graph, &updated));
+  if (b->exec) {
+    const sy_status_t st = sy__cuda_graph_update(b->exec, graph, &updated);
+    if (st != SY_SUCCESS) { /* the new graph is nobody's: give it back (the old one stays current) */
+      sy__cuda_graph_destroy(graph, NULL);
+      return st;
+    }
+  }
   if (updated) {
     g->stats.updates++;
     sy__cuda_graph_destroy(b->graph, NULL);

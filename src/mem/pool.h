@@ -21,14 +21,15 @@ size_t sy__host_pool_slot_bytes(sy_host_pool_t pool);
 void sy__pool_retain(sy_pool_t pool);
 /* The bytes of the pool's live allocation at ptr (its start; a multiple of 256), or 0 if there is none. */
 size_t sy__pool_live_bytes(sy_pool_t pool, const void *ptr);
-/* Frees a live allocation at once, after the device is done with it (cudaFree's synchronisation). */
+/* Frees a live allocation at once, after the device is done with it (a device synchronisation, then cudaFree). */
 sy_status_t sy__pool_free_now(sy_pool_t pool, void *ptr);
 
 /* A cudaMemPool on `device` with the release threshold; *handle is the pool. */
 sy_status_t sy__cuda_pool_create(int device, size_t release_threshold, void **handle);
 void sy__cuda_pool_destroy(void *handle);
 sy_status_t sy__cuda_pool_alloc(void *handle, size_t bytes, void **ptr, cudaStream_t stream);
-/* stream NULL: cudaFree (the destroy's clean-up of leaked allocations). */
+/* stream NULL: at once, after a synchronisation of the device that holds ptr (cudaFree alone would not wait for
+ * memory from a stream-ordered pool): the plan's destroy and the pool destroy's clean-up of leaked allocations. */
 sy_status_t sy__cuda_pool_free(void *ptr, cudaStream_t stream);
 sy_status_t sy__cuda_pool_trim(void *handle, size_t keep_bytes);
 /* usage[4]: reserved, used, reserved_high, used_high (bytes) */

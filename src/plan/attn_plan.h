@@ -65,7 +65,7 @@ struct sy_attn_plan {
   uint64_t fingerprint; /* sy__attn_desc_fingerprint of the description it was built from */
   /* Backend copies (the cuda backend uploads the send lists at create); NULL on the host backend. */
   void *device;
-  /* stream NULL: at once, after the device is done with it (cudaFree's synchronisation); else stream-ordered */
+  /* stream NULL: at once, after the device is done with it (a device synchronisation, then cudaFree); else stream-ordered */
   void (*device_free)(void *device, cudaStream_t stream);
   sy_backend_t backend;
 };

@@ -1,6 +1,6 @@
 /*
  * test_gpu_pool.cu — the orchestration pools (switchyard.h, "Orchestration": sy_pool_*, sy_host_pool_*) on one
- * GPU, called as a user calls them. Six checks:
+ * GPU, called as a user calls them. Eight checks:
  *   1. no device-wide stall: pool alloc / kernel / free rounds on one stream finish while another stream spins;
  *   2. the legacy default stream is never touched: pool and host-pool calls finish while it spins;
  *   3. the pool's stats: counts exact, reserved memory kept (threshold SIZE_MAX), trimmed, or given back
@@ -8,7 +8,8 @@
  *   4. memory freed on one stream reaches another only in stream order (after an event, and without one);
  *   5. host-pool slots never come back before the stream is done with them (300 batches through 3 slots);
  *   6. alloc / free inside a stream capture, replayed; a host-pool release inside a capture refused;
- *   7. attention plans built and uploaded (sy_attn_plan_create, _create_async) while the legacy stream spins.
+ *   7. attention plans built and uploaded (sy_attn_plan_create, _create_async) while the legacy stream spins;
+ *   8. sy_attn_plan_destroy returns only after the device is done (a kernel on another stream).
  * Nothing may hang: every wait for the GPU polls with a host-side deadline, the spinner kernels end themselves
  * after SPIN_BOUND_NS, and an alarm ends the process as a last resort. Checks 1 and 2 need two kernels of one
  * process to run at once; where they do not (compute-sanitizer runs kernels one at a time) a probe says so and
@@ -455,6 +456,26 @@ static void check_plans(fixture_t *f, int rank, int world, sy_attn_plan_t *late_
     if (p2) EXPECT_OK(what, sy_attn_plan_destroy_async(p2, b));
     finish_stream(b, DONE_S, what);
     if (p1) EXPECT_OK(what, sy_attn_plan_destroy(p1));
+  }
+  /* check 8: sy_attn_plan_destroy frees the device copy only after the device is done (switchyard.h: a device
+   * synchronisation, as cudaFree) — cudaFree itself does not wait for memory from a stream-ordered pool, so a
+   * kernel still reading the plan could see it reused. A 300 ms kernel on stream B, then the destroy: when it
+   * returns, B must be done. */
+  {
+    const char *what8 = "check 8 (sy_attn_plan_destroy waits for the device)";
+    sy_attn_plan_t p3 = NULL;
+    EXPECT_OK(what8, sy_attn_plan_create(f->comm, &d, &p3));
+    delay_kernel<<<1, 1, 0, b>>>(300000000ull);
+    GT_CUDA(cudaGetLastError());
+    const double t0 = gt_now_s();
+    if (p3) EXPECT_OK(what8, sy_attn_plan_destroy(p3));
+    const double took = gt_now_s() - t0;
+    const cudaError_t b_now = cudaStreamQuery(b);
+    if (b_now != cudaSuccess)
+      GT_FAIL("%s: the destroy returned after %.3f s with stream B still busy (%s)", what8, took,
+              cudaGetErrorName(b_now));
+    finish_stream(b, DONE_S, what8);
+    printf("[test rank %d] %s: returned after %.3f s, the 0.3 s kernel done\n", rank, what8, took);
   }
   /* two plans that outlive what made them (main destroys them after the pools and the communicator) */
   GT_OK(sy_attn_plan_create(f->comm, &d, late_own));
