@@ -886,8 +886,9 @@ SY_API sy_status_t sy_host_pool_destroy(sy_host_pool_t pool);
  * communicator's timeout (SY_ERR_TIMEOUT, nothing acquired). Never calls CUDA. */
 SY_API sy_status_t sy_host_pool_acquire(sy_host_pool_t pool, void **slot);
 /* Gives an acquired slot back once `stream` reaches this point (everything enqueued on it before is done with
- * the slot); stream NULL: at once (no GPU work uses it). Not graph-capturable: the slot would come back at every
- * replay; inside a capture it is refused (SY_ERR_INVALID_ARG). A slot not acquired: SY_ERR_INVALID_ARG. */
+ * the slot); stream NULL: at once (no GPU work uses it); cudaStreamLegacy is refused (SY_ERR_INVALID_ARG, the slot
+ * still held), as everywhere in the library. Not graph-capturable: the slot would come back at every replay;
+ * inside a capture it is refused (SY_ERR_INVALID_ARG). A slot not acquired: SY_ERR_INVALID_ARG. */
 SY_API sy_status_t sy_host_pool_release(sy_host_pool_t pool, void *slot, cudaStream_t stream);
 /* stats->size must be set (SY_HOST_POOL_STATS_INIT). */
 SY_API sy_status_t sy_host_pool_stats(sy_host_pool_t pool, sy_host_pool_stats_t *stats);

@@ -180,6 +180,9 @@ sy_status_t sy_host_pool_acquire(sy_host_pool_t pool, void **slot) {
 sy_status_t sy_host_pool_release(sy_host_pool_t pool, void *slot, cudaStream_t stream) {
   static const char *fn = "sy_host_pool_release";
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
+  SY_ARG_CHECK(pool->backend != SY_BACKEND_CUDA || stream != cudaStreamLegacy, fn,
+               "stream is cudaStreamLegacy (the legacy default stream); pass a stream you created, or NULL to give "
+               "the slot back at once");
   const uintptr_t at = (uintptr_t)slot, base = (uintptr_t)pool->base;
   const size_t k = at >= base && (at - base) % pool->stride == 0 ? (at - base) / pool->stride : SIZE_MAX;
   const int i = k < (size_t)pool->slots ? (int)k : -1; /* compared before the cast: no wild pointer aliases a slot */

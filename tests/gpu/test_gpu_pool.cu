@@ -314,12 +314,13 @@ static void check_host_pool(fixture_t *f) {
     GT_FAIL("%s: waits 0: the host never waited for a slot, so slot reuse was not exercised", what);
   printf("[test rank %d] %s: %d batches through %d slots, the host waited %llu times (%.2f ms)\n", gt_rank, what, done,
          slots, (unsigned long long)hs.waits, hs.wait_ns * 1e-6);
-  /* refused: a pointer that is not a slot; a slot released twice (nothing changed either time) */
+  /* refused: a pointer that is not a slot, the legacy default stream, a slot released twice (nothing changed) */
   void *slot = NULL;
   GT_OK(sy_host_pool_acquire(hp, &slot));
   expect_refused(what, "sy_host_pool_release of a pointer that is no slot", sy_host_pool_release(hp, f->host, s));
   expect_refused(what, "sy_host_pool_release of a slot plus 4 bytes", sy_host_pool_release(hp, (char *)slot + 4, s));
-  GT_OK(sy_host_pool_release(hp, slot, NULL));
+  expect_refused(what, "sy_host_pool_release on cudaStreamLegacy", sy_host_pool_release(hp, slot, cudaStreamLegacy));
+  GT_OK(sy_host_pool_release(hp, slot, NULL)); /* still held after the refusals */
   expect_refused(what, "sy_host_pool_release of a slot released already", sy_host_pool_release(hp, slot, s));
   GT_OK(sy_host_pool_stats(hp, &hs));
   if (hs.free_slots != slots)
