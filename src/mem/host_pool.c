@@ -71,9 +71,9 @@ static void free_memory(struct sy_host_pool *p) {
 
 sy_status_t sy_host_pool_create(sy_comm_t comm, const sy_host_pool_config_t *config, sy_host_pool_t *pool) {
   static const char *fn = "sy_host_pool_create";
-  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
-  *pool = NULL;
+  *pool = NULL; /* first: a rejection of any argument, the communicator's included, leaves no stale handle */
+  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(config != NULL, fn, "config is NULL (set slot_bytes: it has no default)");
   sy_host_pool_config_t c = SY_HOST_POOL_CONFIG_INIT;
   SY_ARG_CHECK(config->size >= sizeof(size_t) && config->size <= sizeof c, fn,

@@ -75,9 +75,9 @@ static sy_status_t live_add(sy_pool_t pool, void *ptr, size_t bytes) {
 
 sy_status_t sy_pool_create(sy_comm_t comm, const sy_pool_config_t *config, sy_pool_t *pool) {
   static const char *fn = "sy_pool_create";
-  SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
-  *pool = NULL;
+  *pool = NULL; /* first: a rejection of any argument, the communicator's included, leaves no stale handle */
+  SY_COMM_GUARD(comm, fn);
   sy_pool_config_t c = SY_POOL_CONFIG_INIT;
   if (config) {
     SY_ARG_CHECK(config->size >= sizeof(size_t) && config->size <= sizeof c, fn,

@@ -18,7 +18,9 @@ static void fn_host_pool_config(rank_ctx_t *ctx) {
   CHECK(pool == NULL);
   REJECT(sy_host_pool_create(ctx->comm, &c, &pool), "config->slot_bytes is 0");
   c.slot_bytes = 64;
+  pool = (sy_host_pool_t)ctx;
   REJECT(sy_host_pool_create(NULL, &c, &pool), "comm is NULL");
+  CHECK(pool == NULL);
   REJECT(sy_host_pool_create(ctx->comm, &c, NULL), "pool is NULL");
   static const int bad_slots[] = {0, 1025, -1};
   for (int i = 0; i < 3; i++) {

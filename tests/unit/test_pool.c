@@ -22,6 +22,7 @@ static void fn_pool_create(rank_ctx_t *ctx) {
   CHECK_EQ_INT(config.size, sizeof config);
   CHECK(config.release_threshold == SIZE_MAX);
   REJECT(sy_pool_create(NULL, &config, &pool), "comm is NULL");
+  CHECK(pool == NULL);
   REJECT(sy_pool_create(ctx->comm, &config, NULL), "pool is NULL");
   config.size = 0;
   REJECT(sy_pool_create(ctx->comm, &config, &pool), "config->size=0");
