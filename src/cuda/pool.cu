@@ -80,7 +80,13 @@ extern "C" sy_status_t sy__cuda_pool_usage(void *handle, size_t usage[4]) {
 }
 
 extern "C" sy_status_t sy__cuda_pinned_alloc(size_t bytes, void **ptr) {
-  SY_CUDA_CHECK(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  const cudaError_t err = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (err == cudaErrorMemoryAllocation) { /* out of pinned memory: the pools' own status for it, as sy_pool_alloc's */
+    (void)cudaGetLastError();
+    SY_WARN("sy_host_pool_create: %zu bytes of pinned host memory: none left (cudaHostAlloc)", bytes);
+    return SY_ERR_NO_MEMORY;
+  }
+  SY_CUDA_CHECK(err);
   return SY_SUCCESS;
 }
 
