@@ -20,14 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "probe_check.cuh"
 
 /* Event time of launch() on st, best of 20 after 3 warm-ups, in us. */
 template <class Launch>

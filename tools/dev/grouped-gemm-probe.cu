@@ -24,14 +24,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "probe_check.cuh"
 #define CB(x)                                                                      \
   do {                                                                             \
     int s_ = (int)(x);                                                             \
