@@ -729,7 +729,9 @@ typedef struct sy_moe_ht_sizes {
   { sizeof(sy_moe_ht_sizes_t), 0, 0, 0, 0, 0 }
 
 /* Symmetric memory sy_moe_ht_create reserves (the rings, the counters), to size SY_HEAP_SIZE. The host backend
- * reserves none (its ranks read each other's buffers). */
+ * reserves none (its ranks read each other's buffers). Beside it the cuda backend takes plain device memory: the
+ * layout's scratch, and with an FP8 wire quantised in the kernel on more than one rank max_tokens x (hidden +
+ * hidden / 32) bytes for the tokens quantised ahead of the dispatch (SY_HT_PREQUANT). */
 SY_API sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config, size_t *bytes);
 /* Collective. Checks the configuration (naming the field) and reserves the workspace. A configuration whose
  * max_rows would exceed 2^31 - 1 is rejected. */

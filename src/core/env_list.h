@@ -48,6 +48,11 @@ SY_ENV_ID_(SY_HT_RECV_OWN, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch with SY_HT_OWN_QUEUE=0: the share of a channel's own tokens (in 1/1024) "
            "whose rows its receiving block writes, the sending block the rest; -1: half at world size 1, else "
            "balanced against the messages the receiving block expands (bench/NOTES.md)")
+SY_ENV_ID_(SY_HT_PREQUANT, SY_ENV_INT, "-1",
+           "high-throughput MoE dispatch, FP8 wires: quantise the tokens in a kernel of their own on the "
+           "dispatch's SMs first, into the object's device memory, then send the E4M3 bytes as the given wire "
+           "does (1), or in the dispatch kernel as each token is sent (0); -1: 1 from world size 2, 0 at world size "
+           "1 (measured faster each, bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_PROBE, SY_ENV_STRING, "",
            "high-throughput MoE: write where each block of the last dispatch and combine calls spent its time here "
            "at destroy (%r rank; for measuring, bench/NOTES.md)")

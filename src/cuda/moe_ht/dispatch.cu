@@ -327,18 +327,24 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
                              bool write, ht_sink *sk) {
   const int lane = threadIdx.x & 31;
+  const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
+  const int groups = fp8 ? P.hidden / SY_MOE_FP8_GROUP : 0;
+  /* the header, every entry slot (read only below n) and (FP8, up to 64 groups) the scales in one round trip */
   const int4 h = __ldcg((const int4 *)m); /* ring slots are rewritten within a kernel: past L1 */
+  const int4 en = lane < P.kk ? __ldcg((const int4 *)(m + 16) + lane) : make_int4(0, 0, 0, 0);
+  const float *msc = (const float *)(m + P.wl.scales_offset);
+  const bool early = groups <= 64;
+  const float sc0 = early && lane < groups ? __ldcg(msc + lane) : 0.0f;
+  const float sc1 = early && lane + 32 < groups ? __ldcg(msc + lane + 32) : 0.0f;
   const int t = h.x, n = h.y;
   int row = -1;
   float w = 0.0f;
   if (lane < n) {
-    const int4 en = __ldcg((const int4 *)(m + 16) + lane);
     row = rowbase[(size_t)s * P.L + en.x] + en.y;
     w = __int_as_float(en.z);
   }
   if (lane < P.kk) rows_out[lane] = lane < n && write ? row : -1;
   if (!write) return;
-  const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
   const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
   __syncwarp(); /* the previous message's sinks are read */
   if (lane < n) {
@@ -350,7 +356,15 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   }
   __syncwarp();
   warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
-  if (fp8) warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), P.hidden / SY_MOE_FP8_GROUP, sk, n);
+  if (!fp8) return;
+  if (early) {
+    for (int i = 0; i < n; i++) {
+      if (lane < groups) sk[i].scale[(size_t)lane * sk[i].scale_stride] = sc0;
+      if (lane + 32 < groups) sk[i].scale[(size_t)(lane + 32) * sk[i].scale_stride] = sc1;
+    }
+    return;
+  }
+  warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), groups, sk, n);
 }
 
 /* The combine's backward: a warp turns one message (the owner's grad_out row) into the gradient of each row it
@@ -483,5 +497,16 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_const
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;
     h->dispatched = 1;
+  }
+}
+
+/* A warp a token (uniform per warp), the numbers of quantise16 — what send_token's in-kernel quantisation writes
+ * into every sink, written once here for the dispatch to copy. */
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q) {
+  pdl_begin();
+  const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
+  for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
+    const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};
+    warp_quantise(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
   }
 }

@@ -240,6 +240,15 @@ __global__ void sy_ht_layout_prefix(sy::ht_params P);
 __global__ void sy_ht_layout_pos(sy::ht_params P);
 __global__ void sy_ht_layout_exchange(sy::ht_params P);
 __global__ void sy_ht_dispatch(const __grid_constant__ sy::ht_params P);
+/* The FP8 wires' quantisation ahead of the dispatch (SY_HT_PREQUANT): bf16 tokens [num_tokens][hidden] into E4M3
+ * bytes q [num_tokens][hidden] and fp32 scales qs [num_tokens][hidden / 128] (the given wire's layout). */
+struct ht_quant_params {
+  const uint16_t *tokens;
+  char *q;
+  float *qs;
+  int num_tokens, hidden, ue8m0;
+};
+__global__ void sy_ht_quantise(ht_quant_params Q);
 __global__ void sy_ht_combine(sy::ht_params P);
 
 #endif

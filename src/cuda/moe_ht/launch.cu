@@ -38,6 +38,8 @@ struct ht_gpu {
   int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: the queue, but not for the combine's backward
                            * at world 1: sy__cuda_moe_ht_combine_backward) */
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
+  char *quant;            /* SY_HT_PREQUANT, FP8 wires: [max_tokens][hidden] E4M3, then */
+  float *quant_scales;    /* [max_tokens][hidden / 128] fp32: the tokens quantised ahead of the dispatch */
   char probe_path[256];
 };
 
@@ -124,6 +126,7 @@ static int recv_own_share(int W, int K) {
 
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->probe) cudaFree(g->probe);
+  if (g->quant) cudaFree(g->quant);
   if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
@@ -157,6 +160,15 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
   g->own_queue = queue < 0 ? -1 : queue > 0;
   probe_setup(comm, g);
+  /* the FP8 wires' tokens quantised ahead of the dispatch (auto: from world 2, where the sending blocks'
+   * quantisation held the dispatch back; at world 1 the extra pass over the tokens costs more: bench/NOTES.md) */
+  long long prequant = -1;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_PREQUANT, &prequant));
+  if ((prequant > 0 || (prequant < 0 && W > 1)) && (c->wire == SY_MOE_WIRE_FP8 || c->wire == SY_MOE_WIRE_FP8_UE8M0)) {
+    const size_t T = (size_t)c->max_tokens, H = (size_t)c->hidden;
+    SY_CUDA_CHECK(cudaMalloc((void **)&g->quant, align_up(T * H, 256) + T * (H / SY_MOE_FP8_GROUP) * 4));
+    g->quant_scales = (float *)(g->quant + align_up(T * H, 256));
+  }
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
@@ -380,6 +392,17 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   ht_params P;
   fill(comm, moe, g, call, &P);
   P.probe = probe_of(g, 0);
+  if (g->quant && call->num_tokens > 0) { /* quantised first, on the dispatch's SMs; then sent as given */
+    const ht_quant_params Q = {
+        (const uint16_t *)call->tokens,           g->quant, g->quant_scales, call->num_tokens, moe->config.hidden,
+        moe->config.wire == SY_MOE_WIRE_FP8_UE8M0};
+    const int blocks = (call->num_tokens + HT_DWARPS - 1) / HT_DWARPS;
+    SY_CHECK(launch_pdl(sy_ht_quantise, blocks < 2 * g->wl.channels ? blocks : 2 * g->wl.channels, HT_DTHREADS, 0,
+                        stream, Q));
+    P.wire = SY_MOE_WIRE_FP8_GIVEN;
+    P.tokens = g->quant;
+    P.token_scales = g->quant_scales;
+  }
   return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
 }
 

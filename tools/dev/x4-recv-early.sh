@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# x4-recv-early.sh — one device call (issue 19): the dispatch's receiving warps' per-message round trips. Variants
+# (build time): A = SY_HT_RECV_EARLY=0 (the header, then entries, then scales: the code before), B = the default
+# (header, entries and FP8 scales in one round trip), C / D = B with SY_HT_RECV_UNROLL=8 / 16 (a receiving lane's
+# 16-byte loads in flight). test_gpu_moe_ht at 4 ranks with each, moe-ht at world 4 (4,096 tokens, 16 SMs, both
+# wires) twice alternating, and A / B at world 1 with 132 SMs. $OUT/early.txt.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+s=$OUT/early.txt
+SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
+variant() { # DIR FLAGS
+  cmake -S . -B $1 -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
+    cmake --build $1 -j 20 --target sy-bench syrun test_gpu_moe_ht >/tmp/build_$(basename $1).log 2>&1 ||
+    echo "build $1 failed" >>$s
+}
+variant /tmp/vA -DSY_HT_RECV_EARLY=0 &
+variant /tmp/vC -DSY_HT_RECV_UNROLL=8 &
+variant /tmp/vD -DSY_HT_RECV_UNROLL=16 &
+wait
+declare -A dir=([A]=/tmp/vA [B]=build [C]=/tmp/vC [D]=/tmp/vD)
+for v in A B C D; do
+  b=${dir[$v]}
+  timeout 60 $b/bin/syrun -n 4 $b/tests/gpu/test_gpu_moe_ht >/tmp/t.txt 2>&1
+  echo "test_gpu_moe_ht n=4 ($v) rc=$?" >>$s
+done
+timeout 60 build/bin/syrun -n 1 build/tests/gpu/test_gpu_moe_ht >/tmp/t.txt 2>&1
+echo "test_gpu_moe_ht n=1 (B) rc=$?" >>$s
+for pass in 1 2; do for v in A B C D; do
+  b=${dir[$v]}
+  timeout 60 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
+  echo "== world 4, 16 SMs ($v, pass $pass) rc=$?" >>$s
+  grep -E " (dispatch|combine_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+done; done
+for v in A B; do
+  b=${dir[$v]}
+  timeout 60 $b/bin/syrun -n 1 $b/bin/sy-bench --no-nccl --tokens 4096 --num-sms 132 moe-ht >/tmp/r.txt 2>&1
+  echo "== world 1, 132 SMs ($v) rc=$?" >>$s
+  grep -E " (dispatch|combine_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+done
+cat $s
