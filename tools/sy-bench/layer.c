@@ -131,8 +131,9 @@ static int prefill(layer_bench_t *b) {
   bench_print(b->ctx,
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
               "(%d experts a rank; the routing's busiest expert, to 16; micro-batch 1 of %d: %d rows), communication "
-              "SMs %d, the micro-batches' GEMMs on %d\n",
-              b->T, b->mb[0].S, b->L, b->nmb, b->mb[1].S, b->sms, b->gemm_sms);
+              "SMs %d, the micro-batches' GEMMs on %d%s\n",
+              b->T, b->mb[0].S, b->L, b->nmb, b->mb[1].S, b->sms, b->gemm_sms,
+              b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)");
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
   static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
   double us[5] = {0}, enq[5] = {0}, ub[5] = {0}, eb[5] = {0};
