@@ -137,14 +137,16 @@ read -ra sanitize_tools <<<"${GPU_CHECK_SANITIZE-memcheck racecheck synccheck in
 # capture a failing step invalidates): compute-sanitizer's API-error reports are off for them, its memory and
 # hazard reports stay on
 api_errors_expected=" test_gpu_graph_cache "
+# sanitize TOOL TEST [SUFFIX ENV=VALUE ...]: the step sanitize_<tool>_<test><suffix>, with those variables set
 sanitize() {
-  local tool=$1 test=$2 name t0 api=()
-  name="sanitize_${tool}_$(basename "$test")"
+  local tool=$1 test=$2 suffix=${3:-} name t0 api=()
+  local -a extra=("${@:4}")
+  name="sanitize_${tool}_$(basename "$test")$suffix"
   [[ $api_errors_expected == *" $(basename "$test") "* ]] && api=(--report-api-errors no)
   if [ -n "${GPU_CHECK_ONLY:-}" ] && ! [[ $name =~ $GPU_CHECK_ONLY ]]; then return; fi
   local log="$logs/$name.log" cap=${GPU_CHECK_TIMEOUT:-600} rc=0
   t0=$(date +%s)
-  env SY_TEST_SHARED_GPU=0 SY_MOE_GRAPH_REPLAYS=20 timeout "$cap" "$bin/syrun" -n 1 --timeout $((cap > 20 ? cap - 10 : cap)) \
+  env SY_TEST_SHARED_GPU=0 SY_MOE_GRAPH_REPLAYS=20 "${extra[@]}" timeout "$cap" "$bin/syrun" -n 1 --timeout $((cap > 20 ? cap - 10 : cap)) \
     "$sanitizer" --tool "$tool" --print-limit 0 "${api[@]}" "$test" >"$log" 2>&1 || rc=$?
   local found ours took="$(($(date +%s) - t0)) s"
   found=$(python3 "$root/tools/dev/sanitizer-summary.py" --total "$log" | sed 's/^[^:]*: //')
@@ -167,6 +169,8 @@ if [ "$gpus" -ge 1 ] && [ ${#sanitize_tools[@]} -gt 0 ]; then
       for t in "$root"/build/tests/gpu/test_*; do
         [ "$(basename "$t")" = test_gpu_faults ] || sanitize "$tool" "$t"
       done
+      # the FP8 wires' quantisation ahead of the dispatch, off at world 1 by default (SY_HT_PREQUANT)
+      sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .prequant SY_HT_PREQUANT=1
       tool_logs=()
       for f in "$logs/sanitize_${tool}_"*.log; do [ -e "$f" ] && tool_logs+=("$f"); done
       [ ${#tool_logs[@]} -eq 0 ] && continue

@@ -38,6 +38,8 @@ static const ht_case_t cases[] = {
     {"bf16 hidden 7168",       24, 4, 7168, 16, SY_MOE_WIRE_BF16,      128, 16, 0, 0, 0, WL_ROUTE_FULL,       0, 8},
     {"fp8 hidden 7168 top-1",  16, 1, 7168, 32, SY_MOE_WIRE_FP8,       1,   8,  0, 1, 1, WL_ROUTE_RANDOM,     0, 9},
     {"bf16 300 tokens",        256, 8, 256, 300, SY_MOE_WIRE_BF16,     16,  16, 0, 0, 0, WL_ROUTE_RANDOM,     0, 10},
+    /* 65 scale groups: the receivers' scales past the 64 they load with a message's header */
+    {"ue8m0 hidden 8320",      16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 11},
 };
 /* clang-format on */
 
