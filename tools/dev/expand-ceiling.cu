@@ -11,7 +11,9 @@
  *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/expand-ceiling tools/dev/expand-ceiling.cu && /tmp/expand-ceiling
  *   [tokens=4096] [bytes=14336] [K=8]; `gather [tokens] [bytes] [K]` (gather_main: K rows in, their weighted
  *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
- *   on two GPUs (peer_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31).
+ *   on two GPUs (peer_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
+ *   (with bytes 7168: the FP8 rows): regs alone, then with each row's bytes / 128 fp32 scales written group-major
+ *   (the high-throughput dispatch's recv.scales) and row-major, at 16 and 132 SMs (what the scales cost).
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -40,6 +42,38 @@ static float best_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, Launch &&l
 }
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* regs with an FP8 row's scales: bytes / 128 fp32 a token (isc [n][groups]) written with each of its K rows, into
+ * osc group-major ([groups][rows], the high-throughput dispatch's recv.scales) or row-major ([rows][groups]). */
+__global__ void __launch_bounds__(512)
+    k_regs_scales(const char *in, const float *isc, char *out, float *osc, const int *dst, int n, int bytes, int K,
+                  int rows, int group_major) {
+  const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
+  const int groups = bytes / 128;
+  for (int t = warp; t < n; t += warps) {
+    const int d = lane < K ? dst[(size_t)t * K + lane] : 0;
+    for (int base = lane * 16; base < bytes; base += 4 * 512) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (base + u * 512 < bytes) v[u] = __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
+      for (int i = 0; i < K; i++) {
+        char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
+      }
+    }
+    for (int g0 = 0; g0 < groups; g0 += 32) {
+      const int g = g0 + lane;
+      const float v = g < groups ? __ldg(isc + (size_t)t * groups + g) : 0.0f;
+      for (int i = 0; i < K; i++) {
+        const int r = __shfl_sync(0xffffffffu, d, i);
+        if (g < groups) osc[group_major ? (size_t)g * rows + r : (size_t)r * groups + g] = v;
+      }
+    }
+  }
+}
 
 __global__ void __launch_bounds__(512)
     k_regs(const char *in, char *out, const int *dst, int n, int bytes, int K, int write_only) {
@@ -446,6 +480,39 @@ int main(int argc, char **argv) {
   printf("tokens %d, row %d B, K %d: output %.1f MiB; copy of the output %.1f us (%.0f GB/s read + write)\n", n, bytes,
          K, out_bytes / 1048576.0, copy, 2.0 * out_bytes / copy / 1e3);
   printf("%-6s %5s %3s %3s %10s %12s %12s %s\n", "kind", "SMs", "P", "S", "us", "GB/s r+w", "GB/s/SM", "ok");
+  if (getenv("EC_SCALES")) { /* the FP8 rows' scales beside the rows (bytes = 7168 for the dispatch's FP8 rows) */
+    const int groups = bytes / 128, rows = n * K;
+    float *isc, *osc;
+    CK(cudaMalloc(&isc, (size_t)n * groups * 4));
+    CK(cudaMalloc(&osc, (size_t)rows * groups * 4));
+    float *h = (float *)malloc((size_t)n * groups * 4), *ho = (float *)malloc((size_t)rows * groups * 4);
+    int *hd = (int *)malloc((size_t)n * K * 4);
+    for (int i = 0; i < n * groups; i++) h[i] = 1.0f + (float)i;
+    CK(cudaMemcpy(isc, h, (size_t)n * groups * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(hd, dst, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
+    for (int sms : {16, 132}) {
+      CK(cudaMemsetAsync(out, 0, out_bytes, st));
+      const float plain = timeit([&] { k_regs<<<sms, 512, 0, st>>>(in, out, dst, n, bytes, K, 0); });
+      printf("%-14s %5d %10.1f us %12.1f GB/s r+w %s\n", "rows", sms, plain, rw / plain / 1e3, check() ? "yes" : "NO");
+      for (int gm = 1; gm >= 0; gm--) {
+        CK(cudaMemsetAsync(out, 0, out_bytes, st));
+        CK(cudaMemsetAsync(osc, 0, (size_t)rows * groups * 4, st));
+        const float us =
+            timeit([&] { k_regs_scales<<<sms, 512, 0, st>>>(in, isc, out, osc, dst, n, bytes, K, rows, gm); });
+        CK(cudaMemcpy(ho, osc, (size_t)rows * groups * 4, cudaMemcpyDeviceToHost));
+        bool ok = check();
+        for (int t = 0; t < n && ok; t++)
+          for (int k = 0; k < K && ok; k++)
+            for (int g = 0; g < groups && ok; g++) {
+              const int r = hd[t * K + k];
+              ok = ho[gm ? (size_t)g * rows + r : (size_t)r * groups + g] == h[(size_t)t * groups + g];
+            }
+        printf("%-14s %5d %10.1f us (+%.1f) %s\n", gm ? "+scales g-major" : "+scales r-major", sms, us, us - plain,
+               ok ? "yes" : "NO");
+      }
+    }
+    return 0;
+  }
   if (getenv("EC_OCCUPANCY")) { /* regs on every SM with 1-4 blocks of 16 warps an SM (the dispatch has one) */
     int dev_sms = 0;
     CK(cudaDeviceGetAttribute(&dev_sms, cudaDevAttrMultiProcessorCount, 0));
