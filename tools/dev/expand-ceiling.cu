@@ -43,6 +43,25 @@ static float best_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, Launch &&l
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+/* A warp: token t's `bytes` to its K rows (lane i < K holds row d of the i-th), 4 16-byte loads a lane in flight
+ * (write_only: no loads, the store ceiling). */
+__device__ __forceinline__ void copy_token(const char *in, char *out, int d, int t, int bytes, int K, int write_only) {
+  const int lane = threadIdx.x & 31;
+  for (int base = lane * 16; base < bytes; base += 4 * 512) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (base + u * 512 < bytes)
+        v[u] = write_only ? make_uint4(t, u, 0, 0) : __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
+    for (int i = 0; i < K; i++) {
+      char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
+    }
+  }
+}
+
 /* regs with an FP8 row's scales: bytes / 128 fp32 a token (isc [n][groups]) written with each of its K rows, into
  * osc group-major ([groups][rows], the high-throughput dispatch's recv.scales) or row-major ([rows][groups]). */
 __global__ void __launch_bounds__(512)
@@ -52,18 +71,7 @@ __global__ void __launch_bounds__(512)
   const int groups = bytes / 128;
   for (int t = warp; t < n; t += warps) {
     const int d = lane < K ? dst[(size_t)t * K + lane] : 0;
-    for (int base = lane * 16; base < bytes; base += 4 * 512) {
-      uint4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; u++)
-        if (base + u * 512 < bytes) v[u] = __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
-      for (int i = 0; i < K; i++) {
-        char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
-      }
-    }
+    copy_token(in, out, d, t, bytes, K, 0);
     for (int g0 = 0; g0 < groups; g0 += 32) {
       const int g = g0 + lane;
       const float v = g < groups ? __ldg(isc + (size_t)t * groups + g) : 0.0f;
@@ -78,22 +86,8 @@ __global__ void __launch_bounds__(512)
 __global__ void __launch_bounds__(512)
     k_regs(const char *in, char *out, const int *dst, int n, int bytes, int K, int write_only) {
   const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
-  for (int t = warp; t < n; t += warps) {
-    const int d = lane < K ? dst[(size_t)t * K + lane] : 0;
-    for (int base = lane * 16; base < bytes; base += 4 * 512) {
-      uint4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; u++)
-        if (base + u * 512 < bytes)
-          v[u] = write_only ? make_uint4(t, u, 0, 0) : __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
-      for (int i = 0; i < K; i++) {
-        char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
-      }
-    }
-  }
+  for (int t = warp; t < n; t += warps)
+    copy_token(in, out, lane < K ? dst[(size_t)t * K + lane] : 0, t, bytes, K, write_only);
 }
 
 /* P pipelines a block (lane 0 of warps 0..P-1), S stages of `bytes` each. */
