@@ -20,6 +20,8 @@
  * receiving block writes [begin, mid) before its rounds, the sending block [mid, end) with each token's
  * messages, reading the token once for all).
  * The combine's backward is this kernel with grad_out as a bf16 token: the receiving side writes gradients.
+ * From world 2 the FP8 wires' tokens are quantised first by sy_ht_quantise (below; SY_HT_PREQUANT, launch.cu) and
+ * this kernel runs with the given wire on those bytes.
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
