@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # x4-prequant.sh — one device call (issue 19): the FP8 wires quantised by a kernel of their own before the dispatch
-# (SY_HT_PREQUANT=1, the new default) against by each sending block as it sends (0). test_gpu_moe_ht at 4 ranks and
+# (SY_HT_PREQUANT=1; since, the default from world 2) against by each sending block as it sends (0). test_gpu_moe_ht at 4 ranks and
 # 1 with both (gpu-check: .inkernel), then moe-ht FP8 at world 4 (16 SMs) and world 1 (16 and 132 SMs), 4,096
 # tokens, the two alternating twice. $OUT/prequant.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
