@@ -4,7 +4,8 @@
 # all-to-all, ring, attention and MoE tests again with SY_FORCE_PUT=1 (the NVSHMEM put path) and the all-to-all
 # and attention tests with SY_A2A_BLOCKS=8 (their ticket order on nearly every call), the high-throughput MoE test
 # with its own-token queue off and forced on (SY_HT_OWN_QUEUE=0 / 1; the default mixes them) and with the FP8
-# wires quantised by the sending blocks and ahead of the dispatch (SY_HT_PREQUANT=0 / 1), runs the fault test
+# wires quantised by the sending blocks and ahead of the dispatch (SY_HT_PREQUANT=0 / 1) and with the rows' FP8
+# scales stored under an L2 policy (SY_HT_SCALE_HINT=1), runs the fault test
 # (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it), runs the Python package's
 # tests and examples from the build tree (PYTHONPATH=build/python; where python3 has torch), runs every GPU test at
 # world 1 under compute-sanitizer (steps sanitize_<tool>_<test>), runs the CPU tests, runs the benchmarks with the NCCL
@@ -104,6 +105,8 @@ for n in "${counts[@]}"; do
   # the FP8 wires quantised as each token is sent (the default at world 1) and ahead of the dispatch (from world 2)
   SY_HT_PREQUANT=0 run test_gpu_moe_ht.inkernel "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   SY_HT_PREQUANT=1 run test_gpu_moe_ht.prequant "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  # the FP8 rows' scales under an L2 evict_last policy (by default only where the dispatch holds most SMs)
+  SY_HT_SCALE_HINT=1 run test_gpu_moe_ht.hint "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
   run test_example_layer "$n" "$bin/sy-example-layer" # examples/moe_layer.c, as a user runs it
   # the Python package from the build tree (this build's library; CMakeLists.txt, build/python), where python3 has
@@ -171,6 +174,7 @@ if [ "$gpus" -ge 1 ] && [ ${#sanitize_tools[@]} -gt 0 ]; then
       done
       # the FP8 wires' quantisation ahead of the dispatch, off at world 1 by default (SY_HT_PREQUANT)
       sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .prequant SY_HT_PREQUANT=1
+      sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .hint SY_HT_SCALE_HINT=1
       tool_logs=()
       for f in "$logs/sanitize_${tool}_"*.log; do [ -e "$f" ] && tool_logs+=("$f"); done
       [ ${#tool_logs[@]} -eq 0 ] && continue

@@ -53,6 +53,10 @@ SY_ENV_ID_(SY_HT_PREQUANT, SY_ENV_INT, "-1",
            "dispatch's SMs first, into the object's device memory, then send the E4M3 bytes as the given wire "
            "does (1), or in the dispatch kernel as each token is sent (0); -1: 1 from world size 2, 0 at world size "
            "1 (measured faster each, bench/NOTES.md)")
+SY_ENV_ID_(SY_HT_SCALE_HINT, SY_ENV_INT, "-1",
+           "high-throughput MoE dispatch, FP8 wires: the rows' scales stored into the group-major recv.scales under "
+           "an L2 evict_last policy (1) or plainly (0); -1: 1 where the SM budget is at least half the GPU's SMs "
+           "(measured faster at 132 SMs, slower at 16, bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_PROBE, SY_ENV_STRING, "",
            "high-throughput MoE: write where each block of the last dispatch and combine calls spent its time here "
            "at destroy (%r rank; for measuring, bench/NOTES.md)")

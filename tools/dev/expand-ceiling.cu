@@ -13,7 +13,10 @@
  *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
  *   on two GPUs (peer_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
  *   (with bytes 7168: the FP8 rows): regs alone, then with each row's bytes / 128 fp32 scales written group-major
- *   (the high-throughput dispatch's recv.scales) and row-major, at 16 and 132 SMs (what the scales cost).
+ *   (the high-throughput dispatch's recv.scales) and row-major, at 16 and 132 SMs (what the scales cost); group-major
+ *   also under an L2 evict_last policy, with the rows' stores streaming (st.global.cs), and row-major then
+ *   transposed. EC_EXPERTS=E: the rows in the dispatch's layout (each token K distinct experts of E at random,
+ *   rows in (expert, token) order) instead of a random permutation.
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -44,8 +47,9 @@ static float best_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, Launch &&l
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 /* A warp: token t's `bytes` to its K rows (lane i < K holds row d of the i-th), 4 16-byte loads a lane in flight
- * (write_only: no loads, the store ceiling). */
-__device__ __forceinline__ void copy_token(const char *in, char *out, int d, int t, int bytes, int K, int write_only) {
+ * (write_only: no loads, the store ceiling; cs: streaming stores, st.global.cs, evict-first in L2). */
+__device__ __forceinline__ void copy_token(const char *in, char *out, int d, int t, int bytes, int K, int write_only,
+                                           bool cs = false) {
   const int lane = threadIdx.x & 31;
   for (int base = lane * 16; base < bytes; base += 4 * 512) {
     uint4 v[4];
@@ -57,30 +61,52 @@ __device__ __forceinline__ void copy_token(const char *in, char *out, int d, int
       char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
 #pragma unroll
       for (int u = 0; u < 4; u++)
-        if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
+        if (base + u * 512 < bytes) {
+          if (cs) __stcs((uint4 *)(o + base + u * 512), v[u]);
+          else *(uint4 *)(o + base + u * 512) = v[u];
+        }
     }
   }
 }
 
 /* regs with an FP8 row's scales: bytes / 128 fp32 a token (isc [n][groups]) written with each of its K rows, into
- * osc group-major ([groups][rows], the high-throughput dispatch's recv.scales) or row-major ([rows][groups]). */
-__global__ void __launch_bounds__(512)
-    k_regs_scales(const char *in, const float *isc, char *out, float *osc, const int *dst, int n, int bytes, int K,
-                  int rows, int group_major) {
+ * osc group-major ([groups][rows], the high-throughput dispatch's recv.scales) or row-major ([rows][groups]).
+ * mode: 0 row-major; 1 group-major; 2 group-major with the scale stores under an L2 evict_last policy; 3 as 2 with
+ * the rows' stores streaming (st.global.cs); 4 group-major with the rows streaming; 5 row-major (into the scratch
+ * that k_transpose then turns group-major). */
+__global__ void __launch_bounds__(512) k_regs_scales(const char *in, const float *isc, char *out, float *osc,
+                                                     const int *dst, int n, int bytes, int K, int rows, int mode) {
   const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
   const int groups = bytes / 128;
+  const bool gm = mode >= 1 && mode <= 4, hint = mode == 2 || mode == 3, cs = mode == 3 || mode == 4;
+  uint64_t pol = 0;
+  if (hint) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
   for (int t = warp; t < n; t += warps) {
     const int d = lane < K ? dst[(size_t)t * K + lane] : 0;
-    copy_token(in, out, d, t, bytes, K, 0);
+    copy_token(in, out, d, t, bytes, K, 0, cs);
     for (int g0 = 0; g0 < groups; g0 += 32) {
       const int g = g0 + lane;
       const float v = g < groups ? __ldg(isc + (size_t)t * groups + g) : 0.0f;
       for (int i = 0; i < K; i++) {
         const int r = __shfl_sync(0xffffffffu, d, i);
-        if (g < groups) osc[group_major ? (size_t)g * rows + r : (size_t)r * groups + g] = v;
+        if (g >= groups) continue;
+        float *p = osc + (gm ? (size_t)g * rows + r : (size_t)r * groups + g);
+        if (hint) asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol) : "memory");
+        else *p = v;
       }
     }
   }
+}
+
+/* rm [rows][groups] -> gm [groups][rows] through 32 x 33 tiles of shared memory (a block of 32 x 8 threads). */
+__global__ void k_transpose(const float *rm, float *gm, int rows, int groups) {
+  __shared__ float tile[32][33];
+  const int r0 = blockIdx.x * 32, g0 = blockIdx.y * 32, tx = threadIdx.x, ty = threadIdx.y;
+  for (int j = ty; j < 32; j += 8)
+    if (r0 + j < rows && g0 + tx < groups) tile[j][tx] = rm[(size_t)(r0 + j) * groups + g0 + tx];
+  __syncthreads();
+  for (int j = ty; j < 32; j += 8)
+    if (g0 + j < groups && r0 + tx < rows) gm[(size_t)(g0 + j) * rows + r0 + tx] = tile[tx][j];
 }
 
 __global__ void __launch_bounds__(512)
@@ -441,11 +467,29 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(in, h, in_bytes, cudaMemcpyHostToDevice));
     free(h);
     int *p = (int *)malloc((size_t)n * K * 4);
-    for (int i = 0; i < n * K; i++) p[i] = i;
     srand(7);
-    for (int i = n * K - 1; i > 0; i--) {
-      const int j = rand() % (i + 1), x = p[i];
-      p[i] = p[j], p[j] = x;
+    if (const int E = getenv("EC_EXPERTS") ? atoi(getenv("EC_EXPERTS")) : 0) {
+      /* the dispatch's expert layout: each token K distinct experts of E at random, rows in (expert, token) order */
+      int *e = (int *)malloc((size_t)n * K * 4), *cnt = (int *)calloc(E + 1, 4);
+      for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) {
+          int x, dup;
+          do {
+            x = rand() % E, dup = 0;
+            for (int j = 0; j < k; j++) dup |= e[t * K + j] == x;
+          } while (dup);
+          e[t * K + k] = x, cnt[x + 1]++;
+        }
+      for (int x = 0; x < E; x++) cnt[x + 1] += cnt[x];
+      for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) p[t * K + k] = cnt[e[t * K + k]]++;
+      free(e), free(cnt);
+    } else {
+      for (int i = 0; i < n * K; i++) p[i] = i;
+      for (int i = n * K - 1; i > 0; i--) {
+        const int j = rand() % (i + 1), x = p[i];
+        p[i] = p[j], p[j] = x;
+      }
     }
     CK(cudaMemcpy(dst, p, (size_t)n * K * 4, cudaMemcpyHostToDevice));
     char *o = (char *)malloc(out_bytes);
@@ -479,6 +523,8 @@ int main(int argc, char **argv) {
     float *isc, *osc;
     CK(cudaMalloc(&isc, (size_t)n * groups * 4));
     CK(cudaMalloc(&osc, (size_t)rows * groups * 4));
+    float *tmp;
+    CK(cudaMalloc(&tmp, (size_t)rows * groups * 4));
     float *h = (float *)malloc((size_t)n * groups * 4), *ho = (float *)malloc((size_t)rows * groups * 4);
     int *hd = (int *)malloc((size_t)n * K * 4);
     for (int i = 0; i < n * groups; i++) h[i] = 1.0f + (float)i;
@@ -488,21 +534,26 @@ int main(int argc, char **argv) {
       CK(cudaMemsetAsync(out, 0, out_bytes, st));
       const float plain = timeit([&] { k_regs<<<sms, 512, 0, st>>>(in, out, dst, n, bytes, K, 0); });
       printf("%-14s %5d %10.1f us %12.1f GB/s r+w %s\n", "rows", sms, plain, rw / plain / 1e3, check() ? "yes" : "NO");
-      for (int gm = 1; gm >= 0; gm--) {
+      static const char *name[6] = {"+scales r-major",         "+scales g-major",  "+g-major L2last",
+                                    "+g-major L2last rows.cs", "+g-major rows.cs", "+r-major +transpose"};
+      for (int mode : {1, 0, 2, 3, 4, 5}) {
         CK(cudaMemsetAsync(out, 0, out_bytes, st));
         CK(cudaMemsetAsync(osc, 0, (size_t)rows * groups * 4, st));
-        const float us =
-            timeit([&] { k_regs_scales<<<sms, 512, 0, st>>>(in, isc, out, osc, dst, n, bytes, K, rows, gm); });
+        const float us = timeit([&] {
+          k_regs_scales<<<sms, 512, 0, st>>>(in, isc, out, mode == 5 ? tmp : osc, dst, n, bytes, K, rows, mode);
+          if (mode == 5)
+            k_transpose<<<dim3((rows + 31) / 32, (groups + 31) / 32), dim3(32, 8), 0, st>>>(tmp, osc, rows, groups);
+        });
         CK(cudaMemcpy(ho, osc, (size_t)rows * groups * 4, cudaMemcpyDeviceToHost));
+        const bool g_major = mode != 0;
         bool ok = check();
         for (int t = 0; t < n && ok; t++)
           for (int k = 0; k < K && ok; k++)
             for (int g = 0; g < groups && ok; g++) {
               const int r = hd[t * K + k];
-              ok = ho[gm ? (size_t)g * rows + r : (size_t)r * groups + g] == h[(size_t)t * groups + g];
+              ok = ho[g_major ? (size_t)g * rows + r : (size_t)r * groups + g] == h[(size_t)t * groups + g];
             }
-        printf("%-14s %5d %10.1f us (+%.1f) %s\n", gm ? "+scales g-major" : "+scales r-major", sms, us, us - plain,
-               ok ? "yes" : "NO");
+        printf("%-24s %5d %10.1f us (+%.1f) %s\n", name[mode], sms, us, us - plain, ok ? "yes" : "NO");
       }
     }
     return 0;

@@ -191,10 +191,11 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
     warp_copy<false>((const char *)P.tokens + (size_t)t * bytes, bytes, sk, ns);
     if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
       const int groups = P.hidden / SY_MOE_FP8_GROUP;
-      warp_copy_scales<false>(P.token_scales + (size_t)t * groups, groups, sk, ns);
+      warp_copy_scales<false>(P.token_scales + (size_t)t * groups, groups, sk, ns, P.scale_hint);
     }
   } else {
-    warp_quantise((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns);
+    warp_quantise((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns,
+                  P.scale_hint);
   }
   if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
@@ -361,12 +362,12 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   if (!fp8) return;
   if (early) {
     for (int i = 0; i < n; i++) {
-      if (lane < groups) sk[i].scale[(size_t)lane * sk[i].scale_stride] = sc0;
-      if (lane + 32 < groups) sk[i].scale[(size_t)(lane + 32) * sk[i].scale_stride] = sc1;
+      if (lane < groups) sink_scale(sk[i], lane, sc0, P.scale_hint);
+      if (lane + 32 < groups) sink_scale(sk[i], lane + 32, sc1, P.scale_hint);
     }
     return;
   }
-  warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), groups, sk, n);
+  warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), groups, sk, n, P.scale_hint);
 }
 
 /* The combine's backward: a warp turns one message (the owner's grad_out row) into the gradient of each row it
@@ -509,6 +510,6 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q)
   const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
   for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
     const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};
-    warp_quantise(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
+    warp_quantise(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1, false);
   }
 }

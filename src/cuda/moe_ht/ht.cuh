@@ -79,6 +79,7 @@ struct ht_params {
   int recv_own;    /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
                    block writes */
   int own_queue;   /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
+  int scale_hint;  /* the dispatch, FP8 wires: recv.scales stored under an L2 evict_last policy (rows.cuh) */
   uint64_t *probe; /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */

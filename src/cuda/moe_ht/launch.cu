@@ -40,6 +40,7 @@ struct ht_gpu {
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
   char *quant;            /* SY_HT_PREQUANT, FP8 wires: [max_tokens][hidden] E4M3, then */
   float *quant_scales;    /* [max_tokens][hidden / 128] fp32: the tokens quantised ahead of the dispatch */
+  int scale_hint;         /* SY_HT_SCALE_HINT, resolved: ht_params.scale_hint */
   char probe_path[256];
 };
 
@@ -169,6 +170,14 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
     SY_CUDA_CHECK(cudaMalloc((void **)&g->quant, align_up(T * H, 256) + T * (H / SY_MOE_FP8_GROUP) * 4));
     g->quant_scales = (float *)(g->quant + align_up(T * H, 256));
   }
+  /* the rows' group-major scales under an L2 evict_last policy (auto: where the dispatch holds at least half the
+   * GPU's SMs; measured faster at 132 SMs of 132 and slower at 16: bench/NOTES.md) */
+  long long hint = -1;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_SCALE_HINT, &hint));
+  int sms = 0, hdev = 0;
+  SY_CUDA_CHECK(cudaGetDevice(&hdev));
+  SY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, hdev));
+  g->scale_hint = hint < 0 ? 2 * c->num_sms >= sms : hint > 0;
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
@@ -302,6 +311,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
+  P->scale_hint = g->scale_hint;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;

@@ -24,6 +24,21 @@ struct ht_sink {
   int64_t scale_stride;
 };
 
+/* Scale g of a sink. Rows here hold their scales group-major (recv.scales [hidden / 128][rows]): a row's scales
+ * land in hidden / 128 sectors that other rows' stores complete later. With `hint` (ht_params.scale_hint) those
+ * stores go under an L2 evict_last policy, so that a sector stays in L2 until its rows are all written instead of
+ * leaving it part-written (bench/NOTES.md: faster where the dispatch holds most SMs, slower at 16). */
+__device__ __forceinline__ void sink_scale(const ht_sink &s, int g, float v, bool hint) {
+  float *p = s.scale + (size_t)g * s.scale_stride;
+  if (hint && s.scale_stride != 1) {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)); /* pure: the compiler may hoist it */
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol) : "memory");
+    return;
+  }
+  *p = v;
+}
+
 constexpr int HT_MAX_SINKS = 64; /* a token's ring messages (<= top_k) and its rows here (<= top_k) */
 constexpr int HT_UNROLL = 4;     /* 16-byte loads a lane keeps in flight (a copy) */
 
@@ -53,10 +68,10 @@ __device__ __forceinline__ void warp_copy(const char *src, size_t bytes, const h
 
 /* The whole warp: `groups` fp32 scales from sc into each sink's scales. */
 template <bool CG>
-__device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, const ht_sink *s, int n) {
+__device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, const ht_sink *s, int n, bool hint) {
   for (int g = threadIdx.x & 31; g < groups; g += 32) {
     const float v = CG ? __ldcg(sc + g) : __ldg(sc + g);
-    for (int i = 0; i < n; i++) s[i].scale[g * s[i].scale_stride] = v;
+    for (int i = 0; i < n; i++) sink_scale(s[i], g, v, hint);
   }
 }
 
@@ -64,7 +79,8 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
  * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; HT_QPASSES x 512 elements a
  * pass, every load of the pass in flight before the first quantisation. */
 constexpr int HT_QPASSES = 4;
-__device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
+__device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n,
+                                              bool hint) {
   const int lane = threadIdx.x & 31;
   for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
     uint4 raw[HT_QPASSES][2];
@@ -85,7 +101,7 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
       if (el >= hidden) continue;
       for (int i = 0; i < n; i++) {
         *(uint4 *)(s[i].body + el) = q;
-        if ((lane & 7) == 0) s[i].scale[(el / SY_MOE_FP8_GROUP) * s[i].scale_stride] = scale;
+        if ((lane & 7) == 0) sink_scale(s[i], el / SY_MOE_FP8_GROUP, scale, hint);
       }
     }
   }
