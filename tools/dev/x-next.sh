@@ -5,7 +5,7 @@
 # compute-sanitizer memcheck on it at 1 rank (default, .prequant, .hint); then moe-ht FP8 at world 1 with the
 # default (-1: the policy at 132 SMs, none at 16) against 0 at 132 SMs and against 1 at 16, two passes; then, with 4
 # GPUs, the issue-19 table at world 4 (4,096 and 8,192 tokens, 16 SMs, both wires, forward and backward, NCCL
-# beside: $OUT/ht_w4.json). $OUT/summary.txt.
+# beside: $OUT/ht_w4.json). $OUT/summary.txt. The second call, with four GPUs: tools/dev/x4-head.sh.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/summary.txt b=build/bin
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

@@ -279,11 +279,13 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
       probe_add(P, PR_ROUNDS, 1);
       probe_add(P, PR_ITEMS, nb);
     }
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+      if (SY_HT_HEAD_ORDER == 1 && ntouched > 0) fence_acq_rel(true); /* one fence for every peer's head */
       for (int q = 0; q < ntouched; q++) {
         const int p = touched[q];
-        ht_give_back(P, p, c, cons[p]);
+        ht_give_back(P, p, c, cons[p], true);
       }
+    }
     __syncthreads();
     if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
   }

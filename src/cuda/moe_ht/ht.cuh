@@ -184,13 +184,33 @@ __device__ __forceinline__ uint64_t *head_word(const ht_params &P, char *base, i
   return ht_at<uint64_t>(base, P.wl.head) + (size_t)d * P.C + c;
 }
 
+/* How a receiver's head store is ordered after its reads of the slots (build time, for measuring; bench/NOTES.md,
+ * run 33): 0 a release store per peer; 1 a fence.acq_rel.sys, then relaxed stores (the same release pattern, one
+ * fence for all the peers a thread hands back to); 2 relaxed stores, no fence (DeepEP's receivers do this: every
+ * slot value a warp loaded was consumed by its stores before the barrier that precedes the head store, so no write
+ * the sender makes after seeing the head can reach those loads — an argument from the hardware, outside PTX's model,
+ * which allows load buffering). */
+#ifndef SY_HT_HEAD_ORDER
+#define SY_HT_HEAD_ORDER 0
+#endif
+
 /* A receiver hands `consumed` back to sender s: its head word for (me, c), by a release store or (no load/store
  * route) a quiet and a signal set: several threads and kernels give the same word back, and a quiet first keeps
- * an older, smaller value from landing after a newer one (after the block's reads of the slots: bar.sync first). */
-__device__ __forceinline__ void ht_give_back(const ht_params &P, int s, int c, uint64_t consumed) {
+ * an older, smaller value from landing after a newer one (after the block's reads of the slots: bar.sync first).
+ * fenced: with SY_HT_HEAD_ORDER 1, the caller has run the fence for this store already. */
+__device__ __forceinline__ void ht_give_back(const ht_params &P, int s, int c, uint64_t consumed, bool fenced = false) {
   char *sp = ht_peer(P, s);
-  if (sp) st_release_sys(head_word(P, sp, P.ctx.rank, c), consumed);
-  else ht_signal_set(head_word(P, P.ws, P.ctx.rank, c), consumed, s);
+  if (sp) {
+#if SY_HT_HEAD_ORDER == 0
+    (void)fenced;
+    st_release_sys(head_word(P, sp, P.ctx.rank, c), consumed);
+#else
+    if (SY_HT_HEAD_ORDER == 1 && !fenced) fence_acq_rel(true);
+    st_relaxed_sys(head_word(P, sp, P.ctx.rank, c), consumed);
+#endif
+  } else {
+    ht_signal_set(head_word(P, P.ws, P.ctx.rank, c), consumed, s);
+  }
 }
 
 /* A sender publishes `sent` as its tail at receiver d for channel c, after the block's stores or puts (bar.sync

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# x4-head.sh — one device call (issue 19; four GPUs): how a receiver's head store is ordered after its reads of the
+# ring slots (SY_HT_HEAD_ORDER, build time, ht.cuh). A = 0 (a release store per peer: MEMBAR.SYS each; the combine's
+# owners run three in a row at world 4), F = 1 (one fence.acq_rel.sys, then relaxed stores: the same ordering), R = 2
+# (relaxed stores, no fence: DeepEP's receivers). By run 28's probe the combine's owners spend ~186 us of 3,641 in
+# their give-back and barrier (8,192 tokens); the dispatch's receivers hand back every round (57 rounds). Variants
+# built side by side; test_gpu_moe_ht at 4 ranks with each (and SY_FORCE_PUT=1 with F: the put path keeps its quiet
+# and signal); moe-ht at world 4, 4,096 tokens, 16 SMs, BF16 and FP8, two passes rotating; the probe of the last
+# pass's A and R runs (8,192 tokens, BF16). $OUT/head.txt.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+s=$OUT/head.txt
+nvidia-smi -L | head -1 >>$s
+SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
+variant() { # DIR FLAGS
+  cmake -S . -B $1 -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
+    cmake --build $1 -j 30 --target sy-bench syrun test_gpu_moe_ht >/tmp/build_$(basename $1).log 2>&1 ||
+    echo "build $1 failed" >>$s
+}
+variant /tmp/vF -DSY_HT_HEAD_ORDER=1 &
+variant /tmp/vR -DSY_HT_HEAD_ORDER=2 &
+wait
+declare -A dir=([A]=build [F]=/tmp/vF [R]=/tmp/vR)
+for v in A F R; do
+  b=${dir[$v]}
+  timeout 60 $b/bin/syrun -n 4 $b/tests/gpu/test_gpu_moe_ht >/tmp/t_$v.txt 2>&1
+  echo "test_gpu_moe_ht n=4 ($v) rc=$?" >>$s
+done
+SY_FORCE_PUT=1 timeout 60 /tmp/vF/bin/syrun -n 4 /tmp/vF/tests/gpu/test_gpu_moe_ht >/tmp/t_Fput.txt 2>&1
+echo "test_gpu_moe_ht.put n=4 (F) rc=$?" >>$s
+order=(A F R R F A)
+for pass in 1 2; do for i in 0 1 2; do
+  v=${order[$(((pass - 1) * 3 + i))]} b=${dir[${order[$(((pass - 1) * 3 + i))]}]}
+  timeout 90 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
+  echo "== world 4, 16 SMs ($v, pass $pass) rc=$?" >>$s
+  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+done; done
+for v in A R; do
+  b=${dir[$v]}
+  rm -rf /tmp/p_$v && mkdir -p /tmp/p_$v
+  SY_HT_PROBE=/tmp/p_$v/probe.%r.txt timeout 90 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 8192 --wire bf16 moe-ht >/dev/null 2>&1
+  echo "== probe ($v), 8,192 tokens, BF16" >>$s
+  python3 tools/dev/ht-probe.py /tmp/p_$v/probe.0.txt >>$s 2>&1
+done
+tar czf $OUT/logs.tar.gz -C /tmp t_A.txt t_F.txt t_R.txt t_Fput.txt build.log 2>/dev/null
+cat $s
