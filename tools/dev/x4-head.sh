@@ -6,7 +6,7 @@
 # their give-back and barrier (8,192 tokens); the dispatch's receivers hand back every round (57 rounds). Variants
 # built side by side; test_gpu_moe_ht at 4 ranks with each (and SY_FORCE_PUT=1 with F: the put path keeps its quiet
 # and signal); moe-ht at world 4, 4,096 tokens, 16 SMs, BF16 and FP8, two passes rotating; the probe of the last
-# pass's A and R runs (8,192 tokens, BF16). $OUT/head.txt.
+# pass's A and R runs (8,192 tokens, BF16; its sync column: the rounds' settling, since d44eb1a+1). $OUT/head.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/head.txt
 nvidia-smi -L | head -1 >>$s

@@ -186,10 +186,14 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
       i = __shfl_sync(0xffffffffu, got, 0);
     }
     __syncthreads(); /* the round's items are done: settle them, a thread a peer */
+    const uint64_t ps = probe_now(P);
     for (int p = threadIdx.x; p < W; p += blockDim.x)
       if (take[p] > 0) settle(p, take[p]);
     if (P.probe) {
-      if (!busy) probe_add(P, n > 0 ? PR_WORK : PR_WAIT, probe_now(P) - pt); /* idle work: its own slot */
+      /* the settling (counters, the hand-back or publish: thread 0's, which settles peer 0 with the first warp's
+       * other settling threads) apart from the round's items; idle work has its own slot */
+      if (!busy) probe_add(P, n > 0 ? PR_WORK : PR_WAIT, ps - pt);
+      if (n > 0) probe_add(P, PR_SYNC, probe_now(P) - ps);
       probe_add(P, PR_ROUNDS, n > 0);
       probe_add(P, PR_ITEMS, n);
     }
