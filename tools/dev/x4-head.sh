@@ -10,16 +10,16 @@
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/head.txt
 nvidia-smi -L | head -1 >>$s
-SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
-variant() { # DIR FLAGS
+variant() { # DIR FLAGS (the three built side by side, each configured the same way)
   cmake -S . -B $1 -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
     cmake --build $1 -j 30 --target sy-bench syrun test_gpu_moe_ht >/tmp/build_$(basename $1).log 2>&1 ||
     echo "build $1 failed" >>$s
 }
+variant /tmp/vA -DSY_HT_HEAD_ORDER=0 &
 variant /tmp/vF -DSY_HT_HEAD_ORDER=1 &
 variant /tmp/vR -DSY_HT_HEAD_ORDER=2 &
 wait
-declare -A dir=([A]=build [F]=/tmp/vF [R]=/tmp/vR)
+declare -A dir=([A]=/tmp/vA [F]=/tmp/vF [R]=/tmp/vR)
 for v in A F R; do
   b=${dir[$v]}
   timeout 60 $b/bin/syrun -n 4 $b/tests/gpu/test_gpu_moe_ht >/tmp/t_$v.txt 2>&1
@@ -41,5 +41,5 @@ for v in A R; do
   echo "== probe ($v), 8,192 tokens, BF16" >>$s
   python3 tools/dev/ht-probe.py /tmp/p_$v/probe.0.txt >>$s 2>&1
 done
-tar czf $OUT/logs.tar.gz -C /tmp t_A.txt t_F.txt t_R.txt t_Fput.txt build.log 2>/dev/null
+tar czf $OUT/logs.tar.gz -C /tmp t_A.txt t_F.txt t_R.txt t_Fput.txt build_vA.log build_vF.log build_vR.log 2>/dev/null
 cat $s

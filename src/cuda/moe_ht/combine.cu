@@ -280,7 +280,9 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
       probe_add(P, PR_ITEMS, nb);
     }
     if (threadIdx.x == 0) {
-      if (SY_HT_HEAD_ORDER == 1 && ntouched > 0) fence_acq_rel(true); /* one fence for every peer's head */
+      bool stores = false; /* one fence for every head stored (the put path's peers are quieted instead) */
+      for (int q = 0; SY_HT_HEAD_ORDER == 1 && q < ntouched; q++) stores = stores || ht_peer(P, touched[q]);
+      if (stores) fence_acq_rel(true);
       for (int q = 0; q < ntouched; q++) {
         const int p = touched[q];
         ht_give_back(P, p, c, cons[p], true);

@@ -21,7 +21,8 @@
  * messages, reading the token once for all).
  * The combine's backward is this kernel with grad_out as a bf16 token: the receiving side writes gradients.
  * From world 2 the FP8 wires' tokens are quantised first by sy_ht_quantise (below; SY_HT_PREQUANT, launch.cu) and
- * this kernel runs with the given wire on those bytes.
+ * this kernel runs with the given wire on those bytes. The kernel comes in two instances (dispatch_kernel<HINT>):
+ * sy_ht_dispatch_hint stores the rows' FP8 scales under an L2 evict_last policy (SY_HT_SCALE_HINT, rows.cuh).
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
@@ -143,6 +144,7 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
 #define SY_HT_SEND_ATTR __noinline__
 #define SY_HT_OWN_ATTR
 #endif
+template <bool HINT>
 __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot,
                                            int nd, bool self, const int32_t *rowbase_me, ht_sink *sk) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
@@ -191,11 +193,11 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
     warp_copy<false>((const char *)P.tokens + (size_t)t * bytes, bytes, sk, ns);
     if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
       const int groups = P.hidden / SY_MOE_FP8_GROUP;
-      warp_copy_scales<false>(P.token_scales + (size_t)t * groups, groups, sk, ns, P.scale_hint);
+      warp_copy_scales<false, HINT>(P.token_scales + (size_t)t * groups, groups, sk, ns);
     }
   } else {
-    warp_quantise((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns,
-                  P.scale_hint);
+    warp_quantise<HINT>((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0,
+                        sk, ns);
   }
   if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
@@ -214,6 +216,7 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
  * call site passes a barrier between two calls, which is what keeps q's words apart: q.left changes only after the
  * barrier at which every thread has seen the past-the-end ticket (so each reads the same q.left on entry), and
  * q.drawn only after the barrier that ends the last chunk's reads of it. */
+template <bool HINT>
 __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
   if (!q.left) return false;
   if (threadIdx.x == 0) q.drawn = ticket_draw(&P.local->own, q.base);
@@ -224,7 +227,7 @@ __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const
   } else {
     const int t = (int)q.drawn * HT_DWARPS + (int)(threadIdx.x / 32);
     const uint64_t pt = probe_now(P);
-    if (t < P.num_tokens) send_token(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);
+    if (t < P.num_tokens) send_token<HINT>(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);
     __syncthreads(); /* q.drawn is read */
     if (P.probe) probe_add(P, PR_OWN, probe_now(P) - pt);
   }
@@ -273,6 +276,7 @@ __device__ __forceinline__ bool batch_room(const ht_params &P, int c, const uint
   return true;
 }
 
+template <bool HINT>
 __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok,
                           ht_sink *sinks, own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
@@ -295,7 +299,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
       __syncthreads();
       if (threadIdx.x == 0) room = batch_room(P, c, base, touched, ntouched);
       __syncthreads();
-      if (room || !own_chunk(P, q, rowbase_me, sk)) break;
+      if (room || !own_chunk<HINT>(P, q, rowbase_me, sk)) break;
     }
     if (threadIdx.x == 0 && !room) /* nothing else to do: the bounded waits */
       for (int i = 0; i < ntouched && !failed; i++) {
@@ -307,7 +311,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     if (failed) return;
     if (P.probe) probe_add(P, PR_WAIT, probe_now(P) - pt - (probe_get(P, PR_OWN) - own0)), pt = probe_now(P);
     for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
-      send_token(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
+      send_token<HINT>(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
     __syncthreads();
     if (P.probe) {
       probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
@@ -327,6 +331,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
 }
 
 /* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
+template <bool HINT>
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
                              bool write, ht_sink *sk) {
   const int lane = threadIdx.x & 31;
@@ -362,12 +367,12 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   if (!fp8) return;
   if (early) {
     for (int i = 0; i < n; i++) {
-      if (lane < groups) sink_scale(sk[i], lane, sc0, P.scale_hint);
-      if (lane + 32 < groups) sink_scale(sk[i], lane + 32, sc1, P.scale_hint);
+      if (lane < groups) sink_scale<HINT>(sk[i], lane, sc0);
+      if (lane + 32 < groups) sink_scale<HINT>(sk[i], lane + 32, sc1);
     }
     return;
   }
-  warp_copy_scales<true>((const float *)(m + P.wl.scales_offset), groups, sk, n, P.scale_hint);
+  warp_copy_scales<true, HINT>((const float *)(m + P.wl.scales_offset), groups, sk, n);
 }
 
 /* The combine's backward: a warp turns one message (the owner's grad_out row) into the gradient of each row it
@@ -419,6 +424,7 @@ __device__ void recv_outputs(const ht_params &P, int c) {
   }
 }
 
+template <bool HINT>
 __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks,
                           own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
@@ -442,7 +448,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   const int mid = P.own_queue ? chan_begin(c, P.num_tokens, C) : own_mid(P, c);
   const uint64_t pt = probe_now(P);
   for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
-    send_token(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
+    send_token<HINT>(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   if (P.probe) {
     __syncthreads();
     probe_add(P, PR_OWN, probe_now(P) - pt);
@@ -452,15 +458,15 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
   serve_rounds(
-      P, left, take, [&]() { return own_chunk(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
-      [&](int s) {                                                      /* the messages in source s's ring */
+      P, left, take, [&]() { return own_chunk<HINT>(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
+      [&](int s) {                                                            /* the messages in source s's ring */
                    const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
                    return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
       },
       [&](int s, int j) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        if (P.mode == HT_DISPATCH) recv_message(P, m, s, rowbase, rows, write, sk);
+        if (P.mode == HT_DISPATCH) recv_message<HINT>(P, m, s, rowbase, rows, write, sk);
         else if (write) recv_grad(P, m, rows);
       },
       [&](int s, int k) { /* the slots are read: hand them back */
@@ -476,10 +482,10 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   for (int s = threadIdx.x; s < W; s += blockDim.x) P.consumed[(size_t)s * C + c] = cons[s];
 }
 
-} // namespace
-
-/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. */
-__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_constant__ ht_params P) {
+/* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. The
+ * kernel in two instances: HINT, the rows' FP8 scales under an L2 policy (rows.cuh: sink_scale), or not. */
+template <bool HINT>
+__device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
@@ -489,10 +495,11 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_const
   probe_begin(P);
   __shared__ own_state q;
   own_begin(P, q, rows_ok);
-  if ((int)blockIdx.x < P.C) send_part(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
-  else recv_part(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks, q);
+  if ((int)blockIdx.x < P.C)
+    send_part<HINT>(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
+  else recv_part<HINT>(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks, q);
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
-  while (own_chunk(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
+  while (own_chunk<HINT>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
   }
   own_end(P);
   probe_end(P);
@@ -503,6 +510,15 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_const
   }
 }
 
+} // namespace
+
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_constant__ ht_params P) {
+  dispatch_kernel<false>(P);
+}
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_hint(const __grid_constant__ ht_params P) {
+  dispatch_kernel<true>(P);
+}
+
 /* A warp a token (uniform per warp), the numbers of quantise16 — what send_token's in-kernel quantisation writes
  * into every sink, written once here for the dispatch to copy. */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q) {
@@ -510,6 +526,6 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q)
   const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
   for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
     const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};
-    warp_quantise(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1, false);
+    warp_quantise<false>(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
   }
 }

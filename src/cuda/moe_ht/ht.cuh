@@ -79,7 +79,6 @@ struct ht_params {
   int recv_own;    /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
                    block writes */
   int own_queue;   /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
-  int scale_hint;  /* the dispatch, FP8 wires: recv.scales stored under an L2 evict_last policy (rows.cuh) */
   uint64_t *probe; /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
@@ -261,6 +260,8 @@ __global__ void sy_ht_layout_prefix(sy::ht_params P);
 __global__ void sy_ht_layout_pos(sy::ht_params P);
 __global__ void sy_ht_layout_exchange(sy::ht_params P);
 __global__ void sy_ht_dispatch(const __grid_constant__ sy::ht_params P);
+/* The same with the rows' FP8 scales stored under an L2 evict_last policy (SY_HT_SCALE_HINT; rows.cuh: sink_scale). */
+__global__ void sy_ht_dispatch_hint(const __grid_constant__ sy::ht_params P);
 /* The FP8 wires' quantisation ahead of the dispatch (SY_HT_PREQUANT): bf16 tokens [num_tokens][hidden] into E4M3
  * bytes q [num_tokens][hidden] and fp32 scales qs [num_tokens][hidden / 128] (the given wire's layout). */
 struct ht_quant_params {

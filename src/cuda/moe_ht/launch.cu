@@ -40,7 +40,7 @@ struct ht_gpu {
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
   char *quant;            /* SY_HT_PREQUANT, FP8 wires: [max_tokens][hidden] E4M3, then */
   float *quant_scales;    /* [max_tokens][hidden / 128] fp32: the tokens quantised ahead of the dispatch */
-  int scale_hint;         /* SY_HT_SCALE_HINT, resolved: ht_params.scale_hint */
+  int scale_hint;         /* SY_HT_SCALE_HINT, resolved (FP8 wires only): the dispatch runs as sy_ht_dispatch_hint */
   char probe_path[256];
 };
 
@@ -177,10 +177,11 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   int sms = 0, hdev = 0;
   SY_CUDA_CHECK(cudaGetDevice(&hdev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, hdev));
-  g->scale_hint = hint < 0 ? 2 * c->num_sms >= sms : hint > 0;
+  g->scale_hint = c->wire != SY_MOE_WIRE_BF16 && (hint < 0 ? 2 * c->num_sms >= sms : hint > 0);
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch_hint, g->smem));
   /* the combine gathers through a pipe a warp after that */
   g->pipe_smem = ht_pipes_at((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe);
   int optin = 0, dev = 0;
@@ -265,9 +266,11 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s",
+  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s%s%s",
           g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
-          g->staging ? "puts to some peers" : "stores to every peer");
+          g->staging ? "puts to some peers" : "stores to every peer",
+          g->quant ? ", FP8 quantised ahead (SY_HT_PREQUANT)" : "",
+          g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "");
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -311,7 +314,6 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
-  P->scale_hint = g->scale_hint;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
@@ -413,7 +415,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
     P.tokens = g->quant;
     P.token_scales = g->quant_scales;
   }
-  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
+  return launch_pdl(g->scale_hint ? sy_ht_dispatch_hint : sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem,
+                    stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,

@@ -25,12 +25,14 @@ struct ht_sink {
 };
 
 /* Scale g of a sink. Rows here hold their scales group-major (recv.scales [hidden / 128][rows]): a row's scales
- * land in hidden / 128 sectors that other rows' stores complete later. With `hint` (ht_params.scale_hint) those
+ * land in hidden / 128 sectors that other rows' stores complete later. HINT (SY_HT_SCALE_HINT, a template
+ * parameter: the dispatch kernel comes in two instances, since a run-time branch here made the kernel spill): those
  * stores go under an L2 evict_last policy, so that a sector stays in L2 until its rows are all written instead of
  * leaving it part-written (bench/NOTES.md: faster where the dispatch holds most SMs, slower at 16). */
-__device__ __forceinline__ void sink_scale(const ht_sink &s, int g, float v, bool hint) {
+template <bool HINT>
+__device__ __forceinline__ void sink_scale(const ht_sink &s, int g, float v) {
   float *p = s.scale + (size_t)g * s.scale_stride;
-  if (hint && s.scale_stride != 1) {
+  if (HINT && s.scale_stride != 1) {
     uint64_t pol;
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)); /* pure: the compiler may hoist it */
     asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol) : "memory");
@@ -67,11 +69,11 @@ __device__ __forceinline__ void warp_copy(const char *src, size_t bytes, const h
 }
 
 /* The whole warp: `groups` fp32 scales from sc into each sink's scales. */
-template <bool CG>
-__device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, const ht_sink *s, int n, bool hint) {
+template <bool CG, bool HINT>
+__device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, const ht_sink *s, int n) {
   for (int g = threadIdx.x & 31; g < groups; g += 32) {
     const float v = CG ? __ldcg(sc + g) : __ldg(sc + g);
-    for (int i = 0; i < n; i++) sink_scale(s[i], g, v, hint);
+    for (int i = 0; i < n; i++) sink_scale<HINT>(s[i], g, v);
   }
 }
 
@@ -79,8 +81,8 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
  * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; HT_QPASSES x 512 elements a
  * pass, every load of the pass in flight before the first quantisation. */
 constexpr int HT_QPASSES = 4;
-__device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n,
-                                              bool hint) {
+template <bool HINT>
+__device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
   for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
     uint4 raw[HT_QPASSES][2];
@@ -101,7 +103,7 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
       if (el >= hidden) continue;
       for (int i = 0; i < n; i++) {
         *(uint4 *)(s[i].body + el) = q;
-        if ((lane & 7) == 0) sink_scale(s[i], el / SY_MOE_FP8_GROUP, scale, hint);
+        if ((lane & 7) == 0) sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
       }
     }
   }
