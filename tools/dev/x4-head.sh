@@ -10,11 +10,7 @@
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/head.txt
 nvidia-smi -L | head -1 >>$s
-variant() { # DIR FLAGS (the three built side by side, each configured the same way)
-  cmake -S . -B $1 -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
-    cmake --build $1 -j 30 --target sy-bench syrun test_gpu_moe_ht >/tmp/build_$(basename $1).log 2>&1 ||
-    echo "build $1 failed" >>$s
-}
+. tools/dev/variant.sh # variant DIR FLAGS: a build side by side
 variant /tmp/vA -DSY_HT_HEAD_ORDER=0 &
 variant /tmp/vF -DSY_HT_HEAD_ORDER=1 &
 variant /tmp/vR -DSY_HT_HEAD_ORDER=2 &
@@ -29,10 +25,7 @@ SY_FORCE_PUT=1 timeout 60 /tmp/vF/bin/syrun -n 4 /tmp/vF/tests/gpu/test_gpu_moe_
 echo "test_gpu_moe_ht.put n=4 (F) rc=$?" >>$s
 order=(A F R R F A)
 for pass in 1 2; do for i in 0 1 2; do
-  v=${order[$(((pass - 1) * 3 + i))]} b=${dir[${order[$(((pass - 1) * 3 + i))]}]}
-  timeout 90 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
-  echo "== world 4, 16 SMs ($v, pass $pass) rc=$?" >>$s
-  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+  bench4 "${order[$(((pass - 1) * 3 + i))]}" $pass " (dispatch|combine|combine_bwd|dispatch_bwd) "
 done; done
 for v in A R; do
   b=${dir[$v]}

@@ -9,11 +9,7 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 git apply --check tools/dev/patches/ht-run32-knobs.patch 2>/dev/null && git apply tools/dev/patches/ht-run32-knobs.patch
 s=$OUT/early.txt
 SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
-variant() { # DIR FLAGS
-  cmake -S . -B $1 -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
-    cmake --build $1 -j 20 --target sy-bench syrun test_gpu_moe_ht >/tmp/build_$(basename $1).log 2>&1 ||
-    echo "build $1 failed" >>$s
-}
+. tools/dev/variant.sh # variant DIR FLAGS: a build side by side
 variant /tmp/vA -DSY_HT_RECV_EARLY=0 &
 variant /tmp/vC -DSY_HT_RECV_UNROLL=8 &
 variant /tmp/vD -DSY_HT_RECV_UNROLL=16 &
@@ -26,12 +22,7 @@ for v in A B C D; do
 done
 timeout 60 build/bin/syrun -n 1 build/tests/gpu/test_gpu_moe_ht >/tmp/t.txt 2>&1
 echo "test_gpu_moe_ht n=1 (B) rc=$?" >>$s
-for pass in 1 2; do for v in A B C D; do
-  b=${dir[$v]}
-  timeout 60 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
-  echo "== world 4, 16 SMs ($v, pass $pass) rc=$?" >>$s
-  grep -E " (dispatch|combine_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
-done; done
+for pass in 1 2; do for v in A B C D; do bench4 $v $pass " (dispatch|combine_bwd) "; done; done
 for v in A B; do
   b=${dir[$v]}
   timeout 60 $b/bin/syrun -n 1 $b/bin/sy-bench --no-nccl --tokens 4096 --num-sms 132 moe-ht >/tmp/r.txt 2>&1

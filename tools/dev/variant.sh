@@ -1,0 +1,17 @@
+# variant.sh — sourced by the device scripts that build the library side by side with build-time knobs (x4-head.sh,
+# x4-recv-early.sh):
+#   variant DIR FLAGS   configures DIR with CMAKE_CUDA_FLAGS=FLAGS and builds sy-bench, syrun and test_gpu_moe_ht
+#                       there (log: /tmp/build_<basename DIR>.log); on failure appends "build DIR failed" to $s.
+variant() {
+  cmake -S . -B "$1" -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
+    cmake --build "$1" -j 20 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
+    echo "build $1 failed" >>"$s"
+}
+#   bench4 V PASS REGEX  moe-ht at world 4 (4,096 tokens, 16 SMs, no NCCL) with variant V's build (${dir[V]}),
+#                        its rows matching REGEX appended to $s under a "== world 4, 16 SMs (V, pass PASS)" line.
+bench4() {
+  local b=${dir[$1]}
+  timeout 90 "$b/bin/syrun" -n 4 "$b/bin/sy-bench" --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
+  echo "== world 4, 16 SMs ($1, pass $2) rc=$?" >>"$s"
+  grep -E "$3" /tmp/r.txt | sed 's/\[rank 0\]//' >>"$s"
+}
