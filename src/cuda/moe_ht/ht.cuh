@@ -183,14 +183,15 @@ __device__ __forceinline__ uint64_t *head_word(const ht_params &P, char *base, i
   return ht_at<uint64_t>(base, P.wl.head) + (size_t)d * P.C + c;
 }
 
-/* How a receiver's head store is ordered after its reads of the slots (build time, for measuring; bench/NOTES.md,
- * run 33): 0 a release store per peer; 1 a fence.acq_rel.sys, then relaxed stores (the same release pattern, one
- * fence for all the peers a thread hands back to); 2 relaxed stores, no fence (DeepEP's receivers do this: every
- * slot value a warp loaded was consumed by its stores before the barrier that precedes the head store, so no write
- * the sender makes after seeing the head can reach those loads — an argument from the hardware, outside PTX's model,
- * which allows load buffering). */
+/* How a receiver's head store is ordered after its reads of the slots (build time; bench/NOTES.md, runs 33 and 34):
+ * 0 a release store per peer; 1 (the default) a fence.acq_rel.sys, then relaxed stores — the same release pattern
+ * in PTX's memory model, one fence for all the peers a thread hands back to (the combine's owners: 3 at world 4;
+ * measured 3-4% faster there than 0); 2 relaxed stores, no fence (DeepEP's receivers do this: every slot value a
+ * warp loaded was consumed by its stores before the barrier that precedes the head store, so no write the sender
+ * makes after seeing the head can reach those loads — an argument from the hardware, outside PTX's model, which
+ * allows load buffering; measured 1-2% faster again than 1, and not the default for that reason). */
 #ifndef SY_HT_HEAD_ORDER
-#define SY_HT_HEAD_ORDER 0
+#define SY_HT_HEAD_ORDER 1
 #endif
 
 /* A receiver hands `consumed` back to sender s: its head word for (me, c), by a release store or (no load/store
