@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x-next.sh — the first device call after run 33 (not run yet; any kind, 1 or 4 GPUs, H200s best): SY_HT_SCALE_HINT
+# x-next.sh — the first device call after run 33 (run 34, call 1; any kind, 1 or 4 GPUs): SY_HT_SCALE_HINT
 # as it landed (two instances of the dispatch kernel; run 33 measured each as a build) — test_gpu_moe_ht (every variant, the
 # new .hint among them) at the GPUs present and at 1 rank, ranks sharing the GPU where only one is present;
 # compute-sanitizer memcheck on its .hint step at 1 rank; then moe-ht FP8 at world 1 with the
