@@ -180,12 +180,14 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
         send_partial(P, pp, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
                      peer ? nullptr : slot, s, rows_ok);
       },
-      [&](int s, int k) { /* the partials are written: publish them */
-                          if (ht_peer(P, s)) fence_acq_rel(s != me);
+      [&](int s, int k) { /* the partials are written */
                           base[s] += k;
                           left[s] -= k;
                           done[s] += k;
-                          ht_publish(P, s, c, base[s]);
+      },
+      [&](int s) { /* publish them */
+                   if (ht_peer(P, s)) fence_acq_rel(s != me);
+                   ht_publish(P, s, c, base[s]);
       },
       [&](int s) {
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, s, 0, base[s] + 1 - HT_SLOTS,

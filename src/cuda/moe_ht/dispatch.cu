@@ -469,12 +469,12 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
         if (P.mode == HT_DISPATCH) recv_message<HINT>(P, m, s, rowbase, rows, write, sk);
         else if (write) recv_grad(P, m, rows);
       },
-      [&](int s, int k) { /* the slots are read: hand them back */
+      [&](int s, int k) { /* the slots are read */
                           cons[s] += k;
                           left[s] -= k;
                           done[s] += k;
-                          ht_give_back(P, s, c, cons[s]);
       },
+      [&](int s) { ht_give_back(P, s, c, cons[s]); }, /* hand them back */
       [&](int s) {
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
                      ld_acquire_sys(tail_word(P, P.ws, s, c)));

@@ -149,20 +149,45 @@ __device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 
   return n;
 }
 
+/* Where a round's hand-back (or publish) runs (build time, for measuring; bench/NOTES.md, run 34): 0 right after the
+ * round, by a thread a peer, before the next round starts (its system-scope fence in every round's critical path);
+ * 1 by the block's last warp during the next round, while the other warps start its items (the counters are settled
+ * right after the round as before, so the next round's offers see them; the fence still follows the barrier that
+ * ends the round's reads and writes, so the release pattern is the same). Not measured yet. */
+#ifndef SY_HT_SETTLE_AHEAD
+#define SY_HT_SETTLE_AHEAD 0
+#endif
+
 /* The rounds of a block that serves many peers' rings (the dispatch's receiver, the combine's experts' side) until
  * every peer's `left` is 0: each round a thread per peer with messages left sets take[p] = offer(p) (what it may
  * take now, at most HT_PER_PEER), thread 0 plans the round (plan_round), the warps call work(p, j) for each item,
- * and after a barrier a thread per peer that took k > 0 calls settle(p, k) (its counters, then the hand-back or
- * publish). A round with no item calls idle() on every thread (other work the block may do meanwhile: true if it
- * did some). Bounded: after the timeout with no item from any pending peer, stall(p) reports the first such peer.
- * Returns whether the block stopped early (a timeout or an abort). */
-template <class Idle, class Offer, class Work, class Settle, class Stall>
+ * and after a barrier a thread per peer that took k > 0 calls settle(p, k) (its counters) and release(p) (the
+ * hand-back or publish of those counters; SY_HT_SETTLE_AHEAD 1: in the next round, by the last warp). A round with
+ * no item calls idle() on every thread (other work the block may do meanwhile: true if it did some). Bounded: after
+ * the timeout with no item from any pending peer, stall(p) reports the first such peer. Returns whether the block
+ * stopped early (a timeout or an abort). */
+template <class Idle, class Offer, class Work, class Settle, class Release, class Stall>
 __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Idle idle,
-                                             Offer offer, Work work, Settle settle, Stall stall) {
+                                             Offer offer, Work work, Settle settle, Release release, Stall stall) {
   const int W = P.world_size;
   __shared__ int2 items[HT_ROUND];
   __shared__ int nitems, pending, stalled, next;
   __shared__ uint64_t since;
+#if SY_HT_SETTLE_AHEAD
+  __shared__ uint32_t owed[HT_MAX_WORLD / 32]; /* peers whose counters wait for their hand-back or publish */
+  const bool releaser = (int)(threadIdx.x / 32) == HT_DWARPS - 1;
+  for (int i = threadIdx.x; i < HT_MAX_WORLD / 32; i += blockDim.x) owed[i] = 0;
+  /* the last warp: what the rounds before have settled, released in its lanes' peers' order (the same thread for
+   * a peer every time, so its head or tail stores stay in order) */
+  auto release_owed = [&]() {
+    const int lane = threadIdx.x & 31;
+    for (int p = lane; p < W; p += 32)
+      if (owed[p / 32] & (1u << (p % 32))) release(p);
+    __syncwarp();
+    for (int i = lane; i < (W + 31) / 32; i += 32) owed[i] = 0;
+    __syncwarp();
+  };
+#endif
   if (threadIdx.x == 0) stalled = 0, since = 0;
   for (int round = 0;; round++) {
     __syncthreads();
@@ -173,15 +198,27 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
       pending = 0;
       for (int p = 0; p < W; p++) pending += left[p];
       nitems = plan_round(W, round % W, take, items);
-      next = HT_DWARPS; /* items [0, HT_DWARPS) go a warp each; the rest to whichever warp is free first */
+      next = HT_DWARPS - SY_HT_SETTLE_AHEAD; /* items [0, next) go a warp each; the rest to whichever warp is free
+                                                first */
     }
     __syncthreads();
     if (pending == 0 || stalled) break;
     const int n = nitems;
+#if SY_HT_SETTLE_AHEAD
+    if (releaser) release_owed();
+#endif
     const bool busy = n == 0 && idle(); /* every thread: other work while no item is there */
     /* items differ (a message's rows: 1 to top_k), so a warp takes the next one when it is done with its last
      * (measured: the combine's backward 10% faster at world 4 than the items in turn, bench/NOTES.md) */
-    for (int i = threadIdx.x / 32; i < n;) {
+    int first = threadIdx.x / 32;
+#if SY_HT_SETTLE_AHEAD
+    if (releaser) { /* released first: its first item from the counter */
+      int got = 0;
+      if ((threadIdx.x & 31) == 0) got = atomicAdd(&next, 1);
+      first = __shfl_sync(0xffffffffu, got, 0);
+    }
+#endif
+    for (int i = first; i < n;) {
       work(items[i].x, items[i].y);
       int got = 0;
       if ((threadIdx.x & 31) == 0) got = atomicAdd(&next, 1);
@@ -190,7 +227,14 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     __syncthreads(); /* the round's items are done: settle them, a thread a peer */
     const uint64_t ps = probe_now(P);
     for (int p = threadIdx.x; p < W; p += blockDim.x)
-      if (take[p] > 0) settle(p, take[p]);
+      if (take[p] > 0) {
+        settle(p, take[p]);
+#if SY_HT_SETTLE_AHEAD
+        atomicOr(&owed[p / 32], 1u << (p % 32));
+#else
+        release(p);
+#endif
+      }
     if (P.probe) {
       /* the settling (counters, the hand-back or publish: thread 0's, which settles peer 0 with the first warp's
        * other settling threads) apart from the round's items; idle work has its own slot */
@@ -211,6 +255,9 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
       }
     }
   }
+#if SY_HT_SETTLE_AHEAD
+  if (releaser) release_owed(); /* the last round's */
+#endif
   __syncthreads();
   return stalled != 0;
 }
