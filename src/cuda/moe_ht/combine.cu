@@ -180,13 +180,15 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
         send_partial(P, pp, peer ? slot : ht_stage(P), index, recv_rows + ((size_t)s * P.T + index) * P.kk,
                      peer ? nullptr : slot, s, rows_ok);
       },
-      [&](int s, int k) { /* the partials are written */
+      [&](int s, int k) { /* the partials are written (the fence here where the publish follows at once: the
+                             order measured) */
+                          if (!SY_HT_SETTLE_AHEAD && ht_peer(P, s)) fence_acq_rel(s != me);
                           base[s] += k;
                           left[s] -= k;
                           done[s] += k;
       },
       [&](int s) { /* publish them */
-                   if (ht_peer(P, s)) fence_acq_rel(s != me);
+                   if (SY_HT_SETTLE_AHEAD && ht_peer(P, s)) fence_acq_rel(s != me);
                    ht_publish(P, s, c, base[s]);
       },
       [&](int s) {
