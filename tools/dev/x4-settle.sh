@@ -7,7 +7,7 @@
 # 8,192 tokens in run 34's probe). Variants built side by side; test_gpu_moe_ht with B at 4 ranks (also the put
 # path) and at 1 rank (ranks sharing one GPU: 3 and 1, timings skipped, where fewer than 4 GPUs are present); moe-ht
 # at world 4, 4,096 tokens, 16 SMs, both wires, two passes rotating; the probe of A and B (8,192 tokens, BF16: the
-# sync column). $OUT/settle.txt.
+# sync column; B's hand-back is not in its sync column but in its work: compare the kernels' times). $OUT/settle.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/settle.txt
 nvidia-smi -L | head -1 >>$s
@@ -18,10 +18,11 @@ variant /tmp/vB -DSY_HT_SETTLE_AHEAD=1 &
 variant /tmp/vR -DSY_HT_HEAD_ORDER=2 &
 wait
 declare -A dir=([A]=/tmp/vA [B]=/tmp/vB [R]=/tmp/vR)
-t() { # LABEL RANKS GPUS-ARG ENV...
-  local l=$1 r=$2 g=$3
+t() { # LABEL RANKS GPUS-ARG ENV... (ranks sharing one GPU are time-sliced: 200 s)
+  local l=$1 r=$2 g=$3 cap=90
+  [ -n "$g" ] && cap=200
   shift 3
-  env "$@" timeout 90 /tmp/vB/bin/syrun -n $r $g /tmp/vB/tests/gpu/test_gpu_moe_ht >/tmp/t_$l.txt 2>&1
+  env "$@" timeout $cap /tmp/vB/bin/syrun -n $r $g /tmp/vB/tests/gpu/test_gpu_moe_ht >/tmp/t_$l.txt 2>&1
   echo "test_gpu_moe_ht ($l, B) n=$r $g rc=$?" >>$s
 }
 if [ "$n" -ge 4 ]; then
