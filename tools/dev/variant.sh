@@ -1,5 +1,5 @@
 # variant.sh — sourced by the device scripts that build the library side by side with build-time knobs (x4-head.sh,
-# x4-recv-early.sh):
+# x4-recv-early.sh, x4-settle.sh):
 #   variant DIR FLAGS   configures DIR with CMAKE_CUDA_FLAGS=FLAGS and builds sy-bench, syrun and test_gpu_moe_ht
 #                       there (log: /tmp/build_<basename DIR>.log); on failure appends "build DIR failed" to $s.
 variant() {
@@ -14,4 +14,21 @@ bench4() {
   timeout 90 "$b/bin/syrun" -n 4 "$b/bin/sy-bench" --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
   echo "== world 4, 16 SMs ($1, pass $2) rc=$?" >>"$s"
   grep -E "$3" /tmp/r.txt | sed 's/\[rank 0\]//' >>"$s"
+}
+#   rotate3 A B C        bench4 of three variants' builds, two passes (A B C, then C B A), the four calls' rows.
+rotate3() {
+  local order=("$1" "$2" "$3" "$3" "$2" "$1") pass i
+  for pass in 1 2; do for i in 0 1 2; do
+    bench4 "${order[$(((pass - 1) * 3 + i))]}" $pass " (dispatch|combine|combine_bwd|dispatch_bwd) "
+  done; done
+}
+#   probe4 V             SY_HT_PROBE with variant V's build (world 4, 8,192 tokens, BF16, no NCCL): rank 0's
+#                        table (tools/dev/ht-probe.py) appended to $s under "== probe (V), 8,192 tokens, BF16".
+probe4() {
+  local b=${dir[$1]}
+  rm -rf "/tmp/p_$1" && mkdir -p "/tmp/p_$1"
+  SY_HT_PROBE="/tmp/p_$1/probe.%r.txt" timeout 90 "$b/bin/syrun" -n 4 "$b/bin/sy-bench" --no-nccl --tokens 8192 \
+    --wire bf16 moe-ht >/dev/null 2>&1
+  echo "== probe ($1), 8,192 tokens, BF16" >>"$s"
+  python3 tools/dev/ht-probe.py "/tmp/p_$1/probe.0.txt" >>"$s" 2>&1
 }

@@ -23,16 +23,7 @@ for v in A F R; do
 done
 SY_FORCE_PUT=1 timeout 60 /tmp/vF/bin/syrun -n 4 /tmp/vF/tests/gpu/test_gpu_moe_ht >/tmp/t_Fput.txt 2>&1
 echo "test_gpu_moe_ht.put n=4 (F) rc=$?" >>$s
-order=(A F R R F A)
-for pass in 1 2; do for i in 0 1 2; do
-  bench4 "${order[$(((pass - 1) * 3 + i))]}" $pass " (dispatch|combine|combine_bwd|dispatch_bwd) "
-done; done
-for v in A R; do
-  b=${dir[$v]}
-  rm -rf /tmp/p_$v && mkdir -p /tmp/p_$v
-  SY_HT_PROBE=/tmp/p_$v/probe.%r.txt timeout 90 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 8192 --wire bf16 moe-ht >/dev/null 2>&1
-  echo "== probe ($v), 8,192 tokens, BF16" >>$s
-  python3 tools/dev/ht-probe.py /tmp/p_$v/probe.0.txt >>$s 2>&1
-done
+rotate3 A F R
+for v in A R; do probe4 $v; done
 tar czf $OUT/logs.tar.gz -C /tmp t_A.txt t_F.txt t_R.txt t_Fput.txt build_vA.log build_vF.log build_vR.log 2>/dev/null
 cat $s

@@ -12,7 +12,7 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/settle.txt
 nvidia-smi -L | head -1 >>$s
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-. tools/dev/variant.sh # variant DIR FLAGS: a build side by side; bench4 V PASS REGEX
+. tools/dev/variant.sh # variant DIR FLAGS: a build side by side; rotate3, probe4
 variant /tmp/vA "" &
 variant /tmp/vB -DSY_HT_SETTLE_AHEAD=1 &
 variant /tmp/vR -DSY_HT_HEAD_ORDER=2 &
@@ -34,17 +34,8 @@ else
 fi
 t b1 1 "" X=1
 if [ "$n" -ge 4 ]; then
-  order=(A B R R B A)
-  for pass in 1 2; do for i in 0 1 2; do
-    bench4 "${order[$(((pass - 1) * 3 + i))]}" $pass " (dispatch|combine|combine_bwd|dispatch_bwd) "
-  done; done
-  for v in A B; do
-    b=${dir[$v]}
-    rm -rf /tmp/p_$v && mkdir -p /tmp/p_$v
-    SY_HT_PROBE=/tmp/p_$v/probe.%r.txt timeout 90 $b/bin/syrun -n 4 $b/bin/sy-bench --no-nccl --tokens 8192 --wire bf16 moe-ht >/dev/null 2>&1
-    echo "== probe ($v), 8,192 tokens, BF16" >>$s
-    python3 tools/dev/ht-probe.py /tmp/p_$v/probe.0.txt >>$s 2>&1
-  done
+  rotate3 A B R
+  for v in A B; do probe4 $v; done
 fi
 tar czf $OUT/logs.tar.gz -C /tmp $(cd /tmp && ls t_b*.txt build_v*.log 2>/dev/null) 2>/dev/null
 cat $s
