@@ -6,7 +6,8 @@
 # with its own-token queue off and forced on (SY_HT_OWN_QUEUE=0 / 1; the default mixes them) and with the FP8
 # wires quantised by the sending blocks and ahead of the dispatch (SY_HT_PREQUANT=0 / 1) and with the rows' FP8
 # scales stored under an L2 policy (SY_HT_SCALE_HINT=1), runs the fault test
-# (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it), runs the Python package's
+# (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it) and, with 2 GPUs or more, the
+# placement check (test_gpu_placement: 3 ranks on GPUs 0,1,0 must be refused at once), runs the Python package's
 # tests and examples from the build tree (PYTHONPATH=build/python; where python3 has torch), runs every GPU test at
 # world 1 under compute-sanitizer (steps sanitize_<tool>_<test>), runs the CPU tests, runs the benchmarks with the NCCL
 # baseline, and prints a short table last. OUTDIR gets summary.txt,
@@ -18,9 +19,9 @@
 # test_gpu_moe_graph, test_gpu_moe.put, bench_moe-ll) and skips the CPU tests — for short device sessions.
 # GPU_CHECK_TIMEOUT=S caps every test and benchmark at S seconds (default 600): in a short device session a
 # hang must not take the whole budget.
-# GPU_CHECK_SHARED=1 runs the tests at counts above the GPUs present with ranks sharing GPUs round-robin
-# (syrun --gpus 0,0,...; time-sliced, so ~2 ms per cross-rank wait): the multi-rank code paths checked bit
-# for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
+# GPU_CHECK_SHARED=1 runs the tests at counts above the GPUs present with ranks sharing GPUs round-robin over the
+# most GPUs that divide the count (syrun --gpus 0,1,0,1; 0,0,0 for 3 on 2; time-sliced, so ~2 ms per cross-rank
+# wait): the multi-rank code paths checked bit for bit on a one-GPU machine. Correctness only: there the benchmarks run as smoke tests of their own checks
 # (--no-nccl: NCCL refuses two ranks on one GPU), with no JSON.
 # GPU_CHECK_GPUS=N uses only GPUs 0..N-1 (e.g. 1 on a two-GPU machine: the ranks share one GPU, as on a one-GPU machine).
 # GPU_CHECK_SANITIZE="TOOL ..." picks compute-sanitizer's tools (default "memcheck racecheck synccheck initcheck";
@@ -68,10 +69,13 @@ run() {
     if [ "${GPU_CHECK_SHARED:-0}" = 0 ] || [ "$gpus" -eq 0 ] || [[ $name == bench_* && $name != *.smoke ]]; then
       note "$label" "not run" "only $gpus GPUs here"; return
     fi
-    local list=() r
-    for ((r = 0; r < n; r++)); do list+=($((r % gpus))); done
+    # round robin over the most GPUs that divide n, so that every GPU in use holds as many ranks: NVSHMEM's start
+    # hangs where some ranks share a GPU and others do not (3 ranks on 2 GPUs go all to GPU 0; src/core/placement.h)
+    local list=() r used=$gpus
+    while ((n % used)); do used=$((used - 1)); done
+    for ((r = 0; r < n; r++)); do list+=($((r % used))); done
     place=(--gpus "$(IFS=,; echo "${list[*]}")")
-    label="$name n=$n/${gpus}gpu"
+    label="$name n=$n/${used}gpu"
     shared=(SY_TEST_SHARED_GPU=1 SY_MOE_GRAPH_REPLAYS=200) # a replay costs a few time slices here
   fi
   local cap=${GPU_CHECK_TIMEOUT:-600}
@@ -124,6 +128,16 @@ done
 # test starts its own jobs (syrun --keep-going) and checks what the survivors and syrun report.
 if [ "$gpus" -ge 1 ]; then
   run test_gpu_faults 1 "$root/build/tests/gpu/test_gpu_faults"
+fi
+# a placement NVSHMEM cannot start with (ranks 0 and 2 sharing GPU 0, rank 1 alone on GPU 1: NVSHMEM 3.4 hangs) is
+# refused at once on every rank, naming the ranks (src/core/placement.h)
+if [ "$gpus" -ge 2 ] && { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ test_gpu_placement =~ $GPU_CHECK_ONLY ]]; }; then
+  t0=$(date +%s) log=$logs/test_gpu_placement.n3.log rc=0
+  SY_TEST_SHARED_GPU=1 timeout 60 "$bin/syrun" -n 3 --gpus 0,1,0 --timeout 50 "$root/build/tests/gpu/test_gpu_init" \
+    >"$log" 2>&1 || rc=$?
+  if [ $rc -ne 0 ] && [ "$(($(date +%s) - t0))" -lt 45 ] && grep -q "cannot start: ranks 0 and 2 share GPU" "$log"; then
+    note "test_gpu_placement n=3/2gpu" ok "refused in $(($(date +%s) - t0)) s"
+  else note "test_gpu_placement n=3/2gpu" FAIL "rc $rc after $(($(date +%s) - t0)) s, see $(basename "$log")"; fi
 fi
 
 # compute-sanitizer on every GPU test at world 1: steps sanitize_<tool>_<test>, each capped by GPU_CHECK_TIMEOUT

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/placement.h"
 #include "cuda/backend.h"
 #include "cuda/moe_ht/ht.cuh"
 
@@ -225,6 +227,24 @@ static const sy_backend_ops_t cuda_ops = {
 
 /* ---- init ------------------------------------------------------------------------------------------------ */
 
+/* Every rank's host and GPU, allgathered over the bootstrap, checked before NVSHMEM starts (core/placement.h: a job
+ * where some ranks share a GPU and others do not hangs in nvshmem's init); every rank reaches the same verdict. */
+static sy_status_t check_placement(sy_comm_t comm, cuda_state *st) {
+  sy_place_t me;
+  memset(&me, 0, sizeof me);
+  if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "(unnamed host)");
+  const cudaError_t err = cudaDeviceGetPCIBusId(me.gpu, (int)sizeof me.gpu - 1, comm->device);
+  if (err != cudaSuccess) return cuda_error(err, "cudaDeviceGetPCIBusId", __FILE__, __LINE__);
+  sy_place_t *all = (sy_place_t *)calloc((size_t)comm->world_size, sizeof *all);
+  if (!all) return SY_ERR_NO_MEMORY;
+  char why[384];
+  sy_status_t s = sy__boot_allgather(st->boot, &me, all, sizeof me);
+  if (s == SY_SUCCESS) s = sy__placement_check(all, comm->world_size, why, sizeof why);
+  if (s == SY_ERR_UNSUPPORTED) SY_WARN("cuda backend: this placement of ranks on GPUs cannot start: %s", why);
+  free(all);
+  return s;
+}
+
 static sy_status_t bring_up_nvshmem(sy_comm_t comm, cuda_state *st, const sy_resolved_config_t *config) {
   /* NVLink multicast stays off on our machines (a program using it can take a shared host's GPUs down). */
   setenv("NVSHMEM_DISABLE_NVLS", "1", 0);
@@ -236,6 +256,7 @@ static sy_status_t bring_up_nvshmem(sy_comm_t comm, cuda_state *st, const sy_res
             config->heap_bytes);
   else setenv("NVSHMEM_SYMMETRIC_SIZE", heap, 1);
 
+  if (comm->world_size > 1) SY_CHECK(check_placement(comm, st));
   nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
   if (comm->rank == 0 && nvshmemx_get_uniqueid(&id) != 0) {
     SY_WARN("nvshmemx_get_uniqueid failed");
