@@ -133,8 +133,8 @@ fi
 # refused at once on every rank, naming the ranks (src/core/placement.h)
 if [ "$gpus" -ge 2 ] && { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ test_gpu_placement =~ $GPU_CHECK_ONLY ]]; }; then
   t0=$(date +%s) log=$logs/test_gpu_placement.n3.log rc=0
-  SY_TEST_SHARED_GPU=1 timeout 60 "$bin/syrun" -n 3 --gpus 0,1,0 --timeout 50 "$root/build/tests/gpu/test_gpu_init" \
-    >"$log" 2>&1 || rc=$?
+  SY_TEST_SHARED_GPU=1 SY_DEBUG=WARN SY_DEBUG_FILE= timeout 60 "$bin/syrun" -n 3 --gpus 0,1,0 --timeout 50 \
+    "$root/build/tests/gpu/test_gpu_init" >"$log" 2>&1 || rc=$?
   if [ $rc -ne 0 ] && [ "$(($(date +%s) - t0))" -lt 45 ] && grep -q "cannot start: ranks 0 and 2 share GPU" "$log"; then
     note "test_gpu_placement n=3/2gpu" ok "refused in $(($(date +%s) - t0)) s"
   else note "test_gpu_placement n=3/2gpu" FAIL "rc $rc after $(($(date +%s) - t0)) s, see $(basename "$log")"; fi

@@ -44,10 +44,11 @@ sy_status_t sy__placement_check(const sy_place_t *places, int world, char *why, 
       const int stride = order[g + 1].rank - order[g].rank;
       for (int i = g + 2; i < e; i++)
         if (order[i].rank - order[i - 1].rank != stride) {
-          snprintf(why, why_len,
-                   "ranks %d, %d and %d share GPU %.32s on %.64s, but the ranks of one GPU must be evenly spaced (as in "
-                   "0,0,1,1 or 0,1,0,1): NVSHMEM cannot start otherwise",
-                   order[i - 2].rank, order[i - 1].rank, order[i].rank, order[g].place->gpu, order[g].place->host);
+          snprintf(
+              why, why_len,
+              "ranks %d, %d and %d share GPU %.32s on %.256s, but the ranks of one GPU must be evenly spaced (as in "
+              "0,0,1,1 or 0,1,0,1): NVSHMEM cannot start otherwise",
+              order[i - 2].rank, order[i - 1].rank, order[i].rank, order[g].place->gpu, order[g].place->host);
           s = SY_ERR_UNSUPPORTED;
           break;
         }
@@ -56,7 +57,8 @@ sy_status_t sy__placement_check(const sy_place_t *places, int world, char *why, 
   }
   if (s == SY_SUCCESS && alone >= 0 && shared >= 0) {
     snprintf(why, why_len,
-             "ranks %d and %d share GPU %.32s on %.64s while rank %d has GPU %.32s on %.64s to itself: NVSHMEM starts only if "
+             "ranks %d and %d share GPU %.32s on %.256s while rank %d has GPU %.32s on %.256s to itself: NVSHMEM "
+             "starts only if "
              "every rank has a GPU of its own or every GPU is shared (it hangs otherwise)",
              shared, shared_with, places[shared].gpu, places[shared].host, alone, places[alone].gpu,
              places[alone].host);

@@ -19,9 +19,10 @@
 extern "C" {
 #endif
 
-/* One rank's place: its host's name and its GPU's PCI bus id ("0000:19:00.0"), each NUL-terminated. */
+/* One rank's place: its host's name and its GPU's PCI bus id ("0000:19:00.0"), what NVSHMEM compares (host name,
+ * PCI domain, bus and device) to find ranks sharing a GPU; each NUL-terminated within its array. */
 typedef struct sy_place {
-  char host[64];
+  char host[256];
   char gpu[32];
 } sy_place_t;
 

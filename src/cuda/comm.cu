@@ -228,18 +228,26 @@ static const sy_backend_ops_t cuda_ops = {
 /* ---- init ------------------------------------------------------------------------------------------------ */
 
 /* Every rank's host and GPU, allgathered over the bootstrap, checked before NVSHMEM starts (core/placement.h: a job
- * where some ranks share a GPU and others do not hangs in nvshmem's init); every rank reaches the same verdict. */
+ * where some ranks share a GPU and others do not hangs in nvshmem's init); every rank reaches the same verdict. A
+ * rank that cannot name its GPU still joins the allgather, with an empty name, so that every rank fails alike. */
 static sy_status_t check_placement(sy_comm_t comm, cuda_state *st) {
-  sy_place_t me;
-  memset(&me, 0, sizeof me);
-  if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "(unnamed host)");
-  const cudaError_t err = cudaDeviceGetPCIBusId(me.gpu, (int)sizeof me.gpu - 1, comm->device);
-  if (err != cudaSuccess) return cuda_error(err, "cudaDeviceGetPCIBusId", __FILE__, __LINE__);
-  sy_place_t *all = (sy_place_t *)calloc((size_t)comm->world_size, sizeof *all);
-  if (!all) return SY_ERR_NO_MEMORY;
-  char why[384];
-  sy_status_t s = sy__boot_allgather(st->boot, &me, all, sizeof me);
-  if (s == SY_SUCCESS) s = sy__placement_check(all, comm->world_size, why, sizeof why);
+  const int W = comm->world_size;
+  sy_place_t *all = (sy_place_t *)calloc((size_t)W + 1, sizeof *all);
+  if (!all) return SY_ERR_NO_MEMORY; /* the others' allgather ends at the bootstrap's timeout */
+  sy_place_t *me = &all[W];
+  /* a name longer than the array: gethostname may fail but leaves a prefix; NVSHMEM hashes the whole name */
+  (void)gethostname(me->host, sizeof me->host - 1);
+  const cudaError_t err = cudaDeviceGetPCIBusId(me->gpu, (int)sizeof me->gpu - 1, comm->device);
+  if (err != cudaSuccess) me->gpu[0] = '\0';
+  char why[512] = "";
+  sy_status_t s = sy__boot_allgather(st->boot, me, all, sizeof *me);
+  for (int p = 0; s == SY_SUCCESS && p < W; p++)
+    if (all[p].gpu[0] == '\0') {
+      SY_WARN("cuda backend: rank %d could not read its GPU's PCI bus id%s%s", p, p == comm->rank ? ": " : "",
+              p == comm->rank ? cudaGetErrorString(err) : "");
+      s = SY_ERR_CUDA;
+    }
+  if (s == SY_SUCCESS) s = sy__placement_check(all, W, why, sizeof why);
   if (s == SY_ERR_UNSUPPORTED) SY_WARN("cuda backend: this placement of ranks on GPUs cannot start: %s", why);
   free(all);
   return s;

@@ -1,30 +1,22 @@
 #!/usr/bin/env bash
-# x-next.sh — the first device call after run 33 (run 34, call 1; any kind, 1 or 4 GPUs): SY_HT_SCALE_HINT
-# as it landed (two instances of the dispatch kernel; run 33 measured each as a build) — test_gpu_moe_ht (every variant, the
-# new .hint among them) at the GPUs present and at 1 rank, ranks sharing the GPU where only one is present;
-# compute-sanitizer memcheck on its .hint step at 1 rank; then moe-ht FP8 at world 1 with the
-# default (-1: the policy at 132 SMs, none at 16) against 0 at 132 SMs and against 1 at 16, two passes; then, with 4
-# GPUs, the issue-19 table at world 4 (4,096 and 8,192 tokens, 16 SMs, both wires, forward and backward, NCCL
-# beside: $OUT/ht_w4.json). $OUT/summary.txt. The second call, with four GPUs: tools/dev/x4-head.sh.
+# x-next.sh — the first device call after run 35 (any kind; 2 GPUs or more best): what run 35 wrote after its device
+# time ran out — the cuda backend's placement check before NVSHMEM starts (core/placement.c) and gpu-check's round
+# robin over the most GPUs that divide the rank count. With n >= 2 GPUs: test_gpu_placement (3 ranks on GPUs 0,1,0
+# must be refused at once, naming ranks 0 and 2) and test_gpu_init / test_gpu_alltoall / test_gpu_moe_ht at n and at
+# 3 sharing (3 on 2 GPUs: all on GPU 0); with 1 GPU the same tests at 1 and 3 sharing (the check must accept 0,0,0);
+# with 4 GPUs also every GPU test at 4 and the issue-19 table at world 4 (16 SMs, NCCL beside: $OUT/ht_w4.json).
+# $OUT/summary.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/summary.txt b=build/bin
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 nvidia-smi -L | head -1 >>$s
-if [ "$n" -ge 4 ]; then counts="4 1"; shared=0; else counts="3 1"; shared=1; fi
-# the tests (each under gpu-check's own 90 s cap), then memcheck on the policy's kernel alone: an outer timeout
-# cannot stop a test gpu-check has started (its own process group), so the caps, not it, bound this call
-GPU_CHECK_SHARED=$shared GPU_CHECK_ONLY='^test_gpu_moe_ht' GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=90 \
+only='^test_gpu_(init|alltoall|moe_ht|placement)$'
+[ "$n" -ge 4 ] && only='^test_'
+if [ "$n" -ge 2 ]; then counts="$n 3"; else counts="1 3"; fi
+GPU_CHECK_SHARED=1 GPU_CHECK_ONLY="$only" GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=120 \
   tools/gpu-check.sh /tmp/g $counts >/dev/null 2>&1
 grep -v "^cpu tests" /tmp/g/summary.txt >>$s
-GPU_CHECK_ONLY='^sanitize_memcheck_test_gpu_moe_ht.hint$' GPU_CHECK_SANITIZE="memcheck" GPU_CHECK_TIMEOUT=120 \
-  tools/gpu-check.sh /tmp/g2 1 >/dev/null 2>&1
-grep sanitize /tmp/g2/summary.txt >>$s
-bench() { # HINT SMS PASS
-  SY_HT_SCALE_HINT=$1 timeout 60 $b/syrun -n 1 $b/sy-bench --no-nccl --tokens 4096 --wire fp8 --num-sms $2 moe-ht >/tmp/r.txt 2>&1
-  echo "== hint $1, world 1, $2 SMs, pass $3 rc=$?" >>$s
-  grep -E " dispatch " /tmp/r.txt | sed 's/\[rank 0\]//' | head -1 >>$s
-}
-for pass in 1 2; do bench -1 132 $pass; bench 0 132 $pass; bench -1 16 $pass; bench 1 16 $pass; done
+tar czf $OUT/logs.tar.gz -C /tmp/g logs.tar.gz 2>/dev/null
 if [ "$n" -ge 4 ]; then
   timeout 200 $b/syrun -n 4 $b/sy-bench --json $OUT/ht_w4.json moe-ht >/tmp/ht4.txt 2>&1
   echo "== moe-ht world 4, 16 SMs rc=$?" >>$s
