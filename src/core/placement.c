@@ -58,8 +58,7 @@ sy_status_t sy__placement_check(const sy_place_t *places, int world, char *why, 
   if (s == SY_SUCCESS && alone >= 0 && shared >= 0) {
     snprintf(why, why_len,
              "ranks %d and %d share GPU %.32s on %.256s while rank %d has GPU %.32s on %.256s to itself: NVSHMEM "
-             "starts only if "
-             "every rank has a GPU of its own or every GPU is shared (it hangs otherwise)",
+             "starts only if every rank has a GPU of its own or every GPU is shared (it hangs otherwise)",
              shared, shared_with, places[shared].gpu, places[shared].host, alone, places[alone].gpu,
              places[alone].host);
     s = SY_ERR_UNSUPPORTED;
