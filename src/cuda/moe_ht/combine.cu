@@ -50,21 +50,32 @@ __device__ void send_partial(const ht_params &P, ht_pipe &pp, char *m, int index
   }
   if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
   __syncwarp();
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  constexpr int V = HT_PIPE_VEC;
+  float acc[V][8];
+#pragma unroll
+  for (int h = 0; h < V; h++)
+#pragma unroll
+    for (int q = 0; q < 8; q++) acc[h][q] = 0.0f;
   char *out = m + P.wl.payload_offset;
   pipe_gather(
       pp, n, bytes,
-      [&](size_t, int i, uint4 v) {
+      [&](int, int i, const uint4 *v) {
         const float w = pp.src[i].w;
-        float y[8];
-        bf16x8_to_float(v, y);
 #pragma unroll
-        for (int q = 0; q < 8; q++) acc[q] = fmaf(w, y[q], acc[q]);
+        for (int h = 0; h < V; h++) {
+          float y[8];
+          bf16x8_to_float(v[h], y);
+#pragma unroll
+          for (int q = 0; q < 8; q++) acc[h][q] = fmaf(w, y[q], acc[h][q]);
+        }
       },
-      [&](size_t off) {
-        if (off < bytes) *(uint4 *)(out + off) = float8_to_bf16(acc);
+      [&](int off) {
 #pragma unroll
-        for (int q = 0; q < 8; q++) acc[q] = 0.0f;
+        for (int h = 0; h < V; h++) {
+          if (off + 512 * h < (int)bytes) *(uint4 *)(out + off + 512 * h) = float8_to_bf16(acc[h]);
+#pragma unroll
+          for (int q = 0; q < 8; q++) acc[h][q] = 0.0f;
+        }
       });
   __syncwarp(); /* the table is read until here; the partial is whole before the put */
   if (!remote) return;
@@ -73,50 +84,64 @@ __device__ void send_partial(const ht_params &P, ht_pipe &pp, char *m, int index
 
 /* A warp: token t's row, the sum over its nr ranks' partials in rank order from +0 in fp32, rounded once; this
  * rank's partial (has_me) made here from its ns rows (lane i < ns: srow, sw) as a ring's would be (fused
- * multiply-adds in row order, rounded to bf16). Through the warp's pipe: the table holds this rank's rows first,
- * then the other ranks' slots (lane i < nr: slot, NULL for this rank) in rank order, so this rank's partial is
- * whole when the first rank after it is added. */
+ * multiply-adds in row order, rounded to bf16). Through the warp's pipe: the table holds the other ranks' slots
+ * (lane i < nr: slot, NULL for this rank) in rank order with this rank's rows in this rank's place, so its partial
+ * is rounded and added when its last row has been read. A partial of no rows (rows that do not fit) is +0 and is
+ * not added: acc, a sum from +0, is never -0, so acc + +0 == acc bit for bit. */
 __device__ __forceinline__ void reduce_rows(const ht_params &P, ht_pipe &pp, int t, const int *rank, int nr,
                                             const char *slot, int srow, float sw, int ns, bool has_me) {
   const int me = P.ctx.rank, lane = threadIdx.x & 31;
   const size_t bytes = (size_t)P.hidden * 2;
-  if (lane < ns) pp.src[lane] = ht_src{(const char *)P.tokens + (size_t)srow * bytes, sw, me};
+  int lo = 0; /* the table's first row of this rank: after the ranks below it */
+  for (int j = 0; j < nr; j++) lo += rank[j] < me;
+  if (!has_me) ns = 0;
+  if (lane < ns) pp.src[lo + lane] = ht_src{(const char *)P.tokens + (size_t)srow * bytes, sw, me};
   if (lane < nr && rank[lane] != me)
-    pp.src[ns + lane - (has_me && rank[lane] > me ? 1 : 0)] = ht_src{slot, 0.0f, rank[lane]};
+    pp.src[rank[lane] < me ? lane : lane - (has_me ? 1 : 0) + ns] = ht_src{slot, 0.0f, rank[lane]};
   __syncwarp();
-  float acc[8], mine[8];
-  bool added = !has_me; /* this rank's partial is in acc */
+  constexpr int V = HT_PIPE_VEC;
+  float acc[V][8], mine[V][8];
 #pragma unroll
-  for (int q = 0; q < 8; q++) acc[q] = mine[q] = 0.0f;
+  for (int h = 0; h < V; h++)
+#pragma unroll
+    for (int q = 0; q < 8; q++) acc[h][q] = mine[h][q] = 0.0f;
   char *out = (char *)P.out + (size_t)t * bytes;
   pipe_gather(
       pp, ns + nr - (has_me ? 1 : 0), bytes,
-      [&](size_t, int i, uint4 v) {
-        float y[8];
-        bf16x8_to_float(v, y);
-        if (i < ns) {
+      [&](int, int i, const uint4 *v) {
+        if ((unsigned)(i - lo) < (unsigned)ns) {
           const float w = pp.src[i].w;
 #pragma unroll
-          for (int q = 0; q < 8; q++) mine[q] = fmaf(w, y[q], mine[q]);
-          if (i == ns - 1) bf16x8_to_float(float8_to_bf16(mine), mine); /* rounded as a ring's partial */
+          for (int h = 0; h < V; h++) {
+            float y[8];
+            bf16x8_to_float(v[h], y);
+#pragma unroll
+            for (int q = 0; q < 8; q++) mine[h][q] = fmaf(w, y[q], mine[h][q]);
+          }
+          if (i == lo + ns - 1)
+#pragma unroll
+            for (int h = 0; h < V; h++) {
+              bf16x8_to_float(float8_to_bf16(mine[h]), mine[h]); /* rounded as a ring's partial */
+#pragma unroll
+              for (int q = 0; q < 8; q++) acc[h][q] = acc[h][q] + mine[h][q];
+            }
           return;
         }
-        if (!added && pp.src[i].tag > me) {
 #pragma unroll
-          for (int q = 0; q < 8; q++) acc[q] = acc[q] + mine[q];
-          added = true;
+        for (int h = 0; h < V; h++) {
+          float y[8];
+          bf16x8_to_float(v[h], y);
+#pragma unroll
+          for (int q = 0; q < 8; q++) acc[h][q] = acc[h][q] + y[q];
         }
-#pragma unroll
-        for (int q = 0; q < 8; q++) acc[q] = acc[q] + y[q];
       },
-      [&](size_t off) {
-        if (!added)
+      [&](int off) {
 #pragma unroll
-          for (int q = 0; q < 8; q++) acc[q] = acc[q] + mine[q];
-        if (off < bytes) *(uint4 *)(out + off) = float8_to_bf16(acc);
-        added = !has_me;
+        for (int h = 0; h < V; h++) {
+          if (off + 512 * h < (int)bytes) *(uint4 *)(out + off + 512 * h) = float8_to_bf16(acc[h]);
 #pragma unroll
-        for (int q = 0; q < 8; q++) acc[q] = mine[q] = 0.0f;
+          for (int q = 0; q < 8; q++) acc[h][q] = mine[h][q] = 0.0f;
+        }
       });
   __syncwarp(); /* the table is read until here */
 }
