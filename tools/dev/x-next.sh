@@ -1,25 +1,52 @@
 #!/usr/bin/env bash
-# x-next.sh — the first device call after run 35 (any kind; 2 GPUs or more best): what run 35 wrote after its device
-# time ran out — the cuda backend's placement check before NVSHMEM starts (core/placement.c) and gpu-check's round
-# robin over the most GPUs that divide the rank count. With n >= 2 GPUs: test_gpu_placement (3 ranks on GPUs 0,1,0
-# must be refused at once, naming ranks 0 and 2) and test_gpu_init / test_gpu_alltoall / test_gpu_moe_ht at n and at
-# 3 sharing (3 on 2 GPUs: all on GPU 0); with 1 GPU the same tests at 1 and 3 sharing (the check must accept 0,0,0);
-# with 4 GPUs also every GPU test at 4 and the issue-19 table at world 4 (16 SMs, NCCL beside: $OUT/ht_w4.json).
-# $OUT/summary.txt.
+# x-next.sh — the first device call after run 36 (four GPUs best: the four-GPU kinds were offered again just after
+# run 36's device time was spent). Run 36 made the combine's pipe leaner (f9005d7: −31–32% at 16 SMs on 1 and 2
+# GPUs) and measured a faster combine_bwd loop that gained at world 2 and lost at world 1
+# (tools/dev/patches/ht-grad-fast.patch); neither is measured at world 4. Before the call, here:
+#   tools/dev/ab.sh tree 22b494a pre                     # the code before the leaner pipe
+#   tools/dev/ab.sh tree HEAD grad && (cd ab/grad && patch -p1 <../../tools/dev/patches/ht-grad-fast.patch)
+# and carry ab/pre and ab/grad. With n >= 4 GPUs: test_gpu_moe_ht (direct, puts) with this tree and the patch at 4;
+# moe-ht at world 4, 16 SMs, BF16, 4,096 tokens, --no-nccl, P C G G C P (P = pre, C = this tree, G = the patch);
+# then the issue-19 table with this tree (NCCL beside, $OUT/ht_w4.json). With fewer GPUs: the same at world n (at 1:
+# the tests with 3 ranks sharing GPU 0 too). Every other GPU test: the next call, `GPU_CHECK_ONLY='^test_'
+# tools/gpu-check.sh /tmp/g 4`. $OUT/summary.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-s=$OUT/summary.txt b=build/bin
-n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+s=$OUT/summary.txt
 nvidia-smi -L | head -1 >>$s
-only='^test_gpu_(init|alltoall|moe_ht|placement)$'
-[ "$n" -ge 4 ] && only='^test_'
-if [ "$n" -ge 2 ]; then counts="$n 3"; else counts="1 3"; fi
-GPU_CHECK_SHARED=1 GPU_CHECK_ONLY="$only" GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=120 \
-  tools/gpu-check.sh /tmp/g $counts >/dev/null 2>&1
-grep -v "^cpu tests" /tmp/g/summary.txt >>$s
-tar czf $OUT/logs.tar.gz -C /tmp/g logs.tar.gz 2>/dev/null
-if [ "$n" -ge 4 ]; then
-  timeout 200 $b/syrun -n 4 $b/sy-bench --json $OUT/ht_w4.json moe-ht >/tmp/ht4.txt 2>&1
-  echo "== moe-ht world 4, 16 SMs rc=$?" >>$s
-  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) |target" /tmp/ht4.txt | sed 's/\[rank 0\]//' >>$s
-fi
+n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+w=$n
+[ "$w" -gt 4 ] && w=4
+build() { # DIR SRC
+  cmake -S "$2" -B "$1" >/dev/null &&
+    cmake --build "$1" -j 10 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
+    { echo "build $1 failed" >>"$s"; tail -20 "/tmp/build_$(basename "$1").log" >>$s; }
+}
+build /tmp/xP ab/pre &
+build /tmp/xC . &
+build /tmp/xG ab/grad &
+wait
+declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [G]=/tmp/xG)
+t() { # VARIANT RANKS GPUS-ARG ENV...
+  local v=$1 r=$2 g=$3
+  shift 3
+  env "$@" timeout 150 ${dir[$v]}/bin/syrun -n $r $g ${dir[$v]}/tests/gpu/test_gpu_moe_ht >/tmp/t_$v$r.txt 2>&1
+  echo "test_gpu_moe_ht ($v) n=$r $g $* rc=$?" >>$s
+}
+for v in C G; do
+  t $v $w "" X=1
+  [ "$w" -ge 2 ] && t $v $w "" SY_FORCE_PUT=1
+  [ "$w" -eq 1 ] && t $v 3 "--gpus 0,0,0" X=1
+done
+p=1
+for v in P C G G C P; do
+  timeout 120 ${dir[$v]}/bin/syrun -n $w ${dir[$v]}/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 moe-ht \
+    >/tmp/r.txt 2>&1
+  echo "== world $w, 16 SMs ($v, pass $p) rc=$?" >>$s
+  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+  [ $v = G ] && p=2
+done
+timeout 200 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --json $OUT/ht_w$w.json moe-ht >/tmp/ht.txt 2>&1
+echo "== moe-ht world $w, 16 SMs, NCCL beside rc=$?" >>$s
+grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) |target" /tmp/ht.txt | sed 's/\[rank 0\]//' >>$s
+tar czf $OUT/logs.tar.gz -C /tmp $(cd /tmp && ls t_*.txt build_x*.log 2>/dev/null) 2>/dev/null
 cat $s
