@@ -5,8 +5,10 @@
 # (tools/dev/patches/ht-grad-fast.patch); neither is measured at world 4. Before the call, here:
 #   tools/dev/ab.sh tree 22b494a pre                     # the code before the leaner pipe
 #   tools/dev/ab.sh tree HEAD grad && (cd ab/grad && patch -p1 <../../tools/dev/patches/ht-grad-fast.patch)
-# and carry ab/pre and ab/grad. With n >= 4 GPUs: test_gpu_moe_ht (direct, puts) with this tree and the patch at 4;
-# moe-ht at world 4, 16 SMs, BF16, 4,096 tokens, --no-nccl, P C G G C P (P = pre, C = this tree, G = the patch);
+#   tools/dev/ab.sh tree HEAD gradi && (cd ab/gradi && patch -p1 <../../tools/dev/patches/ht-grad-fast-inline.patch)
+# and carry ab/pre, ab/grad and ab/gradi. With n >= 4 GPUs: test_gpu_moe_ht (direct, puts) with this tree and both
+# patches at 4; moe-ht at world 4, 16 SMs, BF16, 4,096 tokens, --no-nccl, P C G I I G C P (P = pre, C = this tree,
+# G = ht-grad-fast.patch: the loop in a call, I = ht-grad-fast-inline.patch: inline, a piece at a time);
 # then the issue-19 table with this tree (NCCL beside, $OUT/ht_w4.json). With fewer GPUs: the same at world n (at 1:
 # the tests with 3 ranks sharing GPU 0 too). Every other GPU test: the next call, `GPU_CHECK_ONLY='^test_'
 # tools/gpu-check.sh /tmp/g 4`. $OUT/summary.txt.
@@ -24,26 +26,27 @@ build() { # DIR SRC
 build /tmp/xP ab/pre &
 build /tmp/xC . &
 build /tmp/xG ab/grad &
+build /tmp/xI ab/gradi &
 wait
-declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [G]=/tmp/xG)
+declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [G]=/tmp/xG [I]=/tmp/xI)
 t() { # VARIANT RANKS GPUS-ARG ENV...
   local v=$1 r=$2 g=$3
   shift 3
   env "$@" timeout 150 ${dir[$v]}/bin/syrun -n $r $g ${dir[$v]}/tests/gpu/test_gpu_moe_ht >/tmp/t_$v$r.txt 2>&1
   echo "test_gpu_moe_ht ($v) n=$r $g $* rc=$?" >>$s
 }
-for v in C G; do
+for v in C G I; do
   t $v $w "" X=1
   [ "$w" -ge 2 ] && t $v $w "" SY_FORCE_PUT=1
   [ "$w" -eq 1 ] && t $v 3 "--gpus 0,0,0" X=1
 done
 p=1
-for v in P C G G C P; do
+for v in P C G I I G C P; do
   timeout 120 ${dir[$v]}/bin/syrun -n $w ${dir[$v]}/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 moe-ht \
     >/tmp/r.txt 2>&1
   echo "== world $w, 16 SMs ($v, pass $p) rc=$?" >>$s
   grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
-  [ $v = G ] && p=2
+  [ $v = I ] && p=2
 done
 timeout 200 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --json $OUT/ht_w$w.json moe-ht >/tmp/ht.txt 2>&1
 echo "== moe-ht world $w, 16 SMs, NCCL beside rc=$?" >>$s
