@@ -1,11 +1,16 @@
 # variant.sh — sourced by the device scripts that build the library side by side with build-time knobs (x4-head.sh,
-# x4-recv-early.sh, x4-settle.sh):
+# x4-recv-early.sh, x4-settle.sh, x2-pipe.sh, x2-grad.sh, x1-combine.sh, x-next.sh):
 #   variant DIR FLAGS   configures DIR with CMAKE_CUDA_FLAGS=FLAGS and builds sy-bench, syrun and test_gpu_moe_ht
 #                       there (log: /tmp/build_<basename DIR>.log); on failure appends "build DIR failed" to $s.
 variant() {
-  cmake -S . -B "$1" -DCMAKE_CUDA_FLAGS="$2" >/dev/null &&
-    cmake --build "$1" -j 20 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
-    echo "build $1 failed" >>"$s"
+  build_tree "$1" . "$2"
+}
+#   build_tree DIR SRC [FLAGS]  the same from the source tree SRC (`.` or ab/NAME: tools/dev/ab.sh tree), the build
+#                       log's last lines appended to $s on failure.
+build_tree() {
+  cmake -S "$2" -B "$1" -DCMAKE_CUDA_FLAGS="${3:-}" >/dev/null &&
+    cmake --build "$1" -j 10 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
+    { echo "build $1 failed" >>"$s"; tail -20 "/tmp/build_$(basename "$1").log" >>"$s"; }
 }
 #   bench4 V PASS REGEX  moe-ht at world 4 (4,096 tokens, 16 SMs, no NCCL) with variant V's build (${dir[V]}),
 #                        its rows matching REGEX appended to $s under a "== world 4, 16 SMs (V, pass PASS)" line.

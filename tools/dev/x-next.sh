@@ -18,15 +18,11 @@ nvidia-smi -L | head -1 >>$s
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 w=$n
 [ "$w" -gt 4 ] && w=4
-build() { # DIR SRC
-  cmake -S "$2" -B "$1" >/dev/null &&
-    cmake --build "$1" -j 10 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
-    { echo "build $1 failed" >>"$s"; tail -20 "/tmp/build_$(basename "$1").log" >>$s; }
-}
-build /tmp/xP ab/pre &
-build /tmp/xC . &
-build /tmp/xG ab/grad &
-build /tmp/xI ab/gradi &
+. tools/dev/variant.sh # build_tree DIR SRC [FLAGS]
+build_tree /tmp/xP ab/pre &
+build_tree /tmp/xC . &
+build_tree /tmp/xG ab/grad &
+build_tree /tmp/xI ab/gradi &
 wait
 declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [G]=/tmp/xG [I]=/tmp/xI)
 t() { # VARIANT RANKS GPUS-ARG ENV...

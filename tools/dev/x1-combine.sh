@@ -6,13 +6,9 @@
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/x1.txt
 nvidia-smi -L | head -1 >>$s
-build() { # DIR SRC
-  cmake -S "$2" -B "$1" >/dev/null &&
-    cmake --build "$1" -j 16 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
-    { echo "build $1 failed" >>"$s"; tail -20 "/tmp/build_$(basename "$1").log" >>$s; }
-}
-build /tmp/vA ab/base &
-build /tmp/vC . &
+. tools/dev/variant.sh # build_tree DIR SRC [FLAGS]
+build_tree /tmp/vA ab/base &
+build_tree /tmp/vC . &
 wait
 timeout 120 /tmp/vC/bin/syrun -n 1 /tmp/vC/tests/gpu/test_gpu_moe_ht >/tmp/t1.txt 2>&1
 echo "test_gpu_moe_ht (C) n=1 rc=$?" >>$s

@@ -10,15 +10,11 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/grad.txt
 nvidia-smi -L | head -1 >>$s
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-build() { # DIR SRC FLAGS
-  cmake -S "$2" -B "$1" -DCMAKE_CUDA_FLAGS="$3" >/dev/null &&
-    cmake --build "$1" -j 10 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
-    { echo "build $1 failed" >>"$s"; tail -20 "/tmp/build_$(basename "$1").log" >>$s; }
-}
+. tools/dev/variant.sh # build_tree DIR SRC [FLAGS]
 t0=$(date +%s)
-build /tmp/gA ab/base "" &
-build /tmp/gD . "" &
-[ "$n" -ge 2 ] && build /tmp/gE . -DSY_HT_GRAD_FAST=0 &
+build_tree /tmp/gA ab/base "" &
+build_tree /tmp/gD . "" &
+[ "$n" -ge 2 ] && build_tree /tmp/gE . -DSY_HT_GRAD_FAST=0 &
 wait
 echo "builds $(($(date +%s) - t0)) s" >>$s
 declare -A dir=([A]=/tmp/gA [D]=/tmp/gD [E]=/tmp/gE)
