@@ -265,17 +265,27 @@ static sy_status_t bring_up_nvshmem(sy_comm_t comm, cuda_state *st, const sy_res
   else setenv("NVSHMEM_SYMMETRIC_SIZE", heap, 1);
 
   if (comm->world_size > 1) SY_CHECK(check_placement(comm, st));
-  nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
-  if (comm->rank == 0 && nvshmemx_get_uniqueid(&id) != 0) {
+  /* Rank 0's unique id, with whether it could make one: a rank 0 that cannot still joins the allgather, so every
+   * rank fails at once with the same error instead of the others waiting out the bootstrap's timeout. */
+  struct {
+    int32_t ok, pad_;
+    nvshmemx_uniqueid_t id;
+  } mine = {1, 0, NVSHMEMX_UNIQUEID_INITIALIZER};
+  if (comm->rank == 0 && nvshmemx_get_uniqueid(&mine.id) != 0) {
     SY_WARN("nvshmemx_get_uniqueid failed");
+    mine.ok = 0;
+  }
+  void *all = malloc(sizeof mine * (size_t)comm->world_size);
+  if (!all) return SY_ERR_NO_MEMORY;
+  sy_status_t s = sy__boot_allgather(st->boot, &mine, all, sizeof mine);
+  if (s == SY_SUCCESS) memcpy(&mine, all, sizeof mine); /* rank 0's */
+  free(all);
+  SY_CHECK(s);
+  if (!mine.ok) {
+    if (comm->rank != 0) SY_WARN("rank 0 could not make NVSHMEM's unique id; not starting");
     return SY_ERR_NVSHMEM;
   }
-  nvshmemx_uniqueid_t *ids = (nvshmemx_uniqueid_t *)malloc(sizeof id * (size_t)comm->world_size);
-  if (!ids) return SY_ERR_NO_MEMORY;
-  sy_status_t s = sy__boot_allgather(st->boot, &id, ids, sizeof id);
-  if (s == SY_SUCCESS) id = ids[0];
-  free(ids);
-  SY_CHECK(s);
+  nvshmemx_uniqueid_t id = mine.id;
 
   nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
   if (nvshmemx_set_attr_uniqueid_args(comm->rank, comm->world_size, &id, &attr) != 0) {
