@@ -2,7 +2,9 @@
 # x-next.sh — the first device call after run 36 (four GPUs best: the four-GPU kinds were offered again just after
 # run 36's device time was spent). Run 36 made the combine's pipe leaner (f9005d7: −31–32% at 16 SMs on 1 and 2
 # GPUs) and measured a faster combine_bwd loop that gained at world 2 and lost at world 1
-# (tools/dev/patches/ht-grad-fast.patch); neither is measured at world 4. Before the call, here:
+# (tools/dev/patches/ht-grad-fast.patch); neither is measured at world 4. e313e23 changed the cuda backend's start
+# (rank 0's NVSHMEM unique id allgathered with a flag) after run 36's device time: every run here exercises it first.
+# Before the call, here:
 #   tools/dev/ab.sh tree 22b494a pre                     # the code before the leaner pipe
 #   tools/dev/ab.sh tree HEAD grad && (cd ab/grad && patch -p1 <../../tools/dev/patches/ht-grad-fast.patch)
 #   tools/dev/ab.sh tree HEAD gradi && (cd ab/gradi && patch -p1 <../../tools/dev/patches/ht-grad-fast-inline.patch)
