@@ -692,7 +692,7 @@ typedef struct sy_moe_ht *sy_moe_ht_t;
 typedef struct sy_moe_ht_config {
   size_t size;          /* sizeof(sy_moe_ht_config_t) */
   int max_tokens;       /* tokens per rank per call, >= 1 */
-  int hidden;           /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16 */
+  int hidden;           /* elements per token; a multiple of 128 for the FP8 wires, of 8 for BF16; at most 2^20 */
   int top_k;            /* experts per token, 1..32 and at most num_experts */
   int num_experts;      /* a positive multiple of the world size */
   sy_moe_wire_t wire;   /* the dispatch's payload; SY_MOE_WIRE_BF16 by default */

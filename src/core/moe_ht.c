@@ -44,6 +44,7 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
   const int multiple = c.wire == SY_MOE_WIRE_BF16 ? 8 : SY_MOE_FP8_GROUP;
   SY_ARG_CHECK(c.hidden >= 1 && c.hidden % multiple == 0, fn, "config->hidden=%d is not a positive multiple of %d (%s)",
                c.hidden, multiple, c.wire == SY_MOE_WIRE_BF16 ? "the BF16 wire's 16-byte rows" : "the FP8 scale group");
+  SY_ARG_CHECK(c.hidden <= SY_MOE_HT_MAX_HIDDEN, fn, "config->hidden=%d exceeds %d", c.hidden, SY_MOE_HT_MAX_HIDDEN);
   SY_ARG_CHECK(c.top_k >= 1 && c.top_k <= 32, fn, "config->top_k=%d outside [1, 32]", c.top_k);
   SY_ARG_CHECK(c.num_experts >= 1 && c.num_experts % W == 0, fn,
                "config->num_experts=%d is not a positive multiple of the world size %d", c.num_experts, W);

@@ -39,6 +39,8 @@ extern "C" {
 #define SY_MOE_HT_HANDLE_MAGIC  0x4d4f4548u /* "HEOM" */
 #define SY_MOE_HT_DEFAULT_SMS   16
 #define SY_MOE_HT_MAX_ALIGNMENT 1024
+/* A row's bytes stay far inside the cuda kernels' 32-bit offsets (cuda/moe_ht/pipe.cuh: bytes < 2^31). */
+#define SY_MOE_HT_MAX_HIDDEN    (1 << 20)
 
 typedef struct sy_moe_ht_handle_header {
   uint32_t magic;        /* SY_MOE_HT_HANDLE_MAGIC once a layout wrote it */

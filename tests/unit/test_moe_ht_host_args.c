@@ -181,6 +181,7 @@ static void config_rejections(sy_comm_t comm, bufs_t *b) {
       {2, 100, FP8, "config->hidden=100 is not a positive multiple of 128"},
       {2, 136, SY_MOE_WIRE_FP8_GIVEN, "config->hidden=136 is not a positive multiple of 128"},
       {2, 12, SY_MOE_WIRE_BF16, "config->hidden=12 is not a positive multiple of 8"},
+      {2, (1 << 20) + 128, FP8, "config->hidden=1048704 exceeds 1048576"},
       {3, 0, FP8, "config->top_k=0"},
       {3, 33, FP8, "config->top_k=33"},
       {4, 0, FP8, "config->num_experts=0"},
@@ -220,6 +221,8 @@ static void config_rejections(sy_comm_t comm, bufs_t *b) {
   bytes = 1;
   CHECK_OK(sy_moe_ht_workspace_size(comm, &c, &bytes));
   CHECK_EQ_INT(bytes, 0);
+  c = good, c.max_tokens = 1, c.hidden = 1 << 20; /* the largest row */
+  CHECK_OK(sy_moe_ht_workspace_size(comm, &c, &bytes));
 }
 
 /* ---- the calls: rank 0's local rejections, then every rank's collective ones, then the good call ------------- */
