@@ -11,7 +11,8 @@
 # and carry ab/pre, ab/grad and ab/gradi. With n >= 4 GPUs: test_gpu_moe_ht (direct, puts) with this tree and both
 # patches at 4; moe-ht at world 4, 16 SMs, BF16, 4,096 tokens, --no-nccl, P C G I I G C P (P = pre, C = this tree,
 # G = ht-grad-fast.patch: the loop in a call, I = ht-grad-fast-inline.patch: inline, a piece at a time);
-# then the issue-19 table with this tree (NCCL beside, $OUT/ht_w4.json). With fewer GPUs: the same at world n (at 1:
+# then the probe of this tree (8,192 tokens: where the blocks' time goes now) and the issue-19 table with it (NCCL
+# beside, $OUT/ht_w4.json). With fewer GPUs: the same at world n (at 1:
 # the tests with 3 ranks sharing GPU 0 too). Every other GPU test: the next call, `GPU_CHECK_ONLY='^test_'
 # tools/gpu-check.sh /tmp/g 4`. $OUT/summary.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
@@ -46,6 +47,11 @@ for v in P C G I I G C P; do
   grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
   [ $v = I ] && p=2
 done
+rm -rf /tmp/pC && mkdir -p /tmp/pC
+SY_HT_PROBE=/tmp/pC/probe.%r.txt timeout 120 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --no-nccl --tokens 8192 \
+  --wire bf16 moe-ht >/dev/null 2>&1
+echo "== probe (C), world $w, 8,192 tokens, BF16, rank 0" >>$s
+python3 tools/dev/ht-probe.py /tmp/pC/probe.0.txt >>$s 2>&1
 timeout 200 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --json $OUT/ht_w$w.json moe-ht >/tmp/ht.txt 2>&1
 echo "== moe-ht world $w, 16 SMs, NCCL beside rc=$?" >>$s
 grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) |target" /tmp/ht.txt | sed 's/\[rank 0\]//' >>$s
