@@ -8,9 +8,11 @@
 #   tools/dev/ab.sh tree 22b494a pre                     # the code before the leaner pipe
 #   tools/dev/ab.sh tree HEAD grad && (cd ab/grad && patch -p1 <../../tools/dev/patches/ht-grad-fast.patch)
 #   tools/dev/ab.sh tree HEAD gradi && (cd ab/gradi && patch -p1 <../../tools/dev/patches/ht-grad-fast-inline.patch)
-# and carry ab/pre, ab/grad and ab/gradi. With n >= 4 GPUs: test_gpu_moe_ht (direct, puts) with this tree and both
-# patches at 4; moe-ht at world 4, 16 SMs, BF16, 4,096 tokens, --no-nccl, P C G I I G C P (P = pre, C = this tree,
-# G = ht-grad-fast.patch: the loop in a call, I = ht-grad-fast-inline.patch: inline, a piece at a time);
+#   tools/dev/ab.sh tree HEAD owner && (cd ab/owner && patch -p1 <../../tools/dev/patches/ht-owner-ahead.patch)
+# and carry ab/pre, ab/grad, ab/gradi and ab/owner (O: the combine's owners plan and wait a batch ahead). With n >= 4 GPUs: test_gpu_moe_ht (direct, puts) with this tree and both
+# patches at 4; moe-ht at world 4, 16 SMs, BF16, 4,096 tokens, --no-nccl, P C G I O O I G C P (P = pre, C = this
+# tree, G = ht-grad-fast.patch: the loop in a call, I = ht-grad-fast-inline.patch: inline, a piece at a time, O =
+# ht-owner-ahead.patch);
 # then the probe of this tree (8,192 tokens: where the blocks' time goes now) and the issue-19 table with it (NCCL
 # beside, $OUT/ht_w4.json). With fewer GPUs: the same at world n (at 1:
 # the tests with 3 ranks sharing GPU 0 too). Every other GPU test: the next call, `GPU_CHECK_ONLY='^test_'
@@ -26,26 +28,27 @@ build_tree /tmp/xP ab/pre &
 build_tree /tmp/xC . &
 build_tree /tmp/xG ab/grad &
 build_tree /tmp/xI ab/gradi &
+build_tree /tmp/xO ab/owner &
 wait
-declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [G]=/tmp/xG [I]=/tmp/xI)
+declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [G]=/tmp/xG [I]=/tmp/xI [O]=/tmp/xO)
 t() { # VARIANT RANKS GPUS-ARG ENV...
   local v=$1 r=$2 g=$3
   shift 3
   env "$@" timeout 150 ${dir[$v]}/bin/syrun -n $r $g ${dir[$v]}/tests/gpu/test_gpu_moe_ht >/tmp/t_$v$r.txt 2>&1
   echo "test_gpu_moe_ht ($v) n=$r $g $* rc=$?" >>$s
 }
-for v in C G I; do
+for v in C G I O; do
   t $v $w "" X=1
   [ "$w" -ge 2 ] && t $v $w "" SY_FORCE_PUT=1
   [ "$w" -eq 1 ] && t $v 3 "--gpus 0,0,0" X=1
 done
 p=1
-for v in P C G I I G C P; do
-  timeout 120 ${dir[$v]}/bin/syrun -n $w ${dir[$v]}/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 moe-ht \
+for v in P C G I O O I G C P; do
+  timeout 90 ${dir[$v]}/bin/syrun -n $w ${dir[$v]}/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 moe-ht \
     >/tmp/r.txt 2>&1
   echo "== world $w, 16 SMs ($v, pass $p) rc=$?" >>$s
   grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
-  [ $v = I ] && p=2
+  [ $v = O ] && p=2
 done
 rm -rf /tmp/pC && mkdir -p /tmp/pC
 SY_HT_PROBE=/tmp/pC/probe.%r.txt timeout 120 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --no-nccl --tokens 8192 \
