@@ -46,7 +46,7 @@ __device__ void send_partial(const ht_params &P, ht_pipe &pp, char *m, int index
   if (lane < n) {
     const float v = P.row_values ? P.row_values[row] : 0.0f;
     ((int4 *)(m + 16))[lane] = make_int4(__float_as_int(v), 0, 0, 0);
-    pp.src[lane] = ht_src{(const char *)P.tokens + (size_t)row * bytes, P.row_weights ? P.row_weights[row] : 1.0f, 0};
+    pp.src[lane] = ht_src{(const char *)P.tokens + (size_t)row * bytes, P.row_weights ? P.row_weights[row] : 1.0f};
   }
   if (lane == 0) *(int4 *)m = make_int4(index, n, 0, 0);
   __syncwarp();
@@ -95,9 +95,8 @@ __device__ __forceinline__ void reduce_rows(const ht_params &P, ht_pipe &pp, int
   int lo = 0; /* the table's first row of this rank: after the ranks below it */
   for (int j = 0; j < nr; j++) lo += rank[j] < me;
   if (!has_me) ns = 0;
-  if (lane < ns) pp.src[lo + lane] = ht_src{(const char *)P.tokens + (size_t)srow * bytes, sw, me};
-  if (lane < nr && rank[lane] != me)
-    pp.src[rank[lane] < me ? lane : lane - (has_me ? 1 : 0) + ns] = ht_src{slot, 0.0f, rank[lane]};
+  if (lane < ns) pp.src[lo + lane] = ht_src{(const char *)P.tokens + (size_t)srow * bytes, sw};
+  if (lane < nr && rank[lane] != me) pp.src[rank[lane] < me ? lane : lane - (has_me ? 1 : 0) + ns] = ht_src{slot, 0.0f};
   __syncwarp();
   constexpr int V = HT_PIPE_VEC;
   float acc[V][8], mine[V][8];

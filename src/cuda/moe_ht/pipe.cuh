@@ -26,8 +26,9 @@ namespace sy {
  * throughput: the combine's pipe, leaner"): a pass covers 512 x HT_PIPE_VEC bytes of the row, a lane's vector h of
  * a pass at 512 h + 16 lane. The per-piece work (the copies' issue, the wait, the slot and offset arithmetic, the
  * loop) is paid once a piece, so two vectors a piece halve it per byte (the combine is bound by its instructions:
- * −31% at 16 SMs against one vector in the nested loop before). A lane's ring, and the pieces it has in flight (a slot is refilled at least
- * one piece after it was read). SY_HT_PIPE_SLOTS / SY_HT_PIPE_DEPTH at build time are for measuring other depths. */
+ * −31% at 16 SMs against one vector in the nested loop before). A lane's ring, and the pieces it has in flight (a
+ * slot is refilled at least one piece after it was read). SY_HT_PIPE_SLOTS / SY_HT_PIPE_DEPTH at build time are for
+ * measuring other depths. */
 #ifndef SY_HT_PIPE_VEC
 #define SY_HT_PIPE_VEC 2
 #endif
@@ -43,11 +44,10 @@ static_assert(HT_PIPE_VEC == 1 || HT_PIPE_VEC == 2, "SY_HT_PIPE_VEC: 1 or 2");
 static_assert(HT_PIPE_DEPTH >= 1 && HT_PIPE_DEPTH < HT_PIPE_SLOTS - 1 && HT_PIPE_DEPTH <= 32, "pipe ring");
 static_assert((HT_PIPE_SLOTS & (HT_PIPE_SLOTS - 1)) == 0, "SY_HT_PIPE_SLOTS: a power of two");
 
-/* One source: its base (a row, or a ring slot's payload), its weight, and a tag the caller gives it (a rank). */
+/* One source: its base (a row, or a ring slot's payload) and its weight. */
 struct ht_src {
   const char *p;
   float w;
-  int tag;
 };
 
 /* A warp's pipe in shared memory: the source table (written by the warp, read by every lane) and the lanes'
@@ -105,19 +105,20 @@ __device__ __forceinline__ void pipe_gather(ht_pipe &pp, int n, size_t bytes, Pi
     for (int off = lane * 16, p = 0; p < passes; p++, off += HT_PIPE_PASS) done(off);
     return;
   }
-  const uint32_t ring =
-      (uint32_t)__cvta_generic_to_shared(&pp.ring[0][0][lane]); /* slot s, vector h: + 512 (s V + h) */
+  /* slot s, vector h of this lane: ring + 512 (s HT_PIPE_VEC + h) */
+  const uint32_t ring = (uint32_t)__cvta_generic_to_shared(&pp.ring[0][0][lane]);
   const int total = passes * n;
   int ioff = lane * 16, isrc = 0; /* the next piece to issue: its offset and source */
   auto slot = [&](int k) { return ring + ((uint32_t)(k & (HT_PIPE_SLOTS - 1)) * HT_PIPE_PASS); };
-  auto issue = [&](int k) { /* piece k */
-                            const char *g = pp.src[isrc].p + ioff;
-                            const uint32_t s = slot(k);
+  /* piece k's copies (none past the row's end), then its group */
+  auto issue = [&](int k) {
+    const char *g = pp.src[isrc].p + ioff;
+    const uint32_t s = slot(k);
 #pragma unroll
-                            for (int h = 0; h < HT_PIPE_VEC; h++)
-                              if (ioff + 512 * h < nb) cp_async16(s + 512 * h, g + 512 * h);
-                            cp_async_commit(); /* an empty group past the end keeps the count the wait relies on */
-                            if (++isrc == n) isrc = 0, ioff += HT_PIPE_PASS;
+    for (int h = 0; h < HT_PIPE_VEC; h++)
+      if (ioff + 512 * h < nb) cp_async16(s + 512 * h, g + 512 * h);
+    cp_async_commit(); /* an empty group past the end keeps the count the wait relies on */
+    if (++isrc == n) isrc = 0, ioff += HT_PIPE_PASS;
   };
 #pragma unroll
   for (int d = 0; d < HT_PIPE_DEPTH; d++) issue(d);
