@@ -12,6 +12,16 @@ build_tree() {
     cmake --build "$1" -j 10 --target sy-bench syrun test_gpu_moe_ht >"/tmp/build_$(basename "$1").log" 2>&1 ||
     { echo "build $1 failed" >>"$s"; tail -20 "/tmp/build_$(basename "$1").log" >>"$s"; }
 }
+#   bench_ws V RANKS SMS PASS CALLS  moe-ht (4,096 tokens, BF16, no NCCL) with variant V's build at world RANKS on
+#                        SMS SMs, its rows of the calls CALLS (a regex alternation, e.g. "combine|dispatch_bwd")
+#                        appended to $s under "== world RANKS, SMS SMs (V, pass PASS)".
+bench_ws() {
+  local b=${dir[$1]}
+  timeout 120 "$b/bin/syrun" -n "$2" "$b/bin/sy-bench" --no-nccl --tokens 4096 --wire bf16 --num-sms "$3" moe-ht \
+    >/tmp/r.txt 2>&1
+  echo "== world $2, $3 SMs ($1, pass $4) rc=$?" >>"$s"
+  grep -E " ($5) " /tmp/r.txt | sed 's/\[rank 0\]//' >>"$s"
+}
 #   bench4 V PASS REGEX  moe-ht at world 4 (4,096 tokens, 16 SMs, no NCCL) with variant V's build (${dir[V]}),
 #                        its rows matching REGEX appended to $s under a "== world 4, 16 SMs (V, pass PASS)" line.
 bench4() {

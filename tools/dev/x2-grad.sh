@@ -30,15 +30,9 @@ if [ "$n" -ge 2 ]; then
 fi
 t w1 1 "" X=1
 t s3 3 "--gpus 0,0,0" X=1
-bench() { # VARIANT RANKS SMS PASS
-  local b=${dir[$1]}
-  timeout 120 $b/bin/syrun -n $2 $b/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 --num-sms $3 moe-ht >/tmp/r.txt 2>&1
-  echo "== world $2, $3 SMs ($1, pass $4) rc=$?" >>$s
-  grep -E " (dispatch|combine_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
-}
 if [ "$n" -ge 2 ]; then
-  p=1; for v in A D E E D A; do bench $v 2 16 $p; [ $v = E ] && p=2; done
+  p=1; for v in A D E E D A; do bench_ws $v 2 16 $p "dispatch|combine_bwd"; [ $v = E ] && p=2; done
 fi
-for sms in 16 132; do p=1; for v in A D D A; do bench $v 1 $sms $p; [ $v = D ] && p=2; done; done
+for sms in 16 132; do p=1; for v in A D D A; do bench_ws $v 1 $sms $p "dispatch|combine_bwd"; [ $v = D ] && p=2; done; done
 tar czf $OUT/logs.tar.gz -C /tmp $(cd /tmp && ls t_*.txt build_g*.log 2>/dev/null) 2>/dev/null
 cat $s

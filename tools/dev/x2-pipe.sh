@@ -32,16 +32,10 @@ fi
 t C w1 1 "" X=1
 t B w1 1 "" X=1
 t C s3 3 "--gpus 0,0,0" X=1
-bench() { # VARIANT RANKS SMS PASS
-  local b=${dir[$1]}
-  timeout 120 $b/bin/syrun -n $2 $b/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 --num-sms $3 moe-ht >/tmp/r.txt 2>&1
-  echo "== world $2, $3 SMs ($1, pass $4) rc=$?" >>$s
-  grep -E " (combine|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
-}
 if [ "$n" -ge 2 ]; then
-  p=1; for v in A B C C B A; do bench $v 2 16 $p; [ $v = C ] && p=2; done
+  p=1; for v in A B C C B A; do bench_ws $v 2 16 $p "combine|dispatch_bwd"; [ $v = C ] && p=2; done
 fi
-for sms in 16 132; do p=1; for v in A B C C B A; do bench $v 1 $sms $p; [ $v = C ] && p=2; done; done
+for sms in 16 132; do p=1; for v in A B C C B A; do bench_ws $v 1 $sms $p "combine|dispatch_bwd"; [ $v = C ] && p=2; done; done
 if [ "$n" -ge 2 ]; then
   for v in B C; do
     rm -rf /tmp/p_$v && mkdir -p /tmp/p_$v
