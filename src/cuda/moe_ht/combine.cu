@@ -278,7 +278,96 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
     }
 }
 
-__device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
+/* The owners' side of a channel: batches of HT_BATCH tokens in order, each planned (plan_batch: which ranks'
+ * partials a token has and their messages' indices), waited for (the tails of the ranks the batch touches), summed
+ * (reduce_token, a token a warp) and handed back (the heads). Two schedules with the same sums and bits, one in
+ * each instance of the kernel (sy_ht_combine, sy_ht_combine_ahead; SY_HT_OWNER_AHEAD):
+ * - recv_lockstep: plan, wait, sum, hand back, a block barrier between each step;
+ * - recv_ahead: warp 0 plans batch s + 1 and waits for its partials while the other warps sum batch s, then joins
+ *   them (tokens to warps by a counter in shared memory).
+ * Measured (run 37, bench/NOTES.md): ahead is 21% faster at world 2 with 16 SMs, where the owners wait for other
+ * ranks' partials, and 9% slower at world 1 with 132 SMs (two batches a channel, and the first step is all
+ * planning), so the default takes it from world 2. A run-time switch in one kernel (128 registers against 116)
+ * made both slower at world 1 (the lockstep by 14% at 132 SMs): hence the two instances.
+ *
+ * recv_ahead, step s: warp 0 plans batch s into buffer s % 2 (thread 0 gives each message its index, so cons[] runs
+ * to the end of batch s, and keeps those values in snap[s % 2]) and waits for its partials, while warps 1..15 sum
+ * batch s - 1 from buffer (s - 1) % 2, tokens by the counter ctr[s % 2]; warp 0 joins them when its wait is over.
+ * After the step's barrier thread 0 hands back batch s - 1 (snap[(s - 1) % 2]: the values at its planning's end,
+ * not cons, which has moved on to batch s). A ring holds both batches' messages from a peer (HT_SLOTS >= 2
+ * HT_BATCH), so the sender can write batch s's while batch s - 1's are unreturned. Dynamic shared memory: cons [W],
+ * snap [2][W] uint64 (the 24 W bytes of per-peer state). */
+static_assert(HT_SLOTS >= 2 * HT_BATCH, "recv_ahead: a ring holds two batches' messages from one peer");
+__device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me,
+                           bool rows_ok) {
+  const int W = P.world_size, C = P.C, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  uint64_t *cons = (uint64_t *)smem; /* [W] */
+  uint64_t *snap = cons + W;         /* [2][W] */
+  __shared__ recv_batch B[2];
+  __shared__ int touched[2][HT_BATCH * 32], ntouched[2], ctr[2];
+  int failed = 0; /* thread 0's wait timed out (warp 0 learns it by a shuffle, the block by the step's barrier) */
+  for (int p = threadIdx.x; p < W; p += blockDim.x) cons[p] = P.consumed[(size_t)p * C + c];
+  if (threadIdx.x == 0) ctr[0] = ctr[1] = 0, ntouched[0] = ntouched[1] = 0;
+  __syncthreads();
+  const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
+  const int mid = chan_mid(c, P.num_tokens, C), nbatch = (end - begin + HT_BATCH - 1) / HT_BATCH;
+  for (int step = 0; step <= nbatch; step++) {
+    uint64_t pt = probe_now(P);
+    const int cur = step & 1, prev = cur ^ 1;
+    auto sum = [&](int b) { /* batch b (buffer b & 1) by the counter ctr[cur] */
+                            const int t0 = begin + b * HT_BATCH, nb = min(HT_BATCH, end - t0);
+                            recv_batch &R = B[b & 1];
+                            for (;;) {
+                              int j = 0;
+                              if (lane == 0) j = atomicAdd(&ctr[cur], 1);
+                              j = __shfl_sync(0xffffffffu, j, 0);
+                              if (j >= nb) break;
+                              if (!R.skip[j])
+                                reduce_token(P, pp, c, t0 + j, R.rank[j], R.index[j], R.nr[j], rowbase_me, rows_ok);
+                            }
+    };
+    if (warp == 0) {
+      if (threadIdx.x == 0) ctr[prev] = 0; /* last used in step - 1; next in step + 1, after this step's barrier */
+      if (step < nbatch) {
+        const int t0 = begin + step * HT_BATCH, nb = min(HT_BATCH, end - t0);
+        plan_batch(P, t0, nb, mid, cons, B[cur], touched[cur], ntouched[cur]);
+        if (threadIdx.x == 0) {
+          for (int q = 0; q < ntouched[cur]; q++) snap[cur * W + touched[cur][q]] = cons[touched[cur][q]];
+          for (int q = 0; q < ntouched[cur] && !failed; q++) {
+            const int p = touched[cur][q];
+            if (!ht_wait(P, tail_word(P, P.ws, p, c), cons[p], OP_MOE_HT_RECV, p)) failed = 1;
+          }
+        }
+        failed = __shfl_sync(0xffffffffu, failed, 0);
+        if (P.probe) {
+          probe_add(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
+          probe_add(P, PR_ITEMS, nb);
+        }
+      }
+    }
+    if (step > 0 && !failed) sum(step - 1);
+    if (__syncthreads_or(failed)) return;
+    if (P.probe) {
+      probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
+      if (step > 0) probe_add(P, PR_ROUNDS, 1);
+    }
+    if (step > 0 && threadIdx.x == 0) { /* batch step - 1 is read: its heads back */
+      bool stores = false;
+      for (int q = 0; SY_HT_HEAD_ORDER == 1 && q < ntouched[prev]; q++) stores = stores || ht_peer(P, touched[prev][q]);
+      if (stores) fence_acq_rel(true);
+      for (int q = 0; q < ntouched[prev]; q++) {
+        const int p = touched[prev][q];
+        ht_give_back(P, p, c, snap[prev * W + p], true);
+      }
+      if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
+    }
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
+}
+
+__device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me,
+                              bool rows_ok) {
   const int W = P.world_size, C = P.C;
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   __shared__ recv_batch B;
@@ -322,11 +411,11 @@ __device__ void recv_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
   for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
 }
 
-} // namespace
-
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L], then a pipe a warp
- * (pipe.cuh: ht_pipes_at). */
-__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
+ * (pipe.cuh: ht_pipes_at). The kernel in two instances: AHEAD, the owners' batches planned ahead (recv_ahead), or
+ * not (recv_lockstep). */
+template <bool AHEAD>
+__device__ __forceinline__ void combine_kernel(const ht_params &P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
   if (!ht_handle_ok(P, true)) return;
@@ -336,6 +425,12 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
   probe_begin(P);
   if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
-  else recv_part(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
+  else if (AHEAD) recv_ahead(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
+  else recv_lockstep(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
   probe_end(P);
 }
+
+} // namespace
+
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) { combine_kernel<false>(P); }
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine_ahead(ht_params P) { combine_kernel<true>(P); }

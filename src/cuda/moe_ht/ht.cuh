@@ -273,5 +273,7 @@ struct ht_quant_params {
 };
 __global__ void sy_ht_quantise(ht_quant_params Q);
 __global__ void sy_ht_combine(sy::ht_params P);
+/* The same with each channel's owner block planning and waiting a batch ahead (SY_HT_OWNER_AHEAD; combine.cu). */
+__global__ void sy_ht_combine_ahead(sy::ht_params P);
 
 #endif

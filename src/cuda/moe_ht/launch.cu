@@ -37,6 +37,7 @@ struct ht_gpu {
   int recv_own;           /* ht_params.recv_own */
   int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: the queue, but not for the combine's backward
                            * at world 1: sy__cuda_moe_ht_combine_backward) */
+  int owner_ahead;        /* SY_HT_OWNER_AHEAD, resolved: the combine runs as sy_ht_combine_ahead */
   uint64_t *probe;        /* SY_HT_PROBE: [HT_PROBE_KERNELS][2 C][HT_PROBE_SLOTS] */
   char *quant;            /* SY_HT_PREQUANT, FP8 wires: [max_tokens][hidden] E4M3, then */
   float *quant_scales;    /* [max_tokens][hidden / 128] fp32: the tokens quantised ahead of the dispatch */
@@ -160,6 +161,11 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   long long queue = -1;
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
   g->own_queue = queue < 0 ? -1 : queue > 0;
+  /* the combine's owners a batch ahead (auto: from world 2, where they wait for other ranks' partials; at world 1
+   * with many SMs the lockstep measured faster: bench/NOTES.md) */
+  long long ahead = -1;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWNER_AHEAD, &ahead));
+  g->owner_ahead = ahead < 0 ? W > 1 : ahead > 0;
   probe_setup(comm, g);
   /* the FP8 wires' tokens quantised ahead of the dispatch (auto: from world 2, where the sending blocks'
    * quantisation held the dispatch back; at world 1 the extra pass over the tokens costs more: bench/NOTES.md) */
@@ -188,13 +194,14 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CUDA_CHECK(cudaGetDevice(&dev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   cudaFuncAttributes attr;
-  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void *)sy_ht_combine));
+  const void *combine_fn = g->owner_ahead ? (const void *)sy_ht_combine_ahead : (const void *)sy_ht_combine;
+  SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, combine_fn));
   if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
     SY_WARN("sy_moe_ht_create: %d experts on %d ranks need %zu bytes of the combine's shared memory (at most %d)",
             (int)E, (int)W, g->pipe_smem + attr.sharedSizeBytes, optin);
     return SY_ERR_UNSUPPORTED;
   }
-  SY_CHECK(raise_smem_limit((const void *)sy_ht_combine, g->pipe_smem));
+  SY_CHECK(raise_smem_limit(combine_fn, g->pipe_smem));
   const size_t xsmem = exchange_smem(comm, moe);
   if (xsmem > 200 * 1024) {
     SY_WARN(
@@ -266,11 +273,12 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s%s%s",
+  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s%s%s%s",
           g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
           g->staging ? "puts to some peers" : "stores to every peer",
           g->quant ? ", FP8 quantised ahead (SY_HT_PREQUANT)" : "",
-          g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "");
+          g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "",
+          g->owner_ahead ? ", the combine's owners a batch ahead (SY_HT_OWNER_AHEAD)" : "");
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -425,7 +433,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_params P;
   fill(comm, moe, g, call, &P);
   P.probe = probe_of(g, call->row_weights ? 1 : 3);
-  return launch_pdl(sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->pipe_smem, stream, P);
+  return launch_pdl(g->owner_ahead ? sy_ht_combine_ahead : sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->pipe_smem,
+                    stream, P);
 }
 
 /* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
