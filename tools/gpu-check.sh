@@ -111,8 +111,7 @@ for n in "${counts[@]}"; do
   SY_HT_PREQUANT=1 run test_gpu_moe_ht.prequant "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # the FP8 rows' scales under an L2 evict_last policy (by default only where the dispatch holds most SMs)
   SY_HT_SCALE_HINT=1 run test_gpu_moe_ht.hint "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
-  # the combine's owners a batch ahead (by default from world 2) and in lockstep (by default at world 1)
-  SY_HT_OWNER_AHEAD=1 run test_gpu_moe_ht.ahead "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  # the combine's owners in lockstep (the default plans and waits a batch ahead)
   SY_HT_OWNER_AHEAD=0 run test_gpu_moe_ht.lockstep "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
   run test_example_layer "$n" "$bin/sy-example-layer" # examples/moe_layer.c, as a user runs it
@@ -192,7 +191,7 @@ if [ "$gpus" -ge 1 ] && [ ${#sanitize_tools[@]} -gt 0 ]; then
       # the FP8 wires' quantisation ahead of the dispatch, off at world 1 by default (SY_HT_PREQUANT)
       sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .prequant SY_HT_PREQUANT=1
       sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .hint SY_HT_SCALE_HINT=1
-      sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .ahead SY_HT_OWNER_AHEAD=1
+      sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .lockstep SY_HT_OWNER_AHEAD=0
       tool_logs=()
       for f in "$logs/sanitize_${tool}_"*.log; do [ -e "$f" ] && tool_logs+=("$f"); done
       [ ${#tool_logs[@]} -eq 0 ] && continue

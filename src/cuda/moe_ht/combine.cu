@@ -285,10 +285,10 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
  * - recv_lockstep: plan, wait, sum, hand back, a block barrier between each step;
  * - recv_ahead: warp 0 plans batch s + 1 and waits for its partials while the other warps sum batch s, then joins
  *   them (tokens to warps by a counter in shared memory).
- * Measured (run 37, bench/NOTES.md): ahead is 21% faster at world 2 with 16 SMs, where the owners wait for other
- * ranks' partials, and 9% slower at world 1 with 132 SMs (two batches a channel, and the first step is all
- * planning), so the default takes it from world 2. A run-time switch in one kernel (128 registers against 116)
- * made both slower at world 1 (the lockstep by 14% at 132 SMs): hence the two instances.
+ * Measured (run 37, 2 x H200, BF16, 4,096 tokens; bench/NOTES.md): ahead, the default, took the combine at world 2
+ * with 16 SMs from 1,039 to 805-812 us, and at world 1 with 132 SMs from 139.5-139.9 to 135.0-135.1 (with the
+ * pipes aligned: pipe.cuh). The lockstep instance stays for measuring (SY_HT_OWNER_AHEAD=0). A run-time switch in
+ * one kernel instead (128 registers against 116) was slower at world 1.
  *
  * recv_ahead, step s: warp 0 plans batch s into buffer s % 2 (thread 0 gives each message its index, so cons[] runs
  * to the end of batch s, and keeps those values in snap[s % 2]) and waits for its partials, while warps 1..15 sum
@@ -415,9 +415,8 @@ __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem
  * (pipe.cuh: ht_pipes_at). The kernel in two instances: AHEAD, the owners' batches planned ahead (recv_ahead), or
  * not (recv_lockstep). */
 template <bool AHEAD>
-__device__ __forceinline__ void combine_kernel(const ht_params &P) {
+__device__ __forceinline__ void combine_kernel(const ht_params &P, char *smem) {
   pdl_begin();
-  extern __shared__ __align__(16) char smem[];
   if (!ht_handle_ok(P, true)) return;
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
@@ -432,5 +431,13 @@ __device__ __forceinline__ void combine_kernel(const ht_params &P) {
 
 } // namespace
 
-__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) { combine_kernel<false>(P); }
-__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine_ahead(ht_params P) { combine_kernel<true>(P); }
+/* The dynamic shared memory is declared by the kernels, outside the namespace (the symbol pipe.cuh and rows.cuh
+ * name). */
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
+  extern __shared__ __align__(16) char smem[];
+  combine_kernel<false>(P, smem);
+}
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine_ahead(ht_params P) {
+  extern __shared__ __align__(16) char smem[];
+  combine_kernel<true>(P, smem);
+}

@@ -161,11 +161,10 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   long long queue = -1;
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
   g->own_queue = queue < 0 ? -1 : queue > 0;
-  /* the combine's owners a batch ahead (auto: from world 2, where they wait for other ranks' partials; at world 1
-   * with many SMs the lockstep measured faster: bench/NOTES.md) */
-  long long ahead = -1;
-  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWNER_AHEAD, &ahead));
-  g->owner_ahead = ahead < 0 ? W > 1 : ahead > 0;
+  /* the combine's owners a batch ahead (faster at world 1 and 2 measured: bench/NOTES.md, run 37) */
+  int ahead = 1;
+  SY_CHECK(sy__env_bool(SY_ENVID_SY_HT_OWNER_AHEAD, &ahead));
+  g->owner_ahead = ahead;
   probe_setup(comm, g);
   /* the FP8 wires' tokens quantised ahead of the dispatch (auto: from world 2, where the sending blocks'
    * quantisation held the dispatch back; at world 1 the extra pass over the tokens costs more: bench/NOTES.md) */
@@ -189,7 +188,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch_hint, g->smem));
   /* the combine gathers through a pipe a warp after that */
-  g->pipe_smem = ht_pipes_at((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe);
+  g->pipe_smem = ht_pipes_at((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe) + SY_HT_PIPE_ALIGN;
   int optin = 0, dev = 0;
   SY_CUDA_CHECK(cudaGetDevice(&dev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));

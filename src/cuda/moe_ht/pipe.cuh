@@ -62,10 +62,22 @@ struct ht_pipe {
  * then, where a kernel gathers through pipes (the combine), a pipe a warp from this offset on. */
 __host__ __device__ inline size_t ht_pipes_at(int W, int E) { return ((size_t)W * 24 + (size_t)E * 4 + 15) / 16 * 16; }
 
-/* This warp's pipe. */
+/* This warp's pipe. The pipes start at a shared address aligned to SY_HT_PIPE_ALIGN bytes (the dynamic shared
+ * memory holds that many bytes more; 0: no alignment, for measuring). Where the dynamic shared memory starts
+ * depends on the static shared memory the device link gives the kernel, which every __shared__ variable of a
+ * function that several kernels inline can move: adding sy_ht_combine_ahead moved it by 1,840 bytes, and the
+ * unchanged sy_ht_combine took 10% longer at world 1 with 132 SMs (144 -> 159 us on an H200; its SASS identical).
+ * With the pipes at a 1,024-byte boundary it took 139.5-139.9 us, and the ahead instance 135.0-135.1 (run 37).
+ * Why the pipes' alignment matters that much is not known. */
+#ifndef SY_HT_PIPE_ALIGN
+#define SY_HT_PIPE_ALIGN 1024
+#endif
 __device__ __forceinline__ ht_pipe &ht_warp_pipe(int W, int E) {
   extern __shared__ __align__(16) char smem[];
-  return ((ht_pipe *)(smem + ht_pipes_at(W, E)))[threadIdx.x / 32];
+  char *at = smem + ht_pipes_at(W, E);
+  constexpr unsigned a = SY_HT_PIPE_ALIGN;
+  if constexpr (a != 0) at += (a - ((unsigned)__cvta_generic_to_shared(at) & (a - 1u))) & (a - 1u);
+  return ((ht_pipe *)at)[threadIdx.x / 32];
 }
 
 __device__ __forceinline__ void cp_async16(uint32_t smem, const void *gmem) {
