@@ -1,3 +1,7 @@
+#!/usr/bin/env bash
+# x2-landed.sh — run 37 call 4: every GPU test at 2 GPUs on this tree (be7e0db: the owners ahead from world 2), then
+# the combine and dispatch_bwd (BF16, 4,096 tokens) of B (ab/base, 2b98189) and N (this tree) at world 2, 16 SMs and
+# world 1, 132 SMs, B N N B. Carry ab/base. $OUT/summary.txt.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/summary.txt; . tools/dev/variant.sh
 declare -A dir=([B]=/tmp/xB [N]=$PWD/build)
