@@ -698,8 +698,13 @@ typedef struct sy_moe_ht_config {
   sy_moe_wire_t wire;   /* the dispatch's payload; SY_MOE_WIRE_BF16 by default */
   int expert_alignment; /* each local expert's rows padded to a multiple of this (1..1024); 0: 1 */
   int num_sms;          /* SMs the communication kernels may hold; 0: 16 */
-  unsigned flags;       /* none defined yet: 0 */
+  unsigned flags;       /* SY_MOE_HT_* flags below, or 0 */
 } sy_moe_ht_config_t;
+
+/* config.flags: the FP8 wires' recv.scales row-major, [rows][hidden/128] (each row's scales contiguous, the layout
+ * per-token-group quantisation writes and K-major scale readers take), instead of group-major [hidden/128][rows]
+ * (the MN-major layout DeepGEMM's grouped FP8 GEMMs read). Same values, same bits; the BF16 wire refuses it. */
+#define SY_MOE_HT_SCALES_ROW_MAJOR 0x1u
 
 #define SY_MOE_HT_CONFIG_INIT \
   { sizeof(sy_moe_ht_config_t), 0, 0, 0, 0, SY_MOE_WIRE_BF16, 0, 0, 0u }
@@ -707,7 +712,8 @@ typedef struct sy_moe_ht_config {
 /* What a dispatch writes on the experts' rank, in the caller's plain device memory. */
 typedef struct sy_moe_ht_recv {
   void *tokens;            /* [rows][hidden]: E4M3 bytes (FP8 wires) or bf16 */
-  float *scales;           /* FP8 wires: [hidden/128][rows] fp32, group-major, row-minor; BF16: NULL */
+  float *scales;           /* FP8 wires: [hidden/128][rows] fp32, group-major, row-minor (with
+                            * SY_MOE_HT_SCALES_ROW_MAJOR: [rows][hidden/128]); BF16: NULL */
   int32_t *src;            /* [rows][2]: {source rank, source token}; padding {-1, -1} */
   float *weights;          /* [rows]: the routing weight of the row's (token, expert); padding 0 */
   int32_t *expert_offsets; /* [L + 1]: first row of each local expert; [L]: rows used, padding included */

@@ -263,6 +263,7 @@ lib.sy_backend_name.restype = c_char_p
 BACKENDS = {"auto": 0, "cuda": 1, "host": 2}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 WIRES = {"fp8": 0, "fp8_ue8m0": 1, "bf16": 2, "fp8_given": 3}
+SCALES_ROW_MAJOR = 0x1  # SY_MOE_HT_SCALES_ROW_MAJOR (sy_moe_ht_config_t.flags)
 INDEX_TYPES = {"int32": 0, "int64": 1}
 MOE_PER_EXPERT = 1
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _arrays
-from ._lib import INDEX_TYPES, WIRES, MoeHtConfig, MoeHtRecv, MoeHtSizes, lib
+from ._lib import INDEX_TYPES, SCALES_ROW_MAJOR, WIRES, MoeHtConfig, MoeHtRecv, MoeHtSizes, lib
 from .comm import Comm, CommObject
 from .errors import check, invalid
 
@@ -40,7 +40,7 @@ class HTRecv:
     buffers are checked and their addresses taken once."""
 
     tokens: Any  # [rows, hidden]: bf16, or E4M3 on the FP8 wires
-    scales: Any  # FP8 wires: f32 [hidden / 128, rows] (group-major, row-minor); BF16: None
+    scales: Any  # FP8 wires: f32 [hidden / 128, rows] (group-major), or [rows, hidden / 128] (row-major); BF16: None
     src: Any  # i32 [rows, 2]: {source rank, source token}; padding {-1, -1}
     weights: Any  # f32 [rows]: the routing weight of the row's (token, expert); padding 0
     expert_offsets: Any  # i32 [L + 1]: first row of each local expert; [L]: rows used, padding included
@@ -67,7 +67,9 @@ class HTRecv:
 class MoEHT(CommObject):
     """A high-throughput MoE object (sy_moe_ht_create, collective; so is close). wire: "bf16" (default), "fp8",
     "fp8_ue8m0" or "fp8_given" (the caller passes E4M3 tokens and their scales); expert_alignment: each local
-    expert's rows padded to a multiple of it; num_sms: SMs the communication kernels may hold (0: 16)."""
+    expert's rows padded to a multiple of it; num_sms: SMs the communication kernels may hold (0: 16);
+    scales_row_major (FP8 wires): recv.scales [rows, hidden / 128] instead of [hidden / 128, rows]
+    (SY_MOE_HT_SCALES_ROW_MAJOR)."""
 
     _destroy = "sy_moe_ht_destroy"
 
@@ -82,13 +84,17 @@ class MoEHT(CommObject):
         wire: str = "bf16",
         expert_alignment: int = 1,
         num_sms: int = 0,
+        scales_row_major: bool = False,
     ):
         if wire not in WIRES:
             raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT")
+        if scales_row_major and wire == "bf16":
+            raise invalid("scales_row_major", "True with the 'bf16' wire, which has no scales", "MoEHT")
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire = wire
+        self.scales_row_major = bool(scales_row_major)
         config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
-                             expert_alignment, num_sms, 0)  # fmt: skip
+                             expert_alignment, num_sms, SCALES_ROW_MAJOR if scales_row_major else 0)  # fmt: skip
         self._create(comm, "sy_moe_ht_create", ctypes.byref(config))
         sizes = MoeHtSizes(ctypes.sizeof(MoeHtSizes))
         check(lib.sy_moe_ht_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_ht_sizes", comm._handle)
@@ -138,7 +144,7 @@ class MoEHT(CommObject):
         e = _arrays.empty
         return HTRecv(
             tokens=e((rows, H), "e4m3" if fp8 else "bf16", like),
-            scales=e((H // 128, rows), "f32", like) if fp8 else None,
+            scales=e(self._scales_shape(rows), "f32", like) if fp8 else None,
             src=e((rows, 2), "i32", like),
             weights=e((rows,), "f32", like),
             expert_offsets=e((L + 1,), "i32", like),
@@ -146,6 +152,10 @@ class MoEHT(CommObject):
             rows=rows,
             expert_stride=expert_stride,
         )
+
+    def _scales_shape(self, rows: int) -> tuple:
+        G = self.hidden // 128
+        return (rows, G) if self.scales_row_major else (G, rows)
 
     def _check_layout(self, layout: Layout, call: str) -> int:
         if not isinstance(layout, Layout):
@@ -163,7 +173,7 @@ class MoEHT(CommObject):
             _arrays.check(recv.tokens, "recv.tokens", call, "e4m3" if fp8 else "bf16", shape=(R, H), device=where,
                           allow_none=R == 0)  # fmt: skip
             if fp8:
-                _arrays.check(recv.scales, "recv.scales", call, "f32", shape=(H // 128, R), device=where)
+                _arrays.check(recv.scales, "recv.scales", call, "f32", shape=self._scales_shape(R), device=where)
             _arrays.check(recv.weights, "recv.weights", call, "f32", shape=(R,), device=where)
         _arrays.check(recv.src, "recv.src", call, "i32", shape=(R, 2), device=where)
         _arrays.check(recv.expert_offsets, "recv.expert_offsets", call, "i32", shape=(L + 1,), device=where)

@@ -55,7 +55,11 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
                "config->expert_alignment=%d outside [0, %d] (0: 1)", c.expert_alignment, SY_MOE_HT_MAX_ALIGNMENT);
   SY_ARG_CHECK(c.num_sms >= 0 && c.num_sms <= 1024, fn, "config->num_sms=%d outside [0, 1024] (0: %d)", c.num_sms,
                SY_MOE_HT_DEFAULT_SMS);
-  SY_ARG_CHECK(c.flags == 0, fn, "config->flags=0x%x: no flag is defined yet (pass 0)", c.flags);
+  SY_ARG_CHECK((c.flags & ~SY_MOE_HT_SCALES_ROW_MAJOR) == 0, fn,
+               "config->flags=0x%x: unknown bits 0x%x (defined: SY_MOE_HT_SCALES_ROW_MAJOR 0x%x)", c.flags,
+               c.flags & ~SY_MOE_HT_SCALES_ROW_MAJOR, SY_MOE_HT_SCALES_ROW_MAJOR);
+  SY_ARG_CHECK(!(c.flags & SY_MOE_HT_SCALES_ROW_MAJOR) || sy__moe_ht_fp8(c.wire), fn,
+               "config->flags=0x%x: SY_MOE_HT_SCALES_ROW_MAJOR with the BF16 wire, which has no scales", c.flags);
   c = sy__moe_ht_defaults(c);
   /* Rows are int32 (src pairs, offsets, the handle's rows); the row buffers and the handle need a size_t. */
   const int64_t max_rows = sy__moe_ht_max_rows(&c, W);

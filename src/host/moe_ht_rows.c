@@ -113,7 +113,11 @@ static sy_status_t dispatch_source(sy_comm_t comm, const struct sy_moe_ht *moe, 
       const int32_t row = hm->fill[e]++;
       if (pos[(size_t)t * K + k] != row - hm->first[e]) return internal(fn, "a position", s, t);
       memcpy((unsigned char *)recv->tokens + (size_t)row * row_bytes, hm->wire, row_bytes);
-      for (size_t g = 0; fp8 && g < groups; g++) recv->scales[g * (size_t)recv->rows + (size_t)row] = hm->scales[g];
+      if (fp8) {
+        float *sc = recv->scales + sy__moe_ht_scale_first(c, row);
+        const int64_t stride = sy__moe_ht_scale_stride(c, recv->rows);
+        for (size_t g = 0; g < groups; g++) sc[(int64_t)g * stride] = hm->scales[g];
+      }
       recv->src[2 * (size_t)row] = s;
       recv->src[2 * (size_t)row + 1] = t;
       recv->weights[row] = src->weights ? src->weights[(size_t)t * K + k] : 0.0f;

@@ -212,7 +212,8 @@ static void dispatch_rank(const sy_moe_ht_config_t *c, const ref_plan_t *p, cons
         sy__moe_ht_encode_token(c->wire, (const unsigned char *)ranks[s].tokens + (size_t)t * in_bytes,
                                 ranks[s].token_scales ? ranks[s].token_scales + (size_t)t * groups : NULL, H,
                                 (unsigned char *)recv->tokens + (size_t)row * row_bytes,
-                                fp8 ? recv->scales + row : NULL, recv->rows);
+                                fp8 ? recv->scales + sy__moe_ht_scale_first(c, row) : NULL,
+                                sy__moe_ht_scale_stride(c, recv->rows));
         recv->src[2 * (size_t)row] = s;
         recv->src[2 * (size_t)row + 1] = t;
         recv->weights[row] = ranks[s].weights ? ranks[s].weights[(size_t)t * p->K + k] : 0.0f;

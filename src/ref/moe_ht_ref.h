@@ -28,6 +28,19 @@ extern "C" {
 static inline size_t sy__moe_ht_wire_elem(sy_moe_wire_t wire) { return wire == SY_MOE_WIRE_BF16 ? 2 : 1; }
 static inline int sy__moe_ht_fp8(sy_moe_wire_t wire) { return wire != SY_MOE_WIRE_BF16; }
 
+/* Where row `row`'s scales sit in recv.scales (of `rows` rows): the first at scale_first, scale g at scale_first +
+ * g x scale_stride — group-major ([hidden / 128][rows]) by default, row-major ([rows][hidden / 128]) with
+ * SY_MOE_HT_SCALES_ROW_MAJOR. */
+static inline int sy__moe_ht_scales_row_major(const sy_moe_ht_config_t *c) {
+  return (c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0;
+}
+static inline size_t sy__moe_ht_scale_first(const sy_moe_ht_config_t *c, int64_t row) {
+  return sy__moe_ht_scales_row_major(c) ? (size_t)row * (size_t)(c->hidden / SY_MOE_FP8_GROUP) : (size_t)row;
+}
+static inline int64_t sy__moe_ht_scale_stride(const sy_moe_ht_config_t *c, int64_t rows) {
+  return sy__moe_ht_scales_row_major(c) ? 1 : rows;
+}
+
 /* One token as the wire carries it into a row: BF16 the bf16 values as they are; FP8 and FP8_UE8M0 quantised
  * (sy__moe_encode_token, bit for bit the low-latency mode's); FP8_GIVEN the E4M3 bytes and given_scales
  * ([hidden / 128]) as they are. Scales go to scales[g * scale_stride] (unused on BF16). */

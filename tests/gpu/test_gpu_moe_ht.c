@@ -3,11 +3,11 @@
  * host backend of the same library, run in this process on W threads with every rank's inputs), bit for bit:
  * the rows (payload, scales, {source, token}, weight; padding rows and rows past the layout poisoned first and
  * compared whole), the offsets and counts, the exact mode's host counts, the combine's tokens and its row values
- * carried back to (token, k). Cases: every wire (FP8, FP8_UE8M0, BF16, FP8_GIVEN), alignment 1 / 16 / 128, the
- * contiguous and the masked layout, the exact and the worst-case mode, int32 and int64 ids, routings random, one
- * expert, an empty rank, several experts on one rank, none, and special values; 1 to 8 channels; 3 rounds per
- * object back to back on one stream (the rings' counters carry over), num_tokens and routing changing every
- * round; last, a CUDA graph of the worst-case round replayed with new inputs.
+ * carried back to (token, k). Cases: every wire (FP8, FP8_UE8M0, BF16, FP8_GIVEN; the scales group-major and
+ * row-major), alignment 1 / 16 / 128, the contiguous and the masked layout, the exact and the worst-case mode,
+ * int32 and int64 ids, routings random, one expert, an empty rank, several experts on one rank, none, and special
+ * values; 1 to 8 channels; 3 rounds per object back to back on one stream (the rings' counters carry over),
+ * num_tokens and routing changing every round; last, a CUDA graph of the worst-case round replayed with new inputs.
  * Every round also runs the dispatch's backward (the combine unweighted, no row values) and the combine's
  * backward (grad_rows and the row weights' gradient, padding rows poisoned first). The worst-case and masked
  * cases take their receive buffers from a stream-ordered pool (sy_moe_ht_recv_alloc), the exact ones from
@@ -23,23 +23,29 @@ typedef struct {
   wl_route_t route;
   int specials;
   uint64_t salt;
+  unsigned flags; /* config.flags: SY_MOE_HT_SCALES_ROW_MAJOR */
 } ht_case_t;
 
+#define ROW SY_MOE_HT_SCALES_ROW_MAJOR
 /* clang-format off */
 static const ht_case_t cases[] = {
-    /* name, experts, top_k, hidden, max_tokens, wire, alignment, num_sms, masked, exact, int64 ids, route, specials, salt */
-    {"bf16 random",            48, 4, 256,  40, SY_MOE_WIRE_BF16,      1,   4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 1},
-    {"fp8 align 16",           48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 2},
-    {"ue8m0 align 128 masked", 24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 2,  1, 0, 0, WL_ROUTE_SAME_RANK,  0, 3},
-    {"given fp8 one expert",   24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  0, 1, 0, WL_ROUTE_ONE_EXPERT, 0, 4},
-    {"bf16 empty rank masked", 96, 8, 128,  64, SY_MOE_WIRE_BF16,      16,  8,  1, 1, 1, WL_ROUTE_EMPTY_RANK, 0, 5},
-    {"fp8 none",               24, 4, 128,  16, SY_MOE_WIRE_FP8,       1,   4,  0, 0, 0, WL_ROUTE_NONE,       0, 6},
-    {"fp8 specials",           48, 6, 256,  30, SY_MOE_WIRE_FP8,       1,   16, 0, 1, 0, WL_ROUTE_RANDOM,     1, 7},
-    {"bf16 hidden 7168",       24, 4, 7168, 16, SY_MOE_WIRE_BF16,      128, 16, 0, 0, 0, WL_ROUTE_FULL,       0, 8},
-    {"fp8 hidden 7168 top-1",  16, 1, 7168, 32, SY_MOE_WIRE_FP8,       1,   8,  0, 1, 1, WL_ROUTE_RANDOM,     0, 9},
-    {"bf16 300 tokens",        256, 8, 256, 300, SY_MOE_WIRE_BF16,     16,  16, 0, 0, 0, WL_ROUTE_RANDOM,     0, 10},
+    /* name, experts, top_k, hidden, max_tokens, wire, alignment, num_sms, masked, exact, int64 ids, route, specials, salt, flags */
+    {"bf16 random",            48, 4, 256,  40, SY_MOE_WIRE_BF16,      1,   4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 1, 0},
+    {"fp8 align 16",           48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 2, 0},
+    {"ue8m0 align 128 masked", 24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 2,  1, 0, 0, WL_ROUTE_SAME_RANK,  0, 3, 0},
+    {"given fp8 one expert",   24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  0, 1, 0, WL_ROUTE_ONE_EXPERT, 0, 4, 0},
+    {"bf16 empty rank masked", 96, 8, 128,  64, SY_MOE_WIRE_BF16,      16,  8,  1, 1, 1, WL_ROUTE_EMPTY_RANK, 0, 5, 0},
+    {"fp8 none",               24, 4, 128,  16, SY_MOE_WIRE_FP8,       1,   4,  0, 0, 0, WL_ROUTE_NONE,       0, 6, 0},
+    {"fp8 specials",           48, 6, 256,  30, SY_MOE_WIRE_FP8,       1,   16, 0, 1, 0, WL_ROUTE_RANDOM,     1, 7, 0},
+    {"bf16 hidden 7168",       24, 4, 7168, 16, SY_MOE_WIRE_BF16,      128, 16, 0, 0, 0, WL_ROUTE_FULL,       0, 8, 0},
+    {"fp8 hidden 7168 top-1",  16, 1, 7168, 32, SY_MOE_WIRE_FP8,       1,   8,  0, 1, 1, WL_ROUTE_RANDOM,     0, 9, 0},
+    {"bf16 300 tokens",        256, 8, 256, 300, SY_MOE_WIRE_BF16,     16,  16, 0, 0, 0, WL_ROUTE_RANDOM,     0, 10, 0},
     /* 65 scale groups: the receivers' scales past the 64 they load with a message's header */
-    {"ue8m0 hidden 8320",      16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 11},
+    {"ue8m0 hidden 8320",      16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 11, 0},
+    /* recv.scales row-major (SY_MOE_HT_SCALES_ROW_MAJOR) */
+    {"fp8 row-major scales",   48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 12, ROW},
+    {"given row-major masked", 24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  1, 1, 0, WL_ROUTE_ONE_EXPERT, 0, 13, ROW},
+    {"ue8m0 8320 row-major",   16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 14, ROW},
 };
 /* clang-format on */
 
@@ -64,7 +70,7 @@ typedef struct {
 static sy_moe_ht_config_t config_of(const ht_case_t *c, int T) {
   sy_moe_ht_config_t cfg = SY_MOE_HT_CONFIG_INIT;
   cfg.max_tokens = T, cfg.hidden = c->H, cfg.top_k = c->K, cfg.num_experts = c->E, cfg.wire = c->wire;
-  cfg.expert_alignment = c->align, cfg.num_sms = c->sms;
+  cfg.expert_alignment = c->align, cfg.num_sms = c->sms, cfg.flags = c->flags;
   return cfg;
 }
 

@@ -16,9 +16,10 @@ import switchyard as sy
 
 
 class Case:
-    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True, idle=()):
+    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True, idle=(), row_major=False):
         self.W, self.E, self.K, self.H, self.T, self.L = W, E, K, H, T, E // W
         self.wire, self.align, self.mode, self.weighted = wire, align, mode, weighted
+        self.row_major = row_major  # recv.scales [rows, hidden / 128] (scales_row_major)
         rng = np.random.default_rng(seed)
         self.n = [T if r % 2 == 0 else int(rng.integers(0, T + 1)) for r in range(W)]
         self.n = [0 if r in idle else n for r, n in enumerate(self.n)]  # ranks in `idle` send no token
@@ -45,7 +46,8 @@ class Case:
 
 def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     r, L, H = comm.rank, c.L, c.H
-    moe = sy.MoEHT(comm, max_tokens=c.T, hidden=H, top_k=c.K, num_experts=c.E, wire=c.wire, expert_alignment=c.align)
+    moe = sy.MoEHT(comm, max_tokens=c.T, hidden=H, top_k=c.K, num_experts=c.E, wire=c.wire, expert_alignment=c.align,
+                   scales_row_major=c.row_major)  # fmt: skip
     assert moe.local_experts == L
     fp8, given = c.wire != "bf16", c.wire == "fp8_given"
     ids = to_dev(comm, c.ids[r].astype(np.int32 if r % 2 else np.int64), flavour)
@@ -68,6 +70,8 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     np.testing.assert_array_equal(to_np(recv.expert_offsets), offsets)
     got_tok, got_src, got_w = to_np(recv.tokens), to_np(recv.src), to_np(recv.weights)
     got_sc = to_np(recv.scales) if fp8 else None
+    if fp8:
+        assert got_sc.shape == ((recv.rows, H // 128) if c.row_major else (H // 128, recv.rows)), got_sc.shape
     owner = {row: key for key, row in row_of.items()}
     for row in range(offsets[L]):
         if row not in owner:  # padding
@@ -80,7 +84,7 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
             continue
         q, sc = ref.quantise(c.tokens[s][t : t + 1], c.wire == "fp8_ue8m0")
         np.testing.assert_array_equal(got_tok[row], q[0])
-        np.testing.assert_array_equal(got_sc[:, row], sc[0])
+        np.testing.assert_array_equal(got_sc[row, :] if c.row_major else got_sc[:, row], sc[0])
 
     # the combine: each row's expert output, weighted by the rows' weights, row values carried back
     def rank_rows(p):
@@ -145,6 +149,12 @@ def test_moe_ht_host(name: str) -> None:
     on_host(W, check_ht, Case(W, E, K, H, T, wire, align, mode, seed, weighted=seed != 2), flavour)
 
 
+@pytest.mark.parametrize("W,wire,mode", [(2, "fp8", "worst"), (3, "fp8_given", "exact"), (1, "fp8_ue8m0", "masked")])
+def test_moe_ht_row_major_scales_host(W: int, wire: str, mode: str) -> None:
+    """scales_row_major: recv.scales [rows, hidden / 128], the same values."""
+    on_host(W, check_ht, Case(W, 4 * W, 3, 256, 5, wire, 4, mode, 30 + W, row_major=True), flavours()[W % 2])
+
+
 @pytest.mark.parametrize("mode", ["exact", "worst"])
 def test_moe_ht_idle_rank_host(mode: str) -> None:
     """A rank with no tokens (empty tensors) still takes part in every call."""
@@ -152,6 +162,8 @@ def test_moe_ht_idle_rank_host(mode: str) -> None:
 
 
 def check_bad_arguments(comm: sy.Comm) -> None:
+    with pytest.raises(sy.InvalidArgError, match=r"scales_row_major: True with the 'bf16' wire"):
+        sy.MoEHT(comm, max_tokens=4, hidden=128, top_k=2, num_experts=4, scales_row_major=True)
     moe = sy.MoEHT(comm, max_tokens=4, hidden=128, top_k=2, num_experts=4)
     ids = np.array([[0, 1], [2, -1]], np.int32)
     with pytest.raises(sy.InvalidArgError, match=r"expert_ids: dtype float32"):
@@ -191,3 +203,9 @@ def test_bad_arguments_host() -> None:
 def test_moe_ht_gpu(gpu_comm: sy.Comm, wire: str, align: int, mode: str) -> None:
     W = gpu_comm.world_size
     check_ht(gpu_comm, Case(W, 4 * W, 3, 512, 8, wire, align, mode, 60 + W), "torch")
+
+
+@gpu
+def test_moe_ht_row_major_scales_gpu(gpu_comm: sy.Comm) -> None:
+    W = gpu_comm.world_size
+    check_ht(gpu_comm, Case(W, 4 * W, 3, 512, 8, "fp8", 16, "worst", 70 + W, row_major=True), "torch")

@@ -36,6 +36,7 @@ typedef struct ht_case {
   int counts; /* COUNTS_* */
   sy_index_type_t id_type;
   uint64_t salt;
+  unsigned flags; /* config.flags (SY_MOE_HT_SCALES_ROW_MAJOR) */
 } ht_case_t;
 
 static inline sy_moe_ht_config_t ht_config(const ht_case_t *c) {
@@ -46,7 +47,15 @@ static inline sy_moe_ht_config_t ht_config(const ht_case_t *c) {
   config.num_experts = c->E;
   config.wire = c->wire;
   config.expert_alignment = c->align;
+  config.flags = c->flags;
   return config;
+}
+
+/* recv.scales' index of row `row`'s scale g, as switchyard.h states it: [hidden / 128][rows], or [rows][hidden / 128]
+ * with SY_MOE_HT_SCALES_ROW_MAJOR. */
+static inline size_t ht_scale_at(const ht_case_t *c, int rows, int row, int g) {
+  return c->flags & SY_MOE_HT_SCALES_ROW_MAJOR ? (size_t)row * (size_t)(c->H / 128) + (size_t)g
+                                               : (size_t)g * (size_t)rows + (size_t)row;
 }
 
 /* The case's generator in a round: round 1 is the same routing with exact values. */
@@ -254,9 +263,9 @@ static inline void check_dispatch(const ht_case_t *c, const world_t *wd, const n
         if (memcmp((const unsigned char *)recv->tokens + (size_t)row * rb, want, rb))
           HT_FAIL("row %d (source %d token %d k %d): token bytes differ", row, s, t, k);
         for (int g = 0; fp8 && g < G; g++)
-          if (memcmp(&recv->scales[(size_t)g * recv->rows + row], &scales[g], 4))
-            HT_FAIL("row %d group %d: scale %a, want %a", row, g, (double)recv->scales[(size_t)g * recv->rows + row],
-                    (double)scales[g]);
+          if (memcmp(&recv->scales[ht_scale_at(c, recv->rows, row, g)], &scales[g], 4))
+            HT_FAIL("row %d group %d: scale %a, want %a", row, g,
+                    (double)recv->scales[ht_scale_at(c, recv->rows, row, g)], (double)scales[g]);
         if (recv->src[2 * row] != s || recv->src[2 * row + 1] != t)
           HT_FAIL("row %d: src {%d, %d}, want {%d, %d}", row, recv->src[2 * row], recv->src[2 * row + 1], s, t);
         if (memcmp(&recv->weights[row], &wd->w[s][t * K + k], 4))
@@ -275,7 +284,7 @@ static inline void check_dispatch(const ht_case_t *c, const world_t *wd, const n
     int padding = 0; /* between an expert's count and the next expert's first row */
     for (int e = 0; e < L; e++) padding |= row >= nv->first[me][e] + nv->count[me][e] && row < nv->first[me][e + 1];
     int kept = all_poison((const unsigned char *)recv->tokens + (size_t)row * rb, rb);
-    for (int g = 0; fp8 && g < G; g++) kept = kept && all_poison(&recv->scales[(size_t)g * recv->rows + row], 4);
+    for (int g = 0; fp8 && g < G; g++) kept = kept && all_poison(&recv->scales[ht_scale_at(c, recv->rows, row, g)], 4);
     const float zero = 0.0f;
     if (padding)
       kept = kept && recv->src[2 * row] == -1 && recv->src[2 * row + 1] == -1 && !memcmp(&recv->weights[row], &zero, 4);

@@ -22,32 +22,39 @@
 #include <stddef.h>
 #include <time.h>
 
-#define FP8   SY_MOE_WIRE_FP8
-#define UE8   SY_MOE_WIRE_FP8_UE8M0
-#define BF16  SY_MOE_WIRE_BF16
-#define GIVEN SY_MOE_WIRE_FP8_GIVEN
-#define I32   SY_INDEX_INT32
-#define I64   SY_INDEX_INT64
+#define FP8       SY_MOE_WIRE_FP8
+#define UE8       SY_MOE_WIRE_FP8_UE8M0
+#define BF16      SY_MOE_WIRE_BF16
+#define GIVEN     SY_MOE_WIRE_FP8_GIVEN
+#define I32       SY_INDEX_INT32
+#define I64       SY_INDEX_INT64
+#define ROW_MAJOR SY_MOE_HT_SCALES_ROW_MAJOR
 
-/* name, W, E, K, H, T, wire, align, route, counts, ids, salt */
+/* name, W, E, K, H, T, wire, align, route, counts, ids, salt[, flags] */
 static const ht_case_t cases[] = {
-    {"one rank", 1, 8, 2, 2048, 16, BF16, 1, WL_HT_UNIFORM, COUNTS_EXACT, I32, 1},
-    {"two ranks zipf fp8 align 128", 2, 16, 4, 2048, 16, FP8, 128, WL_HT_ZIPF, COUNTS_WORST, I64, 2},
-    {"three ranks ue8m0 masked", 3, 12, 3, 4096, 8, UE8, 128, WL_HT_UNIFORM, COUNTS_MASKED, I32, 3},
-    {"four ranks one expert given", 4, 32, 8, 2048, 12, GIVEN, 16, WL_HT_ONE_EXPERT, COUNTS_EXACT, I32, 4},
-    {"five ranks empty bf16", 5, 20, 5, 4096, 6, BF16, 16, WL_HT_EMPTY_RANKS, COUNTS_WORST, I64, 5},
-    {"six ranks sparse fp8 masked", 6, 24, 6, 2048, 8, FP8, 1, WL_HT_SPARSE, COUNTS_MASKED, I32, 6},
-    {"seven ranks zipf ue8m0 7168", 7, 28, 7, 7168, 3, UE8, 16, WL_HT_ZIPF, COUNTS_EXACT, I32, 7},
-    {"eight ranks 7168 bf16", 8, 32, 4, 7168, 4, BF16, 16, WL_HT_UNIFORM, COUNTS_WORST, I32, 8},
-    {"eight ranks top-1 given masked", 8, 8, 1, 2048, 16, GIVEN, 1, WL_HT_EMPTY_RANKS, COUNTS_MASKED, I64, 9},
-    {"top-k above local experts", 4, 8, 4, 2048, 16, BF16, 16, WL_HT_UNIFORM, COUNTS_EXACT, I32, 10},
-    {"top-k = experts", 2, 4, 4, 2048, 8, FP8, 1, WL_HT_UNIFORM, COUNTS_MASKED, I32, 11},
-    {"zipf bf16 masked align 128", 4, 16, 2, 4096, 32, BF16, 128, WL_HT_ZIPF, COUNTS_MASKED, I32, 12},
-    {"one expert bf16 many tokens", 3, 6, 2, 2048, 64, BF16, 1, WL_HT_ONE_EXPERT, COUNTS_WORST, I64, 13},
-    {"sparse given 4096", 2, 8, 3, 4096, 16, GIVEN, 128, WL_HT_SPARSE, COUNTS_EXACT, I32, 14},
-    {"empty ranks ue8m0", 4, 16, 6, 2048, 8, UE8, 16, WL_HT_EMPTY_RANKS, COUNTS_EXACT, I32, 15},
-    {"256 experts", 8, 256, 8, 2048, 12, FP8, 16, WL_HT_UNIFORM, COUNTS_EXACT, I32, 16},
-    {"one rank 7168 masked", 1, 16, 8, 7168, 8, BF16, 16, WL_HT_ZIPF, COUNTS_MASKED, I32, 17},
+    {"one rank", 1, 8, 2, 2048, 16, BF16, 1, WL_HT_UNIFORM, COUNTS_EXACT, I32, 1, 0},
+    {"two ranks zipf fp8 align 128", 2, 16, 4, 2048, 16, FP8, 128, WL_HT_ZIPF, COUNTS_WORST, I64, 2, 0},
+    {"three ranks ue8m0 masked", 3, 12, 3, 4096, 8, UE8, 128, WL_HT_UNIFORM, COUNTS_MASKED, I32, 3, 0},
+    {"four ranks one expert given", 4, 32, 8, 2048, 12, GIVEN, 16, WL_HT_ONE_EXPERT, COUNTS_EXACT, I32, 4, 0},
+    {"five ranks empty bf16", 5, 20, 5, 4096, 6, BF16, 16, WL_HT_EMPTY_RANKS, COUNTS_WORST, I64, 5, 0},
+    {"six ranks sparse fp8 masked", 6, 24, 6, 2048, 8, FP8, 1, WL_HT_SPARSE, COUNTS_MASKED, I32, 6, 0},
+    {"seven ranks zipf ue8m0 7168", 7, 28, 7, 7168, 3, UE8, 16, WL_HT_ZIPF, COUNTS_EXACT, I32, 7, 0},
+    {"eight ranks 7168 bf16", 8, 32, 4, 7168, 4, BF16, 16, WL_HT_UNIFORM, COUNTS_WORST, I32, 8, 0},
+    {"eight ranks top-1 given masked", 8, 8, 1, 2048, 16, GIVEN, 1, WL_HT_EMPTY_RANKS, COUNTS_MASKED, I64, 9, 0},
+    {"top-k above local experts", 4, 8, 4, 2048, 16, BF16, 16, WL_HT_UNIFORM, COUNTS_EXACT, I32, 10, 0},
+    {"top-k = experts", 2, 4, 4, 2048, 8, FP8, 1, WL_HT_UNIFORM, COUNTS_MASKED, I32, 11, 0},
+    {"zipf bf16 masked align 128", 4, 16, 2, 4096, 32, BF16, 128, WL_HT_ZIPF, COUNTS_MASKED, I32, 12, 0},
+    {"one expert bf16 many tokens", 3, 6, 2, 2048, 64, BF16, 1, WL_HT_ONE_EXPERT, COUNTS_WORST, I64, 13, 0},
+    {"sparse given 4096", 2, 8, 3, 4096, 16, GIVEN, 128, WL_HT_SPARSE, COUNTS_EXACT, I32, 14, 0},
+    {"empty ranks ue8m0", 4, 16, 6, 2048, 8, UE8, 16, WL_HT_EMPTY_RANKS, COUNTS_EXACT, I32, 15, 0},
+    {"256 experts", 8, 256, 8, 2048, 12, FP8, 16, WL_HT_UNIFORM, COUNTS_EXACT, I32, 16, 0},
+    {"one rank 7168 masked", 1, 16, 8, 7168, 8, BF16, 16, WL_HT_ZIPF, COUNTS_MASKED, I32, 17, 0},
+    /* recv.scales row-major */
+    {"one rank fp8 row-major scales", 1, 8, 4, 2048, 16, FP8, 16, WL_HT_UNIFORM, COUNTS_EXACT, I32, 18, ROW_MAJOR},
+    {"three ranks ue8m0 row-major masked", 3, 12, 3, 4096, 8, UE8, 128, WL_HT_ZIPF, COUNTS_MASKED, I64, 19, ROW_MAJOR},
+    {"four ranks given row-major worst", 4, 16, 6, 2048, 12, GIVEN, 1, WL_HT_EMPTY_RANKS, COUNTS_WORST, I32, 20,
+     ROW_MAJOR},
+    {"eight ranks fp8 row-major 7168", 8, 32, 8, 7168, 4, FP8, 16, WL_HT_SPARSE, COUNTS_EXACT, I32, 21, ROW_MAJOR},
 };
 
 /* ---- what the ranks share --------------------------------------------------------------------------------------- */

@@ -20,7 +20,7 @@
 
 #define FP8 SY_MOE_WIRE_FP8
 
-static const ht_case_t small = {"args", 2, 4, 2, 128, 4, FP8, 16, WL_HT_UNIFORM, COUNTS_WORST, SY_INDEX_INT32, 40};
+static const ht_case_t small = {"args", 2, 4, 2, 128, 4, FP8, 16, WL_HT_UNIFORM, COUNTS_WORST, SY_INDEX_INT32, 40, 0};
 
 /* Every rank full: num_tokens = max_tokens. */
 static void gen_full(const ht_case_t *c, world_t *wd) {
@@ -192,7 +192,9 @@ static void config_rejections(sy_comm_t comm, bufs_t *b) {
       {6, 1025, FP8, "config->expert_alignment=1025"},
       {7, -1, FP8, "config->num_sms=-1"},
       {7, 1025, FP8, "config->num_sms=1025"},
-      {8, 1, FP8, "config->flags=0x1"},
+      {8, 2, FP8, "config->flags=0x2: unknown bits 0x2"},
+      {8, 0x81, FP8, "config->flags=0x81: unknown bits 0x80"},
+      {8, 1, SY_MOE_WIRE_BF16, "config->flags=0x1: SY_MOE_HT_SCALES_ROW_MAJOR with the BF16 wire"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sy_moe_ht_config_t c = good;
@@ -538,6 +540,14 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   CHECK_OK(sy_moe_ht_create(comm, &config, &x.moe));
   CHECK_OK(sy_moe_ht_create(comm, &config, &x.other));
   if (!x.moe || !x.other) return;
+  sy_moe_ht_config_t row_major = config; /* an FP8 wire takes SY_MOE_HT_SCALES_ROW_MAJOR: the scales' bytes as before */
+  row_major.flags = SY_MOE_HT_SCALES_ROW_MAJOR;
+  sy_moe_ht_t rm = NULL;
+  CHECK_OK(sy_moe_ht_create(comm, &row_major, &rm));
+  sy_moe_ht_sizes_t zr = SY_MOE_HT_SIZES_INIT;
+  CHECK_OK(sy_moe_ht_sizes(rm, &zr));
+  CHECK(zr.scale_bytes == (size_t)config.hidden / 128 * sizeof(float));
+  CHECK_OK(sy_moe_ht_destroy(rm));
   bufs_t bufs, *b = &bufs;
   bufs_alloc(x.moe, c, b);
   if (me == 0) {

@@ -1,5 +1,6 @@
 # variant.sh — sourced by the device scripts that build the library side by side with build-time knobs (x4-head.sh,
-# x4-recv-early.sh, x4-settle.sh, x2-pipe.sh, x2-grad.sh, x1-combine.sh, x-next.sh, x2-ahead.sh):
+# x4-recv-early.sh, x4-settle.sh, x2-pipe.sh, x2-grad.sh, x1-combine.sh, x-next.sh, x2-ahead.sh,
+# x-scales-row.sh):
 #   variant DIR FLAGS   configures DIR with CMAKE_CUDA_FLAGS=FLAGS and builds sy-bench, syrun and test_gpu_moe_ht
 #                       there (log: /tmp/build_<basename DIR>.log); on failure appends "build DIR failed" to $s.
 variant() {
@@ -46,4 +47,13 @@ probe4() {
     --wire bf16 moe-ht >/dev/null 2>&1
   echo "== probe ($1), 8,192 tokens, BF16" >>"$s"
   python3 tools/dev/ht-probe.py "/tmp/p_$1/probe.0.txt" >>"$s" 2>&1
+}
+#   test_ht DIR NAME RANKS GPUS-ARG ENV...  DIR's test_gpu_moe_ht at RANKS (GPUS-ARG "" or e.g. "--gpus 0,0,0") with
+#                        ENV (at least one VAR=VALUE); its log /tmp/t_NAME.txt, its exit code and its cases' "ok" count
+#                        appended to $s.
+test_ht() {
+  local d=$1 name=$2 r=$3 g=$4
+  shift 4
+  env "$@" timeout 150 "$d/bin/syrun" -n "$r" $g "$d/tests/gpu/test_gpu_moe_ht" >"/tmp/t_$name.txt" 2>&1
+  echo "test_gpu_moe_ht $name: n=$r $g $* rc=$? ($(grep -c ' ok ' "/tmp/t_$name.txt") cases ok)" >>"$s"
 }

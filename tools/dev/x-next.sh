@@ -22,12 +22,7 @@ declare -A envs=([P]=X=1 [C]=X=1 [L]=SY_HT_OWNER_AHEAD=0)
 build_tree /tmp/xP ab/pre &
 build_tree /tmp/xC . &
 wait
-t() { # NAME RANKS GPUS-ARG ENV...
-  local name=$1 r=$2 g=$3
-  shift 3
-  env "$@" timeout 150 /tmp/xC/bin/syrun -n $r $g /tmp/xC/tests/gpu/test_gpu_moe_ht >/tmp/t_$name.txt 2>&1
-  echo "test_gpu_moe_ht $name: n=$r $g $* rc=$?" >>$s
-}
+t() { test_ht /tmp/xC "$@"; } # NAME RANKS GPUS-ARG ENV...
 t default $w "" X=1
 [ "$w" -ge 2 ] && t put $w "" SY_FORCE_PUT=1
 t lockstep $w "" SY_HT_OWNER_AHEAD=0

@@ -16,12 +16,7 @@ build_tree /tmp/xB ab/base &
 build_tree /tmp/xN . &
 wait
 T=/tmp/xN/tests/gpu/test_gpu_moe_ht
-t() { # NAME RANKS GPUS-ARG ENV...
-  local name=$1 r=$2 g=$3
-  shift 3
-  env "$@" timeout 150 /tmp/xN/bin/syrun -n $r $g $T >/tmp/t_$name.txt 2>&1
-  echo "test_gpu_moe_ht $name: n=$r $g $* rc=$?" >>$s
-}
+t() { test_ht /tmp/xN "$@"; } # NAME RANKS GPUS-ARG ENV...
 t default$n $n "" X=1
 t put$n $n "" SY_FORCE_PUT=1
 t lock$n $n "" SY_HT_OWNER_AHEAD=0

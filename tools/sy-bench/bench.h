@@ -43,6 +43,7 @@ typedef struct bench_opts {
   int gemm_sms;                      /* layer: the micro-batches' GEMMs' SM target (--gemm-sms); -1: the SMs the
                                       * communication leaves; 0: every SM */
   const char *routing;               /* moe-ht: uniform (NULL), local or hot (--routing) */
+  int scales_row_major;              /* moe-ht: the FP8 rows' scales row-major (--scales row) */
 } bench_opts_t;
 
 /* One measured variant at one size. */

@@ -216,6 +216,8 @@ static void usage(FILE *f) {
           "      --routing KIND        moe-ht: uniform (default: each token's experts drawn from all), local (from\n"
           "                            its own rank's experts: no token leaves its rank) or hot (from rank 0's:\n"
           "                            every token goes to rank 0)\n"
+          "      --scales group|row    moe-ht, FP8: recv.scales group-major (default) or row-major\n"
+          "                            (SY_MOE_HT_SCALES_ROW_MAJOR)\n"
           "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
           "      --micro-batches N     layer: micro-batches of ways b and c, 2 to 8 (default 2)\n"
           "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
@@ -399,8 +401,8 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 
 int main(int argc, char **argv) {
   bench_opts_t opts = {
-      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,  5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL};
+      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -470,6 +472,10 @@ int main(int argc, char **argv) {
       if (strcmp(v, "uniform") && strcmp(v, "local") && strcmp(v, "hot"))
         bad = fprintf(stderr, "sy-bench: --routing %s: expected uniform, local or hot\n", v) > 0;
       opts.routing = v;
+    } else if (!strcmp(a, "--scales")) {
+      if (strcmp(v, "group") && strcmp(v, "row"))
+        bad = fprintf(stderr, "sy-bench: --scales %s: expected group or row\n", v) > 0;
+      opts.scales_row_major = !strcmp(v, "row");
     } else if (!strcmp(a, "--mode")) {
       if (strcmp(v, "dedup") && strcmp(v, "per-expert"))
         bad = fprintf(stderr, "sy-bench: --mode %s: expected dedup or per-expert\n", v) > 0;

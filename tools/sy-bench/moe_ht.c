@@ -261,7 +261,8 @@ static int measure_ours(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, ht
   moe_ht_expect_t ex;
   memset(&ex, 0, sizeof ex);
   moe_ht_inputs_t in = inputs_of(h);
-  const moe_ht_shape_t sh = {h->W, h->me, HIDDEN, TOP_K, h->E, h->align, b->cfg.wire, 0};
+  const moe_ht_shape_t sh = {
+      h->W, h->me, HIDDEN, TOP_K, h->E, h->align, b->cfg.wire, 0, (b->cfg.flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0};
   b->sizes = (sy_moe_ht_sizes_t)SY_MOE_HT_SIZES_INIT;
   int rc = sy_moe_ht_sizes(b->moe, &b->sizes) != SY_SUCCESS || moe_ht_expect(&sh, &in, &ex);
   rc = bench_allreduce_max(ctx, rc || moe_ht_alloc_config(ctx, b)) != 0;
@@ -332,6 +333,8 @@ static void print_header(bench_ctx_t *ctx, int experts, int align, int sms) {
   if (experts != NUM_EXPERTS)
     bench_print(ctx, "# note: %d experts is not a multiple of world %d; using the nearest multiple, %d\n", NUM_EXPERTS,
                 W, experts);
+  if (ctx->opts->scales_row_major)
+    bench_print(ctx, "# FP8 recv.scales row-major, [rows][hidden / 128] (SY_MOE_HT_SCALES_ROW_MAJOR)\n");
   const char *routing = ctx->opts->routing ? ctx->opts->routing : "uniform";
   bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly from %s, weights in (0, 1]\n",
               TOP_K,
@@ -478,6 +481,7 @@ int bench_moe_ht(bench_ctx_t *ctx) {
       sy_moe_ht_config_t cfg = SY_MOE_HT_CONFIG_INIT;
       cfg.max_tokens = r->T, cfg.hidden = HIDDEN, cfg.top_k = TOP_K, cfg.num_experts = experts;
       cfg.wire = r->wire, cfg.expert_alignment = align, cfg.num_sms = sms;
+      if (o->scales_row_major && r->wire != SY_MOE_WIRE_BF16) cfg.flags = SY_MOE_HT_SCALES_ROW_MAJOR;
       b.cfg = cfg;
       count_bytes(&h, r->wire, r);
       rc = measure_ours(ctx, &b, &h, r, &missing);

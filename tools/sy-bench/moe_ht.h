@@ -20,7 +20,13 @@ typedef struct moe_ht_shape {
   int hidden, top_k, num_experts, alignment;
   sy_moe_wire_t wire; /* SY_MOE_WIRE_BF16, _FP8 or _FP8_UE8M0 (the kernel quantises) */
   int unit_weights;
+  int scales_row_major; /* SY_MOE_HT_SCALES_ROW_MAJOR: recv.scales [rows][hidden / 128], else [hidden / 128][rows] */
 } moe_ht_shape_t;
+
+/* recv.scales' index of row r's scale g (of `rows` rows). */
+static inline size_t moe_ht_scale_at(const moe_ht_shape_t *sh, size_t rows, size_t r, size_t g) {
+  return sh->scales_row_major ? r * ((size_t)sh->hidden / SY_MOE_FP8_GROUP) + g : g * rows + r;
+}
 
 /* Every rank's inputs, on the host: rank s dispatched num_tokens[s] tokens with ids[s] ([n][top_k], -1 none)
  * and weights[s] ([n][top_k], or NULL: dispatched without weights); tokens(arg, s) gives rank s's bf16 tokens

@@ -170,7 +170,7 @@ static void check_row(void *p, int s, int t, int k, int row, const uint16_t *x_t
       for (int h = 0; h < H; h++)
         if (got[h] != c->q[h]) bad(rep, MOE_HT_DISPATCH, "recv.tokens", (long long)(r * H + h), got[h], c->q[h]);
     for (int gi = 0; g->scales && gi < G; gi++) {
-      const size_t at = (size_t)gi * g->rows + r;
+      const size_t at = moe_ht_scale_at(sh, (size_t)g->rows, (size_t)r, (size_t)gi);
       if (fbits(g->scales[at]) != fbits(c->scales[gi]))
         bad(rep, MOE_HT_DISPATCH, "recv.scales", (long long)at, fbits(g->scales[at]), fbits(c->scales[gi]));
     }
@@ -210,10 +210,10 @@ static void check_padding(const moe_ht_shape_t *sh, const moe_ht_expect_t *ex, c
               g->tokens[r * row_bytes + i], MOE_HT_POISON);
       for (int gi = 0; g->scales && sh->wire != SY_MOE_WIRE_BF16 && gi < G; gi++) {
         uint32_t v;
-        memcpy(&v, &g->scales[(size_t)gi * g->rows + r], 4);
+        const size_t at = moe_ht_scale_at(sh, (size_t)g->rows, (size_t)r, (size_t)gi);
+        memcpy(&v, &g->scales[at], 4);
         if (v != 0xEEEEEEEEu)
-          bad(rep, MOE_HT_DISPATCH, "recv.scales (padding, left alone)", (long long)((size_t)gi * g->rows + r), v,
-              0xEEEEEEEEu);
+          bad(rep, MOE_HT_DISPATCH, "recv.scales (padding, left alone)", (long long)at, v, 0xEEEEEEEEu);
       }
       for (int h = 0; g->grad_rows && h < H; h++)
         if (g->grad_rows[r * H + h] != 0xEEEE)
@@ -240,8 +240,9 @@ static void check_tail(const moe_ht_shape_t *sh, const moe_ht_expect_t *ex, cons
       bad(rep, MOE_HT_COMBINE_BWD, "grad_row_weights (past the rows used)", (long long)r, fbits(g->grad_weights[r]),
           poison4);
     for (size_t gi = 0; g->scales && gi < G; gi++)
-      if (memcpy(&v, &g->scales[gi * rows + r], 4), v != poison4)
-        bad(rep, MOE_HT_DISPATCH, "recv.scales (past the rows used)", (long long)(gi * rows + r), v, poison4);
+      if (memcpy(&v, &g->scales[moe_ht_scale_at(sh, rows, r, gi)], 4), v != poison4)
+        bad(rep, MOE_HT_DISPATCH, "recv.scales (past the rows used)", (long long)moe_ht_scale_at(sh, rows, r, gi), v,
+            poison4);
   }
   if (used >= rows) return;
   for (size_t i = 0; g->tokens && i < row_bytes; i++)

@@ -40,6 +40,7 @@ static sy_moe_ht_config_t object_config(int world, int obj) {
   sy_moe_ht_config_t c = SY_MOE_HT_CONFIG_INIT;
   c.max_tokens = T, c.hidden = H, c.top_k = K, c.num_experts = world * experts_per_rank(world);
   c.wire = wires[obj % 3], c.expert_alignment = alignments[obj], c.num_sms = sms[obj];
+  if (obj >= 3 && c.wire != SY_MOE_WIRE_BF16) c.flags = SY_MOE_HT_SCALES_ROW_MAJOR; /* the second round of wires */
   return c;
 }
 
@@ -168,7 +169,8 @@ int soak_moe_ht_round(bench_ctx_t *ctx, soak_moe_ht_t *s, uint64_t seed, soak_st
   b->recv = s->full;
   b->recv.rows = b->sizes.max_rows;
   if (c->wire == SY_MOE_WIRE_BF16) b->recv.scales = NULL;
-  const moe_ht_shape_t sh = {s->W, ctx->rank, H, K, s->E, c->expert_alignment, c->wire, unit};
+  const moe_ht_shape_t sh = {
+      s->W, ctx->rank, H, K, s->E, c->expert_alignment, c->wire, unit, (c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0};
   const moe_ht_inputs_t in = {s->num_tokens, s->ids_in, s->weights_in, tokens_of, s};
   moe_ht_expect_t ex;
   long long wrong[MOE_HT_OPS];

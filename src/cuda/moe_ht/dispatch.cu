@@ -182,8 +182,7 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
     P.recv.src[(size_t)row * 2 + 1] = t;
     P.recv.weights[row] = P.weights ? P.weights[(size_t)t * P.K + k] : 0.0f;
     const size_t rb = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
-    sk[ns + lane] = ht_sink{(char *)P.recv.tokens + (size_t)row * rb, P.recv.scales ? P.recv.scales + row : nullptr,
-                            (int64_t)P.recv.rows};
+    sk[ns + lane] = row_sink(P, row, rb);
   }
   if (!grads) ns += nself;
   __syncwarp();
@@ -359,8 +358,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
     P.recv.src[(size_t)row * 2] = s;
     P.recv.src[(size_t)row * 2 + 1] = t;
     P.recv.weights[row] = w;
-    sk[lane] =
-        ht_sink{(char *)P.recv.tokens + (size_t)row * bytes, fp8 ? P.recv.scales + row : nullptr, (int64_t)P.recv.rows};
+    sk[lane] = row_sink(P, row, bytes);
   }
   __syncwarp();
   warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);

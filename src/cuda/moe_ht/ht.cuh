@@ -40,8 +40,9 @@ constexpr int HT_DTHREADS = 512; /* the data kernels (dispatch, combine): 16 war
 constexpr int HT_DWARPS = HT_DTHREADS / 32;
 constexpr int HT_BATCH = 32; /* tokens a block takes in order between two counter updates (a lane a token) */
 constexpr int HT_SLOTS = SY_MOE_HT_RING_SLOTS; /* R: slots per ring */
-static_assert(HT_SLOTS >= HT_BATCH && (HT_SLOTS & (HT_SLOTS - 1)) == 0,
-              "SY_MOE_HT_RING_SLOTS: a power of two of at least HT_BATCH (a sender's batch to one ring)");
+static_assert(HT_SLOTS >= 2 * HT_BATCH && (HT_SLOTS & (HT_SLOTS - 1)) == 0,
+              "SY_MOE_HT_RING_SLOTS: a power of two of at least 2 HT_BATCH (a sender's batch to one ring; the "
+              "combine's owners a batch ahead hold two batches' messages from a peer)");
 constexpr int HT_PER_PEER = HT_SLOTS / 2; /* at most from one peer a round: half a ring, which its writer refills */
 constexpr int HT_ROUND = HT_PER_PEER > 64 ? HT_PER_PEER : 64; /* messages a block takes from all its peers a round */
 constexpr int HT_PEER_TAB = 8;
@@ -76,10 +77,11 @@ struct ht_params {
   volatile uint64_t *host_stamp;
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
-  int recv_own;    /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
+  int recv_own;         /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
                    block writes */
-  int own_queue;   /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
-  uint64_t *probe; /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
+  int own_queue;        /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
+  int scales_row_major; /* SY_MOE_HT_SCALES_ROW_MAJOR: recv.scales [rows][hidden / 128], else [hidden / 128][rows] */
+  uint64_t *probe;      /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;

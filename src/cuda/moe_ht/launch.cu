@@ -193,6 +193,16 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CUDA_CHECK(cudaGetDevice(&dev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   cudaFuncAttributes attr;
+  if (g->owner_ahead) { /* its two batches' plans take more static shared memory: the lockstep where it does not fit */
+    SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void *)sy_ht_combine_ahead));
+    if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
+      SY_INFO(
+          "moe_ht: %d experts on %d ranks: the combine's owners in lockstep (a batch ahead needs %zu bytes of "
+          "shared memory, at most %d)",
+          (int)E, (int)W, g->pipe_smem + attr.sharedSizeBytes, optin);
+      g->owner_ahead = 0;
+    }
+  }
   const void *combine_fn = g->owner_ahead ? (const void *)sy_ht_combine_ahead : (const void *)sy_ht_combine;
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, combine_fn));
   if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
@@ -322,6 +332,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->C = g->wl.channels;
   P->recv_own = g->recv_own;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
+  P->scales_row_major = (c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0;
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
   P->id64 = call->id_type == SY_INDEX_INT64;

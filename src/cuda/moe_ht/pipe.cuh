@@ -72,6 +72,8 @@ __host__ __device__ inline size_t ht_pipes_at(int W, int E) { return ((size_t)W 
 #ifndef SY_HT_PIPE_ALIGN
 #define SY_HT_PIPE_ALIGN 1024
 #endif
+static_assert(SY_HT_PIPE_ALIGN == 0 || (SY_HT_PIPE_ALIGN % 16 == 0 && (SY_HT_PIPE_ALIGN & (SY_HT_PIPE_ALIGN - 1)) == 0),
+              "SY_HT_PIPE_ALIGN: 0 or a power of two of at least 16");
 __device__ __forceinline__ ht_pipe &ht_warp_pipe(int W, int E) {
   extern __shared__ __align__(16) char smem[];
   char *at = smem + ht_pipes_at(W, E);

@@ -24,8 +24,17 @@ struct ht_sink {
   int64_t scale_stride;
 };
 
-/* Scale g of a sink. Rows here hold their scales group-major (recv.scales [hidden / 128][rows]): a row's scales
- * land in hidden / 128 sectors that other rows' stores complete later. HINT (SY_HT_SCALE_HINT, a template
+/* The sink of recv's row `row` (row_bytes of payload; its scales where the FP8 wires have them). */
+__device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, size_t row_bytes) {
+  float *scale = nullptr;
+  if (P.recv.scales)
+    scale = P.recv.scales + (P.scales_row_major ? (size_t)row * (size_t)(P.hidden / SY_MOE_FP8_GROUP) : (size_t)row);
+  return ht_sink{(char *)P.recv.tokens + (size_t)row * row_bytes, scale,
+                 P.scales_row_major ? (int64_t)1 : (int64_t)P.recv.rows};
+}
+
+/* Scale g of a sink. Rows here hold their scales group-major by default (recv.scales [hidden / 128][rows]): a row's
+ * scales land in hidden / 128 sectors that other rows' stores complete later (row-major, they are contiguous). HINT (SY_HT_SCALE_HINT, a template
  * parameter: the dispatch kernel comes in two instances, since a run-time branch here made the kernel spill): those
  * stores go under an L2 evict_last policy, so that a sector stays in L2 until its rows are all written instead of
  * leaving it part-written (bench/NOTES.md: faster where the dispatch holds most SMs, slower at 16). */
