@@ -56,7 +56,7 @@ SY_ENV_ID_(SY_HT_PREQUANT, SY_ENV_INT, "-1",
 SY_ENV_ID_(SY_HT_SCALE_HINT, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch, FP8 wires: the rows' scales stored into the group-major recv.scales under "
            "an L2 evict_last policy (1) or plainly (0); -1: 1 where the SM budget is at least half the GPU's SMs "
-           "(measured faster at 132 SMs, slower at 16, bench/NOTES.md)")
+           "(measured faster at 132 SMs, slower at 16, bench/NOTES.md); never with SY_MOE_HT_SCALES_ROW_MAJOR")
 SY_ENV_ID_(SY_HT_OWNER_AHEAD, SY_ENV_BOOL, "1",
            "high-throughput MoE combine (and the dispatch's backward): each channel's owner block plans the next "
            "batch of tokens and waits for its partials with one warp while the others sum the batch before (1), or "

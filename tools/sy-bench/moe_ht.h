@@ -55,11 +55,12 @@ typedef struct moe_ht_expect {
  * rows_in = Y, then dispatch's backward: sy_moe_ht_combine(grad_rows, row_weights NULL, row_values =
  * grad_weights). A NULL array is not checked. */
 typedef struct moe_ht_got {
-  int rows;                                      /* recv.rows: the scales' row stride */
+  int rows;                                      /* recv.rows (the group-major scales' row stride) */
   const int32_t *host_counts;                    /* [2 L + 1] from the exact layout */
   const int32_t *expert_offsets, *expert_counts; /* recv's, [L + 1] and [L] */
   const uint8_t *tokens;                         /* [rows_used + 1][row bytes] */
-  const float *scales;                           /* [hidden / 128][rows] (FP8 wires) */
+  const float *scales;                           /* FP8 wires: [hidden / 128][rows], or [rows][hidden / 128]
+                                                  * (shape.scales_row_major) */
   const int32_t *src;                            /* [rows][2] */
   const float *weights;                          /* [rows] */
   const uint16_t *grad_rows;                     /* [rows_used + 1][hidden] */

@@ -182,7 +182,8 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   int sms = 0, hdev = 0;
   SY_CUDA_CHECK(cudaGetDevice(&hdev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, hdev));
-  g->scale_hint = c->wire != SY_MOE_WIRE_BF16 && (hint < 0 ? 2 * c->num_sms >= sms : hint > 0);
+  g->scale_hint = c->wire != SY_MOE_WIRE_BF16 && !(c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) &&
+                  (hint < 0 ? 2 * c->num_sms >= sms : hint > 0); /* row-major scales are contiguous: no policy */
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
   SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
