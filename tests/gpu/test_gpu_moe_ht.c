@@ -26,10 +26,11 @@ typedef struct {
   unsigned flags; /* config.flags: SY_MOE_HT_SCALES_ROW_MAJOR */
 } ht_case_t;
 
-#define ROW SY_MOE_HT_SCALES_ROW_MAJOR
+#define RM SY_MOE_HT_SCALES_ROW_MAJOR /* the cases' flags */
 /* clang-format off */
 static const ht_case_t cases[] = {
-    /* name, experts, top_k, hidden, max_tokens, wire, alignment, num_sms, masked, exact, int64 ids, route, specials, salt, flags */
+    /* name, experts, top_k, hidden, max_tokens, wire, alignment, num_sms, masked, exact, int64 ids, route, specials,
+     * salt, flags */
     {"bf16 random",            48, 4, 256,  40, SY_MOE_WIRE_BF16,      1,   4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 1, 0},
     {"fp8 align 16",           48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 2, 0},
     {"ue8m0 align 128 masked", 24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 2,  1, 0, 0, WL_ROUTE_SAME_RANK,  0, 3, 0},
@@ -43,9 +44,9 @@ static const ht_case_t cases[] = {
     /* 65 scale groups: the receivers' scales past the 64 they load with a message's header */
     {"ue8m0 hidden 8320",      16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 11, 0},
     /* recv.scales row-major (SY_MOE_HT_SCALES_ROW_MAJOR) */
-    {"fp8 row-major scales",   48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 12, ROW},
-    {"given row-major masked", 24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  1, 1, 0, WL_ROUTE_ONE_EXPERT, 0, 13, ROW},
-    {"ue8m0 8320 row-major",   16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 14, ROW},
+    {"fp8 row-major scales",   48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,    0, 12, RM},
+    {"given row-major masked", 24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  1, 1, 0, WL_ROUTE_ONE_EXPERT,0, 13, RM},
+    {"ue8m0 8320 row-major",   16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,    0, 14, RM},
 };
 /* clang-format on */
 

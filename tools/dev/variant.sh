@@ -57,3 +57,12 @@ test_ht() {
   env "$@" timeout 150 "$d/bin/syrun" -n "$r" $g "$d/tests/gpu/test_gpu_moe_ht" >"/tmp/t_$name.txt" 2>&1
   echo "test_gpu_moe_ht $name: n=$r $g $* rc=$? ($(grep -c ' ok ' "/tmp/t_$name.txt") cases ok)" >>"$s"
 }
+#   dev_start NAME       a device script's start: NVLink multicast off, $s = $OUT/NAME (the summary), the GPU's name as
+#                        its first line, n = the GPUs (at most 4).
+dev_start() {
+  export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  s=$OUT/$1
+  nvidia-smi -L | head -1 >>"$s"
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "$n" -gt 4 ] && n=4
+}

@@ -10,13 +10,9 @@
 # now) and the issue-19 table with it (NCCL beside, $OUT/ht_w$n.json). At 1 GPU: the tests with 3 ranks sharing
 # GPU 0 too. Every other GPU test: the next call, `GPU_CHECK_ONLY='^test_' tools/gpu-check.sh /tmp/g 4`.
 # $OUT/summary.txt.
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-s=$OUT/summary.txt
-nvidia-smi -L | head -1 >>$s
-n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+. tools/dev/variant.sh # build_tree, test_ht, dev_start
+dev_start summary.txt
 w=$n
-[ "$w" -gt 4 ] && w=4
-. tools/dev/variant.sh # build_tree DIR SRC [FLAGS]
 declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [L]=/tmp/xC)
 declare -A envs=([P]=X=1 [C]=X=1 [L]=SY_HT_OWNER_AHEAD=0)
 build_tree /tmp/xP ab/pre &

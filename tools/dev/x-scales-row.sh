@@ -5,12 +5,8 @@
 # group-major (G, the default) and row-major (R), G R R G, at world n with 16 SMs and at world 1 with 16 and 132
 # SMs (NOTES "MoE high throughput: the FP8 rows' scales (run 33)": the ceiling measured +117 against +13-16 µs at
 # 16 SMs and +40-52 against +5 at 132 for the two layouts). $OUT/summary.txt.
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-s=$OUT/summary.txt
-nvidia-smi -L | head -1 >>$s
-n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-[ "$n" -gt 4 ] && n=4
-. tools/dev/variant.sh
+. tools/dev/variant.sh # build_tree, bench_ws, test_ht, dev_start
+dev_start summary.txt
 build_tree /tmp/xC .
 T=/tmp/xC/tests/gpu/test_gpu_moe_ht
 t() { test_ht /tmp/xC "$@"; } # NAME RANKS GPUS-ARG ENV...

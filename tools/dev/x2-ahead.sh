@@ -5,12 +5,8 @@
 # synccheck of it ahead at 1 rank; then kernel µs of the combine and dispatch_bwd (BF16, 4,096 tokens): world n at
 # 16 and 132 SMs, B, N (this tree, default), N lockstep (SY_HT_OWNER_AHEAD=0) and N ahead (=1), then reversed;
 # world 1 the same. $OUT/summary.txt.
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-s=$OUT/summary.txt
-nvidia-smi -L | head -1 >>$s
-n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-[ "$n" -gt 4 ] && n=4
-. tools/dev/variant.sh
+. tools/dev/variant.sh # build_tree, bench_ws, test_ht, dev_start
+dev_start summary.txt
 declare -A dir=([B]=/tmp/xB [N]=/tmp/xN)
 build_tree /tmp/xB ab/base &
 build_tree /tmp/xN . &

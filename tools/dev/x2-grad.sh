@@ -6,11 +6,8 @@
 # out of line only). test_gpu_moe_ht with D at 2 GPUs (direct, put), 1 rank
 # and 3 on GPU 0; then moe-ht kernel times (--no-nccl, BF16, 4,096 tokens): world 2 at 16 SMs (A D E E D A), world 1
 # at 16 and 132 SMs (A D D A). $OUT/grad.txt.
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-s=$OUT/grad.txt
-nvidia-smi -L | head -1 >>$s
-n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-. tools/dev/variant.sh # build_tree DIR SRC [FLAGS]
+. tools/dev/variant.sh # build_tree, bench_ws, test_ht, dev_start
+dev_start grad.txt
 t0=$(date +%s)
 build_tree /tmp/gA ab/base "" &
 build_tree /tmp/gD . "" &

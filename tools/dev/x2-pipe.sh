@@ -5,11 +5,8 @@
 # ab/base), B = this tree with -DSY_HT_PIPE_VEC=1, C = this tree as it is (VEC 2). test_gpu_moe_ht with C at 2 GPUs
 # (direct stores and puts), 1 rank and 3 sharing GPU 0, and with B at 2 and 1; then moe-ht kernel times (--no-nccl,
 # BF16, 4,096 tokens): world 2 at 16 SMs (A B C C B A), world 1 at 16 and 132 SMs (A B C C B A). $OUT/pipe.txt.
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-s=$OUT/pipe.txt
-nvidia-smi -L | head -1 >>$s
-n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-. tools/dev/variant.sh # build_tree DIR SRC [FLAGS]
+. tools/dev/variant.sh # build_tree, bench_ws, test_ht, dev_start
+dev_start pipe.txt
 t0=$(date +%s)
 build_tree /tmp/vA ab/base "" &
 build_tree /tmp/vB . -DSY_HT_PIPE_VEC=1 &
