@@ -1,8 +1,9 @@
 /*
  * fp8.cuh — bf16 and FP8 values in the kernels: a bf16 half of a 32-bit word as fp32, two fp32 as bf16, and
  * the FP8 E4M3 quantisation of 16 bf16 elements a lane (8 lanes a 128-element group) that the MoE modes share:
- * the same numbers as ref/fp8.h (sy__fp8_scale; IEEE division, then the hardware conversion cvt.rn.satfinite.e4m3x2,
- * which test_gpu_fp8 checks against sy__fp8_e4m3_encode on every fp32 input).
+ * the same numbers as ref/fp8.h (sy__fp8_scale; the quotient by the scale's reciprocal, or IEEE division where that
+ * could differ, then the hardware conversion cvt.rn.satfinite.e4m3x2, which test_gpu_fp8 checks against
+ * sy__fp8_e4m3_encode on every fp32 input).
  */
 #ifndef SY_CUDA_FP8_CUH
 #define SY_CUDA_FP8_CUH
@@ -25,9 +26,21 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
          ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 
+/* Where the quotients x / scale go by the scale's reciprocal (ref/fp8.h: sy__fp8_div_recip; the same E4M3 codes
+ * as IEEE division) rather than by division, at build time: 1 (the default) every quantisation, 2 only the
+ * high-throughput mode's kernel that quantises the tokens ahead of the dispatch (sy_ht_quantise), 0 none. For
+ * measuring (bench/NOTES.md: the reciprocal measured slower inside the dispatch kernel at world 1 in run 31). */
+#ifndef SY_FP8_RECIP
+#define SY_FP8_RECIP 1
+#endif
+constexpr bool FP8_RECIP_INLINE = SY_FP8_RECIP == 1; /* quantisations inside the MoE kernels */
+constexpr bool FP8_RECIP_AHEAD = SY_FP8_RECIP != 0;  /* sy_ht_quantise */
+
 /* FP8 quantisation of a lane's 16 bf16 elements (a, b), 8 lanes per 128-element group: the group's scale
  * (amax / 448, or its power of two) into *scale and the 16 E4M3 codes. Every lane of the warp must call it (the
- * group's amax by shuffles); lanes with no data pass zeros. */
+ * group's amax by shuffles); lanes with no data pass zeros. RECIP: the quotients by the reciprocal where the scale
+ * allows it (above). */
+template <bool RECIP = FP8_RECIP_INLINE>
 __device__ __forceinline__ uint4 quantise16(const uint4 a, const uint4 b, int ue8m0, float *scale_out) {
   const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   float x[16];
@@ -43,15 +56,25 @@ __device__ __forceinline__ uint4 quantise16(const uint4 a, const uint4 b, int ue
   amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
   amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
   const float scale = sy__fp8_scale(amax, ue8m0);
-  /* q = E4M3(x / scale): IEEE division as on the host, then the hardware conversion (cvt.rn.satfinite.e4m3x2,
-   * which test_gpu_fp8 checks against sy__fp8_e4m3_encode on every fp32 input). */
+  /* q = E4M3(x / scale), the host's numbers: the quotient by the scale's reciprocal where that gives the IEEE
+   * division's E4M3 code on every input (ref/fp8.h: sy__fp8_div_recip, three operations an element; checked on
+   * every pair by test_gpu_fp8), else IEEE division; then the hardware conversion (cvt.rn.satfinite.e4m3x2, which
+   * test_gpu_fp8 checks against sy__fp8_e4m3_encode on every fp32 input). */
+  if (RECIP && sy__fp8_recip_ok(scale)) {
+    const float r = 1.0f / scale;
+#pragma unroll
+    for (int i = 0; i < 16; i++) x[i] = sy__fp8_div_recip(x[i], scale, r);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; i++) x[i] = __fdiv_rn(x[i], scale);
+  }
   uint32_t q[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fdiv_rn(x[4 * i], scale), __fdiv_rn(x[4 * i + 1], scale)), __NV_SATFINITE, __NV_E4M3);
-    const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fdiv_rn(x[4 * i + 2], scale), __fdiv_rn(x[4 * i + 3], scale)), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t lo =
+        __nv_cvt_float2_to_fp8x2(make_float2(x[4 * i], x[4 * i + 1]), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t hi =
+        __nv_cvt_float2_to_fp8x2(make_float2(x[4 * i + 2], x[4 * i + 3]), __NV_SATFINITE, __NV_E4M3);
     q[i] = (uint32_t)lo | (uint32_t)hi << 16;
   }
   *scale_out = scale;

@@ -17,6 +17,9 @@
  *    all-zero, signed zeros, one huge element, all negative, bf16 subnormals, with a NaN, with an inf) and a
  *    strided scale layout: every byte and scale equals the element-wise rule recomputed here; dequantised
  *    values are within E4M3's rounding of x; untouched scale slots stay poisoned.
+ *  - the kernels' quotient by the reciprocal (sy__fp8_div_recip) against IEEE division, by E4M3 code, on
+ *    (bf16 amax, bf16 x) pairs: every x for a sample of amax, a sample of x for the rest; all with
+ *    SY_TEST_FP8_ALL=1.
  */
 #include "check.h"
 #include "ref/fp8.h"
@@ -26,6 +29,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -377,6 +381,51 @@ static void quantize_tokens(void) {
   CHECK(sc[1] == INFINITY && q[GROUP] == 0x00 && q[GROUP + 5] == 0x00 && q[GROUP + 7] == 0x7F);
 }
 
+/* ---- the kernels' quotient by the reciprocal ------------------------------------------------------------ */
+
+/* sy__fp8_div_recip (the kernels' x / scale) gives the E4M3 code of the IEEE quotient for every bf16 x of either
+ * sign under the scale of every bf16 amax >= |x| that sy__fp8_recip_ok accepts, both modes: every x for every 31st
+ * amax and the top ones, a stride-61 sample of x (and x = amax) for the rest; every pair with SY_TEST_FP8_ALL=1
+ * (2,090,062,078 pairs, ~20 s; test_gpu_fp8 checks them all on the GPU). */
+static long long recip_pairs(uint32_t a, int ue8m0, uint32_t stride, long long *bad) {
+  const float amax = check_bits_float(a << 16), s = sy__fp8_scale(amax, ue8m0), r = 1.0f / s;
+  long long n = 0;
+  for (uint32_t x16 = 0; x16 <= a; x16 = x16 + stride > a && x16 != a ? a : x16 + stride)
+    for (uint32_t sign = 0; sign < 2; sign++, n++) {
+      const float x = check_bits_float((x16 | sign << 15) << 16);
+      const uint8_t want = sy__fp8_e4m3_encode(x / s), got = sy__fp8_e4m3_encode(sy__fp8_div_recip(x, s, r));
+      if (want != got && (*bad)++ < 5)
+        fprintf(stderr, "amax bf16 0x%04x (ue8m0 %d), x bf16 0x%04x: by the reciprocal 0x%02x, IEEE 0x%02x\n", a, ue8m0,
+                x16 | sign << 15, got, want);
+    }
+  return n;
+}
+
+static void quotients_by_reciprocal(void) {
+  const char *all = getenv("SY_TEST_FP8_ALL");
+  const int every = all && all[0] == '1';
+  long long pairs = 0, bad = 0, below = 0;
+  for (int ue8m0 = 0; ue8m0 < 2; ue8m0++)
+    for (uint32_t a = 1; a < 0x7F80u; a++) { /* every positive finite bf16 amax */
+      const float s = sy__fp8_scale(check_bits_float(a << 16), ue8m0);
+      if (!sy__fp8_recip_ok(s)) { /* only the smallest amax: their scales are below 2^-100 */
+        CHECK(s < SY_FP8_RECIP_MIN);
+        below++;
+        continue;
+      }
+      pairs += recip_pairs(a, ue8m0, every || a % 31 == 0 || a > 0x7F70u ? 1 : 61, &bad);
+    }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(below > 0 && below < 2 * 0x1800); /* bf16 amax below 448 x 2^-100 ~ 2^-91: exponents under 36 */
+  printf("quotients by the reciprocal: %lld (amax, x) pairs, E4M3 codes equal%s\n", pairs, every ? " (all)" : "");
+  /* what the sign fix is for: -0 / s is -0, while q0 + residual x r rounds -0 + +0 to +0 */
+  const float s = sy__fp8_scale(1.0f, 0), r = 1.0f / s;
+  CHECK(signbit(sy__fp8_div_recip(-0.0f, s, r)) && sy__fp8_e4m3_encode(sy__fp8_div_recip(-0.0f, s, r)) == 0x80);
+  CHECK(sy__fp8_e4m3_encode(sy__fp8_div_recip(NAN, s, r)) == 0x7F);
+  CHECK(sy__fp8_recip_ok(SY_FP8_RECIP_MIN) && !sy__fp8_recip_ok(SY_FP8_RECIP_MIN / 2) && !sy__fp8_recip_ok(INFINITY) &&
+        !sy__fp8_recip_ok(NAN) && sy__fp8_recip_ok(0x1p127f));
+}
+
 int main(void) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -387,6 +436,7 @@ int main(void) {
   scales();
   quantize_tokens();
   every_float_in_range();
+  quotients_by_reciprocal();
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("fp8 checked in %.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
   return check_report();

@@ -524,6 +524,6 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q)
   const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
   for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
     const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};
-    warp_quantise<false>(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
+    warp_quantise<false, FP8_RECIP_AHEAD>(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
   }
 }

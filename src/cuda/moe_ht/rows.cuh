@@ -91,7 +91,7 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
  * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; HT_QPASSES x 512 elements a
  * pass, every load of the pass in flight before the first quantisation. */
 constexpr int HT_QPASSES = 4;
-template <bool HINT>
+template <bool HINT, bool RECIP = FP8_RECIP_INLINE>
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
   for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
@@ -109,7 +109,7 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
     for (int u = 0; u < HT_QPASSES; u++) {
       const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
       float scale;
-      const uint4 q = quantise16(raw[u][0], raw[u][1], ue8m0, &scale);
+      const uint4 q = quantise16<RECIP>(raw[u][0], raw[u][1], ue8m0, &scale);
       if (el >= hidden) continue;
       for (int i = 0; i < n; i++) {
         *(uint4 *)(s[i].body + el) = q;
