@@ -98,8 +98,8 @@ SY_HD uint8_t sy__fp8_quantize(float x, float scale) { return sy__fp8_e4m3_encod
  * every bf16 x of either sign under the scale (both modes) of every bf16 amax >= |x| whose scale passes
  * sy__fp8_recip_ok — 2,090,062,078 pairs, none differing (tests/gpu/test_gpu_fp8.cu on the GPU's arithmetic; the
  * host's in tests/unit/test_fp8.c, every amax and a sample of x, all with SY_TEST_FP8_ALL=1). Below
- * SY_FP8_RECIP_MIN the residual can be subnormal and inexact (with 2^-126 as the bound, 103 pairs' codes
- * differ), and an infinite or NaN scale has no usable reciprocal: callers divide there. Measured (run 38, 4 x
+ * SY_FP8_RECIP_MIN the residual can be subnormal and inexact (with 2^-126 as the bound, 103 positive pairs'
+ * codes differ), and an infinite or NaN scale has no usable reciprocal: callers divide there. Measured (run 38, 4 x
  * H200, 4,096 tokens): the FP8 dispatch at world 4 (16 SMs) 1,203-1,208 -> 1,059-1,063 us, at world 1 611-612 ->
  * 499 (16 SMs) and 122.1-122.5 -> 111.6-111.7 (132 SMs). */
 #define SY_FP8_RECIP_MIN 0x1p-100f
