@@ -28,10 +28,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 /* Where the quotients x / scale go by the scale's reciprocal (ref/fp8.h: sy__fp8_div_recip; the same E4M3 codes
  * as IEEE division) rather than by division, at build time: 1 (the default) every quantisation, 2 only the
- * high-throughput mode's kernel that quantises the tokens ahead of the dispatch (sy_ht_quantise), 0 none. For
- * measuring (bench/NOTES.md: the reciprocal measured slower inside the dispatch kernel at world 1 in run 31). */
+ * high-throughput mode's kernel that quantises the tokens ahead of the dispatch (sy_ht_quantise), 0 none; 0 and 2
+ * for measuring. Run 38 (4 x H200) measured 1 faster than 0 everywhere (FP8 dispatch -12% at world 4, -18.5% and
+ * -9% at world 1 with 16 and 132 SMs), and 2 as 1 at world 4; run 31 had measured a different form, with range
+ * checks on every element, slower inside the dispatch kernel (bench/NOTES.md). */
 #ifndef SY_FP8_RECIP
 #define SY_FP8_RECIP 1
+#endif
+#if SY_FP8_RECIP < 0 || SY_FP8_RECIP > 2
+#error "SY_FP8_RECIP: 0, 1 or 2"
 #endif
 constexpr bool FP8_RECIP_INLINE = SY_FP8_RECIP == 1; /* quantisations inside the MoE kernels */
 constexpr bool FP8_RECIP_AHEAD = SY_FP8_RECIP != 0;  /* sy_ht_quantise */

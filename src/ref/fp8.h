@@ -4,10 +4,12 @@
  * ones switchyard.h states: scale = amax / 448 (or 1 for an all-zero group), optionally rounded up to a power
  * of two (UE8M0); q = E4M3(x / scale) with round-to-nearest-even and saturation to +-448; NaN -> 0x7F.
  *
- * The arithmetic is the SY_HD functions below (integer code on the fp32 bits, plus two IEEE fp32 divisions);
- * the host backend calls them through the declared sy__fp8_* functions (fp8.c), the kernels inline them. The
- * divisions match only under IEEE fp32 semantics: build the kernels without --use_fast_math, -prec-div=false
- * or -ftz=true (nvcc's defaults are right), and the host without -ffast-math.
+ * The arithmetic is the SY_HD functions below (integer code on the fp32 bits, plus two IEEE fp32 divisions;
+ * the kernels quotient x / scale by the scale's reciprocal and two fused multiply-adds instead, sy__fp8_div_recip,
+ * which gives the same E4M3 codes); the host backend calls them through the declared sy__fp8_* functions (fp8.c),
+ * the kernels inline them. They match only under IEEE fp32 semantics (correctly rounded division, reciprocal and
+ * fmaf, no reassociation, subnormals kept): build the kernels without --use_fast_math, -prec-div=false or
+ * -ftz=true (nvcc's defaults are right), and the host without -ffast-math.
  */
 #ifndef SY_REF_FP8_H
 #define SY_REF_FP8_H
@@ -93,7 +95,8 @@ SY_HD uint8_t sy__fp8_quantize(float x, float scale) { return sy__fp8_e4m3_encod
 /* x / scale by the scale's reciprocal r = 1 / scale (IEEE, once a group), for the kernels' quantisation
  * (cuda/fp8.cuh: quantise16): q0 = x r, the residual x - q0 scale (exact, by a fused multiply-add), then q0 plus
  * residual x r rounded once, with x's sign (a sum of opposite zeros is +0, and x's sign is the quotient's). Three
- * operations an element where an IEEE division is about eight on sm_90, with a range check and a slow path.
+ * operations and a sign copy an element where an IEEE division is about eight on sm_90, with a range check and a
+ * slow path.
  * Not always the IEEE quotient's bits, but always its E4M3 code, which is all the quantisation keeps: checked on
  * every bf16 x of either sign under the scale (both modes) of every bf16 amax >= |x| whose scale passes
  * sy__fp8_recip_ok — 2,090,062,078 pairs, none differing (tests/gpu/test_gpu_fp8.cu on the GPU's arithmetic; the
@@ -103,6 +106,8 @@ SY_HD uint8_t sy__fp8_quantize(float x, float scale) { return sy__fp8_e4m3_encod
  * H200, 4,096 tokens): the FP8 dispatch at world 4 (16 SMs) 1,203-1,208 -> 1,059-1,063 us, at world 1 611-612 ->
  * 499 (16 SMs) and 122.1-122.5 -> 111.6-111.7 (132 SMs). */
 #define SY_FP8_RECIP_MIN 0x1p-100f
+/* The upper bound only keeps +inf (and NaN) out: the scale of a finite bf16 amax is at most ~2^119.2, and every
+ * such scale is in the check. */
 SY_HD int sy__fp8_recip_ok(float scale) { return scale >= SY_FP8_RECIP_MIN && scale <= 0x1p127f; }
 SY_HD float sy__fp8_div_recip(float x, float scale, float r) {
 #ifdef __CUDA_ARCH__
