@@ -83,6 +83,83 @@ struct send_batch {
  * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
  * partial sum takes the 8 elements of every 32nd 16-byte piece, the lanes' sums meet by a butterfly. */
 constexpr int HT_GRAD_UNROLL = 4; /* g and rows_in: 8 loads a lane in flight */
+/* SY_HT_GRAD_ONCE (build time; 1, the default): one pass over g serves up to HT_GRAD_ROWS rows (it writes each
+ * row's gradient and adds to each row's dot product); 0 (for measuring) reads g again for every row (from L2 for a
+ * ring slot: __ldcg). Each row's dot product takes its pieces in the same order either way, so the bits are the
+ * same. Run 38 (1 x H100, world 1, BF16, 4,096 tokens): combine_bwd 1,186 -> 1,120 us at 16 SMs, 500 -> 439-443 at
+ * 132; world 4 not measured yet (tools/dev/x-grad-once.sh). ptxas (sm_90, the dispatch kernel at 128 registers):
+ * 2 rows a pass with 4 pieces in flight spill 16 bytes (0 reads g again: none), 4 rows 60-64 bytes. */
+#ifndef SY_HT_GRAD_ONCE
+#define SY_HT_GRAD_ONCE 1
+#endif
+#if SY_HT_GRAD_ONCE
+#ifndef SY_HT_GRAD_ROWS
+#define SY_HT_GRAD_ROWS 2
+#endif
+#ifndef SY_HT_GRAD_ONCE_UNROLL
+#define SY_HT_GRAD_ONCE_UNROLL 4
+#endif
+constexpr int HT_GRAD_ROWS = SY_HT_GRAD_ROWS;        /* rows a pass over g serves */
+constexpr int HT_GO_UNROLL = SY_HT_GRAD_ONCE_UNROLL; /* g's pieces a lane loads at once */
+template <bool CG>
+__device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
+  const int lane = threadIdx.x & 31;
+  const size_t bytes = (size_t)P.hidden * 2;
+  const bool dot = P.grad_row_weights != nullptr;
+  for (int r0 = 0; r0 < n; r0 += HT_GRAD_ROWS) {
+    const int m = min(HT_GRAD_ROWS, n - r0);
+    int r[HT_GRAD_ROWS];
+    float w[HT_GRAD_ROWS], acc[HT_GRAD_ROWS];
+#pragma unroll
+    for (int j = 0; j < HT_GRAD_ROWS; j++) {
+      r[j] = __shfl_sync(0xffffffffu, row, min(r0 + j, n - 1));
+      w[j] = P.row_weights ? P.row_weights[r[j]] : 1.0f;
+      acc[j] = 0.0f;
+    }
+    for (size_t base = (size_t)lane * 16; base < bytes; base += HT_GO_UNROLL * 512) {
+      uint4 v[HT_GO_UNROLL];
+#pragma unroll
+      for (int u = 0; u < HT_GO_UNROLL; u++)
+        if (base + u * 512 < bytes) v[u] = ld16<CG>(g + base + u * 512);
+#pragma unroll
+      for (int j = 0; j < HT_GRAD_ROWS; j++) {
+        if (j >= m) break;
+        char *o = (char *)P.out + (size_t)r[j] * bytes;
+        const char *y = dot ? (const char *)P.rows_in + (size_t)r[j] * bytes : nullptr;
+        uint4 yv[HT_GO_UNROLL];
+#pragma unroll
+        for (int u = 0; u < HT_GO_UNROLL; u++)
+          if (dot && base + u * 512 < bytes) yv[u] = __ldg((const uint4 *)(y + base + u * 512));
+#pragma unroll
+        for (int u = 0; u < HT_GO_UNROLL; u++) {
+          if (base + u * 512 >= bytes) continue;
+          const uint32_t in[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+          uint4 out = v[u];
+          if (P.row_weights) {
+            uint32_t q[4];
+            for (int k = 0; k < 4; k++) q[k] = pack_bf16(w[j] * bf16_lo(in[k]), w[j] * bf16_hi(in[k]));
+            out = make_uint4(q[0], q[1], q[2], q[3]);
+          }
+          *(uint4 *)(o + base + u * 512) = out;
+          if (!dot) continue;
+          const uint32_t yw[4] = {yv[u].x, yv[u].y, yv[u].z, yv[u].w};
+          for (int k = 0; k < 4; k++) {
+            acc[j] = fmaf(bf16_lo(in[k]), bf16_lo(yw[k]), acc[j]);
+            acc[j] = fmaf(bf16_hi(in[k]), bf16_hi(yw[k]), acc[j]);
+          }
+        }
+      }
+    }
+    if (!dot) continue;
+#pragma unroll
+    for (int j = 0; j < HT_GRAD_ROWS; j++) {
+      if (j >= m) break;
+      for (int d = 16; d >= 1; d >>= 1) acc[j] = acc[j] + __shfl_xor_sync(0xffffffffu, acc[j], d);
+      if (lane == 0) P.grad_row_weights[r[j]] = acc[j];
+    }
+  }
+}
+#else
 template <bool CG>
 __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   const int lane = threadIdx.x & 31;
@@ -126,6 +203,7 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
     if (lane == 0) P.grad_row_weights[r] = acc;
   }
 }
+#endif
 
 /* A warp: token t's messages into the rings of its nd destinations (slot[j] of ring (me -> dst[j], c)) and,
  * with `self`, its own rows here (the dispatch's rows, or the combine's backward's gradients), the token read
