@@ -23,6 +23,27 @@ bench_ws() {
   echo "== world $2, $3 SMs ($1, pass $4) rc=$?" >>"$s"
   grep -E " ($5) " /tmp/r.txt | sed 's/\[rank 0\]//' >>"$s"
 }
+#   bench_tree DIR LABEL RANKS REGEX ARGS...  DIR's `sy-bench --no-nccl ARGS moe-ht` at RANKS ranks (the caller's
+#                        environment: run it in a subshell that exports a variant's variables), its rows of the calls
+#                        REGEX appended to $s under "== LABEL rc=...".
+bench_tree() {
+  local d=$1 label=$2 r=$3 re=$4
+  shift 4
+  timeout 120 "$d/bin/syrun" -n "$r" "$d/bin/sy-bench" --no-nccl "$@" moe-ht >/tmp/r.txt 2>&1
+  echo "== $label rc=$?" >>"$s"
+  grep -E " ($re) " /tmp/r.txt | sed 's/\[rank 0\]//' >>"$s"
+}
+#   probe_tree DIR LABEL RANKS ARGS...  SY_HT_PROBE with DIR's `sy-bench --no-nccl ARGS moe-ht` at RANKS ranks: rank 0's
+#                        table (tools/dev/ht-probe.py) appended to $s under "== probe LABEL".
+probe_tree() {
+  local d=$1 label=$2 r=$3
+  shift 3
+  rm -rf /tmp/probe_t && mkdir -p /tmp/probe_t
+  SY_HT_PROBE=/tmp/probe_t/probe.%r.txt timeout 120 "$d/bin/syrun" -n "$r" "$d/bin/sy-bench" --no-nccl "$@" moe-ht \
+    >/dev/null 2>&1
+  echo "== probe $label" >>"$s"
+  python3 tools/dev/ht-probe.py /tmp/probe_t/probe.0.txt >>"$s" 2>&1
+}
 #   bench4 V PASS REGEX  moe-ht at world 4 (4,096 tokens, 16 SMs, no NCCL) with variant V's build (${dir[V]}),
 #                        its rows matching REGEX appended to $s under a "== world 4, 16 SMs (V, pass PASS)" line.
 bench4() {

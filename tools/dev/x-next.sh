@@ -10,7 +10,7 @@
 # now) and the issue-19 table with it (NCCL beside, $OUT/ht_w$n.json). At 1 GPU: the tests with 3 ranks sharing
 # GPU 0 too. Every other GPU test: the next call, `GPU_CHECK_ONLY='^test_' tools/gpu-check.sh /tmp/g 4`.
 # $OUT/summary.txt.
-. tools/dev/variant.sh # build_tree, test_ht, dev_start
+. tools/dev/variant.sh # build_tree, test_ht, bench_tree, probe_tree, dev_start
 dev_start summary.txt
 w=$n
 declare -A dir=([P]=/tmp/xP [C]=/tmp/xC [L]=/tmp/xC)
@@ -24,16 +24,10 @@ t default $w "" X=1
 t lockstep $w "" SY_HT_OWNER_AHEAD=0
 [ "$w" -eq 1 ] && t share3 3 "--gpus 0,0,0" X=1
 for v in P C L L C P; do
-  env ${envs[$v]} timeout 90 ${dir[$v]}/bin/syrun -n $w ${dir[$v]}/bin/sy-bench --no-nccl --tokens 4096 --wire bf16 \
-    moe-ht >/tmp/r.txt 2>&1
-  echo "== world $w, 16 SMs ($v) rc=$?" >>$s
-  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+  (export ${envs[$v]}
+    bench_tree ${dir[$v]} "world $w, 16 SMs ($v)" $w "dispatch|combine|combine_bwd|dispatch_bwd" --tokens 4096 --wire bf16)
 done
-rm -rf /tmp/pC && mkdir -p /tmp/pC
-SY_HT_PROBE=/tmp/pC/probe.%r.txt timeout 120 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --no-nccl --tokens 8192 \
-  --wire bf16 moe-ht >/dev/null 2>&1
-echo "== probe (C), world $w, 8,192 tokens, BF16, rank 0" >>$s
-python3 tools/dev/ht-probe.py /tmp/pC/probe.0.txt >>$s 2>&1
+probe_tree /tmp/xC "(C), world $w, 8,192 tokens, BF16, rank 0" $w --tokens 8192 --wire bf16
 timeout 200 /tmp/xC/bin/syrun -n $w /tmp/xC/bin/sy-bench --json $OUT/ht_w$w.json moe-ht >/tmp/ht.txt 2>&1
 echo "== moe-ht world $w, 16 SMs, NCCL beside rc=$?" >>$s
 grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) |target" /tmp/ht.txt | sed 's/\[rank 0\]//' >>$s

@@ -9,7 +9,7 @@
 # Tests with B: test_gpu_fp8 (every pair on the device), test_gpu_moe_ht at n and 1, test_gpu_moe at n. Then FP8
 # moe-ht at world n, 16 SMs, A B C C B A; at world 1 with 16 and 132 SMs A B C C B A; moe-ll FP8 at world n, A B B A.
 # $OUT/summary.txt.
-. tools/dev/variant.sh # build_tree, test_ht, dev_start
+. tools/dev/variant.sh # build_tree, test_ht, bench_tree, dev_start
 dev_start summary.txt
 declare -A dir=([A]=/tmp/xA [B]=/tmp/xB [C]=/tmp/xC)
 build_tree /tmp/xA ab/head &
@@ -25,10 +25,7 @@ test_ht /tmp/xB b1 1 "" X=1
 timeout 150 /tmp/xB/bin/syrun -n $n /tmp/xB/tests/gpu/test_gpu_moe >/tmp/t_moe.txt 2>&1
 echo "test_gpu_moe (B) n=$n rc=$?" >>$s
 ht() { # V RANKS SMS
-  local b=${dir[$1]}
-  timeout 100 $b/bin/syrun -n $2 $b/bin/sy-bench --no-nccl --tokens 4096 --wire fp8 --num-sms $3 moe-ht >/tmp/r.txt 2>&1
-  echo "== moe-ht FP8 world $2, $3 SMs ($1) rc=$?" >>$s
-  grep -E " (dispatch|combine) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+  bench_tree ${dir[$1]} "moe-ht FP8 world $2, $3 SMs ($1)" $2 "dispatch|combine" --tokens 4096 --wire fp8 --num-sms $3
 }
 for v in A B C C B A; do ht $v $n 16; done
 for v in A B C C B A; do ht $v 1 16; done

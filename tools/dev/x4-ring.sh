@@ -7,7 +7,7 @@
 # test_gpu_moe_ht with B at n; moe-ht at world n, 16 SMs, 4,096 tokens, both wires, A B B A; the probe of A's FP8
 # dispatch (8,192 tokens); then with A: moe-ht at 16,384 tokens a rank with NCCL beside (issue 19: at least 16,384;
 # $OUT/ht_w${n}_16k.json) and the layer (issue 21, $OUT/layer_w$n.json). $OUT/summary.txt.
-. tools/dev/variant.sh # test_ht, dev_start
+. tools/dev/variant.sh # test_ht, bench_tree, probe_tree, dev_start
 dev_start summary.txt
 declare -A dir=([A]=/tmp/xA [B]=/tmp/xB) flags=([A]="" [B]="-DSY_MOE_HT_RING_SLOTS=128")
 for v in A B; do
@@ -18,16 +18,9 @@ done
 wait
 test_ht /tmp/xB ring128 $n "" X=1
 for v in A B B A; do
-  b=${dir[$v]}
-  timeout 120 $b/bin/syrun -n $n $b/bin/sy-bench --no-nccl --tokens 4096 moe-ht >/tmp/r.txt 2>&1
-  echo "== world $n, 16 SMs ($v) rc=$?" >>$s
-  grep -E " (dispatch|combine|combine_bwd|dispatch_bwd) " /tmp/r.txt | sed 's/\[rank 0\]//' >>$s
+  bench_tree ${dir[$v]} "world $n, 16 SMs ($v)" $n "dispatch|combine|combine_bwd|dispatch_bwd" --tokens 4096
 done
-rm -rf /tmp/pA && mkdir -p /tmp/pA
-SY_HT_PROBE=/tmp/pA/probe.%r.txt timeout 120 /tmp/xA/bin/syrun -n $n /tmp/xA/bin/sy-bench --no-nccl --tokens 8192 \
-  --wire fp8 moe-ht >/dev/null 2>&1
-echo "== probe (A), world $n, 8,192 tokens, FP8, rank 0" >>$s
-python3 tools/dev/ht-probe.py /tmp/pA/probe.0.txt >>$s 2>&1
+probe_tree /tmp/xA "(A), world $n, 8,192 tokens, FP8, rank 0" $n --tokens 8192 --wire fp8
 timeout 200 /tmp/xA/bin/syrun -n $n /tmp/xA/bin/sy-bench --tokens 16384 --json $OUT/ht_w${n}_16k.json moe-ht \
   >/tmp/ht16k.txt 2>&1
 echo "== moe-ht world $n, 16,384 tokens, NCCL beside rc=$?" >>$s
