@@ -3,12 +3,13 @@
 # grad_write, SY_HT_GRAD_ONCE=1, the default since run 38, measured then at world 1 only: 1 x H100, BF16, 4,096
 # tokens, 1,186 -> 1,120 us at 16 SMs, 500 -> 439-443 at 132). A = -DSY_HT_GRAD_ONCE=0 (g read again for every row),
 # B = this tree (2 rows a pass, 4 pieces in flight: 16 bytes of spills), C = -DSY_HT_GRAD_ROWS=4 (60 bytes of
-# spills). With n GPUs (4 best, at most 4 used): test_gpu_moe_ht with B and C at n (direct; B also with puts), at 1
-# rank and with 3 ranks on GPU 0 (bit for bit against the host backend); then moe-ht BF16, 4,096 tokens, A B C C B A
-# at world n with 16 SMs and at world 1 with 16 and 132 SMs (combine_bwd and, for the kernel's other mode, the
-# dispatch). The prediction (run 38's probe at world 4, 8,192 tokens): the receivers work 4,236 of the kernel's 4,545
-# us and move ~95 KB a message, of which ~17 KB were g's re-reads, so combine_bwd up to ~15% faster at world 4 if
-# they are bound by their bytes. $OUT/summary.txt.
+# spills, 68 in the hint instance: over the ptxas_spills test's 64, so C is for measuring only). With n GPUs (4
+# best, at most 4 used): test_gpu_moe_ht with B and C at n (direct; B also with puts), at 1 rank and with 3 ranks on
+# GPU 0 (bit for bit against the host backend); then moe-ht BF16, 4,096 tokens, A B C C B A at world n with 16 SMs
+# and at world 1 with 16 and 132 SMs (combine_bwd and, for the kernel's other mode, the dispatch). The prediction
+# (run 38's probe at world 4, 8,192 tokens): the receivers work 4,236 of the kernel's 4,545 us and move ~95 KB a
+# message, of which ~17 KB were g's re-reads, so combine_bwd up to ~15% faster at world 4 if they are bound by
+# their bytes. $OUT/summary.txt.
 . tools/dev/variant.sh # variant, test_ht, bench_ws, dev_start
 dev_start summary.txt
 declare -A dir=([A]=/tmp/xA [B]=/tmp/xB [C]=/tmp/xC)

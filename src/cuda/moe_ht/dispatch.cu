@@ -82,13 +82,13 @@ struct send_batch {
  * the gradient of each of n rows (lanes [0, n) of `row`): bf16(w_r x g) or g as is, and the dot product of g
  * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
  * partial sum takes the 8 elements of every 32nd 16-byte piece, the lanes' sums meet by a butterfly. */
-constexpr int HT_GRAD_UNROLL = 4; /* g and rows_in: 8 loads a lane in flight */
 /* SY_HT_GRAD_ONCE (build time; 1, the default): one pass over g serves up to HT_GRAD_ROWS rows (it writes each
  * row's gradient and adds to each row's dot product); 0 (for measuring) reads g again for every row (from L2 for a
  * ring slot: __ldcg). Each row's dot product takes its pieces in the same order either way, so the bits are the
  * same. Run 38 (1 x H100, world 1, BF16, 4,096 tokens): combine_bwd 1,186 -> 1,120 us at 16 SMs, 500 -> 439-443 at
- * 132; world 4 not measured yet (tools/dev/x-grad-once.sh). ptxas (sm_90, the dispatch kernel at 128 registers):
- * 2 rows a pass with 4 pieces in flight spill 16 bytes (0 reads g again: none), 4 rows 60-64 bytes. */
+ * 132; world 4 not measured yet (tools/dev/x-grad-once.sh). ptxas (sm_90, the kernels at 128 registers): 2 rows a
+ * pass with 4 pieces in flight spill 16 bytes in sy_ht_dispatch (0 reads g again: none) and 40 in
+ * sy_ht_dispatch_hint (as with 0); 4 rows 60 and 68 (over the ptxas_spills test's 64). */
 #ifndef SY_HT_GRAD_ONCE
 #define SY_HT_GRAD_ONCE 1
 #endif
@@ -101,6 +101,7 @@ constexpr int HT_GRAD_UNROLL = 4; /* g and rows_in: 8 loads a lane in flight */
 #endif
 constexpr int HT_GRAD_ROWS = SY_HT_GRAD_ROWS;        /* rows a pass over g serves */
 constexpr int HT_GO_UNROLL = SY_HT_GRAD_ONCE_UNROLL; /* g's pieces a lane loads at once */
+static_assert(HT_GRAD_ROWS >= 1 && HT_GO_UNROLL >= 1, "SY_HT_GRAD_ROWS, SY_HT_GRAD_ONCE_UNROLL: at least 1");
 template <bool CG>
 __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   const int lane = threadIdx.x & 31;
@@ -160,6 +161,7 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   }
 }
 #else
+constexpr int HT_GRAD_UNROLL = 4; /* g and rows_in: 8 loads a lane in flight */
 template <bool CG>
 __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
   const int lane = threadIdx.x & 31;
