@@ -9,8 +9,8 @@
 # and at world 1 with 16 and 132 SMs (combine_bwd and, for the kernel's other mode, the dispatch). The prediction
 # (run 38's probe at world 4, 8,192 tokens): the receivers work 4,236 of the kernel's 4,545 us and move ~95 KB a
 # message, of which ~17 KB were g's re-reads, so combine_bwd up to ~15% faster at world 4 if they are bound by
-# their bytes. $OUT/summary.txt.
-. tools/dev/variant.sh # variant, test_ht, bench_ws, dev_start
+# their bytes. Then (n >= 2) the FP8 dispatch with the tokens quantised ahead or by the senders. $OUT/summary.txt.
+. tools/dev/variant.sh # variant, test_ht, bench_ws, bench_tree, dev_start
 dev_start summary.txt
 declare -A dir=([A]=/tmp/xA [B]=/tmp/xB [C]=/tmp/xC)
 variant /tmp/xA "-DSY_HT_GRAD_ONCE=0" &
@@ -27,5 +27,14 @@ for cfg in "$n 16" "1 16" "1 132"; do
   set -- $cfg
   for v in A B C C B A; do bench_ws $v $1 $2 - "dispatch|combine_bwd"; done
 done
+# with the FP8 quotients by the reciprocal (run 38) the sending blocks' own quantisation is cheaper too: which FP8
+# path is faster now from world 2, the tokens quantised ahead (SY_HT_PREQUANT=1, the default there; run 32: 1,251
+# against 1,486 us at world 4) or by the senders (0)?
+if [ "$n" -ge 2 ]; then
+  for q in 1 0 0 1; do
+    (export SY_HT_PREQUANT=$q
+      bench_tree /tmp/xB "world $n, 16 SMs, FP8 (B, SY_HT_PREQUANT=$q)" $n "dispatch" --tokens 4096 --wire fp8)
+  done
+fi
 tar czf $OUT/logs.tar.gz -C /tmp $(cd /tmp && ls t_*.txt build_x*.log 2>/dev/null) 2>/dev/null
 cat $s
