@@ -81,6 +81,11 @@ struct sy_moe_ht {
   void *backend_state;
 };
 
+/* Where the cuda backend's high-throughput data kernels run a channel's two roles (SY_HT_ROLES resolved for this
+ * world size; cuda/moe_ht/ht.cuh): 1 on one block's warps at once, 0 on two blocks. The workspace's channels
+ * follow it (sy__moe_ht_ws_layout), so the size query and the create read the same. */
+int sy__moe_ht_roles(int world_size);
+
 /* One MoE high-throughput call as the backends see it (src/core/moe_ht.c checks it first). Unused fields 0. */
 typedef struct sy_moe_ht_call {
   void *handle;

@@ -61,6 +61,18 @@ SY_ENV_ID_(SY_HT_OWNER_AHEAD, SY_ENV_BOOL, "1",
            "high-throughput MoE combine (and the dispatch's backward): each channel's owner block plans the next "
            "batch of tokens and waits for its partials with one warp while the others sum the batch before (1), or "
            "plans, waits and sums each batch in turn (0, for measuring; bench/NOTES.md)")
+SY_ENV_ID_(SY_HT_ROLES, SY_ENV_INT, "-1",
+           "high-throughput MoE data kernels: a channel's two roles (the dispatch's senders and receivers, the "
+           "combine's experts' side and owners) on one block's warps at once, as many channels as SMs (1), or on two "
+           "blocks of their own, half as many channels (0); -1: 1 from world size 2, 0 at world size 1 "
+           "(bench/NOTES.md)")
+SY_ENV_ID_(SY_HT_SEND_WARPS, SY_ENV_INT, "6",
+           "high-throughput MoE dispatch kernel (the dispatch and the combine's backward) with SY_HT_ROLES=1: the "
+           "sending warps of a block's 16, 2 to 14; the rest receive (6 measured best of 4-8, bench/NOTES.md)")
+SY_ENV_ID_(SY_HT_EXPERT_WARPS, SY_ENV_INT, "8",
+           "high-throughput MoE combine kernel (the combine and the dispatch's backward) with SY_HT_ROLES=1: the "
+           "warps of a block's 16 on the experts' side, 2 to 14; the rest sum as the owners (8 measured best for "
+           "the combine of 5-12, bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_PROBE, SY_ENV_STRING, "",
            "high-throughput MoE: write where each block of the last dispatch and combine calls spent its time here "
            "at destroy (%r rank; for measuring, bench/NOTES.md)")

@@ -101,7 +101,8 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
 
 /* The symmetric workspace of the cuda backend (cuda/moe_ht/ht.cuh says what each part is): counters, the count
  * exchange, and W x C rings of SY_MOE_HT_RING_SLOTS messages; the host backend reserves none. channels C =
- * max(1, num_sms / 2). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
+ * max(1, num_sms / 2), or num_sms with `roles` (a channel's two roles on one block's warps: SY_HT_ROLES,
+ * cuda/moe_ht/ht.cuh). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
  * hidden / 128 fp32 scales). */
 #ifndef SY_MOE_HT_RING_SLOTS /* a power of two; set at build time only for measuring others (bench/NOTES.md) */
 #define SY_MOE_HT_RING_SLOTS 64
@@ -112,11 +113,11 @@ typedef struct sy_moe_ht_ws_layout {
   int channels;
 } sy_moe_ht_ws_layout_t;
 
-SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, int world_size) {
+SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, int world_size, int roles) {
   sy_moe_ht_ws_layout_t w;
   const size_t W = (size_t)world_size, L = (size_t)(c->num_experts / world_size);
   const size_t kk = (size_t)c->top_k < L ? (size_t)c->top_k : L;
-  w.channels = c->num_sms / 2 > 1 ? c->num_sms / 2 : 1;
+  w.channels = roles ? c->num_sms : c->num_sms / 2 > 1 ? c->num_sms / 2 : 1;
   const size_t C = (size_t)w.channels;
   w.payload_offset = 16 + kk * 16;
   w.scales_offset = w.payload_offset + (size_t)c->hidden;

@@ -1,14 +1,16 @@
 /*
- * combine.cu — sy_moe_ht_combine on the GPU: one kernel of 2 C blocks of 16 warps, the dispatch's rings run
- * backwards.
- *   blocks [0, C)   send (the experts' side): block c answers, for every other source s, the messages it
+ * combine.cu — sy_moe_ht_combine on the GPU: one kernel, the dispatch's rings run backwards, each channel c's two
+ * roles by blocks (2 C blocks of 16 warps: block c the experts' side, block C + c the owner) or by warps
+ * (SY_HT_ROLES: C blocks whose first SY_HT_EXPERT_WARPS warps are channel c's experts' side, the others its owner;
+ * ht.cuh). Below, "block" means a role's warps.
+ *   send (0)        the experts' side: block c answers, for every other source s, the messages it
  *                   received from s on channel c, in their order: a warp per message adds w_r x y_r over the
  *                   message's rows (recv_rows: ascending k) with fused multiply-adds from +0, rounds to bf16 and
  *                   writes the partial, with each row's value (row_values), into ring (me -> s, c). Sources are
  *                   served round robin and a full ring is skipped, not waited for, so no ring's owner waits on a
  *                   block that waits on another owner. Then it sums the channel's second-half tokens whose
  *                   experts are all here (their partial made here, rows.cuh: chan_mid).
- *   blocks [C, 2C)  receive (the owner): block C + c walks channel c's tokens in order, HT_BATCH at a time; warp
+ *   receive (1)     the owner: block C + c walks channel c's tokens in order, HT_BATCH at a time; warp
  *                   0 finds each token's ranks (ascending, a lane a token), thread 0 its message index in each
  *                   other rank's ring, and waits (bounded) for them; a warp per token adds the partials in
  *                   ascending rank order from +0 in fp32 (this rank's partial made from its rows, in the same
@@ -176,13 +178,15 @@ __device__ __forceinline__ void reduce_token(const ht_params &P, ht_pipe &pp, in
   P.token_values[(size_t)t * P.K + lane] = v;
 }
 
+template <bool RM>
 __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me, bool rows_ok) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(base + W); /* [W] */
   int32_t *done = left + W, *mbase = done + W;
   const int32_t *chan = hsec(P, P.hl.chan_tokens), *recv_rows = hsec(P, P.hl.recv_rows);
-  for (int s = threadIdx.x; s < W; s += blockDim.x) {
+  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
+  for (int s = tid; s < W; s += nt) {
     base[s] = P.sent[(size_t)s * C + c];
     left[s] = s == me ? 0 : chan[(size_t)s * C + c]; /* this rank's own tokens take no ring */
     done[s] = 0;
@@ -191,7 +195,7 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
     mbase[s] = b;
   }
   int32_t *take = mbase + W; /* [W] messages this round answers for each source */
-  const bool stalled = serve_rounds(
+  const bool stalled = serve_rounds<RM>(
       P, left, take, []() { return false; },
       [&](int s) { /* the room in owner s's ring */
                    const uint64_t room = ld_acquire_sys(head_word(P, P.ws, s, c)) + HT_SLOTS - base[s];
@@ -219,17 +223,17 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, s, 0, base[s] + 1 - HT_SLOTS,
                      ld_acquire_sys(head_word(P, P.ws, s, c)));
       });
-  for (int s = threadIdx.x; s < W; s += blockDim.x) P.sent[(size_t)s * C + c] = base[s];
+  for (int s = tid; s < W; s += nt) P.sent[(size_t)s * C + c] = base[s];
   /* the channel's second-half tokens whose experts are all here: their whole sum */
   const int only[1] = {me};
   const uint64_t none[1] = {0};
   const uint64_t pt = probe_now(P);
-  for (int t = chan_mid(c, P.num_tokens, C) + threadIdx.x / 32; !stalled && t < chan_begin(c + 1, P.num_tokens, C);
-       t += HT_DWARPS)
+  for (int t = chan_mid(c, P.num_tokens, C) + role_warp<RM>(P); !stalled && t < chan_begin(c + 1, P.num_tokens, C);
+       t += role_nwarps<RM>(P))
     if (self_only(P, t)) reduce_token(P, pp, c, t, only, none, 1, rowbase_me, rows_ok);
   if (P.probe) {
-    __syncthreads();
-    probe_add(P, PR_OWN, probe_now(P) - pt);
+    role_sync<RM>(P);
+    probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
   }
 }
 
@@ -243,10 +247,11 @@ struct recv_batch {
 /* Warp 0: the batch's tokens' ranks, ascending (a lane a token), and which tokens the sending block sums (the
  * second half's tokens with every expert here); then thread 0 gives each (token, other rank) its message's
  * index in that rank's ring, in token order, and lists the ranks touched. */
+template <bool RM>
 __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t *cons, recv_batch &B, int *touched,
                            int &ntouched) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
-  if (threadIdx.x >= 32) return;
+  if (role_warp<RM>(P) != 0) return;
   if (lane < nb) {
     const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
     int nr = 0;
@@ -298,17 +303,19 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
  * HT_BATCH), so the sender can write batch s's while batch s - 1's are unreturned. Dynamic shared memory: cons [W],
  * snap [2][W] uint64 (the 24 W bytes of per-peer state). */
 static_assert(HT_SLOTS >= 2 * HT_BATCH, "recv_ahead: a ring holds two batches' messages from one peer");
+template <bool RM>
 __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me,
                            bool rows_ok) {
-  const int W = P.world_size, C = P.C, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int W = P.world_size, C = P.C, warp = role_warp<RM>(P), lane = threadIdx.x & 31;
+  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   uint64_t *snap = cons + W;         /* [2][W] */
   __shared__ recv_batch B[2];
   __shared__ int touched[2][HT_BATCH * 32], ntouched[2], ctr[2];
   int failed = 0; /* thread 0's wait timed out (warp 0 learns it by a shuffle, the block by the step's barrier) */
-  for (int p = threadIdx.x; p < W; p += blockDim.x) cons[p] = P.consumed[(size_t)p * C + c];
-  if (threadIdx.x == 0) ctr[0] = ctr[1] = 0, ntouched[0] = ntouched[1] = 0;
-  __syncthreads();
+  for (int p = tid; p < W; p += nt) cons[p] = P.consumed[(size_t)p * C + c];
+  if (tid == 0) ctr[0] = ctr[1] = 0, ntouched[0] = ntouched[1] = 0;
+  role_sync<RM>(P);
   const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
   const int mid = chan_mid(c, P.num_tokens, C), nbatch = (end - begin + HT_BATCH - 1) / HT_BATCH;
   for (int step = 0; step <= nbatch; step++) {
@@ -327,11 +334,11 @@ __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, c
                             }
     };
     if (warp == 0) {
-      if (threadIdx.x == 0) ctr[prev] = 0; /* last used in step - 1; next in step + 1, after this step's barrier */
+      if (tid == 0) ctr[prev] = 0; /* last used in step - 1; next in step + 1, after this step's barrier */
       if (step < nbatch) {
         const int t0 = begin + step * HT_BATCH, nb = min(HT_BATCH, end - t0);
-        plan_batch(P, t0, nb, mid, cons, B[cur], touched[cur], ntouched[cur]);
-        if (threadIdx.x == 0) {
+        plan_batch<RM>(P, t0, nb, mid, cons, B[cur], touched[cur], ntouched[cur]);
+        if (tid == 0) {
           for (int q = 0; q < ntouched[cur]; q++) snap[cur * W + touched[cur][q]] = cons[touched[cur][q]];
           for (int q = 0; q < ntouched[cur] && !failed; q++) {
             const int p = touched[cur][q];
@@ -340,18 +347,18 @@ __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, c
         }
         failed = __shfl_sync(0xffffffffu, failed, 0);
         if (P.probe) {
-          probe_add(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
-          probe_add(P, PR_ITEMS, nb);
+          probe_add<RM>(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
+          probe_add<RM>(P, PR_ITEMS, nb);
         }
       }
     }
     if (step > 0 && !failed) sum(step - 1);
-    if (__syncthreads_or(failed)) return;
+    if (role_sync_or<RM>(P, failed)) return;
     if (P.probe) {
-      probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
-      if (step > 0) probe_add(P, PR_ROUNDS, 1);
+      probe_add<RM>(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
+      if (step > 0) probe_add<RM>(P, PR_ROUNDS, 1);
     }
-    if (step > 0 && threadIdx.x == 0) { /* batch step - 1 is read: its heads back */
+    if (step > 0 && tid == 0) { /* batch step - 1 is read: its heads back */
       bool stores = false;
       for (int q = 0; SY_HT_HEAD_ORDER == 1 && q < ntouched[prev]; q++) stores = stores || ht_peer(P, touched[prev][q]);
       if (stores) fence_acq_rel(true);
@@ -359,44 +366,46 @@ __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, c
         const int p = touched[prev][q];
         ht_give_back(P, p, c, snap[prev * W + p], true);
       }
-      if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
+      if (P.probe) probe_add<RM>(P, PR_SYNC, probe_now(P) - pt);
     }
   }
-  __syncthreads();
-  for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
+  role_sync<RM>(P);
+  for (int p = tid; p < W; p += nt) P.consumed[(size_t)p * C + c] = cons[p];
 }
 
+template <bool RM>
 __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me,
                               bool rows_ok) {
   const int W = P.world_size, C = P.C;
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   __shared__ recv_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed;
-  for (int p = threadIdx.x; p < W; p += blockDim.x) cons[p] = P.consumed[(size_t)p * C + c];
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
+  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
+  for (int p = tid; p < W; p += nt) cons[p] = P.consumed[(size_t)p * C + c];
+  if (tid == 0) failed = 0;
+  role_sync<RM>(P);
   const int end = chan_begin(c + 1, P.num_tokens, C), mid = chan_mid(c, P.num_tokens, C);
   for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
     uint64_t pt = probe_now(P);
-    plan_batch(P, t0, nb, mid, cons, B, touched, ntouched);
-    if (threadIdx.x == 0)
+    plan_batch<RM>(P, t0, nb, mid, cons, B, touched, ntouched);
+    if (tid == 0)
       for (int q = 0; q < ntouched && !failed; q++) {
         const int p = touched[q];
         if (!ht_wait(P, tail_word(P, P.ws, p, c), cons[p], OP_MOE_HT_RECV, p)) failed = 1;
       }
-    __syncthreads();
+    role_sync<RM>(P);
     if (failed) return;
-    if (P.probe) probe_add(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
-    for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
+    if (P.probe) probe_add<RM>(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
+    for (int j = role_warp<RM>(P); j < nb; j += role_nwarps<RM>(P))
       if (!B.skip[j]) reduce_token(P, pp, c, t0 + j, B.rank[j], B.index[j], B.nr[j], rowbase_me, rows_ok);
-    __syncthreads();
+    role_sync<RM>(P);
     if (P.probe) {
-      probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
-      probe_add(P, PR_ROUNDS, 1);
-      probe_add(P, PR_ITEMS, nb);
+      probe_add<RM>(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
+      probe_add<RM>(P, PR_ROUNDS, 1);
+      probe_add<RM>(P, PR_ITEMS, nb);
     }
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
       bool stores = false; /* one fence for every head stored (the put path's peers are quieted instead) */
       for (int q = 0; SY_HT_HEAD_ORDER == 1 && q < ntouched; q++) stores = stores || ht_peer(P, touched[q]);
       if (stores) fence_acq_rel(true);
@@ -405,16 +414,16 @@ __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem
         ht_give_back(P, p, c, cons[p], true);
       }
     }
-    __syncthreads();
-    if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
+    role_sync<RM>(P);
+    if (P.probe) probe_add<RM>(P, PR_SYNC, probe_now(P) - pt);
   }
-  for (int p = threadIdx.x; p < W; p += blockDim.x) P.consumed[(size_t)p * C + c] = cons[p];
+  for (int p = tid; p < W; p += nt) P.consumed[(size_t)p * C + c] = cons[p];
 }
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L], then a pipe a warp
  * (pipe.cuh: ht_pipes_at). The kernel in two instances: AHEAD, the owners' batches planned ahead (recv_ahead), or
  * not (recv_lockstep). */
-template <bool AHEAD>
+template <bool AHEAD, bool RM>
 __device__ __forceinline__ void combine_kernel(const ht_params &P, char *smem) {
   pdl_begin();
   if (!ht_handle_ok(P, true)) return;
@@ -422,11 +431,13 @@ __device__ __forceinline__ void combine_kernel(const ht_params &P, char *smem) {
   const bool rows_ok = rows_setup(P, rowbase);
   const int32_t *rowbase_me = rowbase + (size_t)P.ctx.rank * P.L;
   ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
-  probe_begin(P);
-  if ((int)blockIdx.x < P.C) send_part(P, pp, blockIdx.x, smem, rowbase_me, rows_ok);
-  else if (AHEAD) recv_ahead(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
-  else recv_lockstep(P, pp, blockIdx.x - P.C, smem, rowbase_me, rows_ok);
-  probe_end(P);
+  probe_begin<RM>(P);
+  /* from here on each role by itself (role_sync, never __syncthreads); by warps, role 0's per-peer state apart */
+  const int c = role_chan<RM>(P);
+  if (role_of<RM>(P) == 0) send_part<RM>(P, pp, c, RM ? smem + P.role_state : smem, rowbase_me, rows_ok);
+  else if (AHEAD) recv_ahead<RM>(P, pp, c, smem, rowbase_me, rows_ok);
+  else recv_lockstep<RM>(P, pp, c, smem, rowbase_me, rows_ok);
+  probe_end<RM>(P);
 }
 
 } // namespace
@@ -435,9 +446,17 @@ __device__ __forceinline__ void combine_kernel(const ht_params &P, char *smem) {
  * name). */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine(ht_params P) {
   extern __shared__ __align__(16) char smem[];
-  combine_kernel<false>(P, smem);
+  combine_kernel<false, false>(P, smem);
+}
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine_roles(ht_params P) {
+  extern __shared__ __align__(16) char smem[];
+  combine_kernel<false, true>(P, smem);
 }
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine_ahead(ht_params P) {
   extern __shared__ __align__(16) char smem[];
-  combine_kernel<true>(P, smem);
+  combine_kernel<true, false>(P, smem);
+}
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_combine_ahead_roles(ht_params P) {
+  extern __shared__ __align__(16) char smem[];
+  combine_kernel<true, true>(P, smem);
 }

@@ -1,12 +1,14 @@
 /*
- * dispatch.cu — sy_moe_ht_dispatch on the GPU: one kernel of 2 C blocks (C = channels) of 16 warps.
- *   blocks [0, C)   send: block c walks channel c's tokens in order, HT_BATCH at a time. Warp 0 finds each
+ * dispatch.cu — sy_moe_ht_dispatch on the GPU: one kernel running each channel c's two roles (ht.cuh): by blocks,
+ * 2 C blocks of 16 warps, block c sending and block C + c receiving; or by warps (SY_HT_ROLES), C blocks whose
+ * first SY_HT_SEND_WARPS warps send for channel c while the others receive. Below, "block" means a role's warps.
+ *   send (0)        block c walks channel c's tokens in order, HT_BATCH at a time. Warp 0 finds each
  *                   token's destination ranks other than this one (a lane a token), thread 0 gives each (token,
  *                   destination) its ring index; while a destination's ring has no room the block writes own
  *                   rows from the queue (below), then waits (bounded); then a warp per token writes its message
  *                   into every destination's ring (header, entries, payload: bf16 as is, FP8 quantised, or the
  *                   given E4M3 bytes and scales); then one fence and a tail store per destination.
- *   blocks [C, 2C)  receive: block C + c walks the other sources round robin and takes what ring (s -> me, c)
+ *   receive (1)     block C + c walks the other sources round robin and takes what ring (s -> me, c)
  *                   holds, a round at a time, a warp per message: each entry's row is rowbase[s][e] + position
  *                   (the handle's offsets and counts: rows of expert e from sources before s), and the payload
  *                   goes to every row of the token here (the expansion), with its scales, {s, token} and weight;
@@ -14,15 +16,16 @@
  *                   gives the sender its slots back. A round that finds no message writes own rows from the
  *                   queue instead. It also writes the padding rows of its experts and (block C) the offsets and
  *                   counts.
- *   every block     at its end, the own rows the queue has left.
+ *   every role      at its end, the own rows the queue has left.
  * This rank's own tokens take no ring: their rows come from the own-token queue (own_chunk: chunks of 16 tokens
  * any block takes by ticket), or with SY_HT_OWN_QUEUE=0 from a static split of each channel's tokens (own_mid: the
  * receiving block writes [begin, mid) before its rounds, the sending block [mid, end) with each token's
  * messages, reading the token once for all).
  * The combine's backward is this kernel with grad_out as a bf16 token: the receiving side writes gradients.
  * From world 2 the FP8 wires' tokens are quantised first by sy_ht_quantise (below; SY_HT_PREQUANT, launch.cu) and
- * this kernel runs with the given wire on those bytes. The kernel comes in two instances (dispatch_kernel<HINT>):
- * sy_ht_dispatch_hint stores the rows' FP8 scales under an L2 evict_last policy (SY_HT_SCALE_HINT, rows.cuh).
+ * this kernel runs with the given wire on those bytes. The kernel comes in four instances (dispatch_kernel<HINT,
+ * RM>): the _hint ones store the rows' FP8 scales under an L2 evict_last policy (SY_HT_SCALE_HINT, rows.cuh), the
+ * _roles ones run the roles by warps.
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
@@ -54,20 +57,23 @@ struct own_state {
 
 __device__ __forceinline__ int own_chunks(const ht_params &P) { return (P.num_tokens + HT_DWARPS - 1) / HT_DWARPS; }
 
-__device__ __forceinline__ void own_begin(const ht_params &P, own_state &q, bool rows_ok) {
-  if (threadIdx.x == 0) {
-    q.base = ticket_queue_base(&P.local->own);
-    q.left = P.own_queue && rows_ok && P.num_tokens > 0;
+/* Every thread of the block, before the roles start: the queue's state of each role the block runs (q[0], and
+ * with both roles in the block q[1]). */
+__device__ __forceinline__ void own_begin(const ht_params &P, own_state *q, bool rows_ok) {
+  if (threadIdx.x < 2) {
+    q[threadIdx.x].base = ticket_queue_base(&P.local->own);
+    q[threadIdx.x].left = P.own_queue && rows_ok && P.num_tokens > 0;
   }
   __syncthreads();
 }
 
-/* Every thread, at the kernel's end: the block that ends last sets the next call's base. */
+/* Every thread of a role, at its end: the unit that ends last sets the next call's base. */
+template <bool RM>
 __device__ __forceinline__ void own_end(const ht_params &P) {
   if (!P.own_queue) return;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (atom_add_acq_rel_gpu(&P.local->own_done, 1u) != gridDim.x - 1) return;
+  role_sync<RM>(P);
+  if (role_tid<RM>(P) != 0) return;
+  if (atom_add_acq_rel_gpu(&P.local->own_done, 1u) != (unsigned)role_units(P) - 1) return;
   ticket_queue_close(&P.local->own);
   P.local->own_done = 0;
 }
@@ -291,34 +297,38 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
   }
 }
 
-/* Every thread: one chunk's rows if one is left (returns true), else false (and the block draws no more). Every
+/* Every thread of a role: one chunk's rows if one is left (returns true), else false (and the role draws no more). Every
  * call site passes a barrier between two calls, which is what keeps q's words apart: q.left changes only after the
  * barrier at which every thread has seen the past-the-end ticket (so each reads the same q.left on entry), and
  * q.drawn only after the barrier that ends the last chunk's reads of it. */
-template <bool HINT>
+template <bool HINT, bool RM>
 __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
   if (!q.left) return false;
-  if (threadIdx.x == 0) q.drawn = ticket_draw(&P.local->own, q.base);
-  __syncthreads();
+  if (role_tid<RM>(P) == 0) q.drawn = ticket_draw(&P.local->own, q.base);
+  role_sync<RM>(P);
   const bool got = q.drawn < (uint64_t)own_chunks(P);
   if (!got) {
-    if (threadIdx.x == 0) q.left = 0;
+    if (role_tid<RM>(P) == 0) q.left = 0;
   } else {
-    const int t = (int)q.drawn * HT_DWARPS + (int)(threadIdx.x / 32);
     const uint64_t pt = probe_now(P);
-    if (t < P.num_tokens) send_token<HINT>(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);
-    __syncthreads(); /* q.drawn is read */
-    if (P.probe) probe_add(P, PR_OWN, probe_now(P) - pt);
+#pragma unroll 1
+    for (int j = role_warp<RM>(P); j < HT_DWARPS; j += role_nwarps<RM>(P)) { /* a chunk is HT_DWARPS tokens */
+      const int t = (int)q.drawn * HT_DWARPS + j;
+      if (t < P.num_tokens) send_token<HINT>(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);
+    }
+    role_sync<RM>(P); /* q.drawn is read */
+    if (P.probe) probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
   }
   return got;
 }
 
 /* Warp 0: the batch's tokens' destination ranks other than this one (each once, in k order), a lane a token; then
  * thread 0 gives each (token, destination) its ring index, in token order, and lists the destinations touched. */
+template <bool RM>
 __device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, send_batch &B, int *touched,
                            int &ntouched) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
-  if (threadIdx.x >= 32) return;
+  if (role_warp<RM>(P) != 0) return;
   if (lane < nb) {
     const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
     int nd = 0;
@@ -355,16 +365,17 @@ __device__ __forceinline__ bool batch_room(const ht_params &P, int c, const uint
   return true;
 }
 
-template <bool HINT>
+template <bool HINT, bool RM>
 __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *rowbase_me, bool rows_ok,
                           ht_sink *sinks, own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
   __shared__ send_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed, room;
-  for (int d = threadIdx.x; d < W; d += blockDim.x) base[d] = P.sent[(size_t)d * C + c];
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
+  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
+  for (int d = tid; d < W; d += nt) base[d] = P.sent[(size_t)d * C + c];
+  if (tid == 0) failed = 0;
+  role_sync<RM>(P);
   /* with the queue the own rows are the queue's; at world 1 no token has a message */
   const int end = W == 1 && P.own_queue ? 0 : chan_begin(c + 1, P.num_tokens, C);
   const int mid = P.own_queue ? end : own_mid(P, c);
@@ -372,41 +383,41 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
   for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
     uint64_t pt = probe_now(P);
-    const uint64_t own0 = probe_get(P, PR_OWN);
-    plan_batch(P, t0, nb, base, B, touched, ntouched);
+    const uint64_t own0 = probe_get<RM>(P, PR_OWN);
+    plan_batch<RM>(P, t0, nb, base, B, touched, ntouched);
     for (;;) { /* while a ring it needs is full, own rows from the queue */
-      __syncthreads();
-      if (threadIdx.x == 0) room = batch_room(P, c, base, touched, ntouched);
-      __syncthreads();
-      if (room || !own_chunk<HINT>(P, q, rowbase_me, sk)) break;
+      role_sync<RM>(P);
+      if (tid == 0) room = batch_room(P, c, base, touched, ntouched);
+      role_sync<RM>(P);
+      if (room || !own_chunk<HINT, RM>(P, q, rowbase_me, sk)) break;
     }
-    if (threadIdx.x == 0 && !room) /* nothing else to do: the bounded waits */
+    if (tid == 0 && !room) /* nothing else to do: the bounded waits */
       for (int i = 0; i < ntouched && !failed; i++) {
         const int d = touched[i];
         if (base[d] > HT_SLOTS && !ht_wait(P, head_word(P, P.ws, d, c), base[d] - HT_SLOTS, OP_MOE_HT_SEND, d))
           failed = 1;
       }
-    __syncthreads();
+    role_sync<RM>(P);
     if (failed) return;
-    if (P.probe) probe_add(P, PR_WAIT, probe_now(P) - pt - (probe_get(P, PR_OWN) - own0)), pt = probe_now(P);
-    for (int j = threadIdx.x / 32; j < nb; j += HT_DWARPS)
+    if (P.probe) probe_add<RM>(P, PR_WAIT, probe_now(P) - pt - (probe_get<RM>(P, PR_OWN) - own0)), pt = probe_now(P);
+    for (int j = role_warp<RM>(P); j < nb; j += role_nwarps<RM>(P))
       send_token<HINT>(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
-    __syncthreads();
+    role_sync<RM>(P);
     if (P.probe) {
-      probe_add(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
-      probe_add(P, PR_ROUNDS, 1);
-      probe_add(P, PR_ITEMS, nb);
+      probe_add<RM>(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
+      probe_add<RM>(P, PR_ROUNDS, 1);
+      probe_add<RM>(P, PR_ITEMS, nb);
     }
-    if (threadIdx.x == 0 && ntouched) {
+    if (tid == 0 && ntouched) {
       bool remote = false;
       for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
       fence_acq_rel(remote);
       for (int i = 0; i < ntouched; i++) ht_publish(P, touched[i], c, base[touched[i]]);
     }
-    __syncthreads();
-    if (P.probe) probe_add(P, PR_SYNC, probe_now(P) - pt);
+    role_sync<RM>(P);
+    if (P.probe) probe_add<RM>(P, PR_SYNC, probe_now(P) - pt);
   }
-  for (int d = threadIdx.x; d < W; d += blockDim.x) P.sent[(size_t)d * C + c] = base[d];
+  for (int d = tid; d < W; d += nt) P.sent[(size_t)d * C + c] = base[d];
 }
 
 /* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
@@ -463,6 +474,7 @@ __device__ void recv_grad(const ht_params &P, const char *m, const int32_t *rows
 }
 
 /* The combine's backward: grad_row_weights of the padding rows of the experts block c owns, 0. */
+template <bool RM>
 __device__ void grad_padding(const ht_params &P, int c) {
   if (!P.grad_row_weights) return;
   const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
@@ -472,12 +484,13 @@ __device__ void grad_padding(const ht_params &P, int c) {
     for (int s = 0; s < P.world_size; s++) n += counts[(size_t)s * P.L + e];
     const int64_t first = (stride ? (int64_t)e * stride : offsets[e]) + n;
     const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
-    for (int64_t r = first + threadIdx.x; r < end; r += blockDim.x) P.grad_row_weights[r] = 0.0f;
+    for (int64_t r = first + role_tid<RM>(P); r < end; r += role_threads<RM>(P)) P.grad_row_weights[r] = 0.0f;
   }
 }
 
 /* The dispatch's padding rows of the experts receiving block c owns (src {-1, -1}, weight 0) and (c = 0) the
  * offsets and counts. */
+template <bool RM>
 __device__ void recv_outputs(const ht_params &P, int c) {
   const int W = P.world_size, L = P.L;
   const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
@@ -487,22 +500,23 @@ __device__ void recv_outputs(const ht_params &P, int c) {
     for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
     const int64_t first = (stride ? (int64_t)e * stride : offsets[e]) + n;
     const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
-    for (int64_t r = first + threadIdx.x; r < end; r += blockDim.x) {
+    for (int64_t r = first + role_tid<RM>(P); r < end; r += role_threads<RM>(P)) {
       P.recv.src[r * 2] = -1;
       P.recv.src[r * 2 + 1] = -1;
       P.recv.weights[r] = 0.0f;
     }
   }
   if (c != 0) return;
-  for (int e = threadIdx.x; e <= L; e += blockDim.x) P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
-  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
+  for (int e = tid; e <= L; e += nt) P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
+  for (int e = tid; e < L; e += nt) {
     int32_t n = 0;
     for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
     P.recv.expert_counts[e] = n;
   }
 }
 
-template <bool HINT>
+template <bool HINT, bool RM>
 __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks,
                           own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
@@ -511,7 +525,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   int32_t *done = left + W;              /* [W] messages taken in this call */
   int32_t *mbase = done + W;             /* [W] the first message index of this channel at s */
   const int32_t *chan = hsec(P, P.hl.chan_tokens);
-  for (int s = threadIdx.x; s < W; s += blockDim.x) {
+  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
+  for (int s = tid; s < W; s += nt) {
     cons[s] = P.consumed[(size_t)s * C + c];
     left[s] = s == me ? 0 : chan[(size_t)s * C + c]; /* this rank's own tokens take no ring */
     done[s] = 0;
@@ -520,24 +535,25 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
     mbase[s] = b;
   }
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS;
-  if (P.mode == HT_DISPATCH && rows_ok) recv_outputs(P, c);
-  if (P.mode == HT_COMBINE_BACKWARD && rows_ok) grad_padding(P, c);
+  if (P.mode == HT_DISPATCH && rows_ok) recv_outputs<RM>(P, c);
+  if (P.mode == HT_COMBINE_BACKWARD && rows_ok) grad_padding<RM>(P, c);
   /* without the queue, this rank's own tokens of the channel's first part: their rows (or gradients) */
   const int mid = P.own_queue ? chan_begin(c, P.num_tokens, C) : own_mid(P, c);
   const uint64_t pt = probe_now(P);
-  for (int t = chan_begin(c, P.num_tokens, C) + threadIdx.x / 32; rows_ok && t < mid; t += HT_DWARPS)
+  for (int t = chan_begin(c, P.num_tokens, C) + role_warp<RM>(P); rows_ok && t < mid; t += role_nwarps<RM>(P))
     send_token<HINT>(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   if (P.probe) {
-    __syncthreads();
-    probe_add(P, PR_OWN, probe_now(P) - pt);
+    role_sync<RM>(P);
+    probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
   }
   const bool write = rows_ok; /* else the messages are consumed and nothing is written */
   int32_t *take = mbase + W;  /* [W] messages this round takes from each source */
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
-  serve_rounds(
-      P, left, take, [&]() { return own_chunk<HINT>(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
-      [&](int s) {                                                            /* the messages in source s's ring */
+  serve_rounds<RM>(
+      P, left, take,
+      [&]() { return own_chunk<HINT, RM>(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
+      [&](int s) {                                                 /* the messages in source s's ring */
                    const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
                    return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);
       },
@@ -557,12 +573,12 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
                      ld_acquire_sys(tail_word(P, P.ws, s, c)));
       });
-  for (int s = threadIdx.x; s < W; s += blockDim.x) P.consumed[(size_t)s * C + c] = cons[s];
+  for (int s = tid; s < W; s += nt) P.consumed[(size_t)s * C + c] = cons[s];
 }
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. The
  * kernel in two instances: HINT, the rows' FP8 scales under an L2 policy (rows.cuh: sink_scale), or not. */
-template <bool HINT>
+template <bool HINT, bool RM>
 __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
@@ -570,18 +586,21 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
-  probe_begin(P);
-  __shared__ own_state q;
-  own_begin(P, q, rows_ok);
-  if ((int)blockIdx.x < P.C)
-    send_part<HINT>(P, blockIdx.x, smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
-  else recv_part<HINT>(P, blockIdx.x - P.C, smem, rowbase, rows_ok, sinks, q);
+  probe_begin<RM>(P);
+  __shared__ own_state qs[2];
+  own_begin(P, qs, rows_ok);
+  /* from here on each role by itself (role_sync, never __syncthreads) */
+  const int role = role_of<RM>(P), c = role_chan<RM>(P);
+  own_state &q = qs[RM ? role : 0];
+  if (role == 0) /* by warps, its per-peer state apart from role 1's */
+    send_part<HINT, RM>(P, c, RM ? smem + P.role_state : smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
+  else recv_part<HINT, RM>(P, c, smem, rowbase, rows_ok, sinks, q);
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
-  while (own_chunk<HINT>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
+  while (own_chunk<HINT, RM>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
   }
-  own_end(P);
-  probe_end(P);
-  if (P.mode == HT_DISPATCH && blockIdx.x == (unsigned)P.C && threadIdx.x == 0) { /* for the combines' check */
+  own_end<RM>(P);
+  probe_end<RM>(P);
+  if (P.mode == HT_DISPATCH && role_unit<RM>(P) == P.C && role_tid<RM>(P) == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;
     h->dispatched = 1;
@@ -591,10 +610,16 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
 } // namespace
 
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch(const __grid_constant__ ht_params P) {
-  dispatch_kernel<false>(P);
+  dispatch_kernel<false, false>(P);
 }
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_hint(const __grid_constant__ ht_params P) {
-  dispatch_kernel<true>(P);
+  dispatch_kernel<true, false>(P);
+}
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_roles(const __grid_constant__ ht_params P) {
+  dispatch_kernel<false, true>(P);
+}
+__global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_hint_roles(const __grid_constant__ ht_params P) {
+  dispatch_kernel<true, true>(P);
 }
 
 /* A warp a token (uniform per warp), the numbers of quantise16 — what send_token's in-kernel quantisation writes

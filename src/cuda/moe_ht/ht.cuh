@@ -15,9 +15,9 @@
  * d and the combine's partials from s to d alike, one FIFO, and both ends count the messages of every call, so
  * a call's messages follow the previous call's in the same ring without a reset or a barrier.
  *
- * Channels: a rank's tokens [0, num_tokens) are cut into C ranges, channel c holding [c N / C, (c + 1) N / C).
- * Sending block c writes channel c's messages in token order into ring (me -> d, c) for every d; receiving
- * block c reads ring (s -> me, c) for every s. A message: a 16-byte header {token, entries, 0, 0}, kk
+ * Channels: a rank's tokens [0, num_tokens) are cut into C ranges, channel c holding [c N / C, (c + 1) N / C)
+ * (C = SMs / 2 with the roles by blocks, C = SMs by warps: below). Channel c's sending role writes its messages in
+ * token order into ring (me -> d, c) for every d; its receiving role reads ring (s -> me, c) for every s. A message: a 16-byte header {token, entries, 0, 0}, kk
  * entries of 16 bytes {local expert, position, weight bits, k} (the combine: {row value bits, k, 0, 0}), then
  * the payload (bf16 row; or E4M3 bytes and hidden / 128 fp32 scales).
  */
@@ -81,6 +81,9 @@ struct ht_params {
                    block writes */
   int own_queue;        /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
   int scales_row_major; /* SY_MOE_HT_SCALES_ROW_MAJOR: recv.scales [rows][hidden / 128], else [hidden / 128][rows] */
+  int role_warps;       /* 0: a channel's two roles on two blocks; S in [2, 14]: on one block, warps [0, S) and [S, 16)
+                           (SY_HT_ROLES, below) */
+  uint32_t role_state;  /* role_warps > 0: where role 0's per-peer state starts in the dynamic shared memory */
   uint64_t *probe;      /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
@@ -100,10 +103,84 @@ struct ht_params {
 
 enum { HT_DISPATCH = 0, HT_COMBINE_BACKWARD = 1 };
 
-/* The per-block probe (SY_HT_PROBE, for measuring: bench/NOTES.md): thread 0 of each block adds up where its
- * time went in shared memory and writes the sums at its end, so each call overwrites the last one's. Slots: */
+/* A channel's two roles (SY_HT_ROLES; bench/NOTES.md, "both roles in every block"): the dispatch kernel's
+ * sending (role 0) and receiving (role 1), the combine's experts' side (0) and owners (1).
+ *   by blocks (P.role_warps 0): 2 C blocks of 16 warps; block c runs channel c's role 0, block C + c its role 1.
+ *   by warps (P.role_warps S): C blocks; block c runs channel c's role 0 on warps [0, S) and its role 1 on warps
+ *                              [S, 16) at once, each role with its own named barrier (1 + role) and per-peer state.
+ * So a role's code sees its own threads only: role_tid / role_threads / role_warp / role_nwarps in place of
+ * threadIdx.x / blockDim.x / the warp / HT_DWARPS, role_sync in place of __syncthreads. Role r of channel c is
+ * unit r C + c either way (the probe's row; the own-token queue counts units). The block-wide barriers
+ * (__syncthreads) come only before the roles start (rows_setup, own_begin). */
+template <bool RM>
+__device__ __forceinline__ int role_of(const ht_params &P) {
+  if constexpr (RM) return (int)(threadIdx.x / 32) >= P.role_warps;
+  return (int)blockIdx.x >= P.C;
+}
+template <bool RM>
+__device__ __forceinline__ int role_warp0(const ht_params &P) {
+  if constexpr (RM) return (int)(threadIdx.x / 32) >= P.role_warps ? P.role_warps : 0;
+  return 0;
+}
+template <bool RM>
+__device__ __forceinline__ int role_nwarps(const ht_params &P) {
+  if constexpr (RM) return (int)(threadIdx.x / 32) >= P.role_warps ? HT_DWARPS - P.role_warps : P.role_warps;
+  return HT_DWARPS;
+}
+template <bool RM>
+__device__ __forceinline__ int role_tid(const ht_params &P) {
+  return (int)threadIdx.x - 32 * role_warp0<RM>(P);
+}
+template <bool RM>
+__device__ __forceinline__ int role_threads(const ht_params &P) {
+  return 32 * role_nwarps<RM>(P);
+}
+template <bool RM>
+__device__ __forceinline__ int role_warp(const ht_params &P) {
+  return (int)(threadIdx.x / 32) - role_warp0<RM>(P);
+}
+/* The channel this thread's role serves, and its unit. */
+template <bool RM>
+__device__ __forceinline__ int role_chan(const ht_params &P) {
+  return RM || (int)blockIdx.x < P.C ? (int)blockIdx.x : (int)blockIdx.x - P.C;
+}
+template <bool RM>
+__device__ __forceinline__ int role_unit(const ht_params &P) {
+  return role_of<RM>(P) * P.C + role_chan<RM>(P);
+}
+/* Units of the grid: each of its roles. */
+__device__ __forceinline__ int role_units(const ht_params &P) { return 2 * P.C; }
+/* The role's barrier (bar.sync orders the memory accesses of the threads it joins, as __syncthreads does). */
+template <bool RM>
+__device__ __forceinline__ void role_sync(const ht_params &P) {
+  if constexpr (!RM) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + role_of<RM>(P)), "r"(role_threads<RM>(P)) : "memory");
+  }
+}
+/* The same, returning whether any of the role's threads passed v != 0. */
+template <bool RM>
+__device__ __forceinline__ bool role_sync_or(const ht_params &P, int v) {
+  if constexpr (!RM) {
+    return __syncthreads_or(v) != 0;
+  } else {
+    int r;
+    asm volatile(
+        "{\n\t.reg .pred p, q;\n\tsetp.ne.s32 q, %1, 0;\n\tbar.red.or.pred p, %2, %3, q;\n\tselp.s32 %0, 1, "
+        "0, p;\n\t}"
+        : "=r"(r)
+        : "r"(v), "r"(1 + role_of<RM>(P)), "r"(role_threads<RM>(P))
+        : "memory");
+    return r != 0;
+  }
+}
+
+/* The per-unit probe (SY_HT_PROBE, for measuring: bench/NOTES.md): thread 0 of each role adds up where its time
+ * went in shared memory and writes the sums at its end (row: its unit), so each call overwrites the last one's.
+ * Slots: */
 enum {
-  PR_START, /* globaltimer at the block's start, ns */
+  PR_START, /* globaltimer at the role's start, ns */
   PR_END,   /* at its end */
   PR_OWN,   /* ns writing (dispatch) or summing (combine) this rank's own tokens outside the rings */
   PR_WAIT,  /* ns waiting: the senders for ring room, the receivers for messages (rounds or batches with none) */
@@ -113,30 +190,35 @@ enum {
   PR_SYNC,  /* ns in fences, tail and head stores */
   HT_PROBE_SLOTS
 };
-__device__ __forceinline__ uint64_t *probe_acc() {
-  __shared__ uint64_t acc[HT_PROBE_SLOTS];
-  return acc;
+template <bool RM>
+__device__ __forceinline__ uint64_t *probe_acc(const ht_params &P) {
+  __shared__ uint64_t acc[2][HT_PROBE_SLOTS];
+  return acc[RM ? role_of<RM>(P) : 0];
 }
+template <bool RM>
 __device__ __forceinline__ void probe_begin(const ht_params &P) {
-  if (!P.probe || threadIdx.x) return;
-  uint64_t *a = probe_acc();
+  if (!P.probe || role_tid<RM>(P)) return;
+  uint64_t *a = probe_acc<RM>(P);
   for (int i = 0; i < HT_PROBE_SLOTS; i++) a[i] = 0;
   a[PR_START] = global_timer_ns();
 }
-/* Thread 0: adds the time since `since` (or a count) to slot i. */
+/* The role's thread 0: adds the time since `since` (or a count) to slot i. */
+template <bool RM>
 __device__ __forceinline__ void probe_add(const ht_params &P, int i, uint64_t v) {
-  if (P.probe && threadIdx.x == 0) probe_acc()[i] += v;
+  if (P.probe && role_tid<RM>(P) == 0) probe_acc<RM>(P)[i] += v;
 }
 __device__ __forceinline__ uint64_t probe_now(const ht_params &P) { return P.probe ? global_timer_ns() : 0; }
-/* Thread 0: slot i so far (0 elsewhere). */
+/* The role's thread 0: slot i so far (0 elsewhere). */
+template <bool RM>
 __device__ __forceinline__ uint64_t probe_get(const ht_params &P, int i) {
-  return P.probe && threadIdx.x == 0 ? probe_acc()[i] : 0;
+  return P.probe && role_tid<RM>(P) == 0 ? probe_acc<RM>(P)[i] : 0;
 }
+template <bool RM>
 __device__ __forceinline__ void probe_end(const ht_params &P) {
-  if (!P.probe || threadIdx.x) return;
-  uint64_t *a = probe_acc();
+  if (!P.probe || role_tid<RM>(P)) return;
+  uint64_t *a = probe_acc<RM>(P);
   a[PR_END] = global_timer_ns();
-  for (int i = 0; i < HT_PROBE_SLOTS; i++) P.probe[(size_t)blockIdx.x * HT_PROBE_SLOTS + i] = a[i];
+  for (int i = 0; i < HT_PROBE_SLOTS; i++) P.probe[(size_t)role_unit<RM>(P) * HT_PROBE_SLOTS + i] = a[i];
 }
 
 /* Peer p's workspace as this GPU reaches it, or NULL: NVSHMEM puts (a peer not load/store reachable, or
@@ -265,6 +347,9 @@ __global__ void sy_ht_layout_exchange(sy::ht_params P);
 __global__ void sy_ht_dispatch(const __grid_constant__ sy::ht_params P);
 /* The same with the rows' FP8 scales stored under an L2 evict_last policy (SY_HT_SCALE_HINT; rows.cuh: sink_scale). */
 __global__ void sy_ht_dispatch_hint(const __grid_constant__ sy::ht_params P);
+/* The same two with a channel's two roles on one block's warps (SY_HT_ROLES; P.role_warps > 0). */
+__global__ void sy_ht_dispatch_roles(const __grid_constant__ sy::ht_params P);
+__global__ void sy_ht_dispatch_hint_roles(const __grid_constant__ sy::ht_params P);
 /* The FP8 wires' quantisation ahead of the dispatch (SY_HT_PREQUANT): bf16 tokens [num_tokens][hidden] into E4M3
  * bytes q [num_tokens][hidden] and fp32 scales qs [num_tokens][hidden / 128] (the given wire's layout). */
 struct ht_quant_params {
@@ -277,5 +362,8 @@ __global__ void sy_ht_quantise(ht_quant_params Q);
 __global__ void sy_ht_combine(sy::ht_params P);
 /* The same with each channel's owner block planning and waiting a batch ahead (SY_HT_OWNER_AHEAD; combine.cu). */
 __global__ void sy_ht_combine_ahead(sy::ht_params P);
+/* Both with a channel's two roles on one block's warps (SY_HT_ROLES). */
+__global__ void sy_ht_combine_roles(sy::ht_params P);
+__global__ void sy_ht_combine_ahead_roles(sy::ht_params P);
 
 #endif

@@ -42,6 +42,11 @@ struct ht_gpu {
   char *quant;            /* SY_HT_PREQUANT, FP8 wires: [max_tokens][hidden] E4M3, then */
   float *quant_scales;    /* [max_tokens][hidden / 128] fp32: the tokens quantised ahead of the dispatch */
   int scale_hint;         /* SY_HT_SCALE_HINT, resolved (FP8 wires only): the dispatch runs as sy_ht_dispatch_hint */
+  int roles;              /* sy__moe_ht_roles: a channel's two roles on one block's warps (ht.cuh) */
+  int send_warps;         /* then the dispatch kernel's role 0 warps (SY_HT_SEND_WARPS), */
+  int expert_warps;       /* the combine kernel's (SY_HT_EXPERT_WARPS) */
+  int blocks;             /* the data kernels' grid: C by warps, 2 C by blocks */
+  uint32_t role_state, pipe_role_state; /* by warps: role 0's per-peer state in the dispatch's, the combine's smem */
   char probe_path[256];
 };
 
@@ -126,6 +131,18 @@ static int recv_own_share(int W, int K) {
   return (int)(q * 1024 + 0.5);
 }
 
+/* The data kernels' instances for this object: by warps or by blocks (SY_HT_ROLES), the FP8 scales' L2 policy
+ * (SY_HT_SCALE_HINT), the combine's owners ahead (SY_HT_OWNER_AHEAD). */
+typedef void (*ht_kernel)(ht_params);
+static ht_kernel dispatch_fn(const ht_gpu *g, bool hint) {
+  if (g->roles) return hint ? sy_ht_dispatch_hint_roles : sy_ht_dispatch_roles;
+  return hint ? sy_ht_dispatch_hint : sy_ht_dispatch;
+}
+static ht_kernel combine_fn_of(const ht_gpu *g) {
+  if (g->roles) return g->owner_ahead ? sy_ht_combine_ahead_roles : sy_ht_combine_roles;
+  return g->owner_ahead ? sy_ht_combine_ahead : sy_ht_combine;
+}
+
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->probe) cudaFree(g->probe);
   if (g->quant) cudaFree(g->quant);
@@ -186,16 +203,25 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
                   (hint < 0 ? 2 * c->num_sms >= sms : hint > 0); /* row-major scales are contiguous: no policy */
   const size_t recv_smem = W * 24 + E * 4, send_smem = W * 24;
   g->smem = recv_smem > send_smem ? recv_smem : send_smem;
-  SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch, g->smem));
-  SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch_hint, g->smem));
+  if (g->roles) { /* both roles in a block: role 0's per-peer state (24 W bytes) after role 1's and rowbase */
+    g->role_state = (uint32_t)align_up(g->smem, 16);
+    g->smem = g->role_state + W * 24;
+  }
+  SY_CHECK(raise_smem_limit((const void *)dispatch_fn(g, false), g->smem));
+  SY_CHECK(raise_smem_limit((const void *)dispatch_fn(g, true), g->smem));
   /* the combine gathers through a pipe a warp after that */
   g->pipe_smem = ht_pipes_at((int)W, (int)E) + HT_DWARPS * sizeof(ht_pipe) + SY_HT_PIPE_ALIGN;
+  if (g->roles) {
+    g->pipe_role_state = (uint32_t)align_up(g->pipe_smem, 16);
+    g->pipe_smem = g->pipe_role_state + W * 24;
+  }
   int optin = 0, dev = 0;
   SY_CUDA_CHECK(cudaGetDevice(&dev));
   SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   cudaFuncAttributes attr;
   if (g->owner_ahead) { /* its two batches' plans take more static shared memory: the lockstep where it does not fit */
-    SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void *)sy_ht_combine_ahead));
+    SY_CUDA_CHECK(cudaFuncGetAttributes(
+        &attr, g->roles ? (const void *)sy_ht_combine_ahead_roles : (const void *)sy_ht_combine_ahead));
     if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
       SY_INFO(
           "moe_ht: %d experts on %d ranks: the combine's owners in lockstep (a batch ahead needs %zu bytes of "
@@ -204,7 +230,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
       g->owner_ahead = 0;
     }
   }
-  const void *combine_fn = g->owner_ahead ? (const void *)sy_ht_combine_ahead : (const void *)sy_ht_combine;
+  const void *combine_fn = (const void *)combine_fn_of(g);
   SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, combine_fn));
   if (g->pipe_smem + attr.sharedSizeBytes > (size_t)optin) {
     SY_WARN("sy_moe_ht_create: %d experts on %d ranks need %zu bytes of the combine's shared memory (at most %d)",
@@ -234,7 +260,24 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   ht_gpu *g = (ht_gpu *)calloc(1, sizeof *g);
   if (!g) return SY_ERR_NO_MEMORY;
-  g->wl = sy__moe_ht_ws_layout(&moe->config, W);
+  g->roles = sy__moe_ht_roles(W);
+  if (g->roles) {
+    long long sw = 6, ew = 8;
+    if (sy__env_int(SY_ENVID_SY_HT_SEND_WARPS, &sw) != SY_SUCCESS ||
+        sy__env_int(SY_ENVID_SY_HT_EXPERT_WARPS, &ew) != SY_SUCCESS || sw < 2 || sw > HT_DWARPS - 2 || ew < 2 ||
+        ew > HT_DWARPS - 2) {
+      SY_WARN(
+          "sy_moe_ht_create: SY_HT_SEND_WARPS=%lld and SY_HT_EXPERT_WARPS=%lld: each must be 2 to %d (warps of "
+          "a block's %d)",
+          sw, ew, HT_DWARPS - 2, HT_DWARPS);
+      free(g);
+      return SY_ERR_INVALID_ARG;
+    }
+    g->send_warps = (int)sw;
+    g->expert_warps = (int)ew;
+  }
+  g->wl = sy__moe_ht_ws_layout(&moe->config, W, g->roles);
+  g->blocks = g->roles ? g->wl.channels : 2 * g->wl.channels;
   g->hl = sy__moe_ht_handle_layout(&moe->config, W);
   sy_status_t s = sy_mem_alloc(comm, g->wl.bytes, (void **)&g->ws); /* collective */
   if (s != SY_SUCCESS) {
@@ -254,7 +297,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   s = create_local(comm, moe, g);
   if (s == SY_SUCCESS && need_puts) {
     g->stage_bytes = align_up(g->wl.msg_bytes + 32 * g->wl.payload_offset, 256);
-    const size_t bytes = (size_t)2 * g->wl.channels * HT_DWARPS * g->stage_bytes;
+    const size_t bytes = (size_t)g->blocks * HT_DWARPS * g->stage_bytes;
     const cudaError_t err = cudaMalloc((void **)&g->staging, bytes);
     if (err != cudaSuccess) s = cuda_error(err, "cudaMalloc(moe_ht put staging)", __FILE__, __LINE__);
     else if (remote_peer) {
@@ -283,12 +326,15 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     free_gpu(comm, g, true);
     return s;
   }
-  SY_INFO("moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s%s%s%s",
-          g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
-          g->staging ? "puts to some peers" : "stores to every peer",
-          g->quant ? ", FP8 quantised ahead (SY_HT_PREQUANT)" : "",
-          g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "",
-          g->owner_ahead ? ", the combine's owners a batch ahead (SY_HT_OWNER_AHEAD)" : "");
+  SY_INFO(
+      "moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s, "
+      "%s%s%s%s",
+      g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
+      g->roles ? "a channel's two roles on one block's warps (SY_HT_ROLES)" : "a block a role",
+      g->staging ? "puts to some peers" : "stores to every peer",
+      g->quant ? ", FP8 quantised ahead (SY_HT_PREQUANT)" : "",
+      g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "",
+      g->owner_ahead ? ", the combine's owners a batch ahead (SY_HT_OWNER_AHEAD)" : "");
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -331,6 +377,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->wire = (int)c->wire;
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
+  if (g->roles) P->role_warps = g->send_warps, P->role_state = g->role_state; /* the combine sets its own */
   P->recv_own = g->recv_own;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->scales_row_major = (c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0;
@@ -428,14 +475,12 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
         (const uint16_t *)call->tokens,           g->quant, g->quant_scales, call->num_tokens, moe->config.hidden,
         moe->config.wire == SY_MOE_WIRE_FP8_UE8M0};
     const int blocks = (call->num_tokens + HT_DWARPS - 1) / HT_DWARPS;
-    SY_CHECK(launch_pdl(sy_ht_quantise, blocks < 2 * g->wl.channels ? blocks : 2 * g->wl.channels, HT_DTHREADS, 0,
-                        stream, Q));
+    SY_CHECK(launch_pdl(sy_ht_quantise, blocks < g->blocks ? blocks : g->blocks, HT_DTHREADS, 0, stream, Q));
     P.wire = SY_MOE_WIRE_FP8_GIVEN;
     P.tokens = g->quant;
     P.token_scales = g->quant_scales;
   }
-  return launch_pdl(g->scale_hint ? sy_ht_dispatch_hint : sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem,
-                    stream, P);
+  return launch_pdl(dispatch_fn(g, g->scale_hint), g->blocks, HT_DTHREADS, g->smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
@@ -444,8 +489,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_params P;
   fill(comm, moe, g, call, &P);
   P.probe = probe_of(g, call->row_weights ? 1 : 3);
-  return launch_pdl(g->owner_ahead ? sy_ht_combine_ahead : sy_ht_combine, 2 * g->wl.channels, HT_DTHREADS, g->pipe_smem,
-                    stream, P);
+  if (g->roles) P.role_warps = g->expert_warps, P.role_state = g->pipe_role_state;
+  return launch_pdl(combine_fn_of(g), g->blocks, HT_DTHREADS, g->pipe_smem, stream, P);
 }
 
 /* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
@@ -462,5 +507,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   /* auto: at world 1 both blocks of a channel write only own rows, so the static split is already even, and the
    * queue measured 11% slower on the gradients (bench/NOTES.md, the own-token queue) */
   if (g->own_queue < 0 && comm->world_size == 1) P.own_queue = 0;
-  return launch_pdl(sy_ht_dispatch, 2 * g->wl.channels, HT_DTHREADS, g->smem, stream, P);
+  if (g->roles && !P.own_queue) /* the static split by the roles' warps (at world 1 every row is an own row) */
+    P.recv_own = comm->world_size == 1 ? 1024 * (HT_DWARPS - g->send_warps) / HT_DWARPS : g->recv_own;
+  return launch_pdl(dispatch_fn(g, false), g->blocks, HT_DTHREADS, g->smem, stream, P);
 }

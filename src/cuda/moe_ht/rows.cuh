@@ -178,17 +178,17 @@ __device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 
  * no item calls idle() on every thread (other work the block may do meanwhile: true if it did some). Bounded: after
  * the timeout with no item from any pending peer, stall(p) reports the first such peer. Returns whether the block
  * stopped early (a timeout or an abort). */
-template <class Idle, class Offer, class Work, class Settle, class Release, class Stall>
+template <bool RM, class Idle, class Offer, class Work, class Settle, class Release, class Stall>
 __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Idle idle,
                                              Offer offer, Work work, Settle settle, Release release, Stall stall) {
-  const int W = P.world_size;
+  const int W = P.world_size, tid = role_tid<RM>(P), nt = role_threads<RM>(P);
   __shared__ int2 items[HT_ROUND];
   __shared__ int nitems, pending, stalled, next;
   __shared__ uint64_t since;
 #if SY_HT_SETTLE_AHEAD
   __shared__ uint32_t owed[HT_MAX_WORLD / 32]; /* peers whose counters wait for their hand-back or publish */
-  const bool releaser = (int)(threadIdx.x / 32) == HT_DWARPS - 1;
-  for (int i = threadIdx.x; i < HT_MAX_WORLD / 32; i += blockDim.x) owed[i] = 0;
+  const bool releaser = role_warp<RM>(P) == role_nwarps<RM>(P) - 1;
+  for (int i = tid; i < HT_MAX_WORLD / 32; i += nt) owed[i] = 0;
   /* the last warp: what the rounds before have settled, released in its lanes' peers' order (the same thread for
    * a peer every time, so its head or tail stores stay in order) */
   auto release_owed = [&]() {
@@ -200,20 +200,21 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     __syncwarp();
   };
 #endif
-  if (threadIdx.x == 0) stalled = 0, since = 0;
+  if (tid == 0) stalled = 0, since = 0;
   for (int round = 0;; round++) {
-    __syncthreads();
+    role_sync<RM>(P);
     const uint64_t pt = probe_now(P);
-    for (int p = threadIdx.x; p < W; p += blockDim.x) take[p] = left[p] > 0 ? offer(p) : 0;
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    for (int p = tid; p < W; p += nt) take[p] = left[p] > 0 ? offer(p) : 0;
+    role_sync<RM>(P);
+    if (tid == 0) {
       pending = 0;
       for (int p = 0; p < W; p++) pending += left[p];
       nitems = plan_round(W, round % W, take, items);
-      next = HT_DWARPS - SY_HT_SETTLE_AHEAD; /* items [0, next) go a warp each; the rest to whichever warp is free
+      next =
+          role_nwarps<RM>(P) - SY_HT_SETTLE_AHEAD; /* items [0, next) go a warp each; the rest to whichever warp is free
                                                 first */
     }
-    __syncthreads();
+    role_sync<RM>(P);
     if (pending == 0 || stalled) break;
     const int n = nitems;
 #if SY_HT_SETTLE_AHEAD
@@ -222,7 +223,7 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     const bool busy = n == 0 && idle(); /* every thread: other work while no item is there */
     /* items differ (a message's rows: 1 to top_k), so a warp takes the next one when it is done with its last
      * (measured: the combine's backward 10% faster at world 4 than the items in turn, bench/NOTES.md) */
-    int first = threadIdx.x / 32;
+    int first = role_warp<RM>(P);
 #if SY_HT_SETTLE_AHEAD
     if (releaser) { /* released first: its first item from the counter */
       int got = 0;
@@ -236,9 +237,9 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
       if ((threadIdx.x & 31) == 0) got = atomicAdd(&next, 1);
       i = __shfl_sync(0xffffffffu, got, 0);
     }
-    __syncthreads(); /* the round's items are done: settle them, a thread a peer */
+    role_sync<RM>(P); /* the round's items are done: settle them, a thread a peer */
     const uint64_t ps = probe_now(P);
-    for (int p = threadIdx.x; p < W; p += blockDim.x)
+    for (int p = tid; p < W; p += nt)
       if (take[p] > 0) {
         settle(p, take[p]);
 #if SY_HT_SETTLE_AHEAD
@@ -250,12 +251,12 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     if (P.probe) {
       /* the settling (counters, the hand-back or publish: thread 0's, which settles peer 0 with the first warp's
        * other settling threads) apart from the round's items; idle work has its own slot */
-      if (!busy) probe_add(P, n > 0 ? PR_WORK : PR_WAIT, ps - pt);
-      if (n > 0) probe_add(P, PR_SYNC, probe_now(P) - ps);
-      probe_add(P, PR_ROUNDS, n > 0);
-      probe_add(P, PR_ITEMS, n);
+      if (!busy) probe_add<RM>(P, n > 0 ? PR_WORK : PR_WAIT, ps - pt);
+      if (n > 0) probe_add<RM>(P, PR_SYNC, probe_now(P) - ps);
+      probe_add<RM>(P, PR_ROUNDS, n > 0);
+      probe_add<RM>(P, PR_ITEMS, n);
     }
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
       const uint64_t now = global_timer_ns();
       if (n > 0 || busy || since == 0) since = now;
       else if (aborted(P.ctx)) stalled = 1;
@@ -270,7 +271,7 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
 #if SY_HT_SETTLE_AHEAD
   if (releaser) release_owed(); /* the last round's */
 #endif
-  __syncthreads();
+  role_sync<RM>(P);
   return stalled != 0;
 }
 
