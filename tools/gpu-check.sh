@@ -113,6 +113,11 @@ for n in "${counts[@]}"; do
   SY_HT_SCALE_HINT=1 run test_gpu_moe_ht.hint "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # the combine's owners in lockstep (the default plans and waits a batch ahead)
   SY_HT_OWNER_AHEAD=0 run test_gpu_moe_ht.lockstep "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  # a channel's two roles on two blocks (the default at world 1), and on one block's warps with another split (the
+  # default from world 2 is 6 / 8 warps of 16)
+  SY_HT_ROLES=0 run test_gpu_moe_ht.blocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_ROLES=1 SY_HT_SEND_WARPS=4 SY_HT_EXPERT_WARPS=12 run test_gpu_moe_ht.warps "$n" \
+    "$root/build/tests/gpu/test_gpu_moe_ht"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
   run test_example_layer "$n" "$bin/sy-example-layer" # examples/moe_layer.c, as a user runs it
   # the Python package from the build tree (this build's library; CMakeLists.txt, build/python), where python3 has

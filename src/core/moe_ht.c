@@ -81,13 +81,14 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
 static size_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c) {
   return comm->backend == SY_BACKEND_HOST
              ? 0
-             : sy__moe_ht_ws_layout(c, comm->world_size, sy__moe_ht_roles(comm->world_size)).bytes;
+             : sy__moe_ht_ws_layout(c, comm->world_size, sy__moe_ht_roles(c, comm->world_size)).bytes;
 }
 
-int sy__moe_ht_roles(int world_size) {
+int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size) {
   long long roles = -1;
-  if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS) roles = -1;
-  return roles < 0 ? world_size > 1 : roles > 0;
+  if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS) roles = -1; /* create fails on it (cuda backend) */
+  if (roles >= 0) return roles > 0;
+  return world_size > 1 && c->num_sms <= SY_HT_ROLES_AUTO_SMS;
 }
 
 sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config_in, size_t *bytes) {

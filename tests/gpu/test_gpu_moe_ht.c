@@ -446,9 +446,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   char detail[256] = "";
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
   if (async != SY_SUCCESS) GT_FAIL("%s: asynchronous error %s: %s", c->name, sy_status_name(async), detail);
-  if (rank == 0)
-    printf("  %-26s %s (%d rows max, %d channels)\n", c->name, wrong ? "WRONG" : "ok", R.rows,
-           (c->sms / 2 > 1 ? c->sms / 2 : 1));
+  if (rank == 0) printf("  %-26s %s (%d rows max, %d SMs)\n", c->name, wrong ? "WRONG" : "ok", R.rows, c->sms);
   fflush(stdout);
   if (pool) {
     GT_OK(sy_moe_ht_recv_free(moe, pool, &b.recv, stream)); /* zeroes b.recv: bufs_free skips it */
@@ -461,6 +459,27 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   GT_OK(sy_moe_ht_destroy(moe));
 }
 
+/* A split of a block's warps between a channel's two roles that leaves a role fewer than 2 warps (SY_HT_SEND_WARPS,
+ * SY_HT_EXPERT_WARPS with SY_HT_ROLES=1) is refused at create on every rank, SY_ERR_INVALID_ARG, the communicator
+ * still usable (the cases after it create objects). Skipped where the caller set any of the three. */
+static void bad_role_warps(sy_comm_t comm, int rank) {
+  if (getenv("SY_HT_ROLES") || getenv("SY_HT_SEND_WARPS") || getenv("SY_HT_EXPERT_WARPS")) return;
+  const sy_moe_ht_config_t cfg = config_of(&cases[0], 64);
+  const char *bad[][2] = {{"SY_HT_SEND_WARPS", "15"}, {"SY_HT_SEND_WARPS", "1"}, {"SY_HT_EXPERT_WARPS", "0"}};
+  setenv("SY_HT_ROLES", "1", 1);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv(bad[i][0], bad[i][1], 1);
+    sy_moe_ht_t moe = NULL;
+    const sy_status_t st = sy_moe_ht_create(comm, &cfg, &moe);
+    if (st != SY_ERR_INVALID_ARG || moe != NULL)
+      GT_FAIL("sy_moe_ht_create with %s=%s: %s (want SY_ERR_INVALID_ARG and no object)", bad[i][0], bad[i][1],
+              sy_status_name(st));
+    unsetenv(bad[i][0]);
+  }
+  unsetenv("SY_HT_ROLES");
+  if (rank == 0) printf("  %-26s ok\n", "bad role warps refused");
+}
+
 int main(void) {
   int rank, world;
   sy_comm_t comm = gt_init("test_gpu_moe_ht", &rank, &world);
@@ -470,6 +489,7 @@ int main(void) {
   cudaStream_t stream;
   GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const char *only = getenv("SY_TEST_CASE"); /* one case by its index */
+  if (!only) bad_role_warps(comm, rank);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream);
   cudaStreamDestroy(stream);

@@ -260,22 +260,25 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   ht_gpu *g = (ht_gpu *)calloc(1, sizeof *g);
   if (!g) return SY_ERR_NO_MEMORY;
-  g->roles = sy__moe_ht_roles(W);
-  if (g->roles) {
-    long long sw = 6, ew = 8;
-    if (sy__env_int(SY_ENVID_SY_HT_SEND_WARPS, &sw) != SY_SUCCESS ||
-        sy__env_int(SY_ENVID_SY_HT_EXPERT_WARPS, &ew) != SY_SUCCESS || sw < 2 || sw > HT_DWARPS - 2 || ew < 2 ||
-        ew > HT_DWARPS - 2) {
-      SY_WARN(
-          "sy_moe_ht_create: SY_HT_SEND_WARPS=%lld and SY_HT_EXPERT_WARPS=%lld: each must be 2 to %d (warps of "
-          "a block's %d)",
-          sw, ew, HT_DWARPS - 2, HT_DWARPS);
-      free(g);
-      return SY_ERR_INVALID_ARG;
-    }
-    g->send_warps = (int)sw;
-    g->expert_warps = (int)ew;
+  /* the roles' placement and split; a bad variable fails the create on every rank at the verdict below, after the
+   * collective allocation every rank must join (the workspace's size is the placement's either way) */
+  g->roles = sy__moe_ht_roles(&moe->config, W);
+  sy_status_t env_st = SY_SUCCESS;
+  long long roles = -1, sw = 6, ew = 8;
+  if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS ||
+      sy__env_int(SY_ENVID_SY_HT_SEND_WARPS, &sw) != SY_SUCCESS ||
+      sy__env_int(SY_ENVID_SY_HT_EXPERT_WARPS, &ew) != SY_SUCCESS || sw < 2 || sw > HT_DWARPS - 2 || ew < 2 ||
+      ew > HT_DWARPS - 2) {
+    const char *r = getenv("SY_HT_ROLES"), *a = getenv("SY_HT_SEND_WARPS"), *b = getenv("SY_HT_EXPERT_WARPS");
+    SY_WARN(
+        "sy_moe_ht_create: SY_HT_ROLES=%s, SY_HT_SEND_WARPS=%s, SY_HT_EXPERT_WARPS=%s: the first an integer, the "
+        "others each 2 to %d (warps of a block's %d)",
+        r ? r : "(unset)", a ? a : "(unset)", b ? b : "(unset)", HT_DWARPS - 2, HT_DWARPS);
+    env_st = SY_ERR_INVALID_ARG;
+    sw = 6, ew = 8;
   }
+  g->send_warps = (int)sw;
+  g->expert_warps = (int)ew;
   g->wl = sy__moe_ht_ws_layout(&moe->config, W, g->roles);
   g->blocks = g->roles ? g->wl.channels : 2 * g->wl.channels;
   g->hl = sy__moe_ht_handle_layout(&moe->config, W);
@@ -295,6 +298,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     if (p < HT_PEER_TAB) g->peer_ws[p] = q;
   }
   s = create_local(comm, moe, g);
+  if (s == SY_SUCCESS) s = env_st;
   if (s == SY_SUCCESS && need_puts) {
     g->stage_bytes = align_up(g->wl.msg_bytes + 32 * g->wl.payload_offset, 256);
     const size_t bytes = (size_t)g->blocks * HT_DWARPS * g->stage_bytes;
