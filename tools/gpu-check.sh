@@ -197,6 +197,8 @@ if [ "$gpus" -ge 1 ] && [ ${#sanitize_tools[@]} -gt 0 ]; then
       sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .prequant SY_HT_PREQUANT=1
       sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .hint SY_HT_SCALE_HINT=1
       sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .lockstep SY_HT_OWNER_AHEAD=0
+      # a channel's two roles on one block's warps (named barriers), the default from world 2 only
+      sanitize "$tool" "$root/build/tests/gpu/test_gpu_moe_ht" .roles SY_HT_ROLES=1
       tool_logs=()
       for f in "$logs/sanitize_${tool}_"*.log; do [ -e "$f" ] && tool_logs+=("$f"); done
       [ ${#tool_logs[@]} -eq 0 ] && continue
