@@ -13,7 +13,8 @@ starts right after "========= " and holds the indented lines that follow. Each r
 and lines that are not findings (the banner, the summaries, "Target application returned an error") are skipped.
 Prints one line per log (and a total line for several), the first lines of up to three of our records;
 --total prints the total line alone. Exits 1 when any log has one of ours, 2 when a log has no "ERROR SUMMARY"
-line (the tool did not finish).
+line (the tool did not finish). racecheck prints no "ERROR SUMMARY" when it found nothing, only "RACECHECK SUMMARY:
+0 hazards displayed (0 errors, 0 warnings)": that line, alone, is its finish and its count.
 """
 import re
 import sys
@@ -92,7 +93,8 @@ def summarise(text):
         counts[kind] += 1
         if kind == "ours" and len(examples) < 3:
             examples.append(" | ".join(rec[:3]))
-    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    m = (re.search(r"ERROR SUMMARY: (\d+) error", text)
+         or re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", text))
     return counts, (int(m.group(1)) if m else None), examples
 
 
@@ -180,6 +182,10 @@ SAMPLES = [
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 ========= ERROR SUMMARY: 2 errors
 """, {"ours": 2, "third-party": 0, "filtered": 0, "warning": 0}, 1),
+    ("a clean racecheck run (no ERROR SUMMARY line)", """[rank 0] ========= COMPUTE-SANITIZER
+[rank 0] [test rank 0] passed: test_gpu_moe_ht
+[rank 0] ========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+""", {"ours": 0, "third-party": 0, "filtered": 0, "warning": 0}, 0),
     ("a run that never finished", """========= COMPUTE-SANITIZER
 [test rank 0] case 1 ok
 """, {"ours": 0, "third-party": 0, "filtered": 0, "warning": 0}, 2),

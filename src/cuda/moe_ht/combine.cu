@@ -185,8 +185,7 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
   int32_t *left = (int32_t *)(base + W); /* [W] */
   int32_t *done = left + W, *mbase = done + W;
   const int32_t *chan = hsec(P, P.hl.chan_tokens), *recv_rows = hsec(P, P.hl.recv_rows);
-  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
-  for (int s = tid; s < W; s += nt) {
+  for (int s = role_tid<RM>(P); s < W; s += role_threads<RM>(P)) {
     base[s] = P.sent[(size_t)s * C + c];
     left[s] = s == me ? 0 : chan[(size_t)s * C + c]; /* this rank's own tokens take no ring */
     done[s] = 0;
@@ -223,7 +222,7 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_SEND, s, 0, base[s] + 1 - HT_SLOTS,
                      ld_acquire_sys(head_word(P, P.ws, s, c)));
       });
-  for (int s = tid; s < W; s += nt) P.sent[(size_t)s * C + c] = base[s];
+  for (int s = role_tid<RM>(P); s < W; s += role_threads<RM>(P)) P.sent[(size_t)s * C + c] = base[s];
   /* the channel's second-half tokens whose experts are all here: their whole sum */
   const int only[1] = {me};
   const uint64_t none[1] = {0};
@@ -307,14 +306,13 @@ template <bool RM>
 __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, const int32_t *rowbase_me,
                            bool rows_ok) {
   const int W = P.world_size, C = P.C, warp = role_warp<RM>(P), lane = threadIdx.x & 31;
-  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   uint64_t *snap = cons + W;         /* [2][W] */
   __shared__ recv_batch B[2];
   __shared__ int touched[2][HT_BATCH * 32], ntouched[2], ctr[2];
   int failed = 0; /* thread 0's wait timed out (warp 0 learns it by a shuffle, the block by the step's barrier) */
-  for (int p = tid; p < W; p += nt) cons[p] = P.consumed[(size_t)p * C + c];
-  if (tid == 0) ctr[0] = ctr[1] = 0, ntouched[0] = ntouched[1] = 0;
+  for (int p = role_tid<RM>(P); p < W; p += role_threads<RM>(P)) cons[p] = P.consumed[(size_t)p * C + c];
+  if (role_tid<RM>(P) == 0) ctr[0] = ctr[1] = 0, ntouched[0] = ntouched[1] = 0;
   role_sync<RM>(P);
   const int begin = chan_begin(c, P.num_tokens, C), end = chan_begin(c + 1, P.num_tokens, C);
   const int mid = chan_mid(c, P.num_tokens, C), nbatch = (end - begin + HT_BATCH - 1) / HT_BATCH;
@@ -334,11 +332,11 @@ __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, c
                             }
     };
     if (warp == 0) {
-      if (tid == 0) ctr[prev] = 0; /* last used in step - 1; next in step + 1, after this step's barrier */
+      if (role_tid<RM>(P) == 0) ctr[prev] = 0; /* last used in step - 1; next in step + 1, after this step's barrier */
       if (step < nbatch) {
         const int t0 = begin + step * HT_BATCH, nb = min(HT_BATCH, end - t0);
         plan_batch<RM>(P, t0, nb, mid, cons, B[cur], touched[cur], ntouched[cur]);
-        if (tid == 0) {
+        if (role_tid<RM>(P) == 0) {
           for (int q = 0; q < ntouched[cur]; q++) snap[cur * W + touched[cur][q]] = cons[touched[cur][q]];
           for (int q = 0; q < ntouched[cur] && !failed; q++) {
             const int p = touched[cur][q];
@@ -358,7 +356,7 @@ __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, c
       probe_add<RM>(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
       if (step > 0) probe_add<RM>(P, PR_ROUNDS, 1);
     }
-    if (step > 0 && tid == 0) { /* batch step - 1 is read: its heads back */
+    if (step > 0 && role_tid<RM>(P) == 0) { /* batch step - 1 is read: its heads back */
       bool stores = false;
       for (int q = 0; SY_HT_HEAD_ORDER == 1 && q < ntouched[prev]; q++) stores = stores || ht_peer(P, touched[prev][q]);
       if (stores) fence_acq_rel(true);
@@ -370,7 +368,7 @@ __device__ void recv_ahead(const ht_params &P, ht_pipe &pp, int c, char *smem, c
     }
   }
   role_sync<RM>(P);
-  for (int p = tid; p < W; p += nt) P.consumed[(size_t)p * C + c] = cons[p];
+  for (int p = role_tid<RM>(P); p < W; p += role_threads<RM>(P)) P.consumed[(size_t)p * C + c] = cons[p];
 }
 
 template <bool RM>
@@ -380,16 +378,15 @@ __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem
   uint64_t *cons = (uint64_t *)smem; /* [W] */
   __shared__ recv_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed;
-  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
-  for (int p = tid; p < W; p += nt) cons[p] = P.consumed[(size_t)p * C + c];
-  if (tid == 0) failed = 0;
+  for (int p = role_tid<RM>(P); p < W; p += role_threads<RM>(P)) cons[p] = P.consumed[(size_t)p * C + c];
+  if (role_tid<RM>(P) == 0) failed = 0;
   role_sync<RM>(P);
   const int end = chan_begin(c + 1, P.num_tokens, C), mid = chan_mid(c, P.num_tokens, C);
   for (int t0 = chan_begin(c, P.num_tokens, C); t0 < end; t0 += HT_BATCH) {
     const int nb = min(HT_BATCH, end - t0);
     uint64_t pt = probe_now(P);
     plan_batch<RM>(P, t0, nb, mid, cons, B, touched, ntouched);
-    if (tid == 0)
+    if (role_tid<RM>(P) == 0)
       for (int q = 0; q < ntouched && !failed; q++) {
         const int p = touched[q];
         if (!ht_wait(P, tail_word(P, P.ws, p, c), cons[p], OP_MOE_HT_RECV, p)) failed = 1;
@@ -405,7 +402,7 @@ __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem
       probe_add<RM>(P, PR_ROUNDS, 1);
       probe_add<RM>(P, PR_ITEMS, nb);
     }
-    if (tid == 0) {
+    if (role_tid<RM>(P) == 0) {
       bool stores = false; /* one fence for every head stored (the put path's peers are quieted instead) */
       for (int q = 0; SY_HT_HEAD_ORDER == 1 && q < ntouched; q++) stores = stores || ht_peer(P, touched[q]);
       if (stores) fence_acq_rel(true);
@@ -417,7 +414,7 @@ __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem
     role_sync<RM>(P);
     if (P.probe) probe_add<RM>(P, PR_SYNC, probe_now(P) - pt);
   }
-  for (int p = tid; p < W; p += nt) P.consumed[(size_t)p * C + c] = cons[p];
+  for (int p = role_tid<RM>(P); p < W; p += role_threads<RM>(P)) P.consumed[(size_t)p * C + c] = cons[p];
 }
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L], then a pipe a warp

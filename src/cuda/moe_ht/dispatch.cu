@@ -59,8 +59,8 @@ __device__ __forceinline__ int own_chunks(const ht_params &P) { return (P.num_to
 
 /* Every thread of the block, before the roles start: the queue's state of each role the block runs (q[0], and
  * with both roles in the block q[1]). */
-__device__ __forceinline__ void own_begin(const ht_params &P, own_state *q, bool rows_ok) {
-  if (threadIdx.x < 2) {
+__device__ __forceinline__ void own_begin(const ht_params &P, own_state *q, int n, bool rows_ok) {
+  if (threadIdx.x < n) {
     q[threadIdx.x].base = ticket_queue_base(&P.local->own);
     q[threadIdx.x].left = P.own_queue && rows_ok && P.num_tokens > 0;
   }
@@ -372,9 +372,8 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
   uint64_t *base = (uint64_t *)smem; /* [W] the next index of ring (me -> d, c) */
   __shared__ send_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed, room;
-  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
-  for (int d = tid; d < W; d += nt) base[d] = P.sent[(size_t)d * C + c];
-  if (tid == 0) failed = 0;
+  for (int d = role_tid<RM>(P); d < W; d += role_threads<RM>(P)) base[d] = P.sent[(size_t)d * C + c];
+  if (role_tid<RM>(P) == 0) failed = 0;
   role_sync<RM>(P);
   /* with the queue the own rows are the queue's; at world 1 no token has a message */
   const int end = W == 1 && P.own_queue ? 0 : chan_begin(c + 1, P.num_tokens, C);
@@ -387,11 +386,11 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     plan_batch<RM>(P, t0, nb, base, B, touched, ntouched);
     for (;;) { /* while a ring it needs is full, own rows from the queue */
       role_sync<RM>(P);
-      if (tid == 0) room = batch_room(P, c, base, touched, ntouched);
+      if (role_tid<RM>(P) == 0) room = batch_room(P, c, base, touched, ntouched);
       role_sync<RM>(P);
       if (room || !own_chunk<HINT, RM>(P, q, rowbase_me, sk)) break;
     }
-    if (tid == 0 && !room) /* nothing else to do: the bounded waits */
+    if (role_tid<RM>(P) == 0 && !room) /* nothing else to do: the bounded waits */
       for (int i = 0; i < ntouched && !failed; i++) {
         const int d = touched[i];
         if (base[d] > HT_SLOTS && !ht_wait(P, head_word(P, P.ws, d, c), base[d] - HT_SLOTS, OP_MOE_HT_SEND, d))
@@ -408,7 +407,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
       probe_add<RM>(P, PR_ROUNDS, 1);
       probe_add<RM>(P, PR_ITEMS, nb);
     }
-    if (tid == 0 && ntouched) {
+    if (role_tid<RM>(P) == 0 && ntouched) {
       bool remote = false;
       for (int i = 0; i < ntouched; i++) remote |= touched[i] != me;
       fence_acq_rel(remote);
@@ -417,7 +416,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     role_sync<RM>(P);
     if (P.probe) probe_add<RM>(P, PR_SYNC, probe_now(P) - pt);
   }
-  for (int d = tid; d < W; d += nt) P.sent[(size_t)d * C + c] = base[d];
+  for (int d = role_tid<RM>(P); d < W; d += role_threads<RM>(P)) P.sent[(size_t)d * C + c] = base[d];
 }
 
 /* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
@@ -507,9 +506,9 @@ __device__ void recv_outputs(const ht_params &P, int c) {
     }
   }
   if (c != 0) return;
-  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
-  for (int e = tid; e <= L; e += nt) P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
-  for (int e = tid; e < L; e += nt) {
+  for (int e = role_tid<RM>(P); e <= L; e += role_threads<RM>(P))
+    P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
+  for (int e = role_tid<RM>(P); e < L; e += role_threads<RM>(P)) {
     int32_t n = 0;
     for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
     P.recv.expert_counts[e] = n;
@@ -525,8 +524,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   int32_t *done = left + W;              /* [W] messages taken in this call */
   int32_t *mbase = done + W;             /* [W] the first message index of this channel at s */
   const int32_t *chan = hsec(P, P.hl.chan_tokens);
-  const int tid = role_tid<RM>(P), nt = role_threads<RM>(P);
-  for (int s = tid; s < W; s += nt) {
+  for (int s = role_tid<RM>(P); s < W; s += role_threads<RM>(P)) {
     cons[s] = P.consumed[(size_t)s * C + c];
     left[s] = s == me ? 0 : chan[(size_t)s * C + c]; /* this rank's own tokens take no ring */
     done[s] = 0;
@@ -573,7 +571,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
                      ld_acquire_sys(tail_word(P, P.ws, s, c)));
       });
-  for (int s = tid; s < W; s += nt) P.consumed[(size_t)s * C + c] = cons[s];
+  for (int s = role_tid<RM>(P); s < W; s += role_threads<RM>(P)) P.consumed[(size_t)s * C + c] = cons[s];
 }
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. The
@@ -587,8 +585,8 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
   probe_begin<RM>(P);
-  __shared__ own_state qs[2];
-  own_begin(P, qs, rows_ok);
+  __shared__ own_state qs[RM ? 2 : 1];
+  own_begin(P, qs, RM ? 2 : 1, rows_ok);
   /* from here on each role by itself (role_sync, never __syncthreads) */
   const int role = role_of<RM>(P), c = role_chan<RM>(P);
   own_state &q = qs[RM ? role : 0];

@@ -192,7 +192,7 @@ enum {
 };
 template <bool RM>
 __device__ __forceinline__ uint64_t *probe_acc(const ht_params &P) {
-  __shared__ uint64_t acc[2][HT_PROBE_SLOTS];
+  __shared__ uint64_t acc[RM ? 2 : 1][HT_PROBE_SLOTS]; /* a row a role in the block (RM: each instance its own) */
   return acc[RM ? role_of<RM>(P) : 0];
 }
 template <bool RM>

@@ -181,14 +181,14 @@ __device__ __forceinline__ int plan_round(int W, int start, int32_t *take, int2 
 template <bool RM, class Idle, class Offer, class Work, class Settle, class Release, class Stall>
 __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *left, int32_t *take, Idle idle,
                                              Offer offer, Work work, Settle settle, Release release, Stall stall) {
-  const int W = P.world_size, tid = role_tid<RM>(P), nt = role_threads<RM>(P);
+  const int W = P.world_size;
   __shared__ int2 items[HT_ROUND];
   __shared__ int nitems, pending, stalled, next;
   __shared__ uint64_t since;
 #if SY_HT_SETTLE_AHEAD
   __shared__ uint32_t owed[HT_MAX_WORLD / 32]; /* peers whose counters wait for their hand-back or publish */
   const bool releaser = role_warp<RM>(P) == role_nwarps<RM>(P) - 1;
-  for (int i = tid; i < HT_MAX_WORLD / 32; i += nt) owed[i] = 0;
+  for (int i = role_tid<RM>(P); i < HT_MAX_WORLD / 32; i += role_threads<RM>(P)) owed[i] = 0;
   /* the last warp: what the rounds before have settled, released in its lanes' peers' order (the same thread for
    * a peer every time, so its head or tail stores stay in order) */
   auto release_owed = [&]() {
@@ -200,13 +200,13 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     __syncwarp();
   };
 #endif
-  if (tid == 0) stalled = 0, since = 0;
+  if (role_tid<RM>(P) == 0) stalled = 0, since = 0;
   for (int round = 0;; round++) {
     role_sync<RM>(P);
     const uint64_t pt = probe_now(P);
-    for (int p = tid; p < W; p += nt) take[p] = left[p] > 0 ? offer(p) : 0;
+    for (int p = role_tid<RM>(P); p < W; p += role_threads<RM>(P)) take[p] = left[p] > 0 ? offer(p) : 0;
     role_sync<RM>(P);
-    if (tid == 0) {
+    if (role_tid<RM>(P) == 0) {
       pending = 0;
       for (int p = 0; p < W; p++) pending += left[p];
       nitems = plan_round(W, round % W, take, items);
@@ -239,7 +239,7 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
     }
     role_sync<RM>(P); /* the round's items are done: settle them, a thread a peer */
     const uint64_t ps = probe_now(P);
-    for (int p = tid; p < W; p += nt)
+    for (int p = role_tid<RM>(P); p < W; p += role_threads<RM>(P))
       if (take[p] > 0) {
         settle(p, take[p]);
 #if SY_HT_SETTLE_AHEAD
@@ -256,7 +256,7 @@ __device__ __forceinline__ bool serve_rounds(const ht_params &P, const int32_t *
       probe_add<RM>(P, PR_ROUNDS, n > 0);
       probe_add<RM>(P, PR_ITEMS, n);
     }
-    if (tid == 0) {
+    if (role_tid<RM>(P) == 0) {
       const uint64_t now = global_timer_ns();
       if (n > 0 || busy || since == 0) since = now;
       else if (aborted(P.ctx)) stalled = 1;
