@@ -84,9 +84,10 @@ struct sy_moe_ht {
 /* Where the cuda backend's high-throughput data kernels run a channel's two roles (SY_HT_ROLES resolved for this
  * configuration and world size; cuda/moe_ht/ht.cuh): 1 on one block's warps at once, 0 on two blocks. The
  * workspace's channels follow it (sy__moe_ht_ws_layout), so the size query and the create read the same. Auto (-1):
- * 1 from world size 2 with at most SY_HT_ROLES_AUTO_SMS SMs — measured at 16 (bench/NOTES.md, run 39); with more,
- * the doubled channels' rings (num_sms x world size of them) would take twice the symmetric heap, unmeasured. */
-#define SY_HT_ROLES_AUTO_SMS 32
+ * 1 from world size 2 with at most SY_HT_ROLES_AUTO_SMS SMs. Measured at world 4 (bench/NOTES.md, runs 39 and 40):
+ * by warps 13-14% faster over the four calls at 16 SMs; at 24 and 32 equal over the four (the dispatch kernel faster,
+ * the combine kernel 14-20% slower) and 3-7% slower for the dispatch and combine together; at 48 and 64 slower. */
+#define SY_HT_ROLES_AUTO_SMS 16
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size);
 
 /* One MoE high-throughput call as the backends see it (src/core/moe_ht.c checks it first). Unused fields 0. */
