@@ -13,9 +13,12 @@
  *    <y, combine_backward(g)>, and the weights' gradient against a finite change of the weights:
  *    <combine(y; w + d), g> - <combine(y; w), g> = sum d x token_values (the gradient carried back);
  *  - the same step with the receive buffers from a pool (sy_moe_ht_recv_alloc, sized by host_counts in the exact
- *    mode): the same bits.
+ *    mode): the same bits;
+ *  - where the cuda backend runs a channel's two roles (SY_HT_ROLES: auto by warps from world 2 up to
+ *    SY_HT_ROLES_AUTO_SMS SMs, 0 and 1 forcing it) and the workspace's channels that follow.
  * SY_TEST_SEED overrides the seed; a failure prints it.
  */
+#include "core/internal.h" /* sy__moe_ht_roles */
 #include "moe_ht_test.h"
 #include "ref/moe_ht_ref.h"
 
@@ -516,10 +519,60 @@ static void test_dot(void) {
   }
 }
 
+/* SY_HT_ROLES resolved (sy__moe_ht_roles, what the size query and the cuda backend's create both read) and the
+ * channels of the workspace it sizes: by warps num_sms channels, by blocks num_sms / 2 (at least 1). */
+static void test_roles(void) {
+  const char *was = getenv("SY_HT_ROLES");
+  char *saved = was ? strdup(was) : NULL;
+  sy_moe_ht_config_t c = SY_MOE_HT_CONFIG_INIT;
+  c.max_tokens = 64, c.hidden = 256, c.top_k = 2, c.num_experts = 8;
+  c = sy__moe_ht_defaults(c);
+  static const struct {
+    const char *env; /* NULL: unset */
+    int world, sms, want;
+  } rows[] = {
+      {NULL, 1, 16, 0},
+      {NULL, 2, 16, 1},
+      {NULL, 4, 2, 1},
+      {NULL, 4, SY_HT_ROLES_AUTO_SMS, 1},
+      {NULL, 4, SY_HT_ROLES_AUTO_SMS + 1, 0},
+      {NULL, 8, 132, 0},
+      {"-1", 4, 16, 1},
+      {"-1", 4, 24, 0},
+      {"1", 1, 16, 1},
+      {"1", 4, 132, 1},
+      {"0", 4, 16, 0},
+      {"0", 1, 3, 0},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    if (rows[i].env) setenv("SY_HT_ROLES", rows[i].env, 1);
+    else unsetenv("SY_HT_ROLES");
+    c.num_sms = rows[i].sms;
+    const int roles = sy__moe_ht_roles(&c, rows[i].world);
+    if (roles != rows[i].want)
+      fprintf(stderr, "test_roles: SY_HT_ROLES=%s world %d num_sms %d: %d, want %d\n",
+              rows[i].env ? rows[i].env : "(unset)", rows[i].world, rows[i].sms, roles, rows[i].want);
+    CHECK_EQ_INT(roles, rows[i].want);
+    const sy_moe_ht_ws_layout_t w = sy__moe_ht_ws_layout(&c, rows[i].world, roles);
+    CHECK_EQ_INT(w.channels, roles ? rows[i].sms : rows[i].sms / 2 > 1 ? rows[i].sms / 2 : 1);
+  }
+  /* SY_HT_ROLES=8 is 1 (any positive value); a malformed value reads as auto here: the create refuses it */
+  setenv("SY_HT_ROLES", "8", 1);
+  c.num_sms = 132;
+  CHECK_EQ_INT(sy__moe_ht_roles(&c, 4), 1);
+  setenv("SY_HT_ROLES", "fast", 1);
+  c.num_sms = 16;
+  CHECK_EQ_INT(sy__moe_ht_roles(&c, 4), 1);
+  if (saved) setenv("SY_HT_ROLES", saved, 1);
+  else unsetenv("SY_HT_ROLES");
+  free(saved);
+}
+
 int main(void) {
   seed_from_env();
   test_generators();
   test_dot();
+  test_roles();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return check_report();
 }
