@@ -109,14 +109,23 @@ static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
 }
 
 /* Collective: every rank must configure alike, compared over the host allgather before any backend reserves
- * anything (a rank whose configuration differs fails the create everywhere, nothing created). */
+ * anything (a rank whose configuration differs fails the create everywhere, nothing created). The roles' placement
+ * (SY_HT_ROLES resolved) is compared too: it sets the workspace's channels, which every rank must share. */
+typedef struct config_offer {
+  sy_moe_ht_config_t c;
+  int roles;
+} config_offer_t;
+
 static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, const char *fn) {
   const int W = comm->world_size;
-  sy_moe_ht_config_t *all = calloc((size_t)W, sizeof *all);
+  config_offer_t mine, *all = calloc((size_t)W, sizeof *all);
   if (!all) return SY_ERR_NO_MEMORY;
-  sy_status_t s = comm->ops->allgather_host(comm, c, all, sizeof *c);
+  memset(&mine, 0, sizeof mine);
+  mine.c = *c;
+  mine.roles = sy__moe_ht_roles(c, W);
+  sy_status_t s = comm->ops->allgather_host(comm, &mine, all, sizeof mine);
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
-    const sy_moe_ht_config_t *o = &all[r];
+    const sy_moe_ht_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
         o->num_experts != c->num_experts || o->wire != c->wire || o->expert_alignment != c->expert_alignment ||
         o->num_sms != c->num_sms || o->flags != c->flags) {
@@ -126,6 +135,14 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
           fn, r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->expert_alignment, o->num_sms,
           o->flags, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire, c->expert_alignment, c->num_sms,
           c->flags);
+      s = SY_ERR_MISMATCH;
+    } else if (all[r].roles != mine.roles) {
+      SY_WARN(
+          "%s: rank %d runs a channel's two roles %s, this rank %s (SY_HT_ROLES=%s here): set SY_HT_ROLES alike "
+          "on every rank; nothing created",
+          fn, r, all[r].roles ? "on one block's warps" : "on two blocks",
+          mine.roles ? "on one block's warps" : "on two blocks",
+          getenv("SY_HT_ROLES") ? getenv("SY_HT_ROLES") : "(unset)");
       s = SY_ERR_MISMATCH;
     }
   }

@@ -480,6 +480,22 @@ static void bad_role_warps(sy_comm_t comm, int rank) {
   if (rank == 0) printf("  %-26s ok\n", "bad role warps refused");
 }
 
+/* Ranks that resolve SY_HT_ROLES differently (rank 0 by warps, the others by blocks) would size different
+ * workspaces: the create fails on every rank with SY_ERR_MISMATCH, nothing created, the communicator still usable
+ * (the cases after it create objects). Skipped at world 1 and where the caller set SY_HT_ROLES. */
+static void disagreeing_roles(sy_comm_t comm, int rank, int world) {
+  if (world < 2 || getenv("SY_HT_ROLES")) return;
+  const sy_moe_ht_config_t cfg = config_of(&cases[0], 64);
+  setenv("SY_HT_ROLES", rank == 0 ? "1" : "0", 1);
+  sy_moe_ht_t moe = NULL;
+  const sy_status_t st = sy_moe_ht_create(comm, &cfg, &moe);
+  if (st != SY_ERR_MISMATCH || moe != NULL)
+    GT_FAIL("sy_moe_ht_create with SY_HT_ROLES=%s on rank %d: %s (want SY_ERR_MISMATCH and no object)",
+            rank == 0 ? "1" : "0", rank, sy_status_name(st));
+  unsetenv("SY_HT_ROLES");
+  if (rank == 0) printf("  %-26s ok\n", "disagreeing roles refused");
+}
+
 int main(void) {
   int rank, world;
   sy_comm_t comm = gt_init("test_gpu_moe_ht", &rank, &world);
@@ -490,6 +506,7 @@ int main(void) {
   GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const char *only = getenv("SY_TEST_CASE"); /* one case by its index */
   if (!only) bad_role_warps(comm, rank);
+  if (!only) disagreeing_roles(comm, rank, world);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream);
   cudaStreamDestroy(stream);
