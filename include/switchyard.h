@@ -703,6 +703,12 @@ typedef struct sy_moe_ht_config {
   int expert_alignment; /* each local expert's rows padded to a multiple of this (1..1024); 0: 1 */
   int num_sms;          /* SMs the communication kernels may hold; 0: 16 */
   unsigned flags;       /* SY_MOE_HT_* flags below, or 0 */
+  /* Symmetric memory reserved at create for receive buffers, the same on every rank (0: none; cuda backend: part
+   * of sy_moe_ht_workspace_size). sy_moe_ht_recv_alloc with pool NULL carves a recv from it; a dispatch into such
+   * a recv receives each arriving token's first row in place (the senders store it into that row over NVLink, or
+   * put it there) and copies only the token's other rows here: the same bits, fewer stores on the receiving GPU
+   * (bench/NOTES.md, "the first copy in place"). A recv of a pool is received as before. */
+  size_t recv_arena_bytes;
 } sy_moe_ht_config_t;
 
 /* config.flags: the FP8 wires' recv.scales row-major, [rows][hidden/128] (each row's scales contiguous, the layout
@@ -711,7 +717,7 @@ typedef struct sy_moe_ht_config {
 #define SY_MOE_HT_SCALES_ROW_MAJOR 0x1u
 
 #define SY_MOE_HT_CONFIG_INIT \
-  { sizeof(sy_moe_ht_config_t), 0, 0, 0, 0, SY_MOE_WIRE_BF16, 0, 0, 0u }
+  { sizeof(sy_moe_ht_config_t), 0, 0, 0, 0, SY_MOE_WIRE_BF16, 0, 0, 0u, 0 }
 
 /* What a dispatch writes on the experts' rank, in the caller's plain device memory. */
 typedef struct sy_moe_ht_recv {
@@ -756,10 +762,16 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
  * expert_stride. The exact size: host_counts[2 L] of sy_moe_ht_layout (the rows that layout needs); the bound:
  * sy_moe_ht_sizes's max_rows (contiguous layout) or L x expert_stride (masked). rows >= 0 (0: no row buffers,
  * tokens NULL), expert_stride >= 0 and L x expert_stride <= rows; the pool must be of the object's
- * communicator. Local. On failure nothing is allocated and *recv is left as it was. */
+ * communicator. Local. On failure nothing is allocated and *recv is left as it was.
+ * pool NULL: the same sections from the object's receive arena (config.recv_arena_bytes; first fit, in host
+ * order: the allocation and sy_moe_ht_recv_free take effect at once, stream ignored, so free a recv only once
+ * nothing enqueued still reads or writes it, e.g. after the step's last call on it and the GEMMs that read it are
+ * ordered before the next dispatch on the object's stream). No arena, or no room in it: SY_ERR_INVALID_ARG, or
+ * SY_ERR_NO_MEMORY naming the sizes. Each rank carves its own: the ranks' recvs need not agree. */
 SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
                                         sy_moe_ht_recv_t *recv, cudaStream_t stream);
-/* Gives back, in the order of `stream`, what sy_moe_ht_recv_alloc took for recv; then zeroes *recv. A recv it did
+/* Gives back, in the order of `stream` (pool NULL: to the arena, at once), what sy_moe_ht_recv_alloc took for recv;
+ * then zeroes *recv. A recv it did
  * not fill for this object, or one changed since (its rows or a section), is SY_ERR_INVALID_ARG, nothing freed.
  * Free each recv once: a copy of one already freed may name a newer allocation the pool put at the same address,
  * which this call cannot tell apart. */

@@ -169,7 +169,7 @@ class MoeRecvSizes(ctypes.Structure):
 
 
 class MoeHtConfig(ctypes.Structure):
-    _fields_ = _MOE_SHAPE + [("expert_alignment", c_int), ("num_sms", c_int), ("flags", c_uint)]
+    _fields_ = _MOE_SHAPE + [("expert_alignment", c_int), ("num_sms", c_int), ("flags", c_uint), ("recv_arena_bytes", c_size_t)]
 
 
 class MoeHtRecv(ctypes.Structure):

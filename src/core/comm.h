@@ -79,6 +79,15 @@ struct sy_moe_ht {
   int max_rows;
   uint64_t layouts, dispatches; /* calls so far */
   void *backend_state;
+  /* the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL): the cuda backend's part of
+   * the symmetric workspace, or (host backend) host memory of the object's own; its allocations by first fit,
+   * [arena_n] sorted by offset */
+  char *arena;
+  int arena_own; /* arena is the object's malloc */
+  int arena_n, arena_cap;
+  struct sy_moe_ht_arena_block {
+    size_t at, bytes;
+  } * arena_used;
 };
 
 /* Where the cuda backend's high-throughput data kernels run a channel's two roles (SY_HT_ROLES resolved for this
@@ -89,6 +98,8 @@ struct sy_moe_ht {
  * the combine kernel 14-20% slower) and 3-7% slower for the dispatch and combine together; at 48 and 64 slower. */
 #define SY_HT_ROLES_AUTO_SMS 16
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size);
+/* Whether [p, p + bytes) lies in the object's receive arena (core/moe_ht.c). */
+int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes);
 
 /* One MoE high-throughput call as the backends see it (src/core/moe_ht.c checks it first). Unused fields 0. */
 typedef struct sy_moe_ht_call {

@@ -128,13 +128,14 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
     const sy_moe_ht_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
         o->num_experts != c->num_experts || o->wire != c->wire || o->expert_alignment != c->expert_alignment ||
-        o->num_sms != c->num_sms || o->flags != c->flags) {
+        o->num_sms != c->num_sms || o->flags != c->flags || o->recv_arena_bytes != c->recv_arena_bytes) {
       SY_WARN(
           "%s: rank %d configures max_tokens=%d hidden=%d top_k=%d num_experts=%d wire=%d expert_alignment=%d "
-          "num_sms=%d flags=0x%x, this rank %d / %d / %d / %d / %d / %d / %d / 0x%x; nothing created",
+          "num_sms=%d flags=0x%x recv_arena_bytes=%zu, this rank %d / %d / %d / %d / %d / %d / %d / 0x%x / %zu; "
+          "nothing created",
           fn, r, o->max_tokens, o->hidden, o->top_k, o->num_experts, (int)o->wire, o->expert_alignment, o->num_sms,
-          o->flags, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire, c->expert_alignment, c->num_sms,
-          c->flags);
+          o->flags, o->recv_arena_bytes, c->max_tokens, c->hidden, c->top_k, c->num_experts, (int)c->wire,
+          c->expert_alignment, c->num_sms, c->flags, c->recv_arena_bytes);
       s = SY_ERR_MISMATCH;
     } else if (all[r].roles != mine.roles) {
       SY_WARN(
@@ -166,8 +167,15 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->id = __atomic_add_fetch(&next_object_id, 1, __ATOMIC_RELAXED);
   moe->local_experts = config.num_experts / comm->world_size;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
-  sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
-  if (st != SY_SUCCESS) {
+  /* the host backend's receive arena: the object's own memory (the cuda backend's is in its workspace) */
+  if (config.recv_arena_bytes && comm->backend == SY_BACKEND_HOST) {
+    moe->arena = aligned_alloc(256, (config.recv_arena_bytes + 255) & ~(size_t)255);
+    moe->arena_own = 1;
+    if (!moe->arena) SY_WARN("%s: no host memory for config.recv_arena_bytes=%zu", fn, config.recv_arena_bytes);
+  }
+  sy_status_t st = moe->arena || !moe->arena_own ? comm->ops->moe_ht_create(comm, moe) : SY_ERR_NO_MEMORY;
+  if (st != SY_SUCCESS) { /* every rank creates, or none does (a failed host allocation: the peers' allgathers) */
+    if (moe->arena_own) free(moe->arena);
     free(moe);
     return sy__comm_record(comm, st, fn);
   }
@@ -182,6 +190,8 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   sy__api_enter(comm->rank);
   sy__comm_health(comm);
   if (comm->ops->moe_ht_destroy) comm->ops->moe_ht_destroy(comm, moe);
+  if (moe->arena_own) free(moe->arena);
+  free(moe->arena_used);
   free(moe);
   return SY_SUCCESS;
 }
@@ -239,13 +249,55 @@ static size_t recv_sections(const struct sy_moe_ht *moe, int rows, int expert_st
   return total;
 }
 
+/* ---- receive buffers from the object's arena (config.recv_arena_bytes) ---------------------------------------- */
+
+/* First fit over the allocations sorted by offset; *at the offset. 0 where nothing fits. */
+static int arena_take(struct sy_moe_ht *moe, size_t bytes, size_t *at) {
+  if (moe->arena_n == moe->arena_cap) {
+    const int cap = moe->arena_cap ? 2 * moe->arena_cap : 16;
+    void *p = realloc(moe->arena_used, (size_t)cap * sizeof *moe->arena_used);
+    if (!p) return 0;
+    moe->arena_used = p, moe->arena_cap = cap;
+  }
+  size_t from = 0;
+  int i = 0;
+  for (; i <= moe->arena_n; i++) {
+    const size_t end = i < moe->arena_n ? moe->arena_used[i].at : moe->config.recv_arena_bytes;
+    if (end >= from && end - from >= bytes) break;
+    if (i < moe->arena_n) from = align256(moe->arena_used[i].at + moe->arena_used[i].bytes);
+  }
+  if (i > moe->arena_n) return 0;
+  memmove(moe->arena_used + i + 1, moe->arena_used + i, (size_t)(moe->arena_n - i) * sizeof *moe->arena_used);
+  moe->arena_used[i].at = from, moe->arena_used[i].bytes = bytes;
+  moe->arena_n++;
+  *at = from;
+  return 1;
+}
+
+/* The arena allocation at offset `at`, or -1. */
+static int arena_find(const struct sy_moe_ht *moe, const void *p) {
+  if (!moe->arena || (const char *)p < moe->arena || (const char *)p >= moe->arena + moe->config.recv_arena_bytes)
+    return -1;
+  const size_t at = (size_t)((const char *)p - moe->arena);
+  for (int i = 0; i < moe->arena_n; i++)
+    if (moe->arena_used[i].at == at) return i;
+  return -1;
+}
+
+int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes) {
+  return moe->arena && p && (const char *)p >= moe->arena &&
+         (size_t)((const char *)p - moe->arena) <= moe->config.recv_arena_bytes &&
+         bytes <= moe->config.recv_arena_bytes - (size_t)((const char *)p - moe->arena);
+}
+
 sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride, sy_moe_ht_recv_t *recv,
                                  cudaStream_t stream) {
   static const char *fn = "sy_moe_ht_recv_alloc";
   SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
   SY_COMM_GUARD(moe->comm, fn);
-  SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
-  SY_ARG_CHECK(sy__pool_comm(pool) == moe->comm, fn, "pool belongs to another communicator than moe");
+  SY_ARG_CHECK(pool != NULL || moe->arena != NULL, fn,
+               "pool is NULL and the object has no receive arena (config.recv_arena_bytes=0)");
+  SY_ARG_CHECK(pool == NULL || sy__pool_comm(pool) == moe->comm, fn, "pool belongs to another communicator than moe");
   SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
   SY_ARG_CHECK(rows >= 0, fn, "rows=%d is negative", rows);
   const int L = moe->local_experts;
@@ -256,6 +308,20 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
   sy_moe_ht_recv_t r;
   const size_t total = recv_sections(moe, rows, expert_stride, NULL, &r);
   void *base = NULL;
+  if (!pool) {
+    size_t at = 0;
+    if (!arena_take(moe, total, &at)) {
+      size_t used = 0;
+      for (int i = 0; i < moe->arena_n; i++) used += moe->arena_used[i].bytes;
+      SY_WARN(
+          "%s: %d rows need %zu bytes of the receive arena, which has no such gap (%zu of %zu bytes in use by %d "
+          "recvs)",
+          fn, rows, total, used, moe->config.recv_arena_bytes, moe->arena_n);
+      return SY_ERR_NO_MEMORY;
+    }
+    (void)recv_sections(moe, rows, expert_stride, moe->arena + at, recv);
+    return SY_SUCCESS;
+  }
   SY_CHECK(sy_pool_alloc(pool, total, &base, stream));
   (void)recv_sections(moe, rows, expert_stride, base, recv);
   return SY_SUCCESS;
@@ -264,13 +330,17 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
 sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_t *recv, cudaStream_t stream) {
   static const char *fn = "sy_moe_ht_recv_free";
   SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
-  SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
+  SY_ARG_CHECK(pool != NULL || moe->arena != NULL, fn,
+               "pool is NULL and the object has no receive arena (config.recv_arena_bytes=0)");
   SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
   SY_ARG_CHECK(recv->expert_offsets != NULL, fn, "recv->expert_offsets is NULL (not filled by sy_moe_ht_recv_alloc)");
-  const size_t live = sy__pool_live_bytes(pool, recv->expert_offsets);
+  const int slot = pool ? -1 : arena_find(moe, recv->expert_offsets);
+  const size_t live = pool        ? sy__pool_live_bytes(pool, recv->expert_offsets)
+                      : slot >= 0 ? moe->arena_used[slot].bytes
+                                  : 0;
   SY_ARG_CHECK(live != 0, fn,
-               "recv->expert_offsets=%p is not a live allocation of this pool (never given out, or freed already)",
-               (void *)recv->expert_offsets);
+               "recv->expert_offsets=%p is not a live allocation of this %s (never given out, or freed already)",
+               (void *)recv->expert_offsets, pool ? "pool" : "object's receive arena");
   /* every section where this object's allocation of recv->rows rows puts it, in an allocation of that size: a
    * recv the caller filled or changed is refused, nothing freed (its expert_offsets may be another allocation) */
   sy_moe_ht_recv_t want;
@@ -283,7 +353,13 @@ sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_
                "holds %zu bytes, a recv of that many rows %zu; or a section moved): not filled by it for this object, "
                "or changed since",
                recv->rows, live, total);
-  SY_CHECK(sy_pool_free(pool, recv->expert_offsets, stream));
+  if (pool) {
+    SY_CHECK(sy_pool_free(pool, recv->expert_offsets, stream));
+  } else {
+    memmove(moe->arena_used + slot, moe->arena_used + slot + 1,
+            (size_t)(moe->arena_n - slot - 1) * sizeof *moe->arena_used);
+    moe->arena_n--;
+  }
   memset(recv, 0, sizeof *recv);
   return SY_SUCCESS;
 }

@@ -100,7 +100,8 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
 }
 
 /* The symmetric workspace of the cuda backend (cuda/moe_ht/ht.cuh says what each part is): counters, the count
- * exchange, and W x C rings of SY_MOE_HT_RING_SLOTS messages; the host backend reserves none. channels C =
+ * exchange, the receive arena's inboxes, W x C rings of SY_MOE_HT_RING_SLOTS messages, then the receive arena
+ * (config.recv_arena_bytes); the host backend reserves none. channels C =
  * max(1, num_sms / 2), or num_sms with `roles` (a channel's two roles on one block's warps: SY_HT_ROLES,
  * cuda/moe_ht/ht.cuh). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
  * hidden / 128 fp32 scales). */
@@ -108,8 +109,8 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
 #define SY_MOE_HT_RING_SLOTS 64
 #endif
 typedef struct sy_moe_ht_ws_layout {
-  size_t tail, head, stamp, ack, xdata, ring, bytes;
-  size_t xdata_words, msg_bytes, payload_offset, scales_offset;
+  size_t tail, head, stamp, ack, xdata, inbox, ring, arena, bytes;
+  size_t xdata_words, msg_bytes, payload_offset, scales_offset, inbox_bytes;
   int channels;
 } sy_moe_ht_ws_layout_t;
 
@@ -129,8 +130,15 @@ SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, in
   w.stamp = at, at += W * 8;
   w.ack = at, at += W * 8;
   w.xdata = at, at += (W * w.xdata_words * 4 + 15) / 16 * 16;
+  /* the receive arena's row bases: inbox[d] at s, written by receiver d each dispatch: {call, the offset of d's
+   * recv.tokens in its arena or -1, 0, 0}, then rowbase [L] int32 (d's first row for s's tokens of each of d's
+   * experts) */
+  w.inbox_bytes = c->recv_arena_bytes ? (16 + L * 4 + 15) / 16 * 16 : 0;
+  w.inbox = at, at += W * w.inbox_bytes;
   at = (at + 255) / 256 * 256;
   w.ring = at, at += W * C * SY_MOE_HT_RING_SLOTS * w.msg_bytes;
+  at = (at + 255) / 256 * 256;
+  w.arena = at, at += c->recv_arena_bytes;
   w.bytes = (at + 255) / 256 * 256;
   return w;
 }

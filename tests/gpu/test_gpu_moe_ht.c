@@ -11,7 +11,8 @@
  * Every round also runs the dispatch's backward (the combine unweighted, no row values) and the combine's
  * backward (grad_rows and the row weights' gradient, padding rows poisoned first). The worst-case and masked
  * cases take their receive buffers from a stream-ordered pool (sy_moe_ht_recv_alloc), the exact ones from
- * cudaMalloc.
+ * cudaMalloc; then every case again with them from the object's receive arena (config.recv_arena_bytes), where
+ * from world 2 the dispatch takes each arriving token's first row in place.
  */
 #include "gpu_test.h"
 
@@ -353,7 +354,22 @@ static size_t compare_all(const ht_run_t *R, int round, const ht_result_t *got, 
   return wrong;
 }
 
-static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, uint64_t seed, cudaStream_t stream) {
+/* Receive-arena bytes for one recv of `rows` rows (its six sections, each 256-byte aligned, as sy_moe_ht_recv_alloc
+ * carves them). */
+static size_t arena_bytes(const ht_case_t *c, int L, int rows, size_t row_bytes) {
+  const size_t R = (size_t)rows, a = 255;
+  const size_t sec[6] = {
+      ((size_t)L + 1) * 4, (size_t)L * 4, R * 8, R * 4, c->wire == SY_MOE_WIRE_BF16 ? 0 : R * (size_t)(c->H / 128) * 4,
+      R * row_bytes};
+  size_t total = 0;
+  for (int i = 0; i < 6; i++) total += (sec[i] + a) & ~a;
+  return total;
+}
+
+/* arena: the receive buffers from the object's receive arena (config.recv_arena_bytes): from world 2 the dispatch
+ * then takes each arriving token's first row in place (the senders' stores or puts). */
+static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, uint64_t seed, cudaStream_t stream,
+                     int arena) {
   if (c->E % world) {
     if (rank == 0) printf("  %-26s skipped: %d experts do not divide among %d ranks\n", c->name, c->E, world);
     return;
@@ -374,7 +390,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
                    .route = c->route,
                    .specials = c->specials,
                    .draw = WL_DRAW_GPU};
-  const sy_moe_ht_config_t cfg = config_of(c, c->T);
+  sy_moe_ht_config_t cfg = config_of(c, c->T);
   sy_moe_ht_t moe = NULL;
   GT_OK(sy_moe_ht_create(comm, &cfg, &moe));
   sy_moe_ht_sizes_t sz = SY_MOE_HT_SIZES_INIT;
@@ -382,6 +398,11 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   const int L = c->E / world;
   R.stride = c->masked ? world * c->T : 0;
   R.rows = c->masked ? L * R.stride : sz.max_rows;
+  if (arena) { /* the same object's shape with an arena for one recv of R.rows rows */
+    GT_OK(sy_moe_ht_destroy(moe));
+    cfg.recv_arena_bytes = arena_bytes(c, L, R.rows, R.row_bytes);
+    GT_OK(sy_moe_ht_create(comm, &cfg, &moe));
+  }
   R.want = (ht_result_t *)calloc((size_t)(ROUNDS + REPLAYS) * world, sizeof(ht_result_t));
   if (trace_on()) fprintf(stderr, "[test rank %d] %.3f s: %s: oracle\n", rank, gt_now_s(), c->name);
   gt_run_host(world, oracle, &R);
@@ -390,12 +411,12 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   bufs_alloc(&R, 0, sz.handle_bytes, &b);
   /* the worst-case and masked cases take their receive buffers from a pool (sy_moe_ht_recv_alloc) */
   sy_pool_t pool = NULL;
-  if (!c->exact) {
+  if (!c->exact || arena) {
     void *mine[] = {b.recv.tokens,  b.recv.scales,         b.recv.src,
                     b.recv.weights, b.recv.expert_offsets, b.recv.expert_counts};
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
       if (mine[i]) GT_CUDA(cudaFree(mine[i]));
-    GT_OK(sy_pool_create(comm, NULL, &pool));
+    if (!arena) GT_OK(sy_pool_create(comm, NULL, &pool));
     GT_OK(sy_moe_ht_recv_alloc(moe, pool, R.rows, R.stride, &b.recv, stream));
     GT_CUDA(cudaStreamSynchronize(stream));
   }
@@ -446,12 +467,14 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   char detail[256] = "";
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
   if (async != SY_SUCCESS) GT_FAIL("%s: asynchronous error %s: %s", c->name, sy_status_name(async), detail);
-  if (rank == 0) printf("  %-26s %s (%d rows max, %d SMs)\n", c->name, wrong ? "WRONG" : "ok", R.rows, c->sms);
+  if (rank == 0)
+    printf("  %-26s %s (%d rows max, %d SMs%s)\n", c->name, wrong ? "WRONG" : "ok", R.rows, c->sms,
+           arena ? ", recv in the arena" : "");
   fflush(stdout);
-  if (pool) {
+  if (pool || arena) {
     GT_OK(sy_moe_ht_recv_free(moe, pool, &b.recv, stream)); /* zeroes b.recv: bufs_free skips it */
     GT_CUDA(cudaStreamSynchronize(stream));
-    GT_OK(sy_pool_destroy(pool));
+    if (pool) GT_OK(sy_pool_destroy(pool));
   }
   bufs_free(0, &b);
   for (int i = 0; i < (ROUNDS + REPLAYS) * world; i++) result_free(&R.want[i]);
@@ -507,8 +530,9 @@ int main(void) {
   const char *only = getenv("SY_TEST_CASE"); /* one case by its index */
   if (!only) bad_role_warps(comm, rank);
   if (!only) disagreeing_roles(comm, rank, world);
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream);
+  for (int arena = 0; arena < 2; arena++) /* the receive buffers in device memory, then in the receive arena */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream, arena);
   cudaStreamDestroy(stream);
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_moe_ht");

@@ -11,7 +11,9 @@
  *  - a rank with no tokens passes NULL buffers; ranks that configure differently get SY_ERR_MISMATCH with nothing
  *    created; ranks inside calls of differently configured objects get SY_ERR_MISMATCH; a backend without the
  *    mode's entries gives SY_ERR_UNSUPPORTED naming it; a missing peer is a sticky SY_ERR_TIMEOUT after which
- *    destroy is still accepted.
+ *    destroy is still accepted;
+ *  - the receive arena (config.recv_arena_bytes): ranks that reserve differently refused, recvs carved by first
+ *    fit, a full arena, a freed gap reused, bad frees refused.
  */
 #include "core/internal.h"
 #include "moe_ht_test.h"
@@ -586,6 +588,97 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   (void)arg;
 }
 
+/* ---- the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL) ---------------------------- */
+
+/* Both ranks: ranks that reserve different arenas get SY_ERR_MISMATCH naming it; then each rank carves its own recvs
+ * by first fit: apart, inside the arena, 256-byte aligned; a full arena is SY_ERR_NO_MEMORY naming the sizes; a freed
+ * gap is handed out again; a recv the arena did not give out, one changed since, or one freed twice is refused,
+ * nothing freed; without an arena pool NULL is refused. */
+static void arena_rank(int me, sy_comm_t comm, void *arg) {
+  (void)arg;
+  sy_moe_ht_config_t config = ht_config(&small);
+  /* a recv of 5 rows (FP8, hidden 128, L = 2): six 256-aligned sections, 2,048 bytes; three and 384 spare */
+  const size_t one = 256 * 6 + 5 * 128;
+  sy_moe_ht_t moe = NULL;
+  config.recv_arena_bytes = me == 0 ? 0 : 3 * one;
+  CHECK_STATUS(sy_moe_ht_create(comm, &config, &moe), SY_ERR_MISMATCH);
+  CHECK(moe == NULL);
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  const char *mismatch[1] = {"recv_arena_bytes=6528, this rank 4 / 128 / 2 / 4 / 0 / 16 / 16 / 0x0 / 0"};
+  if (me == 0) CHECK(log_has_all(mismatch, 1, __LINE__));
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  config.recv_arena_bytes = 3 * one;
+  size_t ws_plain = 0, ws_arena = 0;
+  sy_moe_ht_config_t plain = config;
+  plain.recv_arena_bytes = 0;
+  CHECK_OK(sy_moe_ht_workspace_size(comm, &plain, &ws_plain));
+  CHECK_OK(sy_moe_ht_workspace_size(comm, &config, &ws_arena));
+  CHECK(ws_plain == 0 && ws_arena == 0); /* the host backend reserves no symmetric memory, its arena is host memory */
+  CHECK_OK(sy_moe_ht_create(comm, &config, &moe));
+  if (!moe) return;
+  sy_moe_ht_recv_t r[4];
+  memset(r, 0, sizeof r);
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 5, 2, &r[i], NULL));
+    CHECK(r[i].rows == 5 && r[i].expert_stride == 2 && r[i].scales != NULL && r[i].tokens != NULL);
+    CHECK((uintptr_t)r[i].expert_offsets % 256 == 0 && (uintptr_t)r[i].tokens % 256 == 0);
+    if (i) CHECK((char *)r[i].expert_offsets >= (char *)r[i - 1].tokens + 5 * 128); /* first fit: in order, apart */
+    memset(r[i].tokens, i, 5 * 128);                                                /* every byte writable */
+  }
+  CHECK((char *)r[2].tokens + 5 * 128 <= (char *)r[0].expert_offsets + 3 * one);
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  sy_moe_ht_recv_t full;
+  memset(&full, 0x5a, sizeof full);
+  const sy_moe_ht_recv_t before = full;
+  CHECK_STATUS(sy_moe_ht_recv_alloc(moe, NULL, 1, 0, &full, NULL), SY_ERR_NO_MEMORY);
+  CHECK(!memcmp(&full, &before, sizeof full));
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  const char *no_gap[1] = {
+      "1 rows need 1536 bytes of the receive arena, which has no such gap (6144 of 6528 bytes in use by 3 recvs)"};
+  if (me == 0) CHECK(log_has_all(no_gap, 1, __LINE__));
+  /* the middle one freed, then handed out again at its place */
+  void *middle = r[1].expert_offsets;
+  CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[1], NULL));
+  CHECK(r[1].expert_offsets == NULL && r[1].rows == 0);
+  CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 4, 0, &r[1], NULL));
+  CHECK(r[1].expert_offsets == middle);
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  if (me == 0) {
+    sy_moe_ht_recv_t other = r[0];
+    other.expert_offsets = r[0].src; /* inside the arena, not an allocation's start */
+    CHECK_STATUS(sy_moe_ht_recv_free(moe, NULL, &other, NULL), SY_ERR_INVALID_ARG);
+    const char *n1[1] = {"is not a live allocation of this object's receive arena"};
+    CHECK(log_has_all(n1, 1, __LINE__));
+    other = r[0];
+    other.rows = 4; /* changed since */
+    CHECK_STATUS(sy_moe_ht_recv_free(moe, NULL, &other, NULL), SY_ERR_INVALID_ARG);
+    const char *n2[1] = {"recv does not match what sy_moe_ht_recv_alloc gave out (rows=4"};
+    CHECK(log_has_all(n2, 1, __LINE__));
+    int on_stack = 0;
+    other = r[0];
+    other.expert_offsets = &on_stack; /* outside the arena */
+    CHECK_STATUS(sy_moe_ht_recv_free(moe, NULL, &other, NULL), SY_ERR_INVALID_ARG);
+    CHECK(log_has_all(n1, 1, __LINE__));
+  }
+  for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[i], NULL));
+  CHECK_STATUS(sy_moe_ht_recv_free(moe, NULL, &r[0], NULL), SY_ERR_INVALID_ARG); /* freed already: zeroed */
+  /* every byte back: the whole arena in one piece (three recvs of 5 rows fit again) */
+  for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 5, 0, &r[i], NULL));
+  for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[i], NULL));
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  /* an object without an arena refuses pool NULL */
+  sy_moe_ht_t bare = NULL;
+  CHECK_OK(sy_moe_ht_create(comm, &plain, &bare));
+  if (me == 0 && bare) {
+    CHECK_STATUS(sy_moe_ht_recv_alloc(bare, NULL, 5, 0, &r[3], NULL), SY_ERR_INVALID_ARG);
+    const char *n3[1] = {"pool is NULL and the object has no receive arena (config.recv_arena_bytes=0)"};
+    CHECK(log_has_all(n3, 1, __LINE__));
+  }
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  CHECK_OK(sy_moe_ht_destroy(bare));
+  CHECK_OK(sy_moe_ht_destroy(moe));
+}
+
 /* ---- a backend without the mode, objects that differ, a peer that never comes ---------------------------------- */
 
 static void unsupported_rank(int me, sy_comm_t comm, void *arg) {
@@ -669,6 +762,7 @@ int main(void) {
   sy__log_reset();
 
   run_ranks(2, args_rank, NULL);
+  run_ranks(2, arena_rank, NULL);
   run_ranks(1, unsupported_rank, NULL);
   run_ranks(2, objects_rank, NULL);
   timeout_shared_t sh = {0};

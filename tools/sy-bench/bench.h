@@ -44,6 +44,8 @@ typedef struct bench_opts {
                                       * communication leaves; 0: every SM */
   const char *routing;               /* moe-ht: uniform (NULL), local or hot (--routing) */
   int scales_row_major;              /* moe-ht: the FP8 rows' scales row-major (--scales row) */
+  int recv_arena;                    /* moe-ht: recv from the object's receive arena (--recv arena): the dispatch's
+                                      * first copy in place */
 } bench_opts_t;
 
 /* One measured variant at one size. */

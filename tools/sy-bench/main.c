@@ -217,6 +217,8 @@ static void usage(FILE *f) {
           "                            its own rank's experts: no token leaves its rank) or hot (from rank 0's:\n"
           "                            every token goes to rank 0)\n"
           "      --scales group|row    moe-ht, FP8: recv.scales group-major (default) or row-major\n"
+          "      --recv device|arena   moe-ht: recv in plain device memory (default) or the object's receive arena\n"
+          "                            (config.recv_arena_bytes: the dispatch's first copy in place)\n"
           "                            (SY_MOE_HT_SCALES_ROW_MAJOR)\n"
           "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
           "      --micro-batches N     layer: micro-batches of ways b and c, 2 to 8 (default 2)\n"
@@ -402,7 +404,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -476,6 +478,10 @@ int main(int argc, char **argv) {
       if (strcmp(v, "group") && strcmp(v, "row"))
         bad = fprintf(stderr, "sy-bench: --scales %s: expected group or row\n", v) > 0;
       opts.scales_row_major = !strcmp(v, "row");
+    } else if (!strcmp(a, "--recv")) {
+      if (strcmp(v, "device") && strcmp(v, "arena"))
+        bad = fprintf(stderr, "sy-bench: --recv %s: expected device or arena\n", v) > 0;
+      opts.recv_arena = !strcmp(v, "arena");
     } else if (!strcmp(a, "--mode")) {
       if (strcmp(v, "dedup") && strcmp(v, "per-expert"))
         bad = fprintf(stderr, "sy-bench: --mode %s: expected dedup or per-expert\n", v) > 0;

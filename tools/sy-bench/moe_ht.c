@@ -335,6 +335,10 @@ static void print_header(bench_ctx_t *ctx, int experts, int align, int sms) {
                 W, experts);
   if (ctx->opts->scales_row_major)
     bench_print(ctx, "# FP8 recv.scales row-major, [rows][hidden / 128] (SY_MOE_HT_SCALES_ROW_MAJOR)\n");
+  if (ctx->opts->recv_arena)
+    bench_print(ctx,
+                "# recv from the object's receive arena (config.recv_arena_bytes): the dispatch's first copy in "
+                "place\n");
   const char *routing = ctx->opts->routing ? ctx->opts->routing : "uniform";
   bench_print(ctx, "# routing: seeded, each token to %d distinct experts drawn uniformly from %s, weights in (0, 1]\n",
               TOP_K,
@@ -482,6 +486,7 @@ int bench_moe_ht(bench_ctx_t *ctx) {
       cfg.max_tokens = r->T, cfg.hidden = HIDDEN, cfg.top_k = TOP_K, cfg.num_experts = experts;
       cfg.wire = r->wire, cfg.expert_alignment = align, cfg.num_sms = sms;
       if (o->scales_row_major && r->wire != SY_MOE_WIRE_BF16) cfg.flags = SY_MOE_HT_SCALES_ROW_MAJOR;
+      if (o->recv_arena) cfg.recv_arena_bytes = moe_ht_arena_bytes(&cfg, W);
       b.cfg = cfg;
       count_bytes(&h, r->wire, r);
       rc = measure_ours(ctx, &b, &h, r, &missing);

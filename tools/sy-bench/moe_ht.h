@@ -109,6 +109,7 @@ typedef struct moe_ht_bench {
   /* the configuration's buffers (device; sized by sy_moe_ht_sizes) */
   void *handle;
   sy_moe_ht_recv_t recv; /* recv.rows = max_rows: the worst case */
+  int recv_arena;        /* recv from the object's receive arena (sy_moe_ht_recv_alloc with pool NULL) */
   void *y;               /* bf16 [rows][hidden]: the combine's rows_in */
   void *grad_rows;       /* bf16 [rows][hidden] */
   float *grad_weights;   /* [rows] */
@@ -146,6 +147,9 @@ int moe_ht_op_exact_layout(bench_ctx_t *ctx, moe_ht_bench_t *b);
 int moe_ht_time_op(bench_ctx_t *ctx, moe_ht_bench_t *b, int op, bench_timing_t *t, int *unsupported);
 /* The configuration's buffers (after sy_moe_ht_sizes), filled: y with bf16 0x3F3F, the others poisoned. */
 int moe_ht_alloc_config(bench_ctx_t *ctx, moe_ht_bench_t *b);
+/* Receive-arena bytes for one recv of the worst case's rows (each section 256-byte aligned, as sy_moe_ht_recv_alloc
+ * carves them): rows = max_tokens x W x min(top_k, L) + L x (alignment - 1). */
+size_t moe_ht_arena_bytes(const sy_moe_ht_config_t *c, int W);
 void moe_ht_free_config(bench_ctx_t *ctx, moe_ht_bench_t *b);
 /* The memory ceiling: cudaMemcpyAsync device to device of `bytes`, timed (cuda backend). */
 int moe_ht_time_copy(bench_ctx_t *ctx, moe_ht_bench_t *b, size_t bytes, bench_timing_t *t);

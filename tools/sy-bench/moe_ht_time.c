@@ -73,20 +73,33 @@ int moe_ht_time_op(bench_ctx_t *ctx, moe_ht_bench_t *b, int op, bench_timing_t *
   return bench_time(ctx, op_fn, &a, t);
 }
 
+size_t moe_ht_arena_bytes(const sy_moe_ht_config_t *c, int W) {
+  const size_t L = (size_t)(c->num_experts / W), K = (size_t)c->top_k < L ? (size_t)c->top_k : L;
+  const size_t align = c->expert_alignment > 1 ? (size_t)c->expert_alignment : 1;
+  const size_t rows = (size_t)c->max_tokens * (size_t)W * K + L * (align - 1), H = (size_t)c->hidden;
+  const size_t per_row = 8 + 4 + (c->wire == SY_MOE_WIRE_BF16 ? 2 * H : H + H / SY_MOE_FP8_GROUP * 4);
+  return rows * per_row + 2 * L * 4 + 6 * 256;
+}
+
 int moe_ht_alloc_config(bench_ctx_t *ctx, moe_ht_bench_t *b) {
   const sy_moe_ht_sizes_t *z = &b->sizes;
   const size_t rows = (size_t)z->max_rows, H = (size_t)b->cfg.hidden, T = (size_t)b->cfg.max_tokens;
   const size_t K = (size_t)b->cfg.top_k, L = (size_t)z->local_experts;
   memset(&b->recv, 0, sizeof b->recv);
   b->handle = dev_alloc(ctx, z->handle_bytes);
-  b->recv.tokens = dev_alloc(ctx, rows * z->row_bytes);
-  b->recv.scales = z->scale_bytes ? dev_alloc(ctx, rows * z->scale_bytes) : NULL;
-  b->recv.src = dev_alloc(ctx, rows * 2 * sizeof(int32_t));
-  b->recv.weights = dev_alloc(ctx, rows * sizeof(float));
-  b->recv.expert_offsets = dev_alloc(ctx, (L + 1) * sizeof(int32_t));
-  b->recv.expert_counts = dev_alloc(ctx, L * sizeof(int32_t));
-  b->recv.rows = z->max_rows;
-  b->recv.expert_stride = 0;
+  if (b->cfg.recv_arena_bytes) { /* every section from the arena */
+    if (sy_moe_ht_recv_alloc(b->moe, NULL, z->max_rows, 0, &b->recv, ctx->stream) != SY_SUCCESS) return 1;
+    b->recv_arena = 1;
+  } else {
+    b->recv.tokens = dev_alloc(ctx, rows * z->row_bytes);
+    b->recv.scales = z->scale_bytes ? dev_alloc(ctx, rows * z->scale_bytes) : NULL;
+    b->recv.src = dev_alloc(ctx, rows * 2 * sizeof(int32_t));
+    b->recv.weights = dev_alloc(ctx, rows * sizeof(float));
+    b->recv.expert_offsets = dev_alloc(ctx, (L + 1) * sizeof(int32_t));
+    b->recv.expert_counts = dev_alloc(ctx, L * sizeof(int32_t));
+    b->recv.rows = z->max_rows;
+    b->recv.expert_stride = 0;
+  }
   b->y = dev_alloc(ctx, rows * H * 2);
   b->grad_rows = dev_alloc(ctx, rows * H * 2);
   b->grad_weights = dev_alloc(ctx, rows * sizeof(float));
@@ -109,9 +122,16 @@ int moe_ht_alloc_config(bench_ctx_t *ctx, moe_ht_bench_t *b) {
 }
 
 void moe_ht_free_config(bench_ctx_t *ctx, moe_ht_bench_t *b) {
-  dev_free(ctx, b->handle), dev_free(ctx, b->recv.tokens), dev_free(ctx, b->recv.scales);
-  dev_free(ctx, b->recv.src), dev_free(ctx, b->recv.weights), dev_free(ctx, b->recv.expert_offsets);
-  dev_free(ctx, b->recv.expert_counts), dev_free(ctx, b->y), dev_free(ctx, b->grad_rows);
+  dev_free(ctx, b->handle);
+  if (b->recv_arena) {
+    if (b->recv.expert_offsets) sy_moe_ht_recv_free(b->moe, NULL, &b->recv, ctx->stream);
+    b->recv_arena = 0;
+  } else {
+    dev_free(ctx, b->recv.tokens), dev_free(ctx, b->recv.scales);
+    dev_free(ctx, b->recv.src), dev_free(ctx, b->recv.weights), dev_free(ctx, b->recv.expert_offsets);
+    dev_free(ctx, b->recv.expert_counts);
+  }
+  dev_free(ctx, b->y), dev_free(ctx, b->grad_rows);
   dev_free(ctx, b->grad_weights), dev_free(ctx, b->out), dev_free(ctx, b->grad_x), dev_free(ctx, b->token_values);
   free(b->host_counts);
   b->handle = b->y = b->grad_rows = b->out = b->grad_x = NULL;

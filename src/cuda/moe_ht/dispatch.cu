@@ -84,6 +84,71 @@ struct send_batch {
   uint64_t slot[HT_BATCH][32];
 };
 
+/* The first copy in place (an object with a receive arena, P.inplace; bench/NOTES.md). Each dispatch, every
+ * receiver d tells every source s, in s's inbox[d]: where its recv.tokens sits in its arena (-1: not there, or rows
+ * that do not fit) and its row bases for s's tokens, stamped with the call's number (the dispatches done, counted
+ * alike on every rank). A sender then stores (or puts) each message's payload straight into d's row of the
+ * token's first expert there, keeping only the header, the entries and the FP8 scales in the ring slot; d copies
+ * that row to the token's other rows. The call's number, on the device (graph replays count too). */
+__device__ __forceinline__ uint64_t inplace_call(const ht_params &P) { return __ldcg(&P.local->dispatches) + 1; }
+
+/* Warp 0 of block 0, before the roles start: this rank's inbox entry at every other rank. */
+__device__ void inplace_publish(const ht_params &P, const int32_t *rowbase, bool rows_ok, uint64_t call) {
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  const int lane = threadIdx.x, W = P.world_size, me = P.ctx.rank, L = P.L;
+  const int64_t off = rows_ok ? P.inplace_off : -1;
+  for (int s = 0; s < W; s++) {
+    if (s == me) continue;
+    char *sp = ht_peer(P, s);
+    char *ib = sp ? inbox_at(P, sp, me) : ht_stage(P); /* put path: staged, then put */
+    for (int e = lane; e < L; e += 32) ((int32_t *)(ib + 16))[e] = rowbase[(size_t)s * L + e];
+    if (lane == 0) ((int64_t *)ib)[1] = off;
+    __syncwarp();
+    if (sp) {
+      if (lane == 0) {
+        fence_acq_rel(true);
+        st_relaxed_sys((uint64_t *)ib, call);
+      }
+    } else {
+      char *remote = inbox_at(P, P.ws, me); /* the symmetric address */
+      ht_put_warp(remote + 8, ib + 8, P.wl.inbox_bytes - 8, s);
+      if (lane == 0) ht_signal_set((uint64_t *)remote, call, s);
+    }
+    __syncwarp();
+  }
+}
+
+/* A sending role's thread 0: waits (bounded) until every other rank has published this call's inbox. */
+__device__ bool inplace_wait(const ht_params &P, uint64_t call) {
+  for (int d = 0; d < P.world_size; d++)
+    if (d != P.ctx.rank && !ht_wait(P, (const uint64_t *)inbox_at(P, P.ws, d), call, OP_MOE_HT_SEND, d)) return false;
+  return true;
+}
+
+/* Every lane: receiver d's row, in its arena as `base` reaches d's workspace (its mapping, or the symmetric address
+ * for a put), of the token's first entry at d (the lowest lane of `mask`, whose expert e and position pos); NULL
+ * where d takes the payload through the ring. */
+__device__ __forceinline__ char *inplace_row(const ht_params &P, char *base, int d, unsigned mask, int e, int pos) {
+  const char *ib = inbox_at(P, P.ws, d);
+  const long long off = __ldcg((const long long *)ib + 1);
+  const int f = __ffs(mask) - 1;
+  const int ef = __shfl_sync(0xffffffffu, e, f), pf = __shfl_sync(0xffffffffu, pos, f);
+  if (off < 0) return nullptr;
+  const int32_t rb = __ldcg((const int32_t *)(ib + 16) + (ef - d * P.L));
+  const size_t bytes = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
+  return base + P.wl.arena + (size_t)off + (size_t)(rb + pf) * bytes;
+}
+
+/* Every thread of a role, at the dispatch's end: the unit that ends last counts the call. */
+template <bool RM>
+__device__ __forceinline__ void inplace_end(const ht_params &P, uint64_t call) {
+  role_sync<RM>(P);
+  if (role_tid<RM>(P) != 0) return;
+  if (atom_add_acq_rel_gpu(&P.local->disp_done, 1u) != (unsigned)role_units(P) - 1) return;
+  P.local->disp_done = 0;
+  P.local->dispatches = call;
+}
+
 /* The combine's backward, a warp: the owner's grad_out row g (a ring slot: CG; or this rank's own grad_out) into
  * the gradient of each of n rows (lanes [0, n) of `row`): bf16(w_r x g) or g as is, and the dot product of g
  * with rows_in[r] in the header's order (ref/moe_ht_ref.c: sy__moe_ht_scale_row, sy__moe_ht_dot): lane l's
@@ -256,8 +321,10 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
     }
     if (lane == 0) *(int4 *)m = make_int4(t, __popc(mask), 0, 0);
     if (pb || !puts) {
-      char *body = pb ? m + po : stage;
-      if (lane == 0) sk[ns] = ht_sink{body, (float *)(body + (so - po)), 1};
+      /* the payload: into the slot, or (in place) the receiver's row; the scales stay in the slot */
+      char *row = pb && P.inplace ? inplace_row(P, pb, dst[j], mask, e, lane < P.K ? pos[lane] : 0) : nullptr;
+      char *body = pb ? (row ? row : m + po) : stage;
+      if (lane == 0) sk[ns] = ht_sink{body, (float *)((pb ? m + po : stage) + (so - po)), 1};
       ns++;
     }
     puts |= pb == nullptr;
@@ -295,7 +362,18 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
     if (ht_peer(P, dst[j])) continue;
     char *remote = ring_slot(P, P.ws, me, c, slot[j]); /* the slot's symmetric address */
     ht_put_warp(remote, stage + pay + (size_t)j * po, po, dst[j]);
-    ht_put_warp(remote + po, stage, used, dst[j]);
+    char *row = nullptr;
+    if (P.inplace) { /* the payload to the receiver's row, the FP8 scales to the slot */
+      const bool here = e >= 0 && e / L == dst[j];
+      row = inplace_row(P, P.ws, dst[j], __ballot_sync(0xffffffffu, here), e, lane < P.K ? pos[lane] : 0);
+    }
+    if (!row) {
+      ht_put_warp(remote + po, stage, used, dst[j]);
+      continue;
+    }
+    ht_put_warp(row, stage, P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden, dst[j]);
+    if (P.wire != SY_MOE_WIRE_BF16)
+      ht_put_warp(remote + so, stage + (so - po), (size_t)(P.hidden / SY_MOE_FP8_GROUP) * 4, dst[j]);
   }
 }
 
@@ -375,8 +453,9 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
   __shared__ send_batch B;
   __shared__ int touched[HT_BATCH * 32], ntouched, failed, room;
   for (int d = role_tid<RM>(P); d < W; d += role_threads<RM>(P)) base[d] = P.sent[(size_t)d * C + c];
-  if (role_tid<RM>(P) == 0) failed = 0;
+  if (role_tid<RM>(P) == 0) failed = P.inplace && !inplace_wait(P, inplace_call(P));
   role_sync<RM>(P);
+  if (failed) return;
   /* with the queue the own rows are the queue's; at world 1 no token has a message */
   const int end = W == 1 && P.own_queue ? 0 : chan_begin(c + 1, P.num_tokens, C);
   const int mid = P.own_queue ? end : own_mid(P, c);
@@ -425,6 +504,9 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
 template <bool HINT>
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
                              bool write, ht_sink *sk) {
+  /* in place (the senders' payload already in the first row, which this rank's inbox entries announced: rows that
+   * fit and recv.tokens in the arena) */
+  const bool inplace = P.inplace && P.inplace_off >= 0;
   const int lane = threadIdx.x & 31;
   const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
   const int groups = fp8 ? P.hidden / SY_MOE_FP8_GROUP : 0;
@@ -453,7 +535,10 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
     sk[lane] = row_sink(P, row, bytes);
   }
   __syncwarp();
-  warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
+  if (inplace) /* the first row, written by the sender (ordered before the tail this warp's block acquired) */
+    warp_copy<true>((const char *)P.recv.tokens + (size_t)__shfl_sync(0xffffffffu, row, 0) * bytes, bytes, sk + 1,
+                    n - 1);
+  else warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
   if (!fp8) return;
   if (early) {
     for (int i = 0; i < n; i++) {
@@ -586,6 +671,7 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);
+  if (P.inplace) inplace_publish(P, rowbase, rows_ok, inplace_call(P));
   probe_begin<RM>(P);
   __shared__ own_state qs[RM ? 2 : 1];
   own_begin(P, qs, RM ? 2 : 1, rows_ok);
@@ -599,6 +685,7 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   while (own_chunk<HINT, RM>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
   }
   own_end<RM>(P);
+  if (P.inplace) inplace_end<RM>(P, inplace_call(P));
   probe_end<RM>(P);
   if (P.mode == HT_DISPATCH && role_unit<RM>(P) == P.C && role_tid<RM>(P) == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;

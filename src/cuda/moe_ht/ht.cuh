@@ -11,6 +11,10 @@
  *   xdata[s]      at r: [L + C + 1] int32 from s: its rows for each of r's experts, its tokens to r per channel,
  *                 its tokens to r
  *   ring[s][c]    at r: R slots of msg_bytes from source s, channel c
+ *   inbox[d]      at s (with a receive arena): receiver d's {call, recv.tokens offset}, then its rows for s's tokens
+ *                 (d stores, release; dispatch.cu: the first copy in place)
+ *   arena         recv buffers (sy_moe_ht_recv_alloc with pool NULL), written by their rank and its senders; not
+ *                 zeroed
  * Every counter only grows over the object's life: a ring (s -> d, c) carries the dispatch's tokens from s to
  * d and the combine's partials from s to d alike, one FIFO, and both ends count the messages of every call, so
  * a call's messages follow the previous call's in the same ring without a reset or a barrier.
@@ -51,11 +55,12 @@ constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in share
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;
 
 struct ht_local {
-  uint64_t layouts;  /* layout calls done */
-  ticket_queue own;  /* the dispatch kernel's own-token queue (exec/work_queue.cuh) */
-  uint32_t own_done; /* blocks of the running call that have ended */
-  uint32_t pad32_;
-  uint64_t pad_[4];
+  uint64_t layouts;    /* layout calls done */
+  ticket_queue own;    /* the dispatch kernel's own-token queue (exec/work_queue.cuh) */
+  uint32_t own_done;   /* blocks of the running call that have ended */
+  uint32_t disp_done;  /* with a receive arena: units of the running dispatch that have ended */
+  uint64_t dispatches; /* with a receive arena: dispatch calls done (the inboxes' call numbers) */
+  uint64_t pad_[3];
   /* then sent[W][C] and consumed[W][C], uint64 */
 };
 
@@ -85,6 +90,8 @@ struct ht_params {
                            (SY_HT_ROLES, below) */
   uint32_t role_state;  /* role_warps > 0: where role 0's per-peer state starts in the dynamic shared memory */
   uint64_t *probe;      /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
+  int inplace;          /* the dispatch of an object with a receive arena, world > 1: the inboxes (dispatch.cu) */
+  int64_t inplace_off;  /* then this rank's recv.tokens in its arena (bytes from the arena's start), or -1 */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;
@@ -265,6 +272,12 @@ __device__ __forceinline__ uint64_t *tail_word(const ht_params &P, char *base, i
 
 __device__ __forceinline__ uint64_t *head_word(const ht_params &P, char *base, int d, int c) {
   return ht_at<uint64_t>(base, P.wl.head) + (size_t)d * P.C + c;
+}
+
+/* The receive arena's inbox of receiver d in `base`'s workspace (ht_ws_layout): {call, d's recv.tokens offset or -1},
+ * then d's row bases [L] for this rank's tokens. */
+__device__ __forceinline__ char *inbox_at(const ht_params &P, char *base, int d) {
+  return base + P.wl.inbox + (size_t)d * P.wl.inbox_bytes;
 }
 
 /* How a receiver's head store is ordered after its reads of the slots (build time; bench/NOTES.md, runs 33 and 34):

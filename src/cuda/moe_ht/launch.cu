@@ -299,8 +299,9 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   s = create_local(comm, moe, g);
   if (s == SY_SUCCESS) s = env_st;
-  if (s == SY_SUCCESS && need_puts) {
+  if (s == SY_SUCCESS && need_puts) { /* (block 0's warp 0 also stages its inbox entries there) */
     g->stage_bytes = align_up(g->wl.msg_bytes + 32 * g->wl.payload_offset, 256);
+    if (g->stage_bytes < g->wl.inbox_bytes) g->stage_bytes = align_up(g->wl.inbox_bytes, 256);
     const size_t bytes = (size_t)g->blocks * HT_DWARPS * g->stage_bytes;
     const cudaError_t err = cudaMalloc((void **)&g->staging, bytes);
     if (err != cudaSuccess) s = cuda_error(err, "cudaMalloc(moe_ht put staging)", __FILE__, __LINE__);
@@ -339,6 +340,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
       g->quant ? ", FP8 quantised ahead (SY_HT_PREQUANT)" : "",
       g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "",
       g->owner_ahead ? ", the combine's owners a batch ahead (SY_HT_OWNER_AHEAD)" : "");
+  if (moe->config.recv_arena_bytes) moe->arena = g->ws + g->wl.arena;
   moe->backend_state = g;
   return SY_SUCCESS;
 }
@@ -484,6 +486,14 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
     P.tokens = g->quant;
     P.token_scales = g->quant_scales;
   }
+  /* the first copy in place (dispatch.cu): every rank of an object with an arena publishes its inbox entries; the
+   * senders store into this rank's rows where recv.tokens lies in its arena */
+  P.inplace = moe->arena != NULL && comm->world_size > 1;
+  const size_t row_bytes = (size_t)moe->config.hidden * (moe->config.wire == SY_MOE_WIRE_BF16 ? 2 : 1);
+  const size_t tok_bytes = (size_t)call->recv->rows * row_bytes;
+  P.inplace_off = P.inplace && call->recv->rows > 0 && sy__moe_ht_in_arena(moe, call->recv->tokens, tok_bytes)
+                      ? (int64_t)((const char *)call->recv->tokens - moe->arena)
+                      : -1;
   return launch_pdl(dispatch_fn(g, g->scale_hint), g->blocks, HT_DTHREADS, g->smem, stream, P);
 }
 
