@@ -707,7 +707,9 @@ typedef struct sy_moe_ht_config {
    * of sy_moe_ht_workspace_size). sy_moe_ht_recv_alloc with pool NULL carves a recv from it; a dispatch into such
    * a recv receives each arriving token's first row in place (the senders store it into that row over NVLink, or
    * put it there) and copies only the token's other rows here: the same bits, fewer stores on the receiving GPU
-   * (bench/NOTES.md, "the first copy in place"). A recv of a pool is received as before. */
+   * (bench/NOTES.md, "the first copy in place"). A recv of a pool is received as before. A recv of R rows takes
+   * its six sections, each rounded up to 256 bytes: (L + 1) x 4, L x 4, 8 R, 4 R, R x scale_bytes, R x row_bytes
+   * (sy_moe_ht_sizes_t). Measured (4 x H100, world 4, 16 SMs, 4,096 tokens): BF16 dispatch -9.3%, FP8 -1.9%. */
   size_t recv_arena_bytes;
 } sy_moe_ht_config_t;
 

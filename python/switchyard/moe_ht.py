@@ -47,6 +47,7 @@ class HTRecv:
     expert_counts: Any  # i32 [L]: rows of each local expert, padding excluded
     rows: int
     expert_stride: int = 0  # 0: contiguous layout; > 0: expert e starts at row e * expert_stride
+    arena: bool = False  # in the object's receive arena (MoEHT.alloc_recv(arena=True)); give back with free_recv
     _struct: MoeHtRecv = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _checked: Any = field(default=None, repr=False, compare=False)  # (MoEHT, written) of the checks it passed
 
@@ -69,7 +70,9 @@ class MoEHT(CommObject):
     "fp8_ue8m0" or "fp8_given" (the caller passes E4M3 tokens and their scales); expert_alignment: each local
     expert's rows padded to a multiple of it; num_sms: SMs the communication kernels may hold (0: 16);
     scales_row_major (FP8 wires): recv.scales [rows, hidden / 128] instead of [hidden / 128, rows]
-    (SY_MOE_HT_SCALES_ROW_MAJOR)."""
+    (SY_MOE_HT_SCALES_ROW_MAJOR); recv_arena_bytes: symmetric memory for receive buffers, the same on every rank
+    (config.recv_arena_bytes; alloc_recv(arena=True) takes from it, recv_arena_need sizes it): a dispatch into such a
+    recv receives each arriving token's first row in place."""
 
     _destroy = "sy_moe_ht_destroy"
 
@@ -85,6 +88,7 @@ class MoEHT(CommObject):
         expert_alignment: int = 1,
         num_sms: int = 0,
         scales_row_major: bool = False,
+        recv_arena_bytes: int = 0,
     ):
         if wire not in WIRES:
             raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT")
@@ -93,8 +97,12 @@ class MoEHT(CommObject):
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire = wire
         self.scales_row_major = bool(scales_row_major)
+        if not isinstance(recv_arena_bytes, int) or recv_arena_bytes < 0:
+            raise invalid("recv_arena_bytes", f"{recv_arena_bytes!r}, want an int >= 0", "MoEHT")
+        self.recv_arena_bytes = recv_arena_bytes
         config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
-                             expert_alignment, num_sms, SCALES_ROW_MAJOR if scales_row_major else 0)  # fmt: skip
+                             expert_alignment, num_sms, SCALES_ROW_MAJOR if scales_row_major else 0,
+                             recv_arena_bytes)  # fmt: skip
         self._create(comm, "sy_moe_ht_create", ctypes.byref(config))
         sizes = MoeHtSizes(ctypes.sizeof(MoeHtSizes))
         check(lib.sy_moe_ht_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_ht_sizes", comm._handle)
@@ -127,10 +135,21 @@ class MoEHT(CommObject):
         return layout
 
     # ---- buffers ------------------------------------------------------------------------------------------
+    @staticmethod
+    def recv_arena_need(rows: int, *, hidden: int, local_experts: int, wire: str = "bf16") -> int:
+        """Receive-arena bytes one recv of `rows` rows takes (its six sections, each rounded up to 256 bytes, as
+        sy_moe_ht_recv_alloc carves them): add them up for recv_arena_bytes."""
+        fp8 = wire != "bf16"
+        secs = ((local_experts + 1) * 4, local_experts * 4, rows * 8, rows * 4, rows * (hidden // 128) * 4 if fp8 else 0,
+                rows * hidden * (1 if fp8 else 2))  # fmt: skip
+        return sum((b + 255) // 256 * 256 for b in secs)
+
     def alloc_recv(self, layout: Layout | None = None, *, rows: int | None = None, expert_stride: int = 0,
-                   like: Any = None) -> HTRecv:  # fmt: skip
+                   like: Any = None, arena: bool = False) -> HTRecv:  # fmt: skip
         """Buffers for a dispatch: `rows` rows (default: an exact layout's rows_needed, else max_rows; with
-        expert_stride, L * expert_stride), of the library and device of `like` (default: the layout's handle)."""
+        expert_stride, L * expert_stride), of the library and device of `like` (default: the layout's handle).
+        arena: from the object's receive arena instead (sy_moe_ht_recv_alloc with pool NULL; the arrays view the
+        arena's memory, which free_recv gives back: use none of them after it)."""
         L, H = self.local_experts, self.hidden
         if rows is None:
             if expert_stride:
@@ -141,6 +160,8 @@ class MoEHT(CommObject):
                 rows = self.max_rows
         like = like if like is not None else (layout.handle if layout is not None else None)
         fp8 = self.wire != "bf16"
+        if arena:
+            return self._arena_recv(rows, expert_stride, like)
         e = _arrays.empty
         return HTRecv(
             tokens=e((rows, H), "e4m3" if fp8 else "bf16", like),
@@ -152,6 +173,46 @@ class MoEHT(CommObject):
             rows=rows,
             expert_stride=expert_stride,
         )
+
+    def _arena_recv(self, rows: int, expert_stride: int, like: Any) -> HTRecv:
+        call = "MoEHT.alloc_recv"
+        if not isinstance(rows, int) or rows < 0:
+            raise invalid("rows", f"{rows!r}, want an int >= 0", call)
+        struct = MoeHtRecv()
+        status = lib.sy_moe_ht_recv_alloc(self.handle, None, rows, expert_stride, ctypes.byref(struct), None)
+        check(status, "sy_moe_ht_recv_alloc", self.comm._handle)
+        L, H, fp8 = self.local_experts, self.hidden, self.wire != "bf16"
+        use_torch = like is not None and _arrays.is_torch(like) or self.comm._where[0] == "cuda"
+
+        def view(address: Any, shape: tuple, kind: str, elem: int) -> Any:
+            n = 1
+            for d in shape:
+                n *= d
+            if not address or n == 0:
+                return _arrays.empty(shape, kind, like)
+            return _arrays.wrap(address, n * elem, shape, kind, self.comm._where, use_torch)
+
+        return HTRecv(
+            tokens=view(struct.tokens, (rows, H), "e4m3" if fp8 else "bf16", 1 if fp8 else 2) if rows else None,
+            scales=view(struct.scales, self._scales_shape(rows), "f32", 4) if fp8 else None,
+            src=view(struct.src, (rows, 2), "i32", 4),
+            weights=view(struct.weights, (rows,), "f32", 4),
+            expert_offsets=view(struct.expert_offsets, (L + 1,), "i32", 4),
+            expert_counts=view(struct.expert_counts, (L,), "i32", 4),
+            rows=rows,
+            expert_stride=expert_stride,
+            arena=True,
+            _struct=struct,
+        )
+
+    def free_recv(self, recv: HTRecv) -> None:
+        """Gives an arena recv (alloc_recv(arena=True)) back to the arena at once (sy_moe_ht_recv_free): call it
+        once nothing enqueued still reads or writes it; its arrays must not be used after."""
+        if not isinstance(recv, HTRecv) or not recv.arena:
+            raise invalid("recv", "an HTRecv of alloc_recv(arena=True) is required", "MoEHT.free_recv")
+        status = lib.sy_moe_ht_recv_free(self.handle, None, ctypes.byref(recv._struct), None)
+        check(status, "sy_moe_ht_recv_free", self.comm._handle)
+        object.__setattr__(recv, "_checked", None)  # its struct is zeroed now: a later call is refused by the library
 
     def _scales_shape(self, rows: int) -> tuple:
         G = self.hidden // 128

@@ -16,8 +16,9 @@ import switchyard as sy
 
 
 class Case:
-    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True, idle=(), row_major=False):
+    def __init__(self, W, E, K, H, T, wire, align, mode, seed, weighted=True, idle=(), row_major=False, arena=False):
         self.W, self.E, self.K, self.H, self.T, self.L = W, E, K, H, T, E // W
+        self.arena = arena  # recv from the object's receive arena (alloc_recv(arena=True))
         self.wire, self.align, self.mode, self.weighted = wire, align, mode, weighted
         self.row_major = row_major  # recv.scales [rows, hidden / 128] (scales_row_major)
         rng = np.random.default_rng(seed)
@@ -46,8 +47,12 @@ class Case:
 
 def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     r, L, H = comm.rank, c.L, c.H
+    arena = 0
+    if c.arena:  # room for one recv of the most rows alloc_recv can ask for (max_rows, or L x stride)
+        most = L * c.stride if c.stride else c.W * c.T * min(c.K, L) + L * (c.align - 1)
+        arena = sy.MoEHT.recv_arena_need(most, hidden=H, local_experts=L, wire=c.wire)
     moe = sy.MoEHT(comm, max_tokens=c.T, hidden=H, top_k=c.K, num_experts=c.E, wire=c.wire, expert_alignment=c.align,
-                   scales_row_major=c.row_major)  # fmt: skip
+                   scales_row_major=c.row_major, recv_arena_bytes=arena)  # fmt: skip
     assert moe.local_experts == L
     fp8, given = c.wire != "bf16", c.wire == "fp8_given"
     ids = to_dev(comm, c.ids[r].astype(np.int32 if r % 2 else np.int64), flavour)
@@ -55,7 +60,8 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     counts, offsets, row_of = ref.ht_rows(c.ids, r, L, c.align, c.stride)
     if c.mode == "exact":
         assert (layout.counts, layout.offsets, layout.rows_needed) == (counts, offsets[:L], offsets[L])
-    recv = moe.alloc_recv(layout, expert_stride=c.stride)
+    recv = moe.alloc_recv(layout, expert_stride=c.stride, arena=c.arena)
+    assert recv.arena == c.arena
     for name in ("tokens", "src", "weights"):  # poisoned: what the dispatch writes shows
         getattr(recv, name)[...] = 0x5A if name == "tokens" else -9
     if given:
@@ -130,6 +136,12 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
         np.testing.assert_array_equal(got_gr[row], ref.bf16_bits((gt * c.weight(s, t, k)).astype(np.float32)))
         dot = ref.ht_dot(gt, ref.bf16_value(y_mine[row]))
         assert got_gw[row].view(np.uint32) == dot.view(np.uint32), (row, got_gw[row], dot)
+    if c.arena:
+        moe.free_recv(recv)
+        again = moe.alloc_recv(layout, expert_stride=c.stride, arena=True)  # the whole arena is free again
+        moe.free_recv(again)
+        with pytest.raises(sy.InvalidArgError, match=r"recv: an HTRecv of alloc_recv\(arena=True\) is required"):
+            moe.free_recv(moe.alloc_recv(layout, rows=1))
     moe.close()
 
 
@@ -159,6 +171,12 @@ def test_moe_ht_row_major_scales_host(W: int, wire: str, mode: str) -> None:
 def test_moe_ht_idle_rank_host(mode: str) -> None:
     """A rank with no tokens (empty tensors) still takes part in every call."""
     on_host(3, check_ht, Case(3, 6, 2, 128, 4, "bf16", 4, mode, 19, idle=(1,)), flavours()[-1])
+
+
+@pytest.mark.parametrize("W,wire,mode", [(2, "bf16", "worst"), (3, "fp8", "masked"), (2, "fp8_ue8m0", "exact")])
+def test_moe_ht_arena_host(W: int, wire: str, mode: str) -> None:
+    """recv from the object's receive arena: the same rows and results (the first copy in place on GPUs)."""
+    on_host(W, check_ht, Case(W, 4 * W, 3, 256, 5, wire, 4, mode, 40 + W, arena=True), flavours()[W % len(flavours())])
 
 
 def check_bad_arguments(comm: sy.Comm) -> None:
@@ -203,6 +221,13 @@ def test_bad_arguments_host() -> None:
 def test_moe_ht_gpu(gpu_comm: sy.Comm, wire: str, align: int, mode: str) -> None:
     W = gpu_comm.world_size
     check_ht(gpu_comm, Case(W, 4 * W, 3, 512, 8, wire, align, mode, 60 + W), "torch")
+
+
+@gpu
+@pytest.mark.parametrize("wire,mode", [("bf16", "worst"), ("fp8", "exact")])
+def test_moe_ht_arena_gpu(gpu_comm: sy.Comm, wire: str, mode: str) -> None:
+    W = gpu_comm.world_size
+    check_ht(gpu_comm, Case(W, 4 * W, 3, 512, 8, wire, 16, mode, 80 + W, arena=True), "torch")
 
 
 @gpu
