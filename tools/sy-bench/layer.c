@@ -84,13 +84,17 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
   const size_t rows = (size_t)b->L * m->S;
   m->handle = layer_buf(b, handle_bytes);
   m->recv = (sy_moe_ht_recv_t){0};
-  m->recv.tokens = layer_buf(b, rows * b->H * 2);
-  m->recv.src = layer_buf(b, rows * 8);
-  m->recv.weights = layer_buf(b, rows * 4);
-  m->recv.expert_offsets = layer_buf(b, ((size_t)b->L + 1) * 4);
-  m->recv.expert_counts = layer_buf(b, (size_t)b->L * 4);
-  m->recv.rows = (int)rows;
-  m->recv.expert_stride = m->S;
+  if (b->ctx->opts->recv_arena) { /* from the object's receive arena: the dispatch's first copy in place */
+    if (sy_moe_ht_recv_alloc(b->moe, NULL, (int)rows, m->S, &m->recv, NULL) != SY_SUCCESS) return 1;
+  } else {
+    m->recv.tokens = layer_buf(b, rows * b->H * 2);
+    m->recv.src = layer_buf(b, rows * 8);
+    m->recv.weights = layer_buf(b, rows * 4);
+    m->recv.expert_offsets = layer_buf(b, ((size_t)b->L + 1) * 4);
+    m->recv.expert_counts = layer_buf(b, (size_t)b->L * 4);
+    m->recv.rows = (int)rows;
+    m->recv.expert_stride = m->S;
+  }
   m->mid = layer_buf(b, rows * b->F * 2);
   m->y = layer_buf(b, rows * b->H * 2);
   m->dy = layer_buf(b, rows * b->H * 2);
@@ -101,6 +105,7 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
 }
 
 static void free_mb(layer_bench_t *b, mb_t *m) {
+  if (b->ctx->opts->recv_arena && m->recv.expert_offsets) sy_moe_ht_recv_free(b->moe, NULL, &m->recv, NULL);
   void *p[] = {
       m->handle, m->recv.tokens, m->recv.src, m->recv.weights, m->recv.expert_offsets, m->recv.expert_counts, m->mid,
       m->y,      m->dy,          m->dmid,     m->dxr};
@@ -112,6 +117,19 @@ static int setup_prefill(layer_bench_t *b) {
   sy_moe_ht_config_t cfg = SY_MOE_HT_CONFIG_INIT;
   cfg.max_tokens = b->T, cfg.hidden = b->H, cfg.top_k = b->K, cfg.num_experts = b->E;
   cfg.wire = SY_MOE_WIRE_BF16, cfg.expert_alignment = 16, cfg.num_sms = b->sms;
+  if (ctx->opts->recv_arena) { /* room for every micro-batch's recv (BF16, masked; six 256-byte aligned sections) */
+    const size_t L = (size_t)(b->E / ctx->world);
+    size_t bytes = 0;
+    for (int m = 0; m <= b->nmb; m++) {
+      int T = 0, first = 0;
+      layer_split(b, m, &T, &first);
+      const int S = layer_max_rows(b, first, T);
+      if (S < 0) return 1;
+      const size_t R = L * (size_t)S, sec[5] = {(L + 1) * 4, L * 4, R * 8, R * 4, R * (size_t)b->H * 2};
+      for (int i = 0; i < 5; i++) bytes += (sec[i] + 255) & ~(size_t)255;
+    }
+    cfg.recv_arena_bytes = (size_t)bench_allreduce_max(ctx, (long long)bytes); /* alike on every rank */
+  }
   if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe) != SY_SUCCESS) return 1;
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
   if (sy_moe_ht_sizes(b->moe, &sizes) != SY_SUCCESS) return 1;
@@ -131,9 +149,10 @@ static int prefill(layer_bench_t *b) {
   bench_print(b->ctx,
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
               "(%d experts a rank; the routing's busiest expert, to 16; micro-batch 1 of %d: %d rows), communication "
-              "SMs %d, the micro-batches' GEMMs on %d%s\n",
+              "SMs %d, the micro-batches' GEMMs on %d%s%s\n",
               b->T, b->mb[0].S, b->L, b->nmb, b->mb[1].S, b->sms, b->gemm_sms,
-              b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)");
+              b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)",
+              b->ctx->opts->recv_arena ? "; recv in the receive arena (--recv arena)" : "");
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
   static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
   double us[5] = {0}, enq[5] = {0}, ub[5] = {0}, eb[5] = {0};
