@@ -708,8 +708,7 @@ typedef struct sy_moe_ht_config {
    * a recv receives each arriving token's first row in place (the senders store it into that row over NVLink, or
    * put it there) and copies only the token's other rows here: the same bits, fewer stores on the receiving GPU
    * (bench/NOTES.md, "the first copy in place"). A recv of a pool is received as before. A recv of R rows takes
-   * its six sections, each rounded up to 256 bytes: (L + 1) x 4, L x 4, 8 R, 4 R, R x scale_bytes, R x row_bytes
-   * (sy_moe_ht_sizes_t). Measured (4 x H100, world 4, 16 SMs, 4,096 tokens): BF16 dispatch -9.3%, FP8 -1.9%. */
+   * sy_moe_ht_recv_bytes: its six sections, each rounded up to 256 bytes. Measured (4 x H100, world 4, 16 SMs, 4,096 tokens): BF16 dispatch -9.3%, FP8 -1.9%. */
   size_t recv_arena_bytes;
 } sy_moe_ht_config_t;
 
@@ -772,6 +771,10 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
  * SY_ERR_NO_MEMORY naming the sizes. Each rank carves its own: the ranks' recvs need not agree. */
 SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
                                         sy_moe_ht_recv_t *recv, cudaStream_t stream);
+/* The bytes one recv of `rows` rows takes (rows -1: max_rows, the contiguous layout's worst case) from a pool or the
+ * receive arena, for this configuration on comm's world size: what to add up for config.recv_arena_bytes. Local; a
+ * function of the configuration (answers after an error too). */
+SY_API sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t *config, int rows, size_t *bytes);
 /* Gives back, in the order of `stream` (pool NULL: to the arena, at once), what sy_moe_ht_recv_alloc took for recv;
  * then zeroes *recv. A recv it did
  * not fill for this object, or one changed since (its rows or a section), is SY_ERR_INVALID_ARG, nothing freed.

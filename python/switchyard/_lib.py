@@ -238,6 +238,7 @@ _PROTOTYPES = {
     "sy_moe_ht_destroy": [_P],
     "sy_moe_ht_sizes": [_P, _P],
     "sy_moe_ht_recv_alloc": [_P, _P, _I, _I, _P, _P],
+    "sy_moe_ht_recv_bytes": [_P, _P, _I, POINTER(c_size_t)],
     "sy_moe_ht_recv_free": [_P, _P, _P, _P],
     "sy_moe_ht_layout": [_P, _P, _I, _I, _P, _P, _P],
     "sy_moe_ht_dispatch": [_P, _P, _I, _P, _P, _P, _P, _P],

@@ -138,7 +138,7 @@ class MoEHT(CommObject):
     @staticmethod
     def recv_arena_need(rows: int, *, hidden: int, local_experts: int, wire: str = "bf16") -> int:
         """Receive-arena bytes one recv of `rows` rows takes (its six sections, each rounded up to 256 bytes, as
-        sy_moe_ht_recv_alloc carves them): add them up for recv_arena_bytes."""
+        sy_moe_ht_recv_alloc carves them; sy_moe_ht_recv_bytes): add them up for recv_arena_bytes."""
         fp8 = wire != "bf16"
         secs = ((local_experts + 1) * 4, local_experts * 4, rows * 8, rows * 4, rows * (hidden // 128) * 4 if fp8 else 0,
                 rows * hidden * (1 if fp8 else 2))  # fmt: skip

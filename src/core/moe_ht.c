@@ -227,13 +227,13 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The receive buffers of `rows` rows as one allocation: the sections in order — offsets, counts, src, weights,
  * scales, tokens — each 256-byte aligned; at[i] from the allocation's start; returns the total (a multiple of 256).
- * With a base, `r` gets the section pointers from it (scales NULL on BF16, tokens NULL without rows), rows and
- * stride; without, r is zeroed. */
-static size_t recv_sections(const struct sy_moe_ht *moe, int rows, int expert_stride, char *base, sy_moe_ht_recv_t *r) {
-  const size_t L = (size_t)moe->local_experts, R = (size_t)rows;
-  sy_moe_ht_sizes_t z;
-  fill_sizes(moe, &z);
-  const size_t bytes[6] = {(L + 1) * 4, L * 4, R * 8, R * 4, R * z.scale_bytes, R * z.row_bytes};
+ * With a base, `r` gets the section pointers from it (scales NULL on BF16, tokens NULL without rows) and rows
+ * (recv_sections: and the stride); without, r is zeroed. */
+static size_t sections_of(const sy_moe_ht_config_t *c, int L_, int rows, char *base, sy_moe_ht_recv_t *r) {
+  const size_t L = (size_t)L_, R = (size_t)rows;
+  const size_t scale_bytes = sy__moe_ht_fp8(c->wire) ? (size_t)(c->hidden / SY_MOE_FP8_GROUP) * sizeof(float) : 0;
+  const size_t row_bytes = (size_t)c->hidden * sy__moe_ht_wire_elem(c->wire);
+  const size_t bytes[6] = {(L + 1) * 4, L * 4, R * 8, R * 4, R * scale_bytes, R * row_bytes};
   size_t at[6], total = 0;
   for (int i = 0; i < 6; i++) at[i] = total, total += align256(bytes[i]);
   memset(r, 0, sizeof *r);
@@ -242,11 +242,29 @@ static size_t recv_sections(const struct sy_moe_ht *moe, int rows, int expert_st
   r->expert_counts = (int32_t *)(base + at[1]);
   r->src = (int32_t *)(base + at[2]);
   r->weights = (float *)(base + at[3]);
-  r->scales = z.scale_bytes ? (float *)(base + at[4]) : NULL;
+  r->scales = scale_bytes ? (float *)(base + at[4]) : NULL;
   r->tokens = rows ? (void *)(base + at[5]) : NULL;
   r->rows = rows;
-  r->expert_stride = expert_stride;
   return total;
+}
+
+static size_t recv_sections(const struct sy_moe_ht *moe, int rows, int expert_stride, char *base, sy_moe_ht_recv_t *r) {
+  const size_t total = sections_of(&moe->config, moe->local_experts, rows, base, r);
+  if (base) r->expert_stride = expert_stride;
+  return total;
+}
+
+sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t *config_in, int rows, size_t *bytes) {
+  static const char *fn = "sy_moe_ht_recv_bytes";
+  SY_COMM_QUERY_GUARD(comm, fn);
+  SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
+  SY_ARG_CHECK(rows >= -1, fn, "rows=%d: want >= 0, or -1 (max_rows)", rows);
+  sy_moe_ht_config_t c;
+  SY_CHECK(read_config(comm, config_in, &c, fn));
+  sy_moe_ht_recv_t r;
+  *bytes = sections_of(&c, c.num_experts / comm->world_size,
+                       rows >= 0 ? rows : (int)sy__moe_ht_max_rows(&c, comm->world_size), NULL, &r);
+  return SY_SUCCESS;
 }
 
 /* ---- receive buffers from the object's arena (config.recv_arena_bytes) ---------------------------------------- */

@@ -354,18 +354,6 @@ static size_t compare_all(const ht_run_t *R, int round, const ht_result_t *got, 
   return wrong;
 }
 
-/* Receive-arena bytes for one recv of `rows` rows (its six sections, each 256-byte aligned, as sy_moe_ht_recv_alloc
- * carves them). */
-static size_t arena_bytes(const ht_case_t *c, int L, int rows, size_t row_bytes) {
-  const size_t R = (size_t)rows, a = 255;
-  const size_t sec[6] = {
-      ((size_t)L + 1) * 4, (size_t)L * 4, R * 8, R * 4, c->wire == SY_MOE_WIRE_BF16 ? 0 : R * (size_t)(c->H / 128) * 4,
-      R * row_bytes};
-  size_t total = 0;
-  for (int i = 0; i < 6; i++) total += (sec[i] + a) & ~a;
-  return total;
-}
-
 /* arena: the receive buffers from the object's receive arena (config.recv_arena_bytes): from world 2 the dispatch
  * then takes each arriving token's first row in place (the senders' stores or puts). */
 static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, uint64_t seed, cudaStream_t stream,
@@ -400,7 +388,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   R.rows = c->masked ? L * R.stride : sz.max_rows;
   if (arena) { /* the same object's shape with an arena for one recv of R.rows rows */
     GT_OK(sy_moe_ht_destroy(moe));
-    cfg.recv_arena_bytes = arena_bytes(c, L, R.rows, R.row_bytes);
+    GT_OK(sy_moe_ht_recv_bytes(comm, &cfg, R.rows, &cfg.recv_arena_bytes));
     GT_OK(sy_moe_ht_create(comm, &cfg, &moe));
   }
   R.want = (ht_result_t *)calloc((size_t)(ROUNDS + REPLAYS) * world, sizeof(ht_result_t));

@@ -179,6 +179,24 @@ def test_moe_ht_arena_host(W: int, wire: str, mode: str) -> None:
     on_host(W, check_ht, Case(W, 4 * W, 3, 256, 5, wire, 4, mode, 40 + W, arena=True), flavours()[W % len(flavours())])
 
 
+def check_arena_need(comm: sy.Comm) -> None:
+    """MoEHT.recv_arena_need is the library's sy_moe_ht_recv_bytes."""
+    import ctypes
+
+    from switchyard._lib import WIRES, MoeHtConfig, lib
+
+    for wire, hidden, E, rows in (("bf16", 256, 8, 7), ("fp8", 512, 4, 33), ("fp8_ue8m0", 128, 16, 0)):
+        config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), 4, hidden, 2, E, WIRES[wire], 1, 0, 0, 0)
+        got = ctypes.c_size_t()
+        assert lib.sy_moe_ht_recv_bytes(comm.handle, ctypes.byref(config), rows, ctypes.byref(got)) == 0
+        L = E // comm.world_size
+        assert got.value == sy.MoEHT.recv_arena_need(rows, hidden=hidden, local_experts=L, wire=wire), (wire, rows)
+
+
+def test_arena_need_host() -> None:
+    on_host(2, check_arena_need)
+
+
 def check_bad_arguments(comm: sy.Comm) -> None:
     with pytest.raises(sy.InvalidArgError, match=r"scales_row_major: True with the 'bf16' wire"):
         sy.MoEHT(comm, max_tokens=4, hidden=128, top_k=2, num_experts=4, scales_row_major=True)

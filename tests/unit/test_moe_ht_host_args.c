@@ -608,6 +608,20 @@ static void arena_rank(int me, sy_comm_t comm, void *arg) {
   if (me == 0) CHECK(log_has_all(mismatch, 1, __LINE__));
   CHECK_OK(sy_comm_barrier(comm, NULL));
   config.recv_arena_bytes = 3 * one;
+  size_t got = 0; /* sy_moe_ht_recv_bytes: the six sections rounded up to 256 bytes */
+  CHECK_OK(sy_moe_ht_recv_bytes(comm, &config, 5, &got));
+  CHECK(got == 2048);
+  CHECK_OK(sy_moe_ht_recv_bytes(comm, &config, 0, &got));
+  CHECK(got == 2 * 256); /* the offsets and counts; src, weights, scales and tokens of no rows take nothing */
+  CHECK_OK(sy_moe_ht_recv_bytes(comm, &config, -1, &got)); /* max_rows: 4 x 2 x 2 + 2 x 15 = 46 rows */
+  CHECK(got == 256 + 256 + 512 + 256 + 256 + 46 * 128);
+  if (me == 0) {
+    CHECK_STATUS(sy_moe_ht_recv_bytes(comm, &config, -2, &got), SY_ERR_INVALID_ARG);
+    const char *n0[1] = {"sy_moe_ht_recv_bytes: invalid argument: rows=-2: want >= 0, or -1 (max_rows)"};
+    CHECK(log_has_all(n0, 1, __LINE__));
+    CHECK_STATUS(sy_moe_ht_recv_bytes(comm, &config, 5, NULL), SY_ERR_INVALID_ARG);
+  }
+  CHECK_OK(sy_comm_barrier(comm, NULL));
   size_t ws_plain = 0, ws_arena = 0;
   sy_moe_ht_config_t plain = config;
   plain.recv_arena_bytes = 0;

@@ -117,16 +117,16 @@ static int setup_prefill(layer_bench_t *b) {
   sy_moe_ht_config_t cfg = SY_MOE_HT_CONFIG_INIT;
   cfg.max_tokens = b->T, cfg.hidden = b->H, cfg.top_k = b->K, cfg.num_experts = b->E;
   cfg.wire = SY_MOE_WIRE_BF16, cfg.expert_alignment = 16, cfg.num_sms = b->sms;
-  if (ctx->opts->recv_arena) { /* room for every micro-batch's recv (BF16, masked; six 256-byte aligned sections) */
-    const size_t L = (size_t)(b->E / ctx->world);
+  if (ctx->opts->recv_arena) { /* room for every micro-batch's recv (masked: L x S rows) */
+    const int L = b->E / ctx->world;
     size_t bytes = 0;
     for (int m = 0; m <= b->nmb; m++) {
       int T = 0, first = 0;
+      size_t one = 0;
       layer_split(b, m, &T, &first);
       const int S = layer_max_rows(b, first, T);
-      if (S < 0) return 1;
-      const size_t R = L * (size_t)S, sec[5] = {(L + 1) * 4, L * 4, R * 8, R * 4, R * (size_t)b->H * 2};
-      for (int i = 0; i < 5; i++) bytes += (sec[i] + 255) & ~(size_t)255;
+      if (S < 0 || sy_moe_ht_recv_bytes(ctx->comm, &cfg, L * S, &one) != SY_SUCCESS) return 1;
+      bytes += one;
     }
     cfg.recv_arena_bytes = (size_t)bench_allreduce_max(ctx, (long long)bytes); /* alike on every rank */
   }

@@ -147,9 +147,6 @@ int moe_ht_op_exact_layout(bench_ctx_t *ctx, moe_ht_bench_t *b);
 int moe_ht_time_op(bench_ctx_t *ctx, moe_ht_bench_t *b, int op, bench_timing_t *t, int *unsupported);
 /* The configuration's buffers (after sy_moe_ht_sizes), filled: y with bf16 0x3F3F, the others poisoned. */
 int moe_ht_alloc_config(bench_ctx_t *ctx, moe_ht_bench_t *b);
-/* Receive-arena bytes for one recv of the worst case's rows (each section 256-byte aligned, as sy_moe_ht_recv_alloc
- * carves them): rows = max_tokens x W x min(top_k, L) + L x (alignment - 1). */
-size_t moe_ht_arena_bytes(const sy_moe_ht_config_t *c, int W);
 void moe_ht_free_config(bench_ctx_t *ctx, moe_ht_bench_t *b);
 /* The memory ceiling: cudaMemcpyAsync device to device of `bytes`, timed (cuda backend). */
 int moe_ht_time_copy(bench_ctx_t *ctx, moe_ht_bench_t *b, size_t bytes, bench_timing_t *t);

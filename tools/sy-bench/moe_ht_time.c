@@ -73,14 +73,6 @@ int moe_ht_time_op(bench_ctx_t *ctx, moe_ht_bench_t *b, int op, bench_timing_t *
   return bench_time(ctx, op_fn, &a, t);
 }
 
-size_t moe_ht_arena_bytes(const sy_moe_ht_config_t *c, int W) {
-  const size_t L = (size_t)(c->num_experts / W), K = (size_t)c->top_k < L ? (size_t)c->top_k : L;
-  const size_t align = c->expert_alignment > 1 ? (size_t)c->expert_alignment : 1;
-  const size_t rows = (size_t)c->max_tokens * (size_t)W * K + L * (align - 1), H = (size_t)c->hidden;
-  const size_t per_row = 8 + 4 + (c->wire == SY_MOE_WIRE_BF16 ? 2 * H : H + H / SY_MOE_FP8_GROUP * 4);
-  return rows * per_row + 2 * L * 4 + 6 * 256;
-}
-
 int moe_ht_alloc_config(bench_ctx_t *ctx, moe_ht_bench_t *b) {
   const sy_moe_ht_sizes_t *z = &b->sizes;
   const size_t rows = (size_t)z->max_rows, H = (size_t)b->cfg.hidden, T = (size_t)b->cfg.max_tokens;
