@@ -97,8 +97,8 @@ class MoEHT(CommObject):
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire = wire
         self.scales_row_major = bool(scales_row_major)
-        if not isinstance(recv_arena_bytes, int) or recv_arena_bytes < 0:
-            raise invalid("recv_arena_bytes", f"{recv_arena_bytes!r}, want an int >= 0", "MoEHT")
+        if not isinstance(recv_arena_bytes, int) or not 0 <= recv_arena_bytes < 2**64:
+            raise invalid("recv_arena_bytes", f"{recv_arena_bytes!r}, want an int in [0, 2**64)", "MoEHT")
         self.recv_arena_bytes = recv_arena_bytes
         config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
                              expert_alignment, num_sms, SCALES_ROW_MAJOR if scales_row_major else 0,
@@ -149,7 +149,7 @@ class MoEHT(CommObject):
         """Buffers for a dispatch: `rows` rows (default: an exact layout's rows_needed, else max_rows; with
         expert_stride, L * expert_stride), of the library and device of `like` (default: the layout's handle).
         arena: from the object's receive arena instead (sy_moe_ht_recv_alloc with pool NULL; the arrays view the
-        arena's memory, which free_recv gives back: use none of them after it)."""
+        arena's memory, which free_recv gives back and close frees: use none of them after either)."""
         L, H = self.local_experts, self.hidden
         if rows is None:
             if expert_stride:
@@ -193,7 +193,7 @@ class MoEHT(CommObject):
             return _arrays.wrap(address, n * elem, shape, kind, self.comm._where, use_torch)
 
         return HTRecv(
-            tokens=view(struct.tokens, (rows, H), "e4m3" if fp8 else "bf16", 1 if fp8 else 2) if rows else None,
+            tokens=view(struct.tokens, (rows, H), "e4m3" if fp8 else "bf16", 1 if fp8 else 2),
             scales=view(struct.scales, self._scales_shape(rows), "f32", 4) if fp8 else None,
             src=view(struct.src, (rows, 2), "i32", 4),
             weights=view(struct.weights, (rows,), "f32", 4),

@@ -12,9 +12,12 @@
 #include "ref/moe_ht_layout.h"
 #include "ref/moe_ht_ref.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define SY_MOE_HT_MAX_ARENA ((size_t)1 << 48) /* config.recv_arena_bytes' bound */
 
 static int mul_size(size_t a, size_t b, size_t *out) {
   if (a && b > SIZE_MAX / a) return 0;
@@ -31,9 +34,13 @@ static uint32_t next_object_id; /* process-wide; an object's id is its creation 
 static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_moe_ht_config_t *config,
                                const char *fn) {
   SY_ARG_CHECK(in != NULL, fn, "config is NULL (it has no defaults: set max_tokens, hidden, top_k, num_experts)");
-  SY_ARG_CHECK(in->size >= sizeof(sy_moe_ht_config_t), fn,
+  /* a caller built before recv_arena_bytes (its struct ends there) gets no arena */
+  const size_t oldest = offsetof(sy_moe_ht_config_t, recv_arena_bytes);
+  SY_ARG_CHECK(in->size >= oldest, fn,
                "config->size=%zu is too small (initialise the config with SY_MOE_HT_CONFIG_INIT)", in->size);
-  sy_moe_ht_config_t c = *in;
+  sy_moe_ht_config_t c;
+  memset(&c, 0, sizeof c);
+  memcpy(&c, in, in->size < sizeof c ? in->size : sizeof c);
   c.size = sizeof c;
   const int W = comm->world_size;
   SY_ARG_CHECK(c.max_tokens >= 1, fn, "config->max_tokens=%d must be >= 1", c.max_tokens);
@@ -58,6 +65,9 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
   SY_ARG_CHECK((c.flags & ~SY_MOE_HT_SCALES_ROW_MAJOR) == 0, fn,
                "config->flags=0x%x: unknown bits 0x%x (defined: SY_MOE_HT_SCALES_ROW_MAJOR 0x%x)", c.flags,
                c.flags & ~SY_MOE_HT_SCALES_ROW_MAJOR, SY_MOE_HT_SCALES_ROW_MAJOR);
+  SY_ARG_CHECK(c.recv_arena_bytes <= SY_MOE_HT_MAX_ARENA, fn,
+               "config->recv_arena_bytes=%zu exceeds %llu (2^48: the workspace's offsets must not overflow)",
+               c.recv_arena_bytes, (unsigned long long)SY_MOE_HT_MAX_ARENA);
   SY_ARG_CHECK(!(c.flags & SY_MOE_HT_SCALES_ROW_MAJOR) || sy__moe_ht_fp8(c.wire), fn,
                "config->flags=0x%x: SY_MOE_HT_SCALES_ROW_MAJOR with the BF16 wire, which has no scales", c.flags);
   c = sy__moe_ht_defaults(c);
@@ -167,14 +177,8 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->id = __atomic_add_fetch(&next_object_id, 1, __ATOMIC_RELAXED);
   moe->local_experts = config.num_experts / comm->world_size;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
-  /* the host backend's receive arena: the object's own memory (the cuda backend's is in its workspace) */
-  if (config.recv_arena_bytes && comm->backend == SY_BACKEND_HOST) {
-    moe->arena = aligned_alloc(256, (config.recv_arena_bytes + 255) & ~(size_t)255);
-    moe->arena_own = 1;
-    if (!moe->arena) SY_WARN("%s: no host memory for config.recv_arena_bytes=%zu", fn, config.recv_arena_bytes);
-  }
-  sy_status_t st = moe->arena || !moe->arena_own ? comm->ops->moe_ht_create(comm, moe) : SY_ERR_NO_MEMORY;
-  if (st != SY_SUCCESS) { /* every rank creates, or none does (a failed host allocation: the peers' allgathers) */
+  sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
+  if (st != SY_SUCCESS) {
     if (moe->arena_own) free(moe->arena);
     free(moe);
     return sy__comm_record(comm, st, fn);
@@ -269,12 +273,13 @@ sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t *confi
 
 /* ---- receive buffers from the object's arena (config.recv_arena_bytes) ---------------------------------------- */
 
-/* First fit over the allocations sorted by offset; *at the offset. 0 where nothing fits. */
+/* First fit over the allocations sorted by offset; *at the offset. 0 where nothing fits, -1 without host memory for
+ * the list. */
 static int arena_take(struct sy_moe_ht *moe, size_t bytes, size_t *at) {
   if (moe->arena_n == moe->arena_cap) {
     const int cap = moe->arena_cap ? 2 * moe->arena_cap : 16;
     void *p = realloc(moe->arena_used, (size_t)cap * sizeof *moe->arena_used);
-    if (!p) return 0;
+    if (!p) return -1;
     moe->arena_used = p, moe->arena_cap = cap;
   }
   size_t from = 0;
@@ -328,7 +333,12 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
   void *base = NULL;
   if (!pool) {
     size_t at = 0;
-    if (!arena_take(moe, total, &at)) {
+    const int took = arena_take(moe, total, &at);
+    if (took < 0) {
+      SY_WARN("%s: no host memory to list the receive arena's allocations", fn);
+      return SY_ERR_NO_MEMORY;
+    }
+    if (!took) {
       size_t used = 0;
       for (int i = 0; i < moe->arena_n; i++) used += moe->arena_used[i].bytes;
       SY_WARN(

@@ -49,6 +49,10 @@ SY_CUDA_OP(OP_MOE_HT_ROWS, "moe_ht dispatch",
            "(peer = the local expert or -1; expected = the bound, saw = what is needed); no row was written")
 SY_CUDA_OP(OP_MOE_HT_SEND, "moe_ht send", "moe_ht (a sender waiting for room in a receiver's ring)")
 SY_CUDA_OP(OP_MOE_HT_RECV, "moe_ht recv", "moe_ht (a receiver waiting for a sender's messages)")
+SY_CUDA_OP(
+    OP_MOE_HT_INBOX, "moe_ht inbox",
+    "moe_ht dispatch with a receive arena (a sender waiting for a receiver's row bases of this call; expected/saw "
+    "= dispatch numbers)")
 
 /* SY_CUDA_PHASE(id, trace name): thread 0 of a block marks each phase's begin and end (SY_TRACE_FILE). */
 SY_CUDA_PHASE(PH_KERNEL, "kernel")         /* the whole kernel, per block */

@@ -63,7 +63,13 @@ sy_status_t sy__host_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *moe) {
   host_moe_ht_t *hm = state_new(comm, moe);
   ht_offer_t offer;
   memset(&offer, 0, sizeof offer);
-  offer.status = hm ? SY_SUCCESS : SY_ERR_NO_MEMORY; /* a local failure is published too: one verdict */
+  if (hm && moe->config.recv_arena_bytes) { /* the receive arena: host memory of the object's own (core frees it) */
+    moe->arena = aligned_alloc(256, (moe->config.recv_arena_bytes + 255) & ~(size_t)255);
+    moe->arena_own = 1;
+    if (!moe->arena)
+      SY_WARN("moe_ht_create: no host memory for config.recv_arena_bytes=%zu", moe->config.recv_arena_bytes);
+  }
+  offer.status = hm && (moe->arena || !moe->arena_own) ? SY_SUCCESS : SY_ERR_NO_MEMORY; /* published too: one verdict */
   offer.config = moe->config;
   sy_status_t st = sy__host_exchange_begin(comm, SY_HOST_OP_MOE_HT_CREATE, &offer);
   if (st == SY_SUCCESS) {

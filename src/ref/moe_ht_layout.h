@@ -130,8 +130,8 @@ SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, in
   w.stamp = at, at += W * 8;
   w.ack = at, at += W * 8;
   w.xdata = at, at += (W * w.xdata_words * 4 + 15) / 16 * 16;
-  /* the receive arena's row bases: inbox[d] at s, written by receiver d each dispatch: {call, the offset of d's
-   * recv.tokens in its arena or -1, 0, 0}, then rowbase [L] int32 (d's first row for s's tokens of each of d's
+  /* the receive arena's row bases: inbox[d] at s, written by receiver d each dispatch: {uint64 call, int64 the offset
+   * of d's recv.tokens in its arena or -1}, then rowbase [L] int32 (d's first row for s's tokens of each of d's
    * experts) */
   w.inbox_bytes = c->recv_arena_bytes ? (16 + L * 4 + 15) / 16 * 16 : 0;
   w.inbox = at, at += W * w.inbox_bytes;

@@ -191,6 +191,9 @@ def check_arena_need(comm: sy.Comm) -> None:
         assert lib.sy_moe_ht_recv_bytes(comm.handle, ctypes.byref(config), rows, ctypes.byref(got)) == 0
         L = E // comm.world_size
         assert got.value == sy.MoEHT.recv_arena_need(rows, hidden=hidden, local_experts=L, wire=wire), (wire, rows)
+    for bad in (-1, 2**64):
+        with pytest.raises(sy.InvalidArgError, match=r"recv_arena_bytes: .* want an int in \[0, 2\*\*64\)"):
+            sy.MoEHT(comm, max_tokens=4, hidden=128, top_k=2, num_experts=4, recv_arena_bytes=bad)
 
 
 def test_arena_need_host() -> None:

@@ -680,9 +680,21 @@ static void arena_rank(int me, sy_comm_t comm, void *arg) {
   for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 5, 0, &r[i], NULL));
   for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[i], NULL));
   CHECK_OK(sy_comm_barrier(comm, NULL));
-  /* an object without an arena refuses pool NULL */
+  /* an arena past 2^48 bytes is refused naming the field (every rank: a rank-local check before the collective) */
+  sy_moe_ht_config_t huge = config;
+  huge.recv_arena_bytes = SIZE_MAX - 100; /* its rounding up would wrap */
+  sy_moe_ht_t none = NULL;
+  CHECK_STATUS(sy_moe_ht_create(comm, &huge, &none), SY_ERR_INVALID_ARG);
+  CHECK(none == NULL);
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  const char *n4[1] = {"config->recv_arena_bytes=18446744073709551515 exceeds 281474976710656"};
+  if (me == 0) CHECK(log_has_all(n4, 1, __LINE__));
+  /* a caller built before recv_arena_bytes (its config ends there): accepted, no arena */
+  sy_moe_ht_config_t older = config;
+  older.size = offsetof(sy_moe_ht_config_t, recv_arena_bytes);
+  older.recv_arena_bytes = 12345; /* past the caller's struct: never read */
   sy_moe_ht_t bare = NULL;
-  CHECK_OK(sy_moe_ht_create(comm, &plain, &bare));
+  CHECK_OK(sy_moe_ht_create(comm, &older, &bare));
   if (me == 0 && bare) {
     CHECK_STATUS(sy_moe_ht_recv_alloc(bare, NULL, 5, 0, &r[3], NULL), SY_ERR_INVALID_ARG);
     const char *n3[1] = {"pool is NULL and the object has no receive arena (config.recv_arena_bytes=0)"};

@@ -486,7 +486,10 @@ int bench_moe_ht(bench_ctx_t *ctx) {
       cfg.max_tokens = r->T, cfg.hidden = HIDDEN, cfg.top_k = TOP_K, cfg.num_experts = experts;
       cfg.wire = r->wire, cfg.expert_alignment = align, cfg.num_sms = sms;
       if (o->scales_row_major && r->wire != SY_MOE_WIRE_BF16) cfg.flags = SY_MOE_HT_SCALES_ROW_MAJOR;
-      if (o->recv_arena && sy_moe_ht_recv_bytes(ctx->comm, &cfg, -1, &cfg.recv_arena_bytes) != SY_SUCCESS) rc = 1;
+      if (o->recv_arena && sy_moe_ht_recv_bytes(ctx->comm, &cfg, -1, &cfg.recv_arena_bytes) != SY_SUCCESS) {
+        rc = 1;
+        break;
+      }
       b.cfg = cfg;
       count_bytes(&h, r->wire, r);
       rc = measure_ours(ctx, &b, &h, r, &missing);

@@ -121,7 +121,7 @@ __device__ void inplace_publish(const ht_params &P, const int32_t *rowbase, bool
 /* A sending role's thread 0: waits (bounded) until every other rank has published this call's inbox. */
 __device__ bool inplace_wait(const ht_params &P, uint64_t call) {
   for (int d = 0; d < P.world_size; d++)
-    if (d != P.ctx.rank && !ht_wait(P, (const uint64_t *)inbox_at(P, P.ws, d), call, OP_MOE_HT_SEND, d)) return false;
+    if (d != P.ctx.rank && !ht_wait(P, (const uint64_t *)inbox_at(P, P.ws, d), call, OP_MOE_HT_INBOX, d)) return false;
   return true;
 }
 
@@ -535,10 +535,10 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
     sk[lane] = row_sink(P, row, bytes);
   }
   __syncwarp();
-  if (inplace) /* the first row, written by the sender (ordered before the tail this warp's block acquired) */
-    warp_copy<true>((const char *)P.recv.tokens + (size_t)__shfl_sync(0xffffffffu, row, 0) * bytes, bytes, sk + 1,
-                    n - 1);
-  else warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
+  const int r0 = __shfl_sync(0xffffffffu, row, 0);
+  if (!inplace) warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
+  else if (n > 1) /* the first row, written by the sender (ordered before the tail this warp's block acquired) */
+    warp_copy<true>((const char *)P.recv.tokens + (size_t)r0 * bytes, bytes, sk + 1, n - 1);
   if (!fp8) return;
   if (early) {
     for (int i = 0; i < n; i++) {

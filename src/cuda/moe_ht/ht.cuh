@@ -12,7 +12,7 @@
  *                 its tokens to r
  *   ring[s][c]    at r: R slots of msg_bytes from source s, channel c
  *   inbox[d]      at s (with a receive arena): receiver d's {call, recv.tokens offset}, then its rows for s's tokens
- *                 (d stores, release; dispatch.cu: the first copy in place)
+ *                 (d stores, then a release; or puts, a quiet and a signal; dispatch.cu: the first copy in place)
  *   arena         recv buffers (sy_moe_ht_recv_alloc with pool NULL), written by their rank and its senders; not
  *                 zeroed
  * Every counter only grows over the object's life: a ring (s -> d, c) carries the dispatch's tokens from s to
