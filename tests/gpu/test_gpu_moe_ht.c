@@ -12,7 +12,8 @@
  * backward (grad_rows and the row weights' gradient, padding rows poisoned first). The worst-case and masked
  * cases take their receive buffers from a stream-ordered pool (sy_moe_ht_recv_alloc), the exact ones from
  * cudaMalloc; then every case again with them from the object's receive arena (config.recv_arena_bytes), where
- * from world 2 the dispatch takes each arriving token's first row in place.
+ * from world 2 the dispatch takes each arriving token's first row in place; then again with the arena on some ranks
+ * only.
  */
 #include "gpu_test.h"
 
@@ -354,8 +355,10 @@ static size_t compare_all(const ht_run_t *R, int round, const ht_result_t *got, 
   return wrong;
 }
 
-/* arena: the receive buffers from the object's receive arena (config.recv_arena_bytes): from world 2 the dispatch
- * then takes each arriving token's first row in place (the senders' stores or puts). */
+/* arena: 1, the receive buffers from the object's receive arena (config.recv_arena_bytes): from world 2 the dispatch
+ * then takes each arriving token's first row in place (the senders' stores or puts); 2, the object has the arena but
+ * only some ranks take their recv from it (rank + the case's salt even), the others from a pool: senders then store
+ * in place to some receivers and into the rings of the others in one call. */
 static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, uint64_t seed, cudaStream_t stream,
                      int arena) {
   if (c->E % world) {
@@ -399,12 +402,13 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   bufs_alloc(&R, 0, sz.handle_bytes, &b);
   /* the worst-case and masked cases take their receive buffers from a pool (sy_moe_ht_recv_alloc) */
   sy_pool_t pool = NULL;
+  const int in_arena = arena == 1 || (arena == 2 && (rank + (int)c->salt) % 2 == 0);
   if (!c->exact || arena) {
     void *mine[] = {b.recv.tokens,  b.recv.scales,         b.recv.src,
                     b.recv.weights, b.recv.expert_offsets, b.recv.expert_counts};
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
       if (mine[i]) GT_CUDA(cudaFree(mine[i]));
-    if (!arena) GT_OK(sy_pool_create(comm, NULL, &pool));
+    if (!in_arena) GT_OK(sy_pool_create(comm, NULL, &pool));
     GT_OK(sy_moe_ht_recv_alloc(moe, pool, R.rows, R.stride, &b.recv, stream));
     GT_CUDA(cudaStreamSynchronize(stream));
   }
@@ -457,7 +461,9 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
   if (async != SY_SUCCESS) GT_FAIL("%s: asynchronous error %s: %s", c->name, sy_status_name(async), detail);
   if (rank == 0)
     printf("  %-26s %s (%d rows max, %d SMs%s)\n", c->name, wrong ? "WRONG" : "ok", R.rows, c->sms,
-           arena ? ", recv in the arena" : "");
+           arena == 1   ? ", recv in the arena"
+           : arena == 2 ? ", recv in the arena on some ranks"
+                        : "");
   fflush(stdout);
   if (pool || arena) {
     GT_OK(sy_moe_ht_recv_free(moe, pool, &b.recv, stream)); /* zeroes b.recv: bufs_free skips it */
@@ -518,7 +524,7 @@ int main(void) {
   const char *only = getenv("SY_TEST_CASE"); /* one case by its index */
   if (!only) bad_role_warps(comm, rank);
   if (!only) disagreeing_roles(comm, rank, world);
-  for (int arena = 0; arena < 2; arena++) /* the receive buffers in device memory, then in the receive arena */
+  for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
       if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream, arena);
   cudaStreamDestroy(stream);
