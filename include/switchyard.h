@@ -627,8 +627,9 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* A separate object, not a mode of sy_moe_t, because its memory and layout are different: the low-latency */
 /* mode reserves a receive slot for every (source, token) per expert and keeps every call's messages whole */
 /* in symmetric memory (right for 128 tokens, not for 16,384); this mode streams rows through bounded     */
-/* per-peer rings into the caller's plain device memory, packed per expert for grouped GEMMs, and its     */
-/* layout is computed once per step and reused by the backward pass.                                      */
+/* per-peer rings into the caller's device memory (or the object's receive arena: recv_arena_bytes),      */
+/* packed per expert for grouped GEMMs, and its layout is computed once per step and reused by the        */
+/* backward pass.                                                                                          */
 /*                                                                                                        */
 /* One step, every call collective (every rank makes the same sequence of calls on the object) and on one  */
 /* stream per rank:                                            */
