@@ -136,13 +136,18 @@ class MoEHT(CommObject):
 
     # ---- buffers ------------------------------------------------------------------------------------------
     @staticmethod
-    def recv_arena_need(rows: int, *, hidden: int, local_experts: int, wire: str = "bf16") -> int:
-        """Receive-arena bytes one recv of `rows` rows takes (its six sections, each rounded up to 256 bytes, as
-        sy_moe_ht_recv_alloc carves them; sy_moe_ht_recv_bytes): add them up for recv_arena_bytes."""
-        fp8 = wire != "bf16"
-        secs = ((local_experts + 1) * 4, local_experts * 4, rows * 8, rows * 4, rows * (hidden // 128) * 4 if fp8 else 0,
-                rows * hidden * (1 if fp8 else 2))  # fmt: skip
-        return sum((b + 255) // 256 * 256 for b in secs)
+    def recv_arena_need(comm: Comm, rows: int = -1, *, max_tokens: int, hidden: int, top_k: int, num_experts: int,
+                        wire: str = "bf16", expert_alignment: int = 1) -> int:  # fmt: skip
+        """Receive-arena bytes one recv of `rows` rows takes (-1: max_rows, the worst case) for this configuration on
+        comm's world size (sy_moe_ht_recv_bytes): add them up for recv_arena_bytes."""
+        if wire not in WIRES:
+            raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT.recv_arena_need")
+        config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
+                             expert_alignment, 0, 0, 0)  # fmt: skip
+        got = ctypes.c_size_t()
+        check(lib.sy_moe_ht_recv_bytes(comm.handle, ctypes.byref(config), rows, ctypes.byref(got)),
+              "sy_moe_ht_recv_bytes", comm._handle)  # fmt: skip
+        return got.value
 
     def alloc_recv(self, layout: Layout | None = None, *, rows: int | None = None, expert_stride: int = 0,
                    like: Any = None, arena: bool = False) -> HTRecv:  # fmt: skip

@@ -49,8 +49,8 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     r, L, H = comm.rank, c.L, c.H
     arena = 0
     if c.arena:  # room for one recv of the most rows alloc_recv can ask for (max_rows, or L x stride)
-        most = L * c.stride if c.stride else c.W * c.T * min(c.K, L) + L * (c.align - 1)
-        arena = sy.MoEHT.recv_arena_need(most, hidden=H, local_experts=L, wire=c.wire)
+        arena = sy.MoEHT.recv_arena_need(comm, L * c.stride if c.stride else -1, max_tokens=c.T, hidden=H, top_k=c.K,
+                                         num_experts=c.E, wire=c.wire, expert_alignment=c.align)  # fmt: skip
     moe = sy.MoEHT(comm, max_tokens=c.T, hidden=H, top_k=c.K, num_experts=c.E, wire=c.wire, expert_alignment=c.align,
                    scales_row_major=c.row_major, recv_arena_bytes=arena)  # fmt: skip
     assert moe.local_experts == L
@@ -180,17 +180,18 @@ def test_moe_ht_arena_host(W: int, wire: str, mode: str) -> None:
 
 
 def check_arena_need(comm: sy.Comm) -> None:
-    """MoEHT.recv_arena_need is the library's sy_moe_ht_recv_bytes."""
-    import ctypes
-
-    from switchyard._lib import WIRES, MoeHtConfig, lib
-
+    """MoEHT.recv_arena_need: the six sections of a recv, each rounded up to 256 bytes; bad values refused."""
     for wire, hidden, E, rows in (("bf16", 256, 8, 7), ("fp8", 512, 4, 33), ("fp8_ue8m0", 128, 16, 0)):
-        config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), 4, hidden, 2, E, WIRES[wire], 1, 0, 0, 0)
-        got = ctypes.c_size_t()
-        assert lib.sy_moe_ht_recv_bytes(comm.handle, ctypes.byref(config), rows, ctypes.byref(got)) == 0
-        L = E // comm.world_size
-        assert got.value == sy.MoEHT.recv_arena_need(rows, hidden=hidden, local_experts=L, wire=wire), (wire, rows)
+        L, fp8 = E // comm.world_size, wire != "bf16"
+        secs = ((L + 1) * 4, L * 4, rows * 8, rows * 4, rows * (hidden // 128) * 4 if fp8 else 0,
+                rows * hidden * (1 if fp8 else 2))  # fmt: skip
+        want = sum((b + 255) // 256 * 256 for b in secs)
+        got = sy.MoEHT.recv_arena_need(comm, rows, max_tokens=4, hidden=hidden, top_k=2, num_experts=E, wire=wire)
+        assert got == want, (wire, rows, got, want)
+    with pytest.raises(sy.InvalidArgError, match=r"rows=-2: want >= 0, or -1"):
+        sy.MoEHT.recv_arena_need(comm, -2, max_tokens=4, hidden=128, top_k=2, num_experts=4)
+    with pytest.raises(sy.InvalidArgError, match=r"wire: 'fp4'"):
+        sy.MoEHT.recv_arena_need(comm, 1, max_tokens=4, hidden=128, top_k=2, num_experts=4, wire="fp4")
     for bad in (-1, 2**64):
         with pytest.raises(sy.InvalidArgError, match=r"recv_arena_bytes: .* want an int in \[0, 2\*\*64\)"):
             sy.MoEHT(comm, max_tokens=4, hidden=128, top_k=2, num_experts=4, recv_arena_bytes=bad)

@@ -13,6 +13,7 @@
 
 #include "cuda/moe_ht/ht.cuh"
 #include "cuda/moe_ht/pipe.cuh"
+#include "ref/moe_ht_ref.h"
 
 using namespace sy;
 
@@ -489,7 +490,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   /* the first copy in place (dispatch.cu): every rank of an object with an arena publishes its inbox entries; the
    * senders store into this rank's rows where recv.tokens lies in its arena */
   P.inplace = moe->arena != NULL && comm->world_size > 1;
-  const size_t row_bytes = (size_t)moe->config.hidden * (moe->config.wire == SY_MOE_WIRE_BF16 ? 2 : 1);
+  const size_t row_bytes = (size_t)moe->config.hidden * sy__moe_ht_wire_elem(moe->config.wire);
   const size_t tok_bytes = (size_t)call->recv->rows * row_bytes;
   P.inplace_off = P.inplace && call->recv->rows > 0 && sy__moe_ht_in_arena(moe, call->recv->tokens, tok_bytes)
                       ? (int64_t)((const char *)call->recv->tokens - moe->arena)
