@@ -3,13 +3,14 @@
 # tools/dev/x4-inplace.sh on the same warm machine (its build /tmp/xT, else built here): `sy-bench moe-ht` with NCCL
 # beside (4,096 and 8,192 tokens, FP8 and BF16, the five calls) with recv in the receive arena (A: the dispatch's
 # first copy in place) and in device memory (D); the prefill layer A then D (16 SMs, no NCCL); the world-1 table at
-# 132 SMs (the one-GPU targets). JSON to $OUT, rows to $OUT/summary.txt.
+# 132 SMs (the one-GPU targets). X4_TABLES (default "A D") picks the tables. JSON to $OUT, rows to
+# $OUT/summary.txt.
 . tools/dev/variant.sh # build_tree, dev_start
 dev_start summary.txt
 export SY_HEAP_SIZE=8G # the arena of one worst-case recv: 1.9 GB at 4,096 tokens, 3.8 GB at 8,192 (world 4)
 [ -x /tmp/xT/bin/sy-bench ] || build_tree /tmp/xT . ""
 B=/tmp/xT/bin
-for v in A D; do
+for v in ${X4_TABLES:-A D}; do
   r=device && [ $v = A ] && r=arena
   timeout 240 $B/syrun -n $n $B/sy-bench --recv $r --json $OUT/ht_w${n}_$v.json moe-ht >/tmp/tab_$v.txt 2>&1
   echo "== moe-ht world $n, 16 SMs, NCCL beside, recv $r ($v) rc=$?" >>$s
