@@ -2,7 +2,9 @@
  * moe_layer.c — an MoE layer's forward from a user's side over the high-throughput mode: the layout, the dispatch
  * into each local expert's contiguous rows (exact counts on the host), one GEMM per expert with cuBLAS on its rows,
  * and the weighted combine back to the tokens. Expert e multiplies by W_e = s_e I (s_e = 1 + e / 8), so the result
- * is easy to check: out[t] = sum_k w_k s_(e_k) x[t]. Run it on GPUs: `build/bin/syrun -n 2 build/bin/sy-example-layer`
+ * is easy to check: out[t] = sum_k w_k s_(e_k) x[t]. The dispatch's receive buffers come from the object's receive
+ * arena (config.recv_arena_bytes), where the senders store each token's first row straight into its place (the
+ * dispatch's first copy in place; plain device memory from a pool or cudaMalloc works too). Run it on GPUs: `build/bin/syrun -n 2 build/bin/sy-example-layer`
  * (ranks may share a GPU: `--gpus 0,0`). Exits 0 when every token came back within bf16 rounding. sy-bench layer
  * times the same step with its communication beside the GEMMs (two micro-batches, a CUDA graph).
  */
@@ -45,6 +47,7 @@ int main(void) {
   sy_moe_ht_config_t config = SY_MOE_HT_CONFIG_INIT;
   config.max_tokens = 512, config.hidden = 1024, config.top_k = 4, config.num_experts = 8 * world;
   config.wire = SY_MOE_WIRE_BF16, config.expert_alignment = 16;
+  CHECK(sy_moe_ht_recv_bytes(comm, &config, -1, &config.recv_arena_bytes)); /* room for one recv of max_rows */
   sy_moe_ht_t moe;
   CHECK(sy_moe_ht_create(comm, &config, &moe));
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
@@ -73,13 +76,8 @@ int main(void) {
   int32_t *counts = malloc((2 * (size_t)L + 1) * 4);
   CHECK(sy_moe_ht_layout(moe, ids, SY_INDEX_INT32, T, handle, counts, stream));
   const int rows = counts[2 * L];
-  sy_moe_ht_recv_t recv = {0};
-  recv.rows = rows;
-  CHECK(cudaMalloc(&recv.tokens, (size_t)(rows ? rows : 1) * H * 2));
-  CHECK(cudaMalloc((void **)&recv.src, (size_t)(rows ? rows : 1) * 8));
-  CHECK(cudaMalloc((void **)&recv.weights, (size_t)(rows ? rows : 1) * 4));
-  CHECK(cudaMalloc((void **)&recv.expert_offsets, ((size_t)L + 1) * 4));
-  CHECK(cudaMalloc((void **)&recv.expert_counts, (size_t)L * 4));
+  sy_moe_ht_recv_t recv = {0}; /* tokens, src, weights, expert offsets and counts for those rows, from the arena */
+  CHECK(sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &recv, stream));
   CHECK(cudaMalloc(&y, (size_t)(rows ? rows : 1) * H * 2));
 
   /* 2. The dispatch: expert e's rows at [offsets[e], offsets[e] + counts[e]), in (source rank, token) order. */
@@ -125,6 +123,7 @@ int main(void) {
          bad ? "WRONG" : "ok");
 
   cublasDestroy(blas);
+  CHECK(sy_moe_ht_recv_free(moe, NULL, &recv, stream)); /* nothing enqueued uses it any more: synchronised above */
   sy_moe_ht_destroy(moe);
   sy_comm_destroy(comm);
   return bad != 0;

@@ -48,10 +48,6 @@ SY_ENV_ID_(SY_HT_RECV_OWN, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch with SY_HT_OWN_QUEUE=0: the share of a channel's own tokens (in 1/1024) "
            "whose rows its receiving block writes, the sending block the rest; -1: half at world size 1, else "
            "balanced against the messages the receiving block expands (bench/NOTES.md)")
-SY_ENV_ID_(SY_HT_RECV_IDLE_OWN, SY_ENV_INT, "1024",
-           "high-throughput MoE dispatch with the own-token queue: the share (in 1/1024) of the call's own-token "
-           "chunks the receiving role may draw in rounds that find no message; the rest is left to the sending "
-           "role (while a ring it needs is full) and to every role at its end (bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_PREQUANT, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch, FP8 wires: quantise the tokens in a kernel of their own on the "
            "dispatch's SMs first, into the object's device memory, then send the E4M3 bytes as the given wire "

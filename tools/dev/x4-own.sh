@@ -6,6 +6,8 @@
 # receivers' draws in those rounds (1024 = today, 512, 256, 0); SY_HT_OWN_QUEUE=0 SY_HT_RECV_OWN=0 is the static
 # split with every own row on the senders. BF16 and FP8, 4,096 tokens, 16 SMs, recv in the arena, one pass each; the
 # probe of 8,192 tokens BF16 at 256; test_gpu_moe_ht at n with SY_HT_RECV_IDLE_OWN=0. $OUT/summary.txt.
+# Measured in run 42 (every cap slower: bench/NOTES.md) and taken out: the knob is tools/dev/patches/
+# ht-recv-idle-own.patch (`git apply` it onto 8246997 to run this again).
 . tools/dev/variant.sh # build_tree, bench_tree, probe_tree, test_ht, dev_start
 dev_start summary.txt
 export SY_HEAP_SIZE=6G

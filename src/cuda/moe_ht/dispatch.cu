@@ -380,22 +380,12 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
 /* Every thread of a role: one chunk's rows if one is left (returns true), else false (and the role draws no more). Every
  * call site passes a barrier between two calls, which is what keeps q's words apart: q.left changes only after the
  * barrier at which every thread has seen the past-the-end ticket (so each reads the same q.left on entry), and
- * q.drawn only after the barrier that ends the last chunk's reads of it. `limit` (a receiving role's round without
- * messages: P.recv_idle_own of the chunks) draws only while fewer tickets than that are drawn (a look at the counter
- * first, so a chunk may go a little past it), else returns false and the role may draw again later. */
-constexpr uint64_t OWN_HELD = ~0ull; /* q.drawn: not drawn, the limit reached */
+ * q.drawn only after the barrier that ends the last chunk's reads of it. */
 template <bool HINT, bool RM>
-__device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk,
-                                         int limit = 1024) {
+__device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
   if (!q.left) return false;
-  if (role_tid<RM>(P) == 0) {
-    const uint64_t cap = ((uint64_t)own_chunks(P) * (uint64_t)limit) >> 10;
-    q.drawn = limit < 1024 && *(volatile unsigned long long *)&P.local->own.next - q.base >= cap
-                  ? OWN_HELD
-                  : ticket_draw(&P.local->own, q.base);
-  }
+  if (role_tid<RM>(P) == 0) q.drawn = ticket_draw(&P.local->own, q.base);
   role_sync<RM>(P);
-  if (q.drawn == OWN_HELD) return false; /* q.left unchanged: the role may draw later */
   const bool got = q.drawn < (uint64_t)own_chunks(P);
   if (!got) {
     if (role_tid<RM>(P) == 0) q.left = 0;
@@ -647,7 +637,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
   serve_rounds<RM>(
       P, left, take,
-      [&]() { return own_chunk<HINT, RM>(P, q, rowbase_me, sk, P.recv_idle_own); }, /* a round without messages */
+      [&]() { return own_chunk<HINT, RM>(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
       [&](int s) {                                                 /* the messages in source s's ring */
                    const uint64_t avail = ld_acquire_sys(tail_word(P, P.ws, s, c)) - cons[s];
                    return (int)min((uint64_t)min(left[s], HT_PER_PEER), avail);

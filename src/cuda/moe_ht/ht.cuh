@@ -85,8 +85,6 @@ struct ht_params {
   int recv_own;         /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
                    block writes */
   int own_queue;        /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
-  int recv_idle_own;    /* the dispatch with the queue: the share (in 1/1024) of the call's own chunks a receiving role
-                         * may draw in a round without messages (SY_HT_RECV_IDLE_OWN) */
   int scales_row_major; /* SY_MOE_HT_SCALES_ROW_MAJOR: recv.scales [rows][hidden / 128], else [hidden / 128][rows] */
   int role_warps;       /* 0: a channel's two roles on two blocks; S in [2, 14]: on one block, warps [0, S) and [S, 16)
                            (SY_HT_ROLES, below) */

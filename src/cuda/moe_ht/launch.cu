@@ -36,7 +36,6 @@ struct ht_gpu {
   uint64_t *mapped_stamp_dev;
   size_t smem, pipe_smem; /* the data kernels' dynamic shared memory: the dispatch's, the combine's (pipes) */
   int recv_own;           /* ht_params.recv_own */
-  int recv_idle_own;      /* ht_params.recv_idle_own (SY_HT_RECV_IDLE_OWN) */
   int own_queue;          /* SY_HT_OWN_QUEUE: 1, 0, or -1 (auto: the queue, but not for the combine's backward
                            * at world 1: sy__cuda_moe_ht_combine_backward) */
   int owner_ahead;        /* SY_HT_OWNER_AHEAD, resolved: the combine runs as sy_ht_combine_ahead */
@@ -180,9 +179,6 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   long long queue = -1;
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_OWN_QUEUE, &queue));
   g->own_queue = queue < 0 ? -1 : queue > 0;
-  long long idle_own = 1024;
-  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_RECV_IDLE_OWN, &idle_own));
-  g->recv_idle_own = idle_own < 0 ? 0 : idle_own > 1024 ? 1024 : (int)idle_own;
   /* the combine's owners a batch ahead (faster at world 1 and 2 measured: bench/NOTES.md, run 37) */
   int ahead = 1;
   SY_CHECK(sy__env_bool(SY_ENVID_SY_HT_OWNER_AHEAD, &ahead));
@@ -391,7 +387,6 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   if (g->roles) P->role_warps = g->send_warps, P->role_state = g->role_state; /* the combine sets its own */
   P->recv_own = g->recv_own;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
-  P->recv_idle_own = g->recv_idle_own;
   P->scales_row_major = (c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0;
   P->num_tokens = call->num_tokens;
   P->expert_ids = call->expert_ids;
