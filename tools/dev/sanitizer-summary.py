@@ -23,26 +23,27 @@ FILTERED_APIS = {"cudaFuncGetAttributes"}
 THIRD_PARTY = re.compile(r"nccl|nvshmem|cupti", re.I)
 RUNTIME = re.compile(r"libcuda\.so|libcudart|libcudadebugger|sanitizer", re.I)
 API_ERROR = re.compile(r'Program hit (\w+) \(error \d+\) due to ".*" on CUDA API call to (\w+)')
-PREFIX = re.compile(r"^(?:\[rank \d+\] )?=========(.*)$")
+PREFIX = re.compile(r"^(\[rank \d+\] )?=========(.*)$")
 NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
                 "Target application returned an error", "This instance", "Note:")
 
 
 def records(text):
-    """The records of one log: lists of lines (without the "========= " prefix), first line the header."""
-    out, current = [], None
+    """The records of one log: lists of lines (without the "========= " prefix), first line the header. Each rank's
+    lines ("[rank N] "-prefixed by syrun; ranks under the tool at once interleave theirs) make records of their own."""
+    out, current = [], {}
     for raw in text.splitlines():
         m = PREFIX.match(raw)
         if not m:
             continue
-        body = m.group(1)
+        rank, body = m.group(1), m.group(2)
         if not body.strip():  # "=========" alone ends a record
-            current = None
+            current[rank] = None
         elif body.startswith(" ") and not body.startswith("  "):  # "========= X": a new record
-            current = [body[1:]]
-            out.append(current)
-        elif current is not None:
-            current.append(body.strip())
+            current[rank] = [body[1:]]
+            out.append(current[rank])
+        elif current.get(rank) is not None:
+            current[rank].append(body.strip())
     return out
 
 
@@ -93,9 +94,10 @@ def summarise(text):
         counts[kind] += 1
         if kind == "ours" and len(examples) < 3:
             examples.append(" | ".join(rec[:3]))
-    m = (re.search(r"ERROR SUMMARY: (\d+) error", text)
-         or re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", text))
-    return counts, (int(m.group(1)) if m else None), examples
+    # every rank's count ("ERROR SUMMARY: N errors"; not its "N errors were not printed")
+    found = (re.findall(r"ERROR SUMMARY: (\d+) errors?\s*$", text, re.M)
+             or re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", text))
+    return counts, (sum(int(n) for n in found) if found else None), examples
 
 
 def line(name, counts, total):
@@ -186,6 +188,28 @@ SAMPLES = [
 [rank 0] [test rank 0] passed: test_gpu_moe_ht
 [rank 0] ========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
 """, {"ours": 0, "third-party": 0, "filtered": 0, "warning": 0}, 0),
+    ("two ranks under the tool at once, their records interleaved, one error of ours on rank 1",
+     """[rank 0] ========= COMPUTE-SANITIZER
+[rank 1] ========= COMPUTE-SANITIZER
+[rank 0] ========= Program hit cudaErrorNoKernelImageForDevice (error 209) due to "no kernel image is available for execution on the device" on CUDA API call to cudaFuncGetAttributes.
+[rank 0] =========     Saved host backtrace up to driver entry point at error
+[rank 1] ========= Program hit cudaErrorNoKernelImageForDevice (error 209) due to "no kernel image is available for execution on the device" on CUDA API call to cudaFuncGetAttributes.
+[rank 0] =========         Host Frame:  [0x4cb045] in libcuda.so.1
+[rank 1] =========     Saved host backtrace up to driver entry point at error
+[rank 0] =========         Host Frame:  [0x1babc0] in libnccl.so.2
+[rank 1] =========         Host Frame:  [0x4cb045] in libcuda.so.1
+[rank 0] =========         Host Frame: nvshmemi_team_init() [0x12ea54] in libnvshmem_host.so.3
+[rank 1] =========         Host Frame:  [0x1babc0] in libnccl.so.2
+[rank 0] =========
+[rank 1] =========         Host Frame: pncclCommInitRank [0x885ea] in libnccl.so.2
+[rank 1] =========
+[rank 1] ========= Invalid __global__ write of size 4 bytes
+[rank 1] =========     at void sy::dispatch_kernel<0, 1>(sy::ht_params const&)+0x1c70 in dispatch.cu:120
+[rank 1] =========
+[rank 1] ========= ERROR SUMMARY: 2 errors
+[rank 0] ========= ERROR SUMMARY: 1 error
+[rank 0] ========= ERROR SUMMARY: 4 errors were not printed. Use --print-limit option to adjust the number of printed errors
+""", {"ours": 1, "third-party": 0, "filtered": 2, "warning": 0}, 1),
     ("a run that never finished", """========= COMPUTE-SANITIZER
 [test rank 0] case 1 ok
 """, {"ours": 0, "third-party": 0, "filtered": 0, "warning": 0}, 2),

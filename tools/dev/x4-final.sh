@@ -13,7 +13,7 @@ cat /tmp/g/summary.txt >>$s 2>/dev/null
 tar czf $OUT/logs.tar.gz -C /tmp/g logs 2>/dev/null
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 SY_TEST_SEED=20261128 SY_MOE_GRAPH_REPLAYS=20 timeout 150 build/bin/syrun -n 2 --timeout 140 $cs --tool memcheck \
-  --print-limit 20 build/tests/gpu/test_gpu_moe_ht >/tmp/mc.txt 2>&1
+  --print-limit 0 build/tests/gpu/test_gpu_moe_ht >/tmp/mc.txt 2>&1
 echo "== memcheck test_gpu_moe_ht at 2 ranks rc=$? ($(grep -c ' ok ' /tmp/mc.txt) cases ok)" >>$s
 python3 tools/dev/sanitizer-summary.py /tmp/mc.txt >>$s 2>&1
 grep -E "WRONG|failed" /tmp/mc.txt | head -5 >>$s
