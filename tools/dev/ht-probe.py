@@ -3,25 +3,58 @@
 high-throughput MoE kernel): per rank, kernel and role (send: blocks [0, C), recv: [C, 2C)), the blocks' mean and
 largest span and where it went (own rows, waiting, moving messages, counters), in us.
 
-  python3 tools/dev/ht-probe.py probe.0.txt probe.1.txt ...
+  python3 tools/dev/ht-probe.py [--blocks] [--bins] [--kernel NAME] probe.0.txt probe.1.txt ...
+
+--blocks  also each block's line (rank, kernel, role, block: span, own, wait, work), to see whether some channels or
+          ranks wait while others do not (a convoy) rather than every block alike.
+--bins    with a build of -DSY_HT_PROBE_BINS=B (its "#bins" lines): per rank, kernel and role, the blocks' mean own,
+          wait and work in each of the B bins of time since the role's start, to see whether the two roles wait at
+          the same time or in turns.
+--kernel  only that kernel's rows (dispatch, combine, combine_bwd, dispatch_bwd).
 """
 import sys
 from collections import defaultdict
 
 
-def main(paths):
-    rows = defaultdict(list)
+def read(paths):
+    rows, bins = defaultdict(list), defaultdict(list)
+    width = None
     for path in paths:
         for line in open(path):
-            if line.startswith("#") or not line.strip():
-                continue
             f = line.split()
+            if not f:
+                continue
+            if f[0] == "#bins":
+                if f[1] == "rank":  # the header: "... (us; bins of W us)"
+                    width = float(line.rsplit("bins of", 1)[1].split()[0])
+                    continue
+                bins[(int(f[1]), f[2], f[4])].append([float(x) for x in f[5:]])
+                continue
+            if line.startswith("#"):
+                continue
             rank, kernel, block, role = int(f[0]), f[1], int(f[2]), f[3]
             start, end, own, wait, work, rounds, items, sync = map(float, f[4:12])
-            rows[(rank, kernel, role)].append((start, end, own, wait, work, rounds, items, sync))
+            rows[(rank, kernel, role)].append((start, end, own, wait, work, rounds, items, sync, block))
+    return rows, bins, width
+
+
+def main(args):
+    blocks = "--blocks" in args
+    show_bins = "--bins" in args
+    only = None
+    if "--kernel" in args:
+        only = args[args.index("--kernel") + 1]
+        args = [a for i, a in enumerate(args) if a != "--kernel" and (i == 0 or args[i - 1] != "--kernel")]
+    paths = [a for a in args if not a.startswith("--")]
+    if not paths:
+        sys.exit(__doc__)
+    rows, bins, width = read(paths)
+    keep = lambda kernel: only is None or kernel == only
     print(f"{'rank':>4} {'kernel':<13} {'role':<4} {'blocks':>6} {'kernel_us':>9} {'span':>8} {'max':>8} "
           f"{'own':>8} {'wait':>8} {'work':>8} {'sync':>7} {'rest':>7} {'rounds':>6} {'items':>7}")
     for (rank, kernel, role), v in sorted(rows.items()):
+        if not keep(kernel):
+            continue
         n = len(v)
         ends = max(x[1] for x in v)
         span = [x[1] - x[0] for x in v]
@@ -30,9 +63,29 @@ def main(paths):
         print(f"{rank:>4} {kernel:<13} {role:<4} {n:>6} {ends:>9.1f} {sum(span) / n:>8.1f} {max(span):>8.1f} "
               f"{mean(2):>8.1f} {mean(3):>8.1f} {mean(4):>8.1f} {mean(7):>7.1f} {rest:>7.1f} {mean(5):>6.0f} "
               f"{mean(6):>7.0f}")
+    if blocks:
+        print(f"\n{'rank':>4} {'kernel':<13} {'role':<4} {'block':>5} {'start':>8} {'span':>8} {'own':>8} {'wait':>8} "
+              f"{'work':>8} {'items':>6}")
+        for (rank, kernel, role), v in sorted(rows.items()):
+            if not keep(kernel):
+                continue
+            for x in sorted(v, key=lambda x: x[8]):
+                print(f"{rank:>4} {kernel:<13} {role:<4} {x[8]:>5} {x[0]:>8.1f} {x[1] - x[0]:>8.1f} {x[2]:>8.1f} "
+                      f"{x[3]:>8.1f} {x[4]:>8.1f} {x[6]:>6.0f}")
+    if show_bins:
+        if not bins:
+            print("\nno #bins lines: build with -DSY_HT_PROBE_BINS=B (src/cuda/moe_ht/ht.cuh)")
+            return
+        print(f"\nmean us a block in each bin of {width or 0:.1f} us since the role's start (own / wait / work)")
+        for (rank, kernel, role), v in sorted(bins.items()):
+            if not keep(kernel):
+                continue
+            b = len(v[0]) // 3
+            mean = [sum(x[i] for x in v) / len(v) for i in range(3 * b)]
+            last = max([i for i in range(b) if mean[i] + mean[b + i] + mean[2 * b + i] > 0] or [0])
+            cells = " ".join(f"{mean[i]:5.0f}/{mean[b + i]:4.0f}/{mean[2 * b + i]:4.0f}" for i in range(last + 1))
+            print(f"{rank:>4} {kernel:<13} {role:<4} {cells}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
     main(sys.argv[1:])

@@ -186,6 +186,12 @@ __device__ __forceinline__ bool role_sync_or(const ht_params &P, int v) {
 /* The per-unit probe (SY_HT_PROBE, for measuring: bench/NOTES.md): thread 0 of each role adds up where its time
  * went in shared memory and writes the sums at its end (row: its unit), so each call overwrites the last one's.
  * Slots: */
+#ifndef SY_HT_PROBE_BINS
+#define SY_HT_PROBE_BINS 0 /* off: the kernels are the same as without it */
+#endif
+#ifndef SY_HT_PROBE_BIN_SHIFT
+#define SY_HT_PROBE_BIN_SHIFT 18 /* 262 us a bin */
+#endif
 enum {
   PR_START, /* globaltimer at the role's start, ns */
   PR_END,   /* at its end */
@@ -195,7 +201,10 @@ enum {
   PR_ROUNDS,
   PR_ITEMS, /* messages or tokens moved */
   PR_SYNC,  /* ns in fences, tail and head stores */
-  HT_PROBE_SLOTS
+  PR_BINS, /* with SY_HT_PROBE_BINS = B > 0 (build time): own, wait and work again, each in B bins by when the time ended
+             * (bin i: [i, i + 1) x 2^SY_HT_PROBE_BIN_SHIFT ns after the role's start, the last bin open-ended), to see
+             * whether the two roles wait at the same time or in turns (bench/NOTES.md, run 42) */
+  HT_PROBE_SLOTS = PR_BINS + 3 * SY_HT_PROBE_BINS
 };
 template <bool RM>
 __device__ __forceinline__ uint64_t *probe_acc(const ht_params &P) {
@@ -212,7 +221,15 @@ __device__ __forceinline__ void probe_begin(const ht_params &P) {
 /* The role's thread 0: adds the time since `since` (or a count) to slot i. */
 template <bool RM>
 __device__ __forceinline__ void probe_add(const ht_params &P, int i, uint64_t v) {
-  if (P.probe && role_tid<RM>(P) == 0) probe_acc<RM>(P)[i] += v;
+  if (!P.probe || role_tid<RM>(P) != 0) return;
+  uint64_t *a = probe_acc<RM>(P);
+  a[i] += v;
+#if SY_HT_PROBE_BINS > 0
+  if (i == PR_OWN || i == PR_WAIT || i == PR_WORK) {
+    const uint64_t b = (global_timer_ns() - a[PR_START]) >> SY_HT_PROBE_BIN_SHIFT;
+    a[PR_BINS + (i - PR_OWN) * SY_HT_PROBE_BINS + (b < SY_HT_PROBE_BINS ? b : SY_HT_PROBE_BINS - 1)] += v;
+  }
+#endif
 }
 __device__ __forceinline__ uint64_t probe_now(const ht_params &P) { return P.probe ? global_timer_ns() : 0; }
 /* The role's thread 0: slot i so far (0 elsewhere). */
