@@ -5,8 +5,9 @@
  * is easy to check: out[t] = sum_k w_k s_(e_k) x[t]. The dispatch's receive buffers come from the object's receive
  * arena (config.recv_arena_bytes), where the senders store each token's first row straight into its place (the
  * dispatch's first copy in place; plain device memory from a pool or cudaMalloc works too). Run it on GPUs:
- * `build/bin/syrun -n 2 build/bin/sy-example-layer` (ranks may share a GPU: `--gpus 0,0`). Exits 0 when every token came back within bf16 rounding. sy-bench layer
- * times the same step with its communication beside the GEMMs (two micro-batches, a CUDA graph).
+ * `build/bin/syrun -n 2 build/bin/sy-example-layer` (ranks may share a GPU: `--gpus 0,0`). Exits 0 when every token
+ * came back within bf16 rounding. sy-bench layer times the same step with its communication beside the GEMMs (two
+ * micro-batches, a CUDA graph).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

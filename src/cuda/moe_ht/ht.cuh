@@ -201,9 +201,10 @@ enum {
   PR_ROUNDS,
   PR_ITEMS, /* messages or tokens moved */
   PR_SYNC,  /* ns in fences, tail and head stores */
-  PR_BINS, /* with SY_HT_PROBE_BINS = B > 0 (build time): own, wait and work again, each in B bins by when the time ended
-             * (bin i: [i, i + 1) x 2^SY_HT_PROBE_BIN_SHIFT ns after the role's start, the last bin open-ended), to see
-             * whether the two roles wait at the same time or in turns (bench/NOTES.md, run 42) */
+  /* with SY_HT_PROBE_BINS = B > 0 (build time): own, wait and work again, each in B bins by when the time ended (bin
+   * i: [i, i + 1) x 2^SY_HT_PROBE_BIN_SHIFT ns after the role's start, the last bin open-ended), to see whether the
+   * two roles wait at the same time or in turns (bench/NOTES.md, run 42) */
+  PR_BINS,
   HT_PROBE_SLOTS = PR_BINS + 3 * SY_HT_PROBE_BINS
 };
 template <bool RM>
