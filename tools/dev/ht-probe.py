@@ -4,6 +4,7 @@ high-throughput MoE kernel): per rank, kernel and role (send: blocks [0, C), rec
 largest span and where it went (own rows, waiting, moving messages, counters), in us.
 
   python3 tools/dev/ht-probe.py [--blocks] [--bins] [--kernel NAME] probe.0.txt probe.1.txt ...
+  python3 tools/dev/ht-probe.py --self-test   (a file in launch.cu's format: probe_write; CI runs it)
 
 --blocks  also each block's line (rank, kernel, role, block: span, own, wait, work), to see whether some channels or
           ranks wait while others do not (a convoy) rather than every block alike.
@@ -87,5 +88,57 @@ def main(args):
             print(f"{rank:>4} {kernel:<13} {role:<4} {cells}")
 
 
+# ---- self-test: a file as src/cuda/moe_ht/launch.cu's probe_write writes it with -DSY_HT_PROBE_BINS=4 -------------
+SAMPLE = """# rank kernel block role start_us end_us own_us wait_us work_us rounds items sync_us
+#bins rank kernel block role own[4] wait[4] work[4] (us; bins of 262.1 us)
+0 dispatch 0 send 0.00 1000.00 50.00 400.00 500.00 16 512 20.00
+#bins 0 dispatch 0 send 10.00 20.00 20.00 0.00 0.00 100.00 200.00 100.00 200.00 150.00 100.00 50.00
+0 dispatch 1 send 2.00 902.00 70.00 200.00 600.00 16 512 20.00
+#bins 0 dispatch 1 send 30.00 20.00 20.00 0.00 0.00 0.00 200.00 0.00 200.00 200.00 100.00 100.00
+0 dispatch 2 recv 1.00 1001.00 300.00 0.00 600.00 30 1300 50.00
+#bins 0 dispatch 2 recv 200.00 50.00 50.00 0.00 0.00 0.00 0.00 0.00 50.00 200.00 200.00 150.00
+0 combine 0 send 0.00 10.00 0.00 1.00 8.00 2 4 1.00
+#bins 0 combine 0 send 0.00 0.00 0.00 0.00 1.00 0.00 0.00 0.00 8.00 0.00 0.00 0.00
+"""
+
+
+def self_test():
+    import contextlib
+    import io
+    import os
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(SAMPLE)
+    try:
+        rows, bins, width = read([f.name])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["--blocks", "--bins", "--kernel", "dispatch", f.name])
+    finally:
+        os.unlink(f.name)
+    text = out.getvalue().splitlines()
+    send = [line for line in text if line.split()[:3] == ["0", "dispatch", "send"]]
+    want = [
+        (len(rows[(0, "dispatch", "send")]) == 2, "two send blocks read"),
+        (width == 262.1, f"bin width {width}"),
+        (bins[(0, "dispatch", "send")][1][4:8] == [0.0, 0.0, 200.0, 0.0], "block 1's wait bins"),
+        # the summary: mean span 950, max 1000, own 60, wait 300, work 550, sync 20, rest 20
+        (send and send[0].split()[3:12] == ["2", "1000.0", "950.0", "1000.0", "60.0", "300.0", "550.0", "20.0", "20.0"],
+         f"the send summary: {send[:1]}"),
+        # --blocks: each block's line; --bins: the mean of the two send blocks per bin (own/wait/work)
+        (any(line.split()[:4] == ["0", "dispatch", "send", "1"] for line in text), "block 1's line"),
+        (len(send) == 4 and send[3].split()[3:5] == ["20/", "0/"] and send[3].split()[5] == "200",
+         f"the send bins: {send[3:]}"),
+        (not any(" combine " in line for line in text), "--kernel dispatch keeps the combine out"),
+    ]
+    bad = [why for ok, why in want if not ok]
+    for why in bad:
+        print("FAILED: " + why)
+    print(f"{len(want) - len(bad)} passed, {len(bad)} failed")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(self_test())
     main(sys.argv[1:])
