@@ -29,6 +29,8 @@
  * A layout that needs more rows than the caller gave is reported (OP_MOE_HT_ROWS) and the messages are
  * consumed without writing a row, so no sender waits in vain.
  */
+#include <limits.h>
+
 #include "cuda/moe_ht/rows.cuh"
 
 using namespace sy;
@@ -403,26 +405,38 @@ __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const
 }
 
 /* Warp 0: the batch's tokens' destination ranks other than this one (each once, in k order), a lane a token; then
- * thread 0 gives each (token, destination) its ring index, in token order, and lists the destinations touched. */
+ * each (token, destination) its ring index, in token order per destination (base[d] + the batch's earlier tokens
+ * for d), a pass per destination the batch touches, lowest first, which also lists them (`touched`, ascending).
+ * SY_HT_PLAN_SERIAL=1 at build time keeps the first form, thread 0 giving every index in turn (for measuring:
+ * bench/NOTES.md, run 43). */
+#ifndef SY_HT_PLAN_SERIAL
+#define SY_HT_PLAN_SERIAL 0
+#endif
 template <bool RM>
-__device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, send_batch &B, int *touched,
-                           int &ntouched) {
+__device__ __noinline__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, send_batch &B, int *touched,
+                                        int &ntouched) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
   if (role_warp<RM>(P) != 0) return;
+  int nd = 0;
   if (lane < nb) {
     const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
-    int nd = 0;
-    for (int k = 0; k < P.K; k++) {
-      const int e = ids[k];
-      if (e < 0 || e / P.L == me) continue;
-      const int d = e / P.L;
-      bool seen = false;
-      for (int i = 0; i < nd; i++) seen |= B.dst[lane][i] == d;
-      if (!seen) B.dst[lane][nd++] = d;
+    for (int k0 = 0; k0 < P.K; k0 += 8) {
+      int e[8]; /* the loads in flight together, ahead of the list's shared-memory stores */
+#pragma unroll
+      for (int u = 0; u < 8; u++) e[u] = k0 + u < P.K ? __ldg(ids + k0 + u) : -1;
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        if (e[u] < 0 || e[u] / P.L == me) continue;
+        const int d = e[u] / P.L;
+        bool seen = false;
+        for (int i = 0; i < nd; i++) seen |= B.dst[lane][i] == d;
+        if (!seen) B.dst[lane][nd++] = d;
+      }
     }
     B.ndst[lane] = nd;
   }
   __syncwarp();
+#if SY_HT_PLAN_SERIAL
   if (lane != 0) return;
   ntouched = 0;
   for (int j = 0; j < nb; j++)
@@ -433,16 +447,39 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, uint64_t *base, s
       for (int q = 0; q < ntouched; q++) listed |= touched[q] == d;
       if (!listed) touched[ntouched++] = d;
     }
+#else
+  int nt = 0;
+  for (int last = -1;;) {
+    int mine = INT_MAX; /* this lane's lowest destination above the last pass's */
+    for (int i = 0; i < nd; i++) {
+      const int d = B.dst[lane][i];
+      if (d > last && d < mine) mine = d;
+    }
+    const int d = __reduce_min_sync(0xffffffffu, mine);
+    if (d == INT_MAX) break;
+    int at = -1;
+    for (int i = 0; i < nd; i++)
+      if (B.dst[lane][i] == d) at = i;
+    const unsigned has = __ballot_sync(0xffffffffu, at >= 0);
+    if (at >= 0) B.slot[lane][at] = base[d] + __popc(has & ((1u << lane) - 1u));
+    __syncwarp(); /* base[d] is read */
+    if (lane == 0) base[d] += __popc(has), touched[nt] = d;
+    nt++;
+    last = d;
+  }
+  if (lane == 0) ntouched = nt;
+#endif
 }
 
-/* Thread 0: whether every ring the batch touches has room now (index base[d] - 1 below head + R). */
+/* Warp 0: whether every ring the batch touches has room now (index base[d] - 1 below head + R), a lane a ring. */
 __device__ __forceinline__ bool batch_room(const ht_params &P, int c, const uint64_t *base, const int *touched,
                                            int ntouched) {
-  for (int i = 0; i < ntouched; i++) {
+  bool ok = true;
+  for (int i = threadIdx.x & 31; i < ntouched; i += 32) {
     const int d = touched[i];
-    if (base[d] > HT_SLOTS && ld_acquire_sys(head_word(P, P.ws, d, c)) < base[d] - HT_SLOTS) return false;
+    if (base[d] > HT_SLOTS && ld_acquire_sys(head_word(P, P.ws, d, c)) < base[d] - HT_SLOTS) ok = false;
   }
-  return true;
+  return __all_sync(0xffffffffu, ok);
 }
 
 template <bool HINT, bool RM>
@@ -467,7 +504,10 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     plan_batch<RM>(P, t0, nb, base, B, touched, ntouched);
     for (;;) { /* while a ring it needs is full, own rows from the queue */
       role_sync<RM>(P);
-      if (role_tid<RM>(P) == 0) room = batch_room(P, c, base, touched, ntouched);
+      if (role_warp<RM>(P) == 0) {
+        const bool r = batch_room(P, c, base, touched, ntouched);
+        if ((threadIdx.x & 31) == 0) room = r;
+      }
       role_sync<RM>(P);
       if (room || !own_chunk<HINT, RM>(P, q, rowbase_me, sk)) break;
     }
