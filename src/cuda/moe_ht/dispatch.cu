@@ -3,11 +3,12 @@
  * 2 C blocks of 16 warps, block c sending and block C + c receiving; or by warps (SY_HT_ROLES), C blocks whose
  * first SY_HT_SEND_WARPS warps send for channel c while the others receive. Below, "block" means a role's warps.
  *   send (0)        block c walks channel c's tokens in order, HT_BATCH at a time. Warp 0 finds each
- *                   token's destination ranks other than this one (a lane a token), thread 0 gives each (token,
- *                   destination) its ring index; while a destination's ring has no room the block writes own
- *                   rows from the queue (below), then waits (bounded); then a warp per token writes its message
- *                   into every destination's ring (header, entries, payload: bf16 as is, FP8 quantised, or the
- *                   given E4M3 bytes and scales); then one fence and a tail store per destination.
+ *                   token's destination ranks other than this one (a lane a token) and gives each (token,
+ *                   destination) its ring index, a ballot per destination; while a destination's ring has no room
+ *                   (warp 0's lanes read the rings' heads) the block writes own rows from the queue (below),
+ *                   then waits (bounded); then a warp per token writes its message into every destination's
+ *                   ring (header, entries, payload: bf16 as is, FP8 quantised, or the given E4M3 bytes and
+ *                   scales); then one fence and a tail store per destination.
  *   receive (1)     block C + c walks the other sources round robin and takes what ring (s -> me, c)
  *                   holds, a round at a time, a warp per message: each entry's row is rowbase[s][e] + position
  *                   (the handle's offsets and counts: rows of expert e from sources before s), and the payload
