@@ -765,19 +765,22 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
  * sy_moe_ht_sizes's max_rows (contiguous layout) or L x expert_stride (masked). rows >= 0 (0: no row buffers,
  * tokens NULL), expert_stride >= 0 and L x expert_stride <= rows; the pool must be of the object's
  * communicator. Local. On failure nothing is allocated and *recv is left as it was.
- * pool NULL: the same sections from the object's receive arena (config.recv_arena_bytes; first fit, in host
- * order: the allocation and sy_moe_ht_recv_free take effect at once, stream ignored, so free a recv only once
- * nothing enqueued still reads or writes it, e.g. after the step's last call on it and the GEMMs that read it are
- * ordered before the next dispatch on the object's stream). No arena, or no room in it: SY_ERR_INVALID_ARG, or
- * SY_ERR_NO_MEMORY naming the sizes. Each rank carves its own: the ranks' recvs need not agree. */
+ * pool NULL: the same sections from the object's receive arena (config.recv_arena_bytes; first fit), for use on
+ * `stream` or work ordered after it. A block sy_moe_ht_recv_free gave back on a stream (cuda backend) serves that
+ * stream's allocations at once and other streams' once that stream has reached the free; with no room otherwise,
+ * the call waits on the host (bounded by the communicator's timeout: SY_ERR_TIMEOUT) for blocks given back on other
+ * streams. No arena, or no room in it with nothing on a stream: SY_ERR_INVALID_ARG, or SY_ERR_NO_MEMORY naming the
+ * sizes. Each rank carves its own: the ranks' recvs need not agree. */
 SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
                                         sy_moe_ht_recv_t *recv, cudaStream_t stream);
 /* The bytes one recv of `rows` rows takes (rows -1: max_rows, the contiguous layout's worst case) from a pool or the
  * receive arena, for this configuration on comm's world size: what to add up for config.recv_arena_bytes. Local; a
  * function of the configuration (answers after an error too). */
 SY_API sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t *config, int rows, size_t *bytes);
-/* Gives back, in the order of `stream` (pool NULL: to the arena, at once), what sy_moe_ht_recv_alloc took for recv;
- * then zeroes *recv. A recv it did
+/* Gives back, in the order of `stream`, what sy_moe_ht_recv_alloc took for recv; then zeroes *recv. Pool NULL (the
+ * receive arena): with stream NULL, on the host backend, or on a stream capturing a graph, at once (nothing enqueued
+ * may still read or write the recv; a graph's replays do not give it back again); else when the stream gets there
+ * (a host function; sy_moe_ht_destroy waits for those still to run, bounded). A recv it did
  * not fill for this object, or one changed since (its rows or a section), is SY_ERR_INVALID_ARG, nothing freed.
  * Free each recv once: a copy of one already freed may name a newer allocation the pool put at the same address,
  * which this call cannot tell apart. */

@@ -150,11 +150,13 @@ class MoEHT(CommObject):
         return got.value
 
     def alloc_recv(self, layout: Layout | None = None, *, rows: int | None = None, expert_stride: int = 0,
-                   like: Any = None, arena: bool = False) -> HTRecv:  # fmt: skip
+                   like: Any = None, arena: bool = False, stream: Any = None) -> HTRecv:  # fmt: skip
         """Buffers for a dispatch: `rows` rows (default: an exact layout's rows_needed, else max_rows; with
         expert_stride, L * expert_stride), of the library and device of `like` (default: the layout's handle).
         arena: from the object's receive arena instead (sy_moe_ht_recv_alloc with pool NULL; the arrays view the
-        arena's memory, which free_recv gives back and close frees: use none of them after either)."""
+        arena's memory, which free_recv gives back and close frees: use none of them after either); `stream` (a
+        torch.cuda.Stream or a cudaStream_t as an int) the stream it is for: blocks free_recv gave back on that
+        stream serve it at once, those of other streams once they have reached their frees."""
         L, H = self.local_experts, self.hidden
         if rows is None:
             if expert_stride:
@@ -166,7 +168,7 @@ class MoEHT(CommObject):
         like = like if like is not None else (layout.handle if layout is not None else None)
         fp8 = self.wire != "bf16"
         if arena:
-            return self._arena_recv(rows, expert_stride, like)
+            return self._arena_recv(rows, expert_stride, like, stream)
         e = _arrays.empty
         return HTRecv(
             tokens=e((rows, H), "e4m3" if fp8 else "bf16", like),
@@ -179,12 +181,19 @@ class MoEHT(CommObject):
             expert_stride=expert_stride,
         )
 
-    def _arena_recv(self, rows: int, expert_stride: int, like: Any) -> HTRecv:
+    def _raw_stream(self, stream: Any) -> int | None:
+        """The cudaStream_t of a torch.cuda.Stream or an int; None (NULL) for None or on the host backend."""
+        if stream is None or self.comm.backend != "cuda":
+            return None
+        return stream if isinstance(stream, int) else stream.cuda_stream
+
+    def _arena_recv(self, rows: int, expert_stride: int, like: Any, stream: Any = None) -> HTRecv:
         call = "MoEHT.alloc_recv"
         if not isinstance(rows, int) or rows < 0:
             raise invalid("rows", f"{rows!r}, want an int >= 0", call)
         struct = MoeHtRecv()
-        status = lib.sy_moe_ht_recv_alloc(self.handle, None, rows, expert_stride, ctypes.byref(struct), None)
+        status = lib.sy_moe_ht_recv_alloc(self.handle, None, rows, expert_stride, ctypes.byref(struct),
+                                          self._raw_stream(stream))  # fmt: skip
         check(status, "sy_moe_ht_recv_alloc", self.comm._handle)
         L, H, fp8 = self.local_experts, self.hidden, self.wire != "bf16"
         use_torch = like is not None and _arrays.is_torch(like) or self.comm._where[0] == "cuda"
@@ -210,12 +219,14 @@ class MoEHT(CommObject):
             _struct=struct,
         )
 
-    def free_recv(self, recv: HTRecv) -> None:
-        """Gives an arena recv (alloc_recv(arena=True)) back to the arena at once (sy_moe_ht_recv_free): call it
-        once nothing enqueued still reads or writes it; its arrays must not be used after."""
+    def free_recv(self, recv: HTRecv, stream: Any = None) -> None:
+        """Gives an arena recv (alloc_recv(arena=True)) back to the arena (sy_moe_ht_recv_free): with `stream` (a
+        torch.cuda.Stream or a cudaStream_t as an int; cuda backend) when that stream gets there, after the work
+        enqueued on it so far; without, at once (call it once nothing enqueued still reads or writes the recv). Its
+        arrays must not be used after."""
         if not isinstance(recv, HTRecv) or not recv.arena:
             raise invalid("recv", "an HTRecv of alloc_recv(arena=True) is required", "MoEHT.free_recv")
-        status = lib.sy_moe_ht_recv_free(self.handle, None, ctypes.byref(recv._struct), None)
+        status = lib.sy_moe_ht_recv_free(self.handle, None, ctypes.byref(recv._struct), self._raw_stream(stream))
         check(status, "sy_moe_ht_recv_free", self.comm._handle)
         object.__setattr__(recv, "_checked", None)  # its struct is zeroed now: a later call is refused by the library
 

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "switchyard.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,7 +88,15 @@ struct sy_moe_ht {
   int arena_n, arena_cap;
   struct sy_moe_ht_arena_block {
     size_t at, bytes;
+    uint64_t id;         /* the block's name for the host function of its stream-ordered free */
+    cudaStream_t stream; /* on_stream: the stream its sy_moe_ht_recv_free was given */
+    int on_stream;       /* given back on `stream`, which has not reached that point: that stream's allocations
+                          * may take it, others wait for the host function that frees it */
   } * arena_used;
+  uint64_t arena_ids;       /* ids given */
+  int arena_pending;        /* host functions enqueued by frees and not yet run */
+  pthread_mutex_t arena_mu; /* arena_used and the counts: the frees' host functions run on CUDA's thread */
+  pthread_cond_t arena_cv;  /* a block came free */
 };
 
 /* Where the cuda backend's high-throughput data kernels run a channel's two roles (SY_HT_ROLES resolved for this

@@ -1,6 +1,6 @@
 /*
  * test_gpu_pool.cu — the orchestration pools (switchyard.h, "Orchestration": sy_pool_*, sy_host_pool_*) on one
- * GPU, called as a user calls them. Eight checks:
+ * GPU, called as a user calls them. Nine checks:
  *   1. no device-wide stall: pool alloc / kernel / free rounds on one stream finish while another stream spins;
  *   2. the legacy default stream is never touched: pool and host-pool calls finish while it spins;
  *   3. the pool's stats: counts exact, reserved memory kept (threshold SIZE_MAX), trimmed, or given back
@@ -9,13 +9,15 @@
  *   5. host-pool slots never come back before the stream is done with them (300 batches through 3 slots);
  *   6. alloc / free inside a stream capture, replayed; a host-pool release inside a capture refused;
  *   7. attention plans built and uploaded (sy_attn_plan_create, _create_async) while the legacy stream spins;
- *   8. sy_attn_plan_destroy returns only after the device is done (a kernel on another stream).
+ *   8. sy_attn_plan_destroy returns only after the device is done (a kernel on another stream);
+ *   9. the MoE receive arena's frees in stream order (check_arena).
  * Nothing may hang: every wait for the GPU polls with a host-side deadline, the spinner kernels end themselves
  * after SPIN_BOUND_NS, and an alarm ends the process as a last resort. Checks 1 and 2 need two kernels of one
  * process to run at once; where they do not (compute-sanitizer runs kernels one at a time) a probe says so and
  * those two are reported as not run. Under syrun with several ranks (sharing a GPU or not) each rank runs the
  * same checks on its own communicator.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -485,6 +487,96 @@ static void check_plans(fixture_t *f, int rank, int world, sy_attn_plan_t *late_
   GT_CUDA(cudaStreamDestroy(b));
 }
 
+/* ---- 9. the MoE receive arena in stream order ------------------------------------------------------------ */
+/* An arena with room for one recv (sy_moe_ht_recv_alloc / _free with pool NULL). A recv freed on a stream the
+ * spinner holds: an allocation on that stream takes its block at once (its work comes after the free); one on
+ * another stream waits until the held stream reaches the free (a thread releases the spinner after RELEASE_MS), then
+ * gets the same block; a free on a capturing stream takes effect at once; no room with nothing on a stream is
+ * SY_ERR_NO_MEMORY at once; sy_moe_ht_destroy waits for a free still on its stream. */
+#define RELEASE_MS 300
+
+static void *release_later(void *arg) {
+  usleep(RELEASE_MS * 1000);
+  *((spinner_t *)arg)->flag = 1;
+  return NULL;
+}
+
+static void check_arena(fixture_t *f, int world) {
+  const char *what = "check 9 (receive arena in stream order)";
+  sy_moe_ht_config_t cfg = SY_MOE_HT_CONFIG_INIT;
+  cfg.max_tokens = 64, cfg.hidden = 256, cfg.top_k = 2, cfg.num_experts = 4 * world, cfg.num_sms = 2;
+  const int rows = 256;
+  GT_OK(sy_moe_ht_recv_bytes(f->comm, &cfg, rows, &cfg.recv_arena_bytes)); /* room for one recv */
+  sy_moe_ht_t moe = NULL;
+  GT_OK(sy_moe_ht_create(f->comm, &cfg, &moe));
+  cudaStream_t a, b, c;
+  GT_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  GT_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  GT_CUDA(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  sy_moe_ht_recv_t r1, r2, r3;
+  /* freed on A while A is held: A's next allocation takes the block */
+  spinner_start(&f->spin, a, what);
+  GT_OK(sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r1, a));
+  void *const at = r1.tokens;
+  GT_OK(sy_moe_ht_recv_free(moe, NULL, &r1, a));
+  if (EXPECT_OK(what, sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r2, a)) && r2.tokens != at)
+    GT_FAIL("%s: the allocation on the freeing stream got %p, want the freed block %p", what, r2.tokens, at);
+  /* freed on A again, A still held: B waits for A to reach the free */
+  GT_OK(sy_moe_ht_recv_free(moe, NULL, &r2, a));
+  pthread_t th;
+  GT_CHECK(pthread_create(&th, NULL, release_later, &f->spin) == 0);
+  const double t0 = gt_now_s();
+  const sy_status_t st = sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r3, b);
+  const double took = gt_now_s() - t0;
+  pthread_join(th, NULL);
+  spinner_stop(&f->spin, what);
+  if (EXPECT_OK(what, st)) {
+    if (r3.tokens != at) GT_FAIL("%s: the allocation on B got %p, want the block %p A gave back", what, r3.tokens, at);
+    if (took < 0.8 * RELEASE_MS * 1e-3)
+      GT_FAIL("%s: the allocation on B returned after %.0f ms, before A reached the free (released at %d ms)", what,
+              took * 1e3, RELEASE_MS);
+    /* given back at once (NULL); its copy is then no live allocation */
+    const sy_moe_ht_recv_t copy = r3;
+    GT_OK(sy_moe_ht_recv_free(moe, NULL, &r3, NULL));
+    sy_moe_ht_recv_t again = copy;
+    expect_refused(what, "sy_moe_ht_recv_free of a recv freed already", sy_moe_ht_recv_free(moe, NULL, &again, b));
+  }
+  /* no room and nothing on a stream: refused at once */
+  GT_OK(sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r1, b));
+  const double t1 = gt_now_s();
+  const sy_status_t full = sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r2, b);
+  if (full != SY_ERR_NO_MEMORY || gt_now_s() - t1 > 1.0)
+    GT_FAIL("%s: a full arena returned %s after %.0f ms, want SY_ERR_NO_MEMORY at once", what, sy_status_name(full),
+            (gt_now_s() - t1) * 1e3);
+  /* a free on a capturing stream takes effect at once (the graph's replays do not give it back again) */
+  cudaGraph_t g = NULL;
+  GT_CUDA(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed));
+  delay_kernel<<<1, 1, 0, c>>>(0);
+  const sy_status_t in_capture = sy_moe_ht_recv_free(moe, NULL, &r1, c);
+  GT_CUDA(cudaStreamEndCapture(c, &g));
+  GT_CUDA(cudaGraphDestroy(g));
+  if (EXPECT_OK(what, in_capture) && EXPECT_OK(what, sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r2, b)))
+    GT_OK(sy_moe_ht_recv_free(moe, NULL, &r2, NULL));
+  /* destroy waits for a free still on its stream */
+  spinner_start(&f->spin, a, what);
+  GT_OK(sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r1, a));
+  GT_OK(sy_moe_ht_recv_free(moe, NULL, &r1, a));
+  GT_CHECK(pthread_create(&th, NULL, release_later, &f->spin) == 0);
+  const double t2 = gt_now_s();
+  GT_OK(sy_moe_ht_destroy(moe));
+  const double destroy_took = gt_now_s() - t2;
+  pthread_join(th, NULL);
+  spinner_stop(&f->spin, what);
+  if (destroy_took < 0.8 * RELEASE_MS * 1e-3)
+    GT_FAIL("%s: sy_moe_ht_destroy returned after %.0f ms, before the stream reached the free", what,
+            destroy_took * 1e3);
+  printf("[test rank %d] %s: B waited %.0f ms for A's free, destroy %.0f ms\n", gt_rank, what, took * 1e3,
+         destroy_took * 1e3);
+  GT_CUDA(cudaStreamDestroy(a));
+  GT_CUDA(cudaStreamDestroy(b));
+  GT_CUDA(cudaStreamDestroy(c));
+}
+
 int main(void) {
   signal(SIGALRM, on_alarm);
   alarm(ALARM_S);
@@ -516,6 +608,7 @@ int main(void) {
   GT_CUDA(cudaStreamDestroy(c));
   sy_attn_plan_t late_own = NULL, late_user = NULL;
   check_plans(&f, rank, world, &late_own, &late_user);
+  check_arena(&f, world);
 
   sy_pool_stats_t end = SY_POOL_STATS_INIT;
   GT_OK(sy_pool_stats(f.pool, &end));

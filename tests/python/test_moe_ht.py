@@ -137,8 +137,14 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
         dot = ref.ht_dot(gt, ref.bf16_value(y_mine[row]))
         assert got_gw[row].view(np.uint32) == dot.view(np.uint32), (row, got_gw[row], dot)
     if c.arena:
-        moe.free_recv(recv)
-        again = moe.alloc_recv(layout, expert_stride=c.stride, arena=True)  # the whole arena is free again
+        side = None  # cuda: a stream of torch's, the frees and allocations in its order
+        if comm.backend == "cuda":
+            import torch
+
+            side = torch.cuda.Stream()
+        moe.free_recv(recv, stream=side)
+        again = moe.alloc_recv(layout, expert_stride=c.stride, arena=True, stream=side)  # that stream takes it at once
+        assert again.rows == recv.rows
         moe.free_recv(again)
         with pytest.raises(sy.InvalidArgError, match=r"recv: an HTRecv of alloc_recv\(arena=True\) is required"):
             moe.free_recv(moe.alloc_recv(layout, rows=1))
