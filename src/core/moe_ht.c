@@ -203,11 +203,12 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   if (!moe) return SY_SUCCESS;
   sy_comm_t comm = moe->comm;
   sy__api_enter(comm->rank);
-  sy__comm_health(comm);
-  /* the frees' host functions still to run (bounded): their streams' work on the arena ends before them */
+  const int healthy = sy__comm_health(comm) == SY_SUCCESS;
+  /* the frees' host functions still to run (bounded; not after an error, when a failed device may never run
+   * them): their streams' work on the arena ends before them */
   const uint64_t deadline = arena_now_ms() + comm->timeout_ms;
   pthread_mutex_lock(&moe->arena_mu);
-  while (moe->arena_pending > 0 && arena_wait(moe, deadline)) {
+  while (healthy && moe->arena_pending > 0 && arena_wait(moe, deadline)) {
   }
   const int pending = moe->arena_pending;
   pthread_mutex_unlock(&moe->arena_mu);
@@ -215,10 +216,10 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   if (moe->arena_own) free(moe->arena);
   if (pending > 0) { /* their host functions would find the object gone: it stays, the rest is freed */
     SY_WARN(
-        "sy_moe_ht_destroy: %d receive-arena frees still wait for their streams after %llu ms; the object's "
-        "bookkeeping is left allocated for them",
-        pending, (unsigned long long)comm->timeout_ms);
-    return SY_ERR_TIMEOUT;
+        "sy_moe_ht_destroy: %d receive-arena frees still wait for their streams (%s); the object's bookkeeping "
+        "is left allocated for them",
+        pending, healthy ? "the communicator's timeout passed" : "not waited for after an error");
+    return healthy ? SY_ERR_TIMEOUT : SY_SUCCESS;
   }
   pthread_cond_destroy(&moe->arena_cv);
   pthread_mutex_destroy(&moe->arena_mu);
@@ -333,11 +334,12 @@ static void arena_insert(struct sy_moe_ht *moe, int i, struct sy_moe_ht_arena_bl
   moe->arena_n++;
 }
 
-/* Block i may be taken by an allocation on `stream`: freed on that very stream (not the legacy default stream,
- * whose order with other streams the flags of those streams decide). */
+/* Block i may be taken by an allocation on `stream`: freed on that very stream (not the legacy default stream, whose
+ * order with other streams their flags decide, nor cudaStreamPerThread, one handle for every thread's own). */
 static int arena_reusable(const struct sy_moe_ht *moe, int i, cudaStream_t stream) {
   const struct sy_moe_ht_arena_block *b = &moe->arena_used[i];
-  return b->on_stream && b->stream == stream && stream != NULL && stream != cudaStreamLegacy;
+  return b->on_stream && b->stream == stream && stream != NULL && stream != cudaStreamLegacy &&
+         stream != cudaStreamPerThread;
 }
 
 /* Holding arena_mu: first fit for `bytes` on `stream` (blocks that stream may reuse count as free; those the new
