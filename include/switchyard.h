@@ -754,7 +754,9 @@ SY_API sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_conf
 /* Collective. Checks the configuration (naming the field) and reserves the workspace. A configuration whose
  * max_rows would exceed 2^31 - 1 is rejected. */
 SY_API sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config, sy_moe_ht_t *moe);
-/* Collective. Accepted after an error. */
+/* Collective. Accepted after an error. Waits (bounded by the communicator's timeout) for receive-arena frees whose
+ * streams have not reached them; where some still wait, it frees the rest, keeps the object's bookkeeping for their
+ * host functions and returns SY_ERR_TIMEOUT (SY_SUCCESS after an error, when it does not wait). */
 SY_API sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe);
 /* Local; answers after an error too. */
 SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
@@ -766,11 +768,12 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
  * tokens NULL), expert_stride >= 0 and L x expert_stride <= rows; the pool must be of the object's
  * communicator. Local. On failure nothing is allocated and *recv is left as it was.
  * pool NULL: the same sections from the object's receive arena (config.recv_arena_bytes; first fit), for use on
- * `stream` or work ordered after it. A block sy_moe_ht_recv_free gave back on a stream (cuda backend) serves that
- * stream's allocations at once and other streams' once that stream has reached the free; with no room otherwise,
- * the call waits on the host (bounded by the communicator's timeout: SY_ERR_TIMEOUT) for blocks given back on other
- * streams. No arena, or no room in it with nothing on a stream: SY_ERR_INVALID_ARG, or SY_ERR_NO_MEMORY naming the
- * sizes. Each rank carves its own: the ranks' recvs need not agree. */
+ * `stream` or work ordered after it. Memory sy_moe_ht_recv_free gave back on a stream (cuda backend) serves that
+ * stream's allocations at once (not the legacy default stream's or cudaStreamPerThread's: theirs wait like any
+ * other) and other streams' once that stream has reached the free; a recv that took such memory keeps owing that
+ * free, however it is freed itself. Where only such memory would fit, the call waits on the host for those streams
+ * (bounded by the communicator's timeout: SY_ERR_TIMEOUT naming the bytes). No arena: SY_ERR_INVALID_ARG; no room
+ * even then: SY_ERR_NO_MEMORY naming the sizes, at once. Each rank carves its own: the ranks' recvs need not agree. */
 SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
                                         sy_moe_ht_recv_t *recv, cudaStream_t stream);
 /* The bytes one recv of `rows` rows takes (rows -1: max_rows, the contiguous layout's worst case) from a pool or the

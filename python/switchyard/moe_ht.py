@@ -182,10 +182,12 @@ class MoEHT(CommObject):
         )
 
     def _raw_stream(self, stream: Any) -> int | None:
-        """The cudaStream_t of a torch.cuda.Stream or an int; None (NULL) for None or on the host backend."""
+        """The cudaStream_t of a torch.cuda.Stream or an int; None (NULL: at once) for None or on the host backend.
+        torch's default stream (0) is the legacy default stream: cudaStreamLegacy (1), so its order holds."""
         if stream is None or self.comm.backend != "cuda":
             return None
-        return stream if isinstance(stream, int) else stream.cuda_stream
+        raw = stream if isinstance(stream, int) else stream.cuda_stream
+        return 1 if raw == 0 else raw
 
     def _arena_recv(self, rows: int, expert_stride: int, like: Any, stream: Any = None) -> HTRecv:
         call = "MoEHT.alloc_recv"

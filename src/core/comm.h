@@ -7,9 +7,9 @@
 #define SY_CORE_COMM_H
 
 #include "core/log.h"
+#include "mem/arena.h"
 #include "switchyard.h"
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,22 +81,11 @@ struct sy_moe_ht {
   uint64_t layouts, dispatches; /* calls so far */
   void *backend_state;
   /* the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL): the cuda backend's part of
-   * the symmetric workspace, or (host backend) host memory of the object's own; its allocations by first fit,
-   * [arena_n] sorted by offset */
+   * the symmetric workspace, or (host backend) host memory of the object's own; its allocations by first fit, freed
+   * in stream order (mem/arena.h) */
   char *arena;
   int arena_own; /* arena is the object's malloc */
-  int arena_n, arena_cap;
-  struct sy_moe_ht_arena_block {
-    size_t at, bytes;
-    uint64_t id;         /* the block's name for the host function of its stream-ordered free */
-    cudaStream_t stream; /* on_stream: the stream its sy_moe_ht_recv_free was given */
-    int on_stream;       /* given back on `stream`, which has not reached that point: that stream's allocations
-                          * may take it, others wait for the host function that frees it */
-  } * arena_used;
-  uint64_t arena_ids;       /* ids given */
-  int arena_pending;        /* host functions enqueued by frees and not yet run */
-  pthread_mutex_t arena_mu; /* arena_used and the counts: the frees' host functions run on CUDA's thread */
-  pthread_cond_t arena_cv;  /* a block came free */
+  sy_arena_t book;
 };
 
 /* Where the cuda backend's high-throughput data kernels run a channel's two roles (SY_HT_ROLES resolved for this

@@ -13,7 +13,6 @@
 #include "ref/moe_ht_layout.h"
 #include "ref/moe_ht_ref.h"
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,8 +164,7 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
   return s;
 }
 
-static uint64_t arena_now_ms(void);
-static int arena_wait(struct sy_moe_ht *moe, uint64_t deadline_ms);
+static uint64_t arena_deadline_ns(const struct sy_moe_ht *moe);
 
 sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in, sy_moe_ht_t *moe_out) {
   static const char *fn = "sy_moe_ht_create";
@@ -184,13 +182,11 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->id = __atomic_add_fetch(&next_object_id, 1, __ATOMIC_RELAXED);
   moe->local_experts = config.num_experts / comm->world_size;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
-  pthread_mutex_init(&moe->arena_mu, NULL);
-  pthread_cond_init(&moe->arena_cv, NULL);
+  sy__arena_init(&moe->book, config.recv_arena_bytes);
   sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
   if (st != SY_SUCCESS) {
     if (moe->arena_own) free(moe->arena);
-    pthread_cond_destroy(&moe->arena_cv);
-    pthread_mutex_destroy(&moe->arena_mu);
+    sy__arena_fini(&moe->book);
     free(moe);
     return sy__comm_record(comm, st, fn);
   }
@@ -206,14 +202,17 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   const int healthy = sy__comm_health(comm) == SY_SUCCESS;
   /* the frees' host functions still to run (bounded; not after an error, when a failed device may never run
    * them): their streams' work on the arena ends before them */
-  const uint64_t deadline = arena_now_ms() + comm->timeout_ms;
-  pthread_mutex_lock(&moe->arena_mu);
-  while (healthy && moe->arena_pending > 0 && arena_wait(moe, deadline)) {
+  const uint64_t deadline = arena_deadline_ns(moe);
+  sy_arena_t *a = &moe->book;
+  sy__arena_lock(a);
+  while (healthy && a->pending > 0 && sy__arena_wait(a, deadline)) {
   }
-  const int pending = moe->arena_pending;
-  pthread_mutex_unlock(&moe->arena_mu);
-  if (comm->ops->moe_ht_destroy) comm->ops->moe_ht_destroy(comm, moe);
+  sy__arena_unlock(a);
+  if (comm->ops->moe_ht_destroy) comm->ops->moe_ht_destroy(comm, moe); /* cuda: synchronises the device too */
   if (moe->arena_own) free(moe->arena);
+  sy__arena_lock(a);
+  const int pending = a->pending;
+  sy__arena_unlock(a);
   if (pending > 0) { /* their host functions would find the object gone: it stays, the rest is freed */
     SY_WARN(
         "sy_moe_ht_destroy: %d receive-arena frees still wait for their streams (%s); the object's bookkeeping "
@@ -221,9 +220,7 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
         pending, healthy ? "the communicator's timeout passed" : "not waited for after an error");
     return healthy ? SY_ERR_TIMEOUT : SY_SUCCESS;
   }
-  pthread_cond_destroy(&moe->arena_cv);
-  pthread_mutex_destroy(&moe->arena_mu);
-  free(moe->arena_used);
+  sy__arena_fini(a);
   free(moe);
   return SY_SUCCESS;
 }
@@ -301,84 +298,19 @@ sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t *confi
 
 /* ---- receive buffers from the object's arena (config.recv_arena_bytes) ---------------------------------------- */
 
-/* The arena's allocations are blocks sorted by offset. A block freed on a stream (cuda backend, a stream that is not
- * capturing) stays listed, marked on_stream, until that stream reaches the free: a host function (arena_back) then
- * drops it. Until then only allocations on that same stream may take it — their work is ordered after the free —
- * and an allocation on another stream that finds no room waits (bounded) for such host functions. Every access to
- * the list holds arena_mu: the host functions run on CUDA's thread. */
+/* The arena's bookkeeping is mem/arena.c's (first fit, frees in stream order); here: which frees are in stream
+ * order (cuda backend, a stream that is neither NULL nor capturing), which streams' own frees their allocations may
+ * take at once (not the legacy default stream, not cudaStreamPerThread), and the host functions. */
 
-static uint64_t arena_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+/* The communicator's timeout, clamped so that a deadline in ns cannot wrap. */
+static uint64_t arena_deadline_ns(const struct sy_moe_ht *moe) {
+  const uint64_t most = (UINT64_MAX / 4) / 1000000ull, ms = moe->comm->timeout_ms < most ? moe->comm->timeout_ms : most;
+  return sy__arena_now_ns() + ms * 1000000ull;
 }
 
-static int arena_room(struct sy_moe_ht *moe, int more) {
-  if (moe->arena_n + more <= moe->arena_cap) return 1;
-  int cap = moe->arena_cap ? 2 * moe->arena_cap : 16;
-  while (cap < moe->arena_n + more) cap *= 2;
-  void *p = realloc(moe->arena_used, (size_t)cap * sizeof *moe->arena_used);
-  if (!p) return 0;
-  moe->arena_used = p, moe->arena_cap = cap;
-  return 1;
-}
-
-static void arena_remove(struct sy_moe_ht *moe, int i) {
-  memmove(moe->arena_used + i, moe->arena_used + i + 1, (size_t)(moe->arena_n - i - 1) * sizeof *moe->arena_used);
-  moe->arena_n--;
-}
-
-static void arena_insert(struct sy_moe_ht *moe, int i, struct sy_moe_ht_arena_block b) {
-  memmove(moe->arena_used + i + 1, moe->arena_used + i, (size_t)(moe->arena_n - i) * sizeof *moe->arena_used);
-  moe->arena_used[i] = b;
-  moe->arena_n++;
-}
-
-/* Block i may be taken by an allocation on `stream`: freed on that very stream (not the legacy default stream, whose
- * order with other streams their flags decide, nor cudaStreamPerThread, one handle for every thread's own). */
-static int arena_reusable(const struct sy_moe_ht *moe, int i, cudaStream_t stream) {
-  const struct sy_moe_ht_arena_block *b = &moe->arena_used[i];
-  return b->on_stream && b->stream == stream && stream != NULL && stream != cudaStreamLegacy &&
+static int arena_reuse_ok(const struct sy_moe_ht *moe, cudaStream_t stream) {
+  return moe->comm->backend == SY_BACKEND_CUDA && stream != NULL && stream != cudaStreamLegacy &&
          stream != cudaStreamPerThread;
-}
-
-/* Holding arena_mu: first fit for `bytes` on `stream` (blocks that stream may reuse count as free; those the new
- * block covers are dropped, and the part of one past its end stays listed, on the same stream under the same id).
- * *at the offset. 0 where nothing fits, -1 without host memory for the list. */
-static int arena_take(struct sy_moe_ht *moe, size_t bytes, cudaStream_t stream, size_t *at) {
-  if (!arena_room(moe, 2)) return -1;
-  size_t from = 0;
-  int first = 0, i = 0; /* the gap [from, end) holds the reusable blocks [first, i) */
-  for (; i <= moe->arena_n; i++) {
-    if (i < moe->arena_n && arena_reusable(moe, i, stream)) continue;
-    const size_t end = i < moe->arena_n ? moe->arena_used[i].at : moe->config.recv_arena_bytes;
-    if (end >= from && end - from >= bytes) break;
-    if (i < moe->arena_n) from = align256(moe->arena_used[i].at + moe->arena_used[i].bytes), first = i + 1;
-  }
-  if (i > moe->arena_n) return 0;
-  struct sy_moe_ht_arena_block rest = {0, 0, 0, NULL, 0};
-  int keep_rest = 0;
-  while (first < moe->arena_n && arena_reusable(moe, first, stream) && moe->arena_used[first].at < from + bytes) {
-    const struct sy_moe_ht_arena_block *c = &moe->arena_used[first];
-    const size_t tail = align256(from + bytes), c_end = c->at + c->bytes;
-    if (c_end > tail) rest = *c, rest.at = tail, rest.bytes = c_end - tail, keep_rest = 1;
-    arena_remove(moe, first);
-  }
-  const struct sy_moe_ht_arena_block nb = {from, bytes, ++moe->arena_ids, NULL, 0};
-  arena_insert(moe, first, nb);
-  if (keep_rest) arena_insert(moe, first + 1, rest);
-  *at = from;
-  return 1;
-}
-
-/* Holding arena_mu: the live block at p's offset, or -1. */
-static int arena_find(const struct sy_moe_ht *moe, const void *p) {
-  if (!moe->arena || (const char *)p < moe->arena || (const char *)p >= moe->arena + moe->config.recv_arena_bytes)
-    return -1;
-  const size_t at = (size_t)((const char *)p - moe->arena);
-  for (int i = 0; i < moe->arena_n; i++)
-    if (moe->arena_used[i].at == at && !moe->arena_used[i].on_stream) return i;
-  return -1;
 }
 
 typedef struct arena_cb {
@@ -386,40 +318,14 @@ typedef struct arena_cb {
   uint64_t id;
 } arena_cb_t;
 
-/* Run by the stream when it reaches a free: drops the block (if an allocation on that stream has not taken it). */
+/* Run by the stream when it reaches a free (CUDA's thread: a lock, no CUDA call). */
 static void arena_back(void *arg) {
   arena_cb_t *cb = (arena_cb_t *)arg;
-  struct sy_moe_ht *moe = cb->moe;
-  pthread_mutex_lock(&moe->arena_mu);
-  for (int i = 0; i < moe->arena_n; i++)
-    if (moe->arena_used[i].id == cb->id && moe->arena_used[i].on_stream) {
-      arena_remove(moe, i);
-      break;
-    }
-  moe->arena_pending--;
-  pthread_cond_broadcast(&moe->arena_cv);
-  pthread_mutex_unlock(&moe->arena_mu);
+  sy_arena_t *a = &cb->moe->book;
+  sy__arena_lock(a);
+  sy__arena_reached(a, cb->id);
+  sy__arena_unlock(a);
   free(cb);
-}
-
-/* Holding arena_mu: blocks given back on streams other than `stream`, not yet reached. */
-static int arena_elsewhere(const struct sy_moe_ht *moe, cudaStream_t stream) {
-  int n = 0;
-  for (int i = 0; i < moe->arena_n; i++) n += moe->arena_used[i].on_stream && !arena_reusable(moe, i, stream);
-  return n;
-}
-
-/* Holding arena_mu: waits (bounded by deadline_ms) for a host function; 0 when the deadline passed. */
-static int arena_wait(struct sy_moe_ht *moe, uint64_t deadline_ms) {
-  const uint64_t now = arena_now_ms();
-  if (now >= deadline_ms) return 0;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  const uint64_t ns = (uint64_t)ts.tv_nsec + (deadline_ms - now) % 1000u * 1000000u;
-  ts.tv_sec += (time_t)((deadline_ms - now) / 1000u + ns / 1000000000u);
-  ts.tv_nsec = (long)(ns % 1000000000u);
-  pthread_cond_timedwait(&moe->arena_cv, &moe->arena_mu, &ts);
-  return 1;
 }
 
 int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes) {
@@ -448,39 +354,37 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
   void *base = NULL;
   if (!pool) {
     size_t at = 0;
-    const uint64_t deadline = arena_now_ms() + moe->comm->timeout_ms;
-    pthread_mutex_lock(&moe->arena_mu);
-    int took, elsewhere = 0;
-    /* no gap: blocks other streams gave back come free when those streams reach their frees */
-    while ((took = arena_take(moe, total, stream, &at)) == 0 && (elsewhere = arena_elsewhere(moe, stream)) > 0 &&
-           arena_wait(moe, deadline)) {
+    uint64_t id = 0;
+    const uint64_t deadline = arena_deadline_ns(moe);
+    const int reuse = arena_reuse_ok(moe, stream);
+    sy_arena_t *a = &moe->book;
+    sy__arena_lock(a);
+    int took;
+    /* nothing fits until frees on streams are reached: wait for their host functions (bounded) */
+    while ((took = sy__arena_take(a, total, stream, reuse, &at, &id)) == 0 && sy__arena_wait(a, deadline)) {
     }
-    size_t used = 0, pending = 0;
-    int live_pending = 0;
-    for (int i = 0; i < moe->arena_n; i++) {
-      if (moe->arena_used[i].on_stream) pending += moe->arena_used[i].bytes, live_pending++;
-      else used += moe->arena_used[i].bytes;
-    }
-    const int n = moe->arena_n;
-    pthread_mutex_unlock(&moe->arena_mu);
-    if (took < 0) {
+    size_t live = 0, on_streams = 0;
+    int blocks = 0;
+    sy__arena_usage(a, &live, &on_streams, &blocks);
+    sy__arena_unlock(a);
+    if (took == -1) {
       SY_WARN("%s: no host memory to list the receive arena's allocations", fn);
       return SY_ERR_NO_MEMORY;
     }
-    if (!took && elsewhere) {
+    if (took == 0) {
       SY_WARN(
-          "%s: %d rows need %zu bytes of the receive arena; %zu bytes given back on other streams did not come "
-          "back within %llu ms (those streams have not reached their sy_moe_ht_recv_free)",
-          fn, rows, total, pending, (unsigned long long)moe->comm->timeout_ms);
+          "%s: %d rows need %zu bytes of the receive arena; %zu bytes freed on streams did not come back within "
+          "%llu ms (those streams have not reached their sy_moe_ht_recv_free)",
+          fn, rows, total, on_streams, (unsigned long long)moe->comm->timeout_ms);
       return SY_ERR_TIMEOUT;
     }
-    if (!took) {
+    if (took == -2) {
       char more[96] = "";
-      if (pending) snprintf(more, sizeof more, "; %zu more given back on streams not there yet", pending);
+      if (on_streams) snprintf(more, sizeof more, "; %zu more freed on streams not there yet", on_streams);
       SY_WARN(
           "%s: %d rows need %zu bytes of the receive arena, which has no such gap (%zu of %zu bytes in use by %d "
           "recvs%s)",
-          fn, rows, total, used, moe->config.recv_arena_bytes, n - live_pending, more);
+          fn, rows, total, live, moe->config.recv_arena_bytes, blocks, more);
       return SY_ERR_NO_MEMORY;
     }
     (void)recv_sections(moe, rows, expert_stride, moe->arena + at, recv);
@@ -492,7 +396,7 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
 }
 
 /* The live block `id` given back: in the order of `stream` (cuda backend, a stream neither NULL nor capturing: a host
- * function drops it when the stream gets there), else at once. */
+ * function tells the arena when the stream gets there), else at once. */
 static sy_status_t arena_free(struct sy_moe_ht *moe, uint64_t id, cudaStream_t stream, const char *fn) {
   int ordered = moe->comm->backend == SY_BACKEND_CUDA && stream != NULL;
   if (ordered) {
@@ -505,33 +409,27 @@ static sy_status_t arena_free(struct sy_moe_ht *moe, uint64_t id, cudaStream_t s
     SY_WARN("%s: no host memory for the free's host function", fn);
     return SY_ERR_NO_MEMORY;
   }
-  pthread_mutex_lock(&moe->arena_mu);
+  sy_arena_t *a = &moe->book;
+  sy__arena_lock(a);
   int i = 0;
-  while (i < moe->arena_n && moe->arena_used[i].id != id) i++;
-  if (i == moe->arena_n) { /* checked live by the caller, under the same lock before: not reached */
-    pthread_mutex_unlock(&moe->arena_mu);
+  while (i < a->n && !(a->blocks[i].id == id && !a->blocks[i].on_stream)) i++;
+  if (i == a->n) { /* found live by the caller under the lock a moment ago: not reached */
+    sy__arena_unlock(a);
     free(cb);
     return SY_ERR_INTERNAL;
   }
-  if (ordered) {
-    moe->arena_used[i].on_stream = 1, moe->arena_used[i].stream = stream;
-    moe->arena_pending++;
-  } else {
-    arena_remove(moe, i);
-    pthread_cond_broadcast(&moe->arena_cv);
-  }
-  pthread_mutex_unlock(&moe->arena_mu);
+  uint64_t old = 0, fid = 0;
+  if (ordered) fid = sy__arena_free_on(a, i, stream, &old);
+  else sy__arena_free_now(a, i);
+  sy__arena_unlock(a);
   if (!ordered) return SY_SUCCESS;
-  cb->moe = moe, cb->id = id;
+  cb->moe = moe, cb->id = fid;
   const sy_status_t st = sy__cuda_host_func(stream, arena_back, cb, fn);
-  if (st != SY_SUCCESS) { /* nothing enqueued: still the caller's */
-    pthread_mutex_lock(&moe->arena_mu);
-    for (i = 0; i < moe->arena_n; i++)
-      if (moe->arena_used[i].id == id) moe->arena_used[i].on_stream = 0;
-    moe->arena_pending--;
-    pthread_mutex_unlock(&moe->arena_mu);
-    free(cb);
-  }
+  sy__arena_lock(a);
+  if (st == SY_SUCCESS) sy__arena_enqueued(a, fid, stream);
+  else sy__arena_unfree(a, fid, old); /* nothing enqueued: still the caller's */
+  sy__arena_unlock(a);
+  if (st != SY_SUCCESS) free(cb);
   return st;
 }
 
@@ -542,13 +440,15 @@ sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_
                "pool is NULL and the object has no receive arena (config.recv_arena_bytes=0)");
   SY_ARG_CHECK(recv != NULL, fn, "recv is NULL");
   SY_ARG_CHECK(recv->expert_offsets != NULL, fn, "recv->expert_offsets is NULL (not filled by sy_moe_ht_recv_alloc)");
-  if (!pool) pthread_mutex_lock(&moe->arena_mu);
-  const int slot = pool ? -1 : arena_find(moe, recv->expert_offsets);
+  const char *p = (const char *)recv->expert_offsets;
+  const int in = !pool && moe->arena && p >= moe->arena && p < moe->arena + moe->config.recv_arena_bytes;
+  if (!pool) sy__arena_lock(&moe->book);
+  const int slot = in ? sy__arena_find(&moe->book, (size_t)(p - moe->arena)) : -1;
   const size_t live = pool        ? sy__pool_live_bytes(pool, recv->expert_offsets)
-                      : slot >= 0 ? moe->arena_used[slot].bytes
+                      : slot >= 0 ? moe->book.blocks[slot].bytes
                                   : 0;
-  const uint64_t id = slot >= 0 ? moe->arena_used[slot].id : 0;
-  if (!pool) pthread_mutex_unlock(&moe->arena_mu);
+  const uint64_t id = slot >= 0 ? moe->book.blocks[slot].id : 0;
+  if (!pool) sy__arena_unlock(&moe->book);
   SY_ARG_CHECK(live != 0, fn,
                "recv->expert_offsets=%p is not a live allocation of this %s (never given out, or freed already)",
                (void *)recv->expert_offsets, pool ? "pool" : "object's receive arena");

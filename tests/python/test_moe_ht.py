@@ -137,15 +137,18 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
         dot = ref.ht_dot(gt, ref.bf16_value(y_mine[row]))
         assert got_gw[row].view(np.uint32) == dot.view(np.uint32), (row, got_gw[row], dot)
     if c.arena:
-        side = None  # cuda: a stream of torch's, the frees and allocations in its order
+        side, first = None, None  # cuda: a stream of torch's, busy, the free and the allocation in its order
         if comm.backend == "cuda":
             import torch
 
-            side = torch.cuda.Stream()
+            side, first = torch.cuda.Stream(), recv.tokens.data_ptr()
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(50_000_000)  # the stream has not reached the free when the allocation comes
         moe.free_recv(recv, stream=side)
         again = moe.alloc_recv(layout, expert_stride=c.stride, arena=True, stream=side)  # that stream takes it at once
-        assert again.rows == recv.rows
-        moe.free_recv(again)
+        if first is not None:
+            assert again.tokens.data_ptr() == first
+        moe.free_recv(again, stream=side)
         with pytest.raises(sy.InvalidArgError, match=r"recv: an HTRecv of alloc_recv\(arena=True\) is required"):
             moe.free_recv(moe.alloc_recv(layout, rows=1))
     moe.close()
