@@ -184,6 +184,8 @@ class MoEHT(CommObject):
     def _raw_stream(self, stream: Any) -> int | None:
         """The cudaStream_t of a torch.cuda.Stream or an int; None (NULL: at once) for None or on the host backend.
         torch's default stream (0) is the legacy default stream: cudaStreamLegacy (1), so its order holds."""
+        if stream is not None and not isinstance(stream, int) and not hasattr(stream, "cuda_stream"):
+            raise invalid("stream", f"{stream!r}, want a torch.cuda.Stream, a cudaStream_t as an int, or None", "MoEHT")
         if stream is None or self.comm.backend != "cuda":
             return None
         raw = stream if isinstance(stream, int) else stream.cuda_stream

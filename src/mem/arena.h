@@ -40,8 +40,8 @@ typedef struct sy_arena {
   size_t bytes;
   int n, cap;
   sy_arena_block_t *blocks;
-  uint64_t ids;    /* ids given */
-  int pending;     /* host functions enqueued and not yet reached */
+  uint64_t ids; /* ids given */
+  int pending;  /* host functions enqueued and not yet reached */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a free was reached (CLOCK_MONOTONIC) */
 } sy_arena_t;

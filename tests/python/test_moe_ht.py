@@ -149,6 +149,8 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
         if first is not None:
             assert again.tokens.data_ptr() == first
         moe.free_recv(again, stream=side)
+        with pytest.raises(sy.InvalidArgError, match=r"stream: 'now', want a torch.cuda.Stream"):
+            moe.free_recv(again, stream="now")
         with pytest.raises(sy.InvalidArgError, match=r"recv: an HTRecv of alloc_recv\(arena=True\) is required"):
             moe.free_recv(moe.alloc_recv(layout, rows=1))
     moe.close()

@@ -11,11 +11,11 @@
 #include "check.h"
 #include "mem/arena.h"
 
-#define NS       3 /* streams */
-#define MAXQ     4096
-#define MAXLIVE  64
-#define MAXHAZ   8192
-#define ARENA    (64 * 1024)
+#define NS      3 /* streams */
+#define MAXQ    4096
+#define MAXLIVE 64
+#define MAXHAZ  8192
+#define ARENA   (64 * 1024)
 
 static char stream_key[NS];
 
