@@ -503,6 +503,12 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     uint64_t pt = probe_now(P);
     const uint64_t own0 = probe_get<RM>(P, PR_OWN);
     plan_batch<RM>(P, t0, nb, base, B, touched, ntouched);
+    if (P.probe) { /* the planning apart from the wait (a barrier of its own only when probing) */
+      role_sync<RM>(P);
+      const uint64_t now = probe_now(P);
+      probe_add<RM>(P, PR_PLAN, now - pt);
+      pt = now;
+    }
     for (;;) { /* while a ring it needs is full, own rows from the queue */
       role_sync<RM>(P);
       if (role_warp<RM>(P) == 0) {

@@ -201,6 +201,7 @@ enum {
   PR_ROUNDS,
   PR_ITEMS, /* messages or tokens moved */
   PR_SYNC,  /* ns in fences, tail and head stores */
+  PR_PLAN,  /* ns the dispatch's senders plan their batches (ring indices, destinations: dispatch.cu, plan_batch) */
   /* with SY_HT_PROBE_BINS = B > 0 (build time): own, wait and work again, each in B bins by when the time ended (bin
    * i: [i, i + 1) x 2^SY_HT_PROBE_BIN_SHIFT ns after the role's start, the last bin open-ended), to see whether the
    * two roles wait at the same time or in turns (bench/NOTES.md, run 42) */

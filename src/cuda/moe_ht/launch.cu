@@ -85,7 +85,7 @@ static void probe_write(const ht_gpu *g, int rank) {
     free(h);
     return;
   }
-  fprintf(f, "# rank kernel block role start_us end_us own_us wait_us work_us rounds items sync_us\n");
+  fprintf(f, "# rank kernel block role start_us end_us own_us wait_us work_us rounds items sync_us plan_us\n");
   if (SY_HT_PROBE_BINS) /* then after each block's line its own, wait and work in bins (ht.cuh) */
     fprintf(f, "#bins rank kernel block role own[%d] wait[%d] work[%d] (us; bins of %.1f us)\n", SY_HT_PROBE_BINS,
             SY_HT_PROBE_BINS, SY_HT_PROBE_BINS, (double)(1ull << SY_HT_PROBE_BIN_SHIFT) / 1e3);
@@ -98,10 +98,10 @@ static void probe_write(const ht_gpu *g, int rank) {
     for (size_t b = 0; b < 2 * C; b++) {
       const uint64_t *v = r + b * HT_PROBE_SLOTS;
       if (!v[PR_START]) continue;
-      fprintf(f, "%d %s %zu %s %.2f %.2f %.2f %.2f %.2f %llu %llu %.2f\n", rank, probe_kernel[k], b,
+      fprintf(f, "%d %s %zu %s %.2f %.2f %.2f %.2f %.2f %llu %llu %.2f %.2f\n", rank, probe_kernel[k], b,
               b < C ? "send" : "recv", (v[PR_START] - t0) / 1e3, (v[PR_END] - t0) / 1e3, v[PR_OWN] / 1e3,
               v[PR_WAIT] / 1e3, v[PR_WORK] / 1e3, (unsigned long long)v[PR_ROUNDS], (unsigned long long)v[PR_ITEMS],
-              v[PR_SYNC] / 1e3);
+              v[PR_SYNC] / 1e3, v[PR_PLAN] / 1e3);
       if (!SY_HT_PROBE_BINS) continue;
       fprintf(f, "#bins %d %s %zu %s", rank, probe_kernel[k], b, b < C ? "send" : "recv");
       for (int i = 0; i < 3 * SY_HT_PROBE_BINS; i++) fprintf(f, " %.2f", v[PR_BINS + i] / 1e3);
