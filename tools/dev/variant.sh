@@ -88,3 +88,12 @@ dev_start() {
   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   [ "$n" -gt 4 ] && n=4
 }
+#   gpu_check_only REGEX TIMEOUT  tools/gpu-check.sh at $n GPUs, only its steps matching REGEX, no sanitizers, within
+#                        TIMEOUT s: its summary appended to $s under "== gpu-check REGEX", its logs to $OUT/logs.tar.gz.
+gpu_check_only() {
+  GPU_CHECK_ONLY="$1" GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=150 timeout "$2" tools/gpu-check.sh /tmp/g "$n" \
+    >/tmp/gc.txt 2>&1
+  echo "== gpu-check $1 at $n rc=$?" >>"$s"
+  cat /tmp/g/summary.txt >>"$s" 2>/dev/null
+  tar czf "$OUT/logs.tar.gz" -C /tmp/g logs 2>/dev/null
+}

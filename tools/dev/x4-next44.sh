@@ -6,13 +6,9 @@
 # the dispatch's probe at world n with the planning in a slot of its own (PR_PLAN: the senders' 72 us of "wait" in
 # run 43's probe — ring waits, or the planning still?), BF16 and FP8, 4,096 tokens, arena, 16 SMs.
 # $OUT/summary.txt, the gpu-check summary and failing logs.
-. tools/dev/variant.sh # dev_start, probe_tree
+. tools/dev/variant.sh # dev_start, gpu_check_only, probe_tree
 dev_start summary.txt
-GPU_CHECK_ONLY='pool|moe_ht|example|python' GPU_CHECK_SANITIZE="" GPU_CHECK_TIMEOUT=150 timeout 420 \
-  tools/gpu-check.sh /tmp/g $n >/tmp/gc.txt 2>&1
-echo "== gpu-check pool|moe_ht|example|python at $n rc=$?" >>$s
-cat /tmp/g/summary.txt >>$s 2>/dev/null
-tar czf $OUT/logs.tar.gz -C /tmp/g logs 2>/dev/null
+gpu_check_only 'pool|moe_ht|example|python' 420
 if [ "$n" -ge 2 ]; then
   export SY_HEAP_SIZE=6G
   for w in bf16 fp8; do
