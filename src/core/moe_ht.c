@@ -419,7 +419,7 @@ static sy_status_t arena_free(struct sy_moe_ht *moe, uint64_t id, cudaStream_t s
     return SY_ERR_INTERNAL;
   }
   uint64_t old = 0, fid = 0;
-  if (ordered) fid = sy__arena_free_on(a, i, stream, &old);
+  if (ordered) fid = sy__arena_free_on(a, i, &old);
   else sy__arena_free_now(a, i);
   sy__arena_unlock(a);
   if (!ordered) return SY_SUCCESS;

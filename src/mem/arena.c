@@ -127,8 +127,7 @@ static void settle(sy_arena_t *a, int i) {
 
 void sy__arena_free_now(sy_arena_t *a, int i) { settle(a, i); }
 
-uint64_t sy__arena_free_on(sy_arena_t *a, int i, const void *stream, uint64_t *old) {
-  (void)stream;
+uint64_t sy__arena_free_on(sy_arena_t *a, int i, uint64_t *old) {
   sy_arena_block_t *b = &a->blocks[i];
   *old = b->id;
   b->id = ++a->ids, b->on_stream = 1, b->stream = NULL; /* nobody's until its host function is in the stream */

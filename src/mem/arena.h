@@ -59,10 +59,10 @@ int sy__arena_take(sy_arena_t *a, size_t bytes, const void *stream, int reuse_ok
 int sy__arena_find(const sy_arena_t *a, size_t at);
 /* Locked. Live block i given back at once (what it owes a stream still holds it). */
 void sy__arena_free_now(sy_arena_t *a, int i);
-/* Locked. Live block i given back on `stream`: on stream under a new id (returned), which the caller's host
+/* Locked. Live block i given back on a stream: on stream under a new id (returned), which the caller's host
  * function passes to sy__arena_reached; nobody's stream until sy__arena_enqueued (the host function is in the
- * stream), or sy__arena_unfree(id, old) if it could not be enqueued. */
-uint64_t sy__arena_free_on(sy_arena_t *a, int i, const void *stream, uint64_t *old);
+ * stream, which it names), or sy__arena_unfree(id, old) if it could not be enqueued. */
+uint64_t sy__arena_free_on(sy_arena_t *a, int i, uint64_t *old);
 void sy__arena_enqueued(sy_arena_t *a, uint64_t id, const void *stream);
 void sy__arena_unfree(sy_arena_t *a, uint64_t id, uint64_t old);
 /* Locked. The free `id` was reached (its host function ran). */

@@ -83,7 +83,7 @@ static void free_on(sy_arena_t *a, int k, int s, int early) {
   CHECK(i >= 0);
   if (i < 0) return;
   uint64_t old = 0;
-  const uint64_t id = sy__arena_free_on(a, i, &stream_key[s], &old);
+  const uint64_t id = sy__arena_free_on(a, i, &old);
   CHECK(nhaz < MAXHAZ);
   haz[nhaz++] = (hazard_t){live[k].at, live[k].bytes, s, id, early};
   if (early) {
@@ -102,7 +102,7 @@ static void free_fails(sy_arena_t *a, int k, int s) {
   CHECK(i >= 0);
   if (i < 0) return;
   uint64_t old = 0;
-  const uint64_t id = sy__arena_free_on(a, i, &stream_key[s], &old);
+  const uint64_t id = sy__arena_free_on(a, i, &old);
   sy__arena_unfree(a, id, old);
   CHECK(sy__arena_find(a, live[k].at) == i);
 }
