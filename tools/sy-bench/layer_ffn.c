@@ -218,29 +218,39 @@ void layer_teardown_common(layer_bench_t *b) {
 
 /* ---- the check ---------------------------------------------------------------------------------------------- */
 
-/* The forward's mid for token t (every expert's is the same): bf16(relu(x W1)), in double. */
-static void ref_mid(const layer_bench_t *b, int t, float *mid) {
+/* The forward's mid for token t (every expert's is the same): bf16(relu(x W1)), in double; amb[j] is set where
+ * x W1's element j lies so near 0 (|s| <= 2^-16 of the sum of its terms' magnitudes) that the GPU's fp32 sum may
+ * land on the other side of the ReLU: its mask there is not the reference's to decide (run 44: one such element,
+ * |s| 5e-6 of the elements' rms, put 83 of a token's 7,168 gradient elements past the tolerance at 16,384 tokens). */
+static void ref_mid(const layer_bench_t *b, int t, float *mid, unsigned char *amb) {
   const uint16_t *x = b->x_h + (size_t)t * b->H;
   for (int j = 0; j < b->F; j++) {
-    double s = 0;
-    for (int i = 0; i < b->H; i++)
-      s += (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+    double s = 0, mag = 0;
+    for (int i = 0; i < b->H; i++) {
+      const double term = (double)sy__bf16_to_float(x[i]) * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+      s += term;
+      mag += fabs(term);
+    }
     mid[j] = sy__bf16_to_float(sy__float_to_bf16(s < 0 ? 0.0f : (float)s));
+    amb[j] = fabs(s) <= ldexp(mag, -16);
   }
 }
 
 /* The layer for token t on the host. Forward: sum_k w_k y, y = bf16(mid W2). Backward (the gradient of the
- * tokens): sum_k bf16(dmid_k W1^T), dmid_k = bf16(dy_k W2^T) where mid > 0, dy_k = bf16(w_k dout). In double;
- * scratch: F + H floats in tmp. */
-static void reference(const layer_bench_t *b, int t, int backward, double *out, float *tmp) {
+ * tokens): sum_k bf16(dmid_k W1^T), dmid_k = bf16(dy_k W2^T) where mid > 0, dy_k = bf16(w_k dout); and slack[h], the
+ * most a different ReLU decision at ref_mid's ambiguous elements could move element h (sum over k and those j of
+ * |dmid_kj W1[h][j]|; 0 in the forward, where such an element is ~0 either way). In double; scratch: F + H floats
+ * and F bytes in tmp. */
+static void reference(const layer_bench_t *b, int t, int backward, double *out, double *slack, float *tmp) {
   const int32_t *ids = b->ids_h + (size_t)t * b->K;
   const float *w = b->weights_h + (size_t)t * b->K;
   float *mid = tmp, *v = tmp + b->F;
-  for (int h = 0; h < b->H; h++) out[h] = 0;
+  unsigned char *amb = (unsigned char *)(v + b->H);
+  for (int h = 0; h < b->H; h++) out[h] = 0, slack[h] = 0;
   int any = 0;
   for (int k = 0; k < b->K; k++) any |= ids[k] >= 0;
   if (!any) return;
-  ref_mid(b, t, mid);
+  ref_mid(b, t, mid, amb);
   if (!backward) {
     for (int h = 0; h < b->H; h++) {
       double s = 0;
@@ -261,11 +271,15 @@ static void reference(const layer_bench_t *b, int t, int backward, double *out, 
     for (int j = 0; j < b->F; j++) {
       double s = 0;
       for (int h = 0; h < b->H; h++) s += (double)v[h] * sy__bf16_to_float(b->w2_h[(size_t)j * b->H + h]);
-      dmid[j] = mid[j] > 0 ? sy__bf16_to_float(sy__float_to_bf16((float)s)) : 0.0f;
+      dmid[j] = sy__bf16_to_float(sy__float_to_bf16((float)s));
     }
     for (int i = 0; i < b->H; i++) {
       double s = 0;
-      for (int j = 0; j < b->F; j++) s += (double)dmid[j] * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+      for (int j = 0; j < b->F; j++) {
+        const double term = (double)dmid[j] * sy__bf16_to_float(b->w1_h[(size_t)i * b->F + j]);
+        if (amb[j]) slack[i] += fabs(term);
+        if (mid[j] > 0) s += term;
+      }
       out[i] += sy__bf16_to_float(sy__float_to_bf16((float)s));
     }
   }
@@ -274,9 +288,9 @@ static void reference(const layer_bench_t *b, int t, int backward, double *out, 
 
 long long layer_check(layer_bench_t *b, int samples, int backward) {
   uint16_t *got = malloc((size_t)b->H * 2);
-  double *want = malloc((size_t)b->H * sizeof *want);
-  float *tmp = malloc(((size_t)b->F + b->H) * 4);
-  long long wrong = got && want && tmp ? 0 : -1;
+  double *want = malloc((size_t)b->H * sizeof *want), *slack = malloc((size_t)b->H * sizeof *slack);
+  float *tmp = malloc(((size_t)b->F + b->H) * 4 + (size_t)b->F);
+  long long wrong = got && want && slack && tmp ? 0 : -1;
   if (b->gpu && cudaStreamSynchronize(b->ctx->stream) != cudaSuccess) wrong = -1;
   const uint16_t *result = backward ? b->dx : b->out;
   for (int i = 0; i < samples && wrong >= 0; i++) {
@@ -285,13 +299,13 @@ long long layer_check(layer_bench_t *b, int samples, int backward) {
       wrong = -1;
       break;
     }
-    reference(b, t, backward, want, tmp);
+    reference(b, t, backward, want, slack, tmp);
     double mean = 0;
     for (int h = 0; h < b->H; h++) mean += fabs(want[h]) / b->H;
     for (int h = 0; h < b->H; h++)
-      wrong += fabs(sy__bf16_to_float(got[h]) - want[h]) > LAYER_TOL * (fabs(want[h]) + mean);
+      wrong += fabs(sy__bf16_to_float(got[h]) - want[h]) > LAYER_TOL * (fabs(want[h]) + mean) + slack[h];
   }
-  free(got), free(want), free(tmp);
+  free(got), free(want), free(slack), free(tmp);
   return wrong;
 }
 
