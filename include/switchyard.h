@@ -31,7 +31,8 @@
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.
  * - After a recorded error the communicator does no more work: every call that would move data, wait, allocate,
  *   build or enqueue anything returns the recorded error. What still answers: the destroy calls
- *   (sy_comm_destroy, sy_attn_destroy, sy_attn_plan_destroy, sy_moe_destroy, sy_moe_ht_destroy),
+ *   (sy_comm_destroy, sy_attn_destroy, sy_attn_plan_destroy, sy_moe_destroy, sy_moe_ht_destroy), the frees
+ *   (sy_pool_free, sy_moe_ht_recv_free: memory can always be given back),
  *   sy_comm_async_error, and the queries that only read facts fixed when the communicator or the object was
  *   made, so that a caller can still say who failed: sy_comm_rank, sy_comm_size, sy_comm_backend, sy_comm_device,
  *   sy_attn_workspace_size, sy_moe_workspace_size, sy_moe_recv_sizes, sy_moe_ht_workspace_size, sy_moe_ht_sizes,
@@ -756,7 +757,8 @@ SY_API sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_conf
 SY_API sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config, sy_moe_ht_t *moe);
 /* Collective. Accepted after an error. Waits (bounded by the communicator's timeout) for receive-arena frees whose
  * streams have not reached them; where some still wait, it frees the rest, keeps the object's bookkeeping for their
- * host functions and returns SY_ERR_TIMEOUT (SY_SUCCESS after an error, when it does not wait). */
+ * host functions and returns SY_ERR_TIMEOUT (SY_SUCCESS after an error, when it does not wait; a local wait, so the
+ * communicator does not record that timeout). The object is gone whatever it returns: do not destroy it again. */
 SY_API sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe);
 /* Local; answers after an error too. */
 SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
@@ -770,10 +772,12 @@ SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
  * pool NULL: the same sections from the object's receive arena (config.recv_arena_bytes; first fit), for use on
  * `stream` or work ordered after it. Memory sy_moe_ht_recv_free gave back on a stream (cuda backend) serves that
  * stream's allocations at once (not the legacy default stream's or cudaStreamPerThread's: theirs wait like any
- * other) and other streams' once that stream has reached the free; a recv that took such memory keeps owing that
- * free, however it is freed itself. Where only such memory would fit, the call waits on the host for those streams
- * (bounded by the communicator's timeout: SY_ERR_TIMEOUT naming the bytes). No arena: SY_ERR_INVALID_ARG; no room
- * even then: SY_ERR_NO_MEMORY naming the sizes, at once. Each rank carves its own: the ranks' recvs need not agree. */
+ * other, nor a stream capturing a graph's, whose work may run on any stream) and other streams' once that stream has
+ * reached the free; a recv that took such memory keeps owing that free, however it is freed itself. Where only such
+ * memory would fit, the call waits on the host for those streams (bounded by the communicator's timeout:
+ * SY_ERR_TIMEOUT naming the bytes; a local wait, which the communicator does not record). No arena:
+ * SY_ERR_INVALID_ARG; no room even then: SY_ERR_NO_MEMORY naming the sizes, at once. Each rank carves its own: the
+ * ranks' recvs need not agree. */
 SY_API sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride,
                                         sy_moe_ht_recv_t *recv, cudaStream_t stream);
 /* The bytes one recv of `rows` rows takes (rows -1: max_rows, the contiguous layout's worst case) from a pool or the
@@ -786,7 +790,8 @@ SY_API sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t
  * (a host function; sy_moe_ht_destroy waits for those still to run, bounded). A recv it did
  * not fill for this object, or one changed since (its rows or a section), is SY_ERR_INVALID_ARG, nothing freed.
  * Free each recv once: a copy of one already freed may name a newer allocation the pool put at the same address,
- * which this call cannot tell apart. */
+ * which this call cannot tell apart (two threads freeing the same recv at once: one of them gets
+ * SY_ERR_INVALID_ARG). Accepted after an error, as sy_pool_free is: memory can always be given back. */
 SY_API sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_t *recv, cudaStream_t stream);
 
 /* The layout of one step. expert_ids: [num_tokens][top_k] of id_type on the device (-1 = none; an id at most

@@ -156,7 +156,8 @@ class MoEHT(CommObject):
         arena: from the object's receive arena instead (sy_moe_ht_recv_alloc with pool NULL; the arrays view the
         arena's memory, which free_recv gives back and close frees: use none of them after either); `stream` (a
         torch.cuda.Stream or a cudaStream_t as an int) the stream it is for: blocks free_recv gave back on that
-        stream serve it at once, those of other streams once they have reached their frees."""
+        stream serve it at once (not while the stream captures a graph, whose replays may run on any stream), those
+        of other streams once they have reached their frees."""
         L, H = self.local_experts, self.hidden
         if rows is None:
             if expert_stride:

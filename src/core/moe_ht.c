@@ -300,7 +300,8 @@ sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t *confi
 
 /* The arena's bookkeeping is mem/arena.c's (first fit, frees in stream order); here: which frees are in stream
  * order (cuda backend, a stream that is neither NULL nor capturing), which streams' own frees their allocations may
- * take at once (not the legacy default stream, not cudaStreamPerThread), and the host functions. */
+ * take at once (not the legacy default stream, not cudaStreamPerThread, not a stream capturing a graph), and the
+ * host functions. */
 
 /* The communicator's timeout, clamped so that a deadline in ns cannot wrap. */
 static uint64_t arena_deadline_ns(const struct sy_moe_ht *moe) {
@@ -356,7 +357,12 @@ sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int 
     size_t at = 0;
     uint64_t id = 0;
     const uint64_t deadline = arena_deadline_ns(moe);
-    const int reuse = arena_reuse_ok(moe, stream);
+    int reuse = arena_reuse_ok(moe, stream);
+    if (reuse) { /* a capture's work runs when its graph is launched, on any stream: it takes only reached frees */
+      int capturing = 0;
+      SY_CHECK(sy__cuda_stream_capturing(stream, &capturing));
+      reuse = !capturing;
+    }
     sy_arena_t *a = &moe->book;
     sy__arena_lock(a);
     int took;
@@ -410,18 +416,25 @@ static sy_status_t arena_free(struct sy_moe_ht *moe, uint64_t id, cudaStream_t s
     return SY_ERR_NO_MEMORY;
   }
   sy_arena_t *a = &moe->book;
+  /* from the free's id to its host function in the stream, no other free: every stream then runs its frees' host
+   * functions in id order, which the allocations' debts assume (mem/arena.h) */
+  if (ordered) sy__arena_enqueue_lock(a);
   sy__arena_lock(a);
   int i = 0;
   while (i < a->n && !(a->blocks[i].id == id && !a->blocks[i].on_stream)) i++;
-  if (i == a->n) { /* found live by the caller under the lock a moment ago: not reached */
-    sy__arena_unlock(a);
+  const int found = i < a->n;
+  uint64_t old = 0, fid = 0;
+  if (found && ordered) fid = sy__arena_free_on(a, i, &old);
+  else if (found) sy__arena_free_now(a, i);
+  sy__arena_unlock(a);
+  if (!found || (ordered && fid == 0)) {
+    if (ordered) sy__arena_enqueue_unlock(a);
     free(cb);
+    /* the caller found it live a moment ago: another thread freed the same recv meanwhile */
+    SY_ARG_CHECK(found, fn, "recv was freed by another call meanwhile (free each recv once)");
+    SY_WARN("%s: another free's host function was still being enqueued", fn); /* the enqueue lock forbids it */
     return SY_ERR_INTERNAL;
   }
-  uint64_t old = 0, fid = 0;
-  if (ordered) fid = sy__arena_free_on(a, i, &old);
-  else sy__arena_free_now(a, i);
-  sy__arena_unlock(a);
   if (!ordered) return SY_SUCCESS;
   cb->moe = moe, cb->id = fid;
   const sy_status_t st = sy__cuda_host_func(stream, arena_back, cb, fn);
@@ -429,6 +442,7 @@ static sy_status_t arena_free(struct sy_moe_ht *moe, uint64_t id, cudaStream_t s
   if (st == SY_SUCCESS) sy__arena_enqueued(a, fid, stream);
   else sy__arena_unfree(a, fid, old); /* nothing enqueued: still the caller's */
   sy__arena_unlock(a);
+  sy__arena_enqueue_unlock(a);
   if (st != SY_SUCCESS) free(cb);
   return st;
 }

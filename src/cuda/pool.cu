@@ -96,7 +96,7 @@ extern "C" sy_status_t sy__cuda_host_func(cudaStream_t stream, void (*fn)(void *
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   SY_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
-    sy__arg_error(func, "stream is capturing a graph: a slot given back by a graph would come back at every replay");
+    sy__arg_error(func, "stream is capturing a graph: a host function a graph holds would run at every replay");
     return SY_ERR_INVALID_ARG;
   }
   SY_CUDA_CHECK(cudaLaunchHostFunc(stream, fn, arg));

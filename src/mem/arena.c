@@ -13,6 +13,7 @@ void sy__arena_init(sy_arena_t *a, size_t bytes) {
   memset(a, 0, sizeof *a);
   a->bytes = bytes;
   pthread_mutex_init(&a->mu, NULL);
+  pthread_mutex_init(&a->enq, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -23,6 +24,7 @@ void sy__arena_init(sy_arena_t *a, size_t bytes) {
 void sy__arena_fini(sy_arena_t *a) {
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
+  pthread_mutex_destroy(&a->enq);
   free(a->blocks);
   a->blocks = NULL;
   a->n = a->cap = 0;
@@ -30,6 +32,8 @@ void sy__arena_fini(sy_arena_t *a) {
 
 void sy__arena_lock(sy_arena_t *a) { pthread_mutex_lock(&a->mu); }
 void sy__arena_unlock(sy_arena_t *a) { pthread_mutex_unlock(&a->mu); }
+void sy__arena_enqueue_lock(sy_arena_t *a) { pthread_mutex_lock(&a->enq); }
+void sy__arena_enqueue_unlock(sy_arena_t *a) { pthread_mutex_unlock(&a->enq); }
 
 uint64_t sy__arena_now_ns(void) {
   struct timespec ts;
@@ -128,14 +132,17 @@ static void settle(sy_arena_t *a, int i) {
 void sy__arena_free_now(sy_arena_t *a, int i) { settle(a, i); }
 
 uint64_t sy__arena_free_on(sy_arena_t *a, int i, uint64_t *old) {
+  if (a->open) return 0; /* another free's host function is not in its stream yet: ids could pass each other */
   sy_arena_block_t *b = &a->blocks[i];
   *old = b->id;
   b->id = ++a->ids, b->on_stream = 1, b->stream = NULL; /* nobody's until its host function is in the stream */
   a->pending++;
+  a->open = b->id;
   return b->id;
 }
 
 void sy__arena_enqueued(sy_arena_t *a, uint64_t id, const void *stream) {
+  if (a->open == id) a->open = 0;
   for (int i = 0; i < a->n; i++) {
     sy_arena_block_t *b = &a->blocks[i];
     if (b->id != id || !b->on_stream) continue;
@@ -145,6 +152,7 @@ void sy__arena_enqueued(sy_arena_t *a, uint64_t id, const void *stream) {
 }
 
 void sy__arena_unfree(sy_arena_t *a, uint64_t id, uint64_t old) {
+  if (a->open == id) a->open = 0;
   for (int i = 0; i < a->n; i++)
     if (a->blocks[i].id == id && a->blocks[i].on_stream) a->blocks[i].id = old, a->blocks[i].on_stream = 0;
   a->pending--;

@@ -558,6 +558,29 @@ static void check_arena(fixture_t *f, int world) {
   GT_CUDA(cudaGraphDestroy(g));
   if (EXPECT_OK(what, in_capture) && EXPECT_OK(what, sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r2, b)))
     GT_OK(sy_moe_ht_recv_free(moe, NULL, &r2, NULL));
+  /* an allocation on a stream capturing a graph takes no block its stream has not reached (the graph may be launched
+   * on any stream): it waits for A to get there like another stream's (run 44's review) */
+  spinner_start(&f->spin, a, what);
+  GT_OK(sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r1, a));
+  GT_OK(sy_moe_ht_recv_free(moe, NULL, &r1, a));
+  GT_CHECK(pthread_create(&th, NULL, release_later, &f->spin) == 0);
+  GT_CUDA(cudaStreamBeginCapture(a, cudaStreamCaptureModeRelaxed)); /* A's spinner and free were enqueued before */
+  const double t3 = gt_now_s();
+  const sy_status_t cap_alloc = sy_moe_ht_recv_alloc(moe, NULL, rows, 0, &r2, a);
+  const double cap_took = gt_now_s() - t3;
+  g = NULL;
+  GT_CUDA(cudaStreamEndCapture(a, &g));
+  if (g) GT_CUDA(cudaGraphDestroy(g));
+  pthread_join(th, NULL);
+  spinner_stop(&f->spin, what);
+  if (EXPECT_OK(what, cap_alloc)) {
+    if (cap_took < 0.8 * RELEASE_MS * 1e-3)
+      GT_FAIL(
+          "%s: the allocation on a capturing stream returned after %.0f ms, before the stream reached the free "
+          "(released at %d ms)",
+          what, cap_took * 1e3, RELEASE_MS);
+    GT_OK(sy_moe_ht_recv_free(moe, NULL, &r2, NULL));
+  }
   /* destroy waits for a free still on its stream (the backend's own device synchronisation would too: what this
    * checks is that it returns SY_SUCCESS, the host function having run before the object is freed) */
   spinner_start(&f->spin, a, what);
@@ -572,8 +595,8 @@ static void check_arena(fixture_t *f, int world) {
   if (destroy_took < 0.8 * RELEASE_MS * 1e-3)
     GT_FAIL("%s: sy_moe_ht_destroy returned after %.0f ms, before the stream reached the free", what,
             destroy_took * 1e3);
-  printf("[test rank %d] %s: B waited %.0f ms for A's free, destroy %.0f ms\n", gt_rank, what, took * 1e3,
-         destroy_took * 1e3);
+  printf("[test rank %d] %s: B waited %.0f ms for A's free, a capture on A %.0f ms, destroy %.0f ms\n", gt_rank, what,
+         took * 1e3, cap_took * 1e3, destroy_took * 1e3);
   GT_CUDA(cudaStreamDestroy(a));
   GT_CUDA(cudaStreamDestroy(b));
   GT_CUDA(cudaStreamDestroy(c));

@@ -174,6 +174,35 @@ static void cases(void) {
     check_list(&a);
     sy__arena_fini(&a);
   }
+  /* a second free before the first's host function is in its stream: refused, nothing changed (the caller holds
+   * the enqueue lock from free_on to enqueued, so each stream gets its frees' host functions in id order; run 44's
+   * review: two threads freeing on A out of that order let an allocation that owed both frees owe only the newer) */
+  reset(&a);
+  CHECK_EQ_INT(alloc_on(&a, 0, all / 2, &at), 1);
+  CHECK_EQ_INT(alloc_on(&a, 0, all / 2, &at2), 1);
+  {
+    const int i = sy__arena_find(&a, at), j = sy__arena_find(&a, at2);
+    uint64_t old = 0, old2 = 0;
+    const uint64_t id = sy__arena_free_on(&a, i, &old);
+    CHECK(id != 0);
+    CHECK(sy__arena_free_on(&a, j, &old2) == 0);
+    CHECK_EQ_INT(sy__arena_find(&a, at2), j); /* still live */
+    CHECK_EQ_INT(a.pending, 1);
+    sy__arena_enqueued(&a, id, &stream_key[0]);
+    const uint64_t id2 = sy__arena_free_on(&a, j, &old2);
+    CHECK(id2 > id);
+    sy__arena_unfree(&a, id2, old2); /* could not be enqueued: the caller's again, and the next free may go */
+    CHECK_EQ_INT(sy__arena_find(&a, at2), j);
+    const uint64_t id3 = sy__arena_free_on(&a, j, &old2);
+    CHECK(id3 > id2);
+    sy__arena_enqueued(&a, id3, &stream_key[0]);
+    CHECK_EQ_INT(alloc_on(&a, 1, all, &at2), 0);
+    sy__arena_reached(&a, id);
+    sy__arena_reached(&a, id3);
+    CHECK_EQ_INT(a.pending, 0);
+    CHECK_EQ_INT(a.n, 0);
+  }
+  sy__arena_fini(&a);
   /* a partial reuse: the pending block's tail stays pending on A */
   reset(&a);
   CHECK_EQ_INT(alloc_on(&a, 0, all, &at), 1);
