@@ -97,8 +97,10 @@ static inline int check_log_has(const char *needle, int line) {
 static inline char *check_read_file(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  char *text = (char *)calloc(1, 65536);
-  if (text && fread(text, 1, 65535, f) == 0) text[0] = '\0';
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1; /* the whole file (a log may pass 64 KiB) */
+  if (n < 0 || fseek(f, 0, SEEK_SET) != 0) n = 0;
+  char *text = (char *)calloc(1, (size_t)n + 1);
+  if (text && n > 0 && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = '\0';
   fclose(f);
   return text;
 }

@@ -18,6 +18,7 @@
 #include "core/internal.h"
 #include "moe_ht_test.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #define FP8 SY_MOE_WIRE_FP8
@@ -590,6 +591,21 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
 
 /* ---- the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL) ---------------------------- */
 
+/* Two threads freeing copies of one recv at once (run 44's review): one frees it, the other is refused. */
+typedef struct race {
+  sy_moe_ht_t moe;
+  sy_moe_ht_recv_t r;
+  pthread_barrier_t *go;
+  sy_status_t st;
+} race_t;
+
+static void *race_free(void *arg) {
+  race_t *x = (race_t *)arg;
+  pthread_barrier_wait(x->go);
+  x->st = sy_moe_ht_recv_free(x->moe, NULL, &x->r, NULL);
+  return NULL;
+}
+
 /* Both ranks: ranks that reserve different arenas get SY_ERR_MISMATCH naming it; then each rank carves its own recvs
  * by first fit: apart, inside the arena, 256-byte aligned; a full arena is SY_ERR_NO_MEMORY naming the sizes; a freed
  * gap is handed out again; a recv the arena did not give out, one changed since, or one freed twice is refused,
@@ -677,6 +693,30 @@ static void arena_rank(int me, sy_comm_t comm, void *arg) {
   for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[i], NULL));
   CHECK_STATUS(sy_moe_ht_recv_free(moe, NULL, &r[0], NULL), SY_ERR_INVALID_ARG); /* freed already: zeroed */
   /* every byte back: the whole arena in one piece (three recvs of 5 rows fit again) */
+  for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 5, 0, &r[i], NULL));
+  for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[i], NULL));
+  CHECK_OK(sy_comm_barrier(comm, NULL));
+  /* the same recv freed by two threads at once, again and again: one gets SY_SUCCESS, the other SY_ERR_INVALID_ARG
+   * (a recv no longer live, or freed meanwhile), never another status; the arena is whole after each */
+  int odd = 0;
+  for (int it = 0; it < 200; it++) {
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    race_t x[2] = {{moe, {0}, &go, SY_SUCCESS}, {moe, {0}, &go, SY_SUCCESS}};
+    CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 5, 0, &x[0].r, NULL));
+    x[1].r = x[0].r;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, race_free, &x[1]) == 0);
+    race_free(&x[0]);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&go);
+    const int ok = (x[0].st == SY_SUCCESS && x[1].st == SY_ERR_INVALID_ARG) ||
+                   (x[0].st == SY_ERR_INVALID_ARG && x[1].st == SY_SUCCESS);
+    if (!ok && !odd++)
+      fprintf(stderr, "rank %d: two frees of one recv returned %s and %s\n", me, sy_status_name(x[0].st),
+              sy_status_name(x[1].st));
+  }
+  CHECK_EQ_INT(odd, 0);
   for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_alloc(moe, NULL, 5, 0, &r[i], NULL));
   for (int i = 0; i < 3; i++) CHECK_OK(sy_moe_ht_recv_free(moe, NULL, &r[i], NULL));
   CHECK_OK(sy_comm_barrier(comm, NULL));
