@@ -34,6 +34,19 @@ bench_tree() {
   echo "== $label rc=$?" >>"$s"
   grep -E " ($re) " /tmp/r.txt | sed 's/\[rank 0\]//' >>"$s"
 }
+#   ab_arena TOKENS WIRE V...  bench_tree of each variant V in turn (its build ${dir[V]}: the caller's `declare -A
+#                        dir`) at world $n, 16 SMs, TOKENS tokens, recv in the arena, WIRE bf16 / fp8 / both; the
+#                        dispatch's and combine_bwd's rows (x4-plan.sh, x4-stream.sh, x4-ahead44.sh).
+ab_arena() {
+  local t=$1 w=$2 v
+  shift 2
+  local wa=() lw=""
+  [ "$w" = both ] || wa=(--wire "$w") lw=" ${w^^}"
+  for v in "$@"; do
+    bench_tree "${dir[$v]}" "world $n, 16 SMs, $t tokens$lw, arena ($v)" "$n" "dispatch|combine_bwd" \
+      --tokens "$t" "${wa[@]}" --num-sms 16 --recv arena
+  done
+}
 #   probe_tree DIR LABEL RANKS ARGS...  SY_HT_PROBE with DIR's `sy-bench --no-nccl ARGS moe-ht` at RANKS ranks: rank 0's
 #                        table (tools/dev/ht-probe.py) appended to $s under "== probe LABEL".
 probe_tree() {

@@ -9,7 +9,7 @@
 # senders' planning now by lanes, SY_HT_PREQUANT=0 (by the senders) again against the default.
 # Builds base, a1, a2; test_gpu_moe_ht at n ranks with a1 and a2; moe-ht world n arena base / a1 / a2, two passes
 # rotating; base with SY_HT_PREQUANT=0 twice; the probe of a1.
-. tools/dev/variant.sh # build_tree, bench_tree, probe_tree, test_ht, dev_start
+. tools/dev/variant.sh # build_tree, ab_arena, bench_tree, probe_tree, test_ht, dev_start
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
 build_tree /tmp/xB . "" &
@@ -20,10 +20,7 @@ test_ht /tmp/xA1 a1 $n "" SY_TEST_SEED=20261128
 test_ht /tmp/xA2 a2 $n "" SY_TEST_SEED=20261129
 for t in a1 a2; do grep -q "WRONG\|FAIL" /tmp/t_$t.txt && cp /tmp/t_$t.txt $OUT/; done
 declare -A dir=([base]=/tmp/xB [a1]=/tmp/xA1 [a2]=/tmp/xA2)
-for v in base a1 a2 a2 a1 base; do
-  bench_tree ${dir[$v]} "world $n, 16 SMs, 4096 tokens, arena ($v)" $n "dispatch|combine_bwd" --tokens 4096 \
-    --num-sms 16 --recv arena
-done
+ab_arena 4096 both base a1 a2 a2 a1 base
 for i in 1 2; do
   (export SY_HT_PREQUANT=0; bench_tree /tmp/xB "world $n, 16 SMs, 4096 tokens FP8, arena, SY_HT_PREQUANT=0 (base)" $n \
     "dispatch" --tokens 4096 --wire fp8 --num-sms 16 --recv arena)

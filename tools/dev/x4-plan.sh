@@ -8,7 +8,7 @@
 # Builds base (ab/base) and new; test_gpu_moe_ht at n ranks (stores, puts); moe-ht world n arena base / new / new
 # with -DSY_HT_PLAN_SERIAL=1 (serial), two passes rotating; 8,192 tokens BF16 new / base; world 1 at 132 SMs base /
 # new; the probe of new.
-. tools/dev/variant.sh # build_tree, bench_tree, probe_tree, test_ht, dev_start
+. tools/dev/variant.sh # build_tree, ab_arena, bench_tree, probe_tree, test_ht, dev_start
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
 build_tree /tmp/xB ab/base "" &
@@ -18,14 +18,8 @@ wait
 test_ht /tmp/xN stores $n "" SY_TEST_SEED=20261128
 grep -q "WRONG\|FAIL" /tmp/t_stores.txt && cp /tmp/t_stores.txt $OUT/
 declare -A dir=([base]=/tmp/xB [new]=/tmp/xN [serial]=/tmp/xS)
-for v in base new serial serial new base; do
-  bench_tree ${dir[$v]} "world $n, 16 SMs, 4096 tokens, arena ($v)" $n "dispatch|combine_bwd" --tokens 4096 \
-    --num-sms 16 --recv arena
-done
-for v in new base; do
-  bench_tree ${dir[$v]} "world $n, 16 SMs, 8192 tokens BF16, arena ($v)" $n "dispatch|combine_bwd" --tokens 8192 \
-    --wire bf16 --num-sms 16 --recv arena
-done
+ab_arena 4096 both base new serial serial new base
+ab_arena 8192 bf16 new base
 for v in base new; do
   bench_tree ${dir[$v]} "world 1, 132 SMs, 4096 tokens ($v)" 1 "dispatch|combine_bwd" --tokens 4096 --num-sms 132
 done

@@ -8,7 +8,7 @@
 # Builds old (-DSY_HT_RECV_STREAM=0) and new; test_gpu_moe_ht at n ranks (stores) first; moe-ht world n arena old /
 # new, two passes rotating (both wires, 4,096 tokens), 8,192 tokens BF16 new / old; the probe of new; then
 # test_gpu_moe_ht with puts, with the roles by blocks and with 3 ranks sharing GPU 0.
-. tools/dev/variant.sh # build_tree, bench_tree, probe_tree, test_ht, dev_start
+. tools/dev/variant.sh # build_tree, ab_arena, probe_tree, test_ht, dev_start
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
 build_tree /tmp/xO . "-DSY_HT_RECV_STREAM=0" &
@@ -18,14 +18,8 @@ test_ht /tmp/xN stores $n "" SY_TEST_SEED=20261128
 grep -q "WRONG\|FAIL\|rc=[1-9]" /tmp/t_stores.txt && cp /tmp/t_stores.txt $OUT/
 tail -3 /tmp/t_stores.txt >>$s
 declare -A dir=([old]=/tmp/xO [new]=/tmp/xN)
-for v in old new new old; do
-  bench_tree ${dir[$v]} "world $n, 16 SMs, 4096 tokens, arena ($v)" $n "dispatch|combine_bwd" --tokens 4096 \
-    --num-sms 16 --recv arena
-done
-for v in new old; do
-  bench_tree ${dir[$v]} "world $n, 16 SMs, 8192 tokens BF16, arena ($v)" $n "dispatch|combine_bwd" --tokens 8192 \
-    --wire bf16 --num-sms 16 --recv arena
-done
+ab_arena 4096 both old new new old
+ab_arena 8192 bf16 new old
 probe_tree /tmp/xN "(new) 4,096 tokens BF16, 16 SMs, arena" $n --tokens 4096 --wire bf16 --num-sms 16 --recv arena
 test_ht /tmp/xN puts $n "" SY_TEST_SEED=20261129 SY_FORCE_PUT=1
 test_ht /tmp/xN blocks $n "" SY_TEST_SEED=20261130 SY_HT_ROLES=0
