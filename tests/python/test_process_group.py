@@ -3,15 +3,21 @@ in one process, a subgroup of the one-rank world; in three processes (torch.mult
 subgroup {0, 2}: its allgather (the cuda backend's bootstrap) carries bytes in the group's rank order through the
 library's function type and back, a member's Comm on the host backend is refused naming the backend (its ranks
 are threads of one process), the non-member is refused naming the group, and a failing allgather is the
-library call's error, with the Python exception as its cause. The cuda backend's run of the same (NVSHMEM's
-unique id through the group) needs GPUs; the C side of the caller's allgather is tests/unit/test_boot_caller.c."""
+library call's error, with the Python exception as its cause. On GPUs (test_subgroups_cuda), four processes make
+the two groups {0, 2} and {1, 3} (NCCL's process group where each has a GPU of its own, else gloo) and each group
+brings up a cuda communicator of its own (NVSHMEM's unique id through the group): an all-to-all and a MoE
+high-throughput round trip over each, checked bit for bit. The C side of the caller's allgather is
+tests/unit/test_boot_caller.c."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
+
+from conftest import TIMEOUT_MS, gpu
 
 import switchyard as sy
 from switchyard import comm as comm_module
@@ -85,3 +91,36 @@ def test_allgather_failure_is_the_calls_cause() -> None:
     assert isinstance(e.value.__cause__, ConnectionError)
     with pytest.raises(sy.InvalidArgError, match="allgather: int is not callable"):
         sy.Comm(backend="host", rank=0, world_size=1, allgather=3)
+
+
+def cuda_rank_main(rank: int, store_dir: str, pg_backend: str) -> None:
+    """One of four processes: groups {0, 2} and {1, 3}, a cuda communicator over each (the group's rank order)."""
+    for name in ("SY_RANK", "SY_WORLD_SIZE", "SY_LOCAL_RANK", "SY_LOCAL_SIZE", "SY_BOOT_DIR"):
+        os.environ.pop(name, None)  # not a rank of the launcher that ran pytest
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(pg_backend, init_method=f"file://{store_dir}/store", rank=rank, world_size=4)
+    try:
+        groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every process makes both, in the same order
+        with sy.Comm.from_process_group(groups[rank % 2], backend="cuda", timeout_ms=TIMEOUT_MS) as comm:
+            assert (comm.rank, comm.world_size, comm.backend) == (rank // 2, 2, "cuda"), (comm.rank, comm.backend)
+            n, cols = 3, 5  # rows [p n, (p + 1) n) to group rank p; each value names its sender and receiver
+            send = torch.tensor([[100 * rank + 10 * p + j for j in range(cols)] for p in range(2) for _ in range(n)],
+                                dtype=torch.int32, device="cuda")  # fmt: skip
+            got = sy.alltoall(comm, send).cpu()
+            torch.cuda.synchronize()
+            for s in range(2):  # group rank s is global rank 2 s + rank % 2
+                want = [[100 * (2 * s + rank % 2) + 10 * comm.rank + j for j in range(cols)]] * n
+                assert got[s * n:(s + 1) * n].tolist() == want, (rank, s, got)
+            from test_moe_ht import Case, check_ht
+
+            check_ht(comm, Case(2, 8, 3, 512, 16, "bf16", 16, "exact", 90 + rank % 2), "torch")
+    finally:
+        dist.destroy_process_group()
+
+
+@gpu
+def test_subgroups_cuda(tmp_path) -> None:
+    if comm_module._launcher_world() > 1:
+        pytest.skip("spawns four processes of its own: runs where pytest is one process (syrun -n 1)")
+    pg_backend = "nccl" if torch.cuda.device_count() >= 4 else "gloo"  # NCCL wants a GPU a rank
+    torch.multiprocessing.spawn(cuda_rank_main, args=(str(tmp_path), pg_backend), nprocs=4, join=True)

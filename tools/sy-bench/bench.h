@@ -46,6 +46,8 @@ typedef struct bench_opts {
   int scales_row_major;              /* moe-ht: the FP8 rows' scales row-major (--scales row) */
   int recv_arena;                    /* moe-ht: recv from the object's receive arena (--recv arena): the dispatch's
                                       * first copy in place */
+  int mb_weights[8];                 /* layer: the micro-batches' shares of the tokens (--micro-batches 1,3,3,1);
+                                      * all 0: even */
 } bench_opts_t;
 
 /* One measured variant at one size. */

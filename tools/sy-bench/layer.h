@@ -94,10 +94,20 @@ typedef struct layer_parts {
  * in that order, one after the other. */
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p);
 
-/* Times a shape's ways — comm (comm1 + comm2 of the whole step) and compute alone; a (the three parts in turn); b
- * (layer_two_streams); c (b captured once in a graph cache and replayed) — checks a, b and c against the CPU
- * reference, prints the table with each way's overlap efficiency (t_comm + t_compute - t) / min(t_comm,
- * t_compute); us and enq [5] get the step and enqueue times. Returns the wrong count (or -1). */
+/* A shape's ways, in the order layer_run_shape times them (the indices of its us and enq). */
+enum {
+  WAY_COMM,    /* comm1 + comm2 of the whole step, alone */
+  WAY_COMPUTE, /* the whole step's GEMMs alone, on every SM */
+  WAY_GEMMS,   /* the micro-batches' GEMMs alone, in turn, on the SMs they get beside the communication: b's floor */
+  WAY_A,       /* the three parts in turn */
+  WAY_B,       /* layer_two_streams */
+  WAY_C,       /* b captured once in a graph cache and replayed */
+  LAYER_WAYS
+};
+
+/* Times a shape's ways (above), checks a, b and c against the CPU reference, prints the table with each of a, b
+ * and c's overlap efficiency (t_comm + t_compute - t) / min(t_comm, t_compute); us and enq [LAYER_WAYS] get the
+ * step and enqueue times. Returns the wrong count (or -1). */
 int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double *enq);
 
 /* layer_ll.c: the decode step at b->T tokens (b->T <= 256). */

@@ -120,6 +120,14 @@ void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
     *T = b->T, *first = 0;
     return;
   }
+  const int *w = b->ctx->opts->mb_weights;
+  if (w[0]) { /* shares by weight: micro-batch m ends at T x (w_1 + .. + w_m) / (w_1 + .. + w_n), rounded down */
+    long long total = 0, before = 0;
+    for (int i = 0; i < b->nmb; i++) total += w[i], before += i < m - 1 ? w[i] : 0;
+    *first = (int)((long long)b->T * before / total);
+    *T = (int)((long long)b->T * (before + w[m - 1]) / total) - *first;
+    return;
+  }
   const int base = b->T / b->nmb, rest = b->T % b->nmb; /* the first `rest` micro-batches get one more */
   *T = base + (m - 1 < rest);
   *first = (m - 1) * base + (m - 1 < rest ? m - 1 : rest);
@@ -348,6 +356,13 @@ static int op_compute(bench_ctx_t *ctx, void *arg) {
   return r->p->compute(r->b, 0, ctx->stream);
 }
 
+static int op_gemms(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  int rc = 0;
+  for (int m = 1; m <= r->b->nmb && !rc; m++) rc = r->p->compute(r->b, m, ctx->stream);
+  return rc;
+}
+
 static int op_a(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   return r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
@@ -391,13 +406,18 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
     const char *name;
     bench_op_fn op;
     int checked;
-  } ways[5] = {{"comm", op_comm, 0}, {"compute", op_compute, 0}, {"a", op_a, 1}, {"b", op_b, 1}, {"c", op_c, 1}};
+  } ways[LAYER_WAYS] = {[WAY_COMM] = {"comm", op_comm, 0},
+                        [WAY_COMPUTE] = {"compute", op_compute, 0},
+                        [WAY_GEMMS] = {"gemms", op_gemms, 0},
+                        [WAY_A] = {"a", op_a, 1},
+                        [WAY_B] = {"b", op_b, 1},
+                        [WAY_C] = {"c", op_c, 1}};
   layer_run_t run = {b, p, NULL};
   sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
   gc.buckets = &b->T, gc.num_buckets = 1;
   int rc = sy_graph_cache_create(ctx->comm, &gc, graph_step, &run, &run.cache) != SY_SUCCESS;
   long long wrong = 0;
-  for (int i = 0; i < 5 && !rc; i++) {
+  for (int i = 0; i < LAYER_WAYS && !rc; i++) {
     bench_timing_t t;
     memset(&t, 0, sizeof t);
     rc = bench_time(ctx, ways[i].op, &run, &t);
@@ -411,13 +431,13 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
     wrong += w != 0;
   }
   if (run.cache) sy_graph_cache_destroy(run.cache);
-  for (int i = 0; i < 5; i++) us[i] = rc ? 0 : bench_allreduce_max_d(ctx, us[i]);
+  for (int i = 0; i < LAYER_WAYS; i++) us[i] = rc ? 0 : bench_allreduce_max_d(ctx, us[i]);
   wrong = bench_allreduce_max(ctx, wrong);
   ctx->total_wrong += wrong;
   bench_print(ctx, "#  shape    tokens  way       step_us   enqueue_us   overlap\n");
-  const double lo = us[0] < us[1] ? us[0] : us[1];
-  for (int i = 0; i < 5 && !rc; i++) {
-    const double eff = i >= 2 && lo > 0 ? (us[0] + us[1] - us[i]) / lo : NAN;
+  const double lo = us[WAY_COMM] < us[WAY_COMPUTE] ? us[WAY_COMM] : us[WAY_COMPUTE];
+  for (int i = 0; i < LAYER_WAYS && !rc; i++) {
+    const double eff = i >= WAY_A && lo > 0 ? (us[WAY_COMM] + us[WAY_COMPUTE] - us[i]) / lo : NAN;
     bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", p->shape, b->T, ways[i].name, us[i], enq[i], eff);
     char overlap[32] = "null"; /* the ways run alone have none */
     if (!isnan(eff)) snprintf(overlap, sizeof overlap, "%.4f", eff);

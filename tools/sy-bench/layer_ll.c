@@ -87,7 +87,7 @@ int layer_decode(layer_bench_t *b) {
               "rank), the GEMMs over the first %d (the routing's busiest expert, to 16; micro-batch 1 of %d: %d)\n",
               b->T, b->ll[0].slots, b->L, b->ll[0].cap, b->nmb, b->ll[1].cap);
   static const layer_parts_t parts = {"decode", part_d, part_ffn, part_c, 1};
-  double us[5] = {0}, enq[5] = {0};
+  double us[LAYER_WAYS] = {0}, enq[LAYER_WAYS] = {0};
   if (!rc) rc = layer_run_shape(b, &parts, us, enq) < 0;
   if (!rc) {
     const long long over = bench_allreduce_max(ctx, over_capacity(b));
@@ -98,7 +98,7 @@ int layer_decode(layer_bench_t *b) {
     bench_print(ctx,
                 "# target (world 1, 128 tokens): a decode step replayed from the graph cache <= 5 us of host "
                 "time: %.2f us at %d tokens: %s\n",
-                enq[4], b->T, enq[4] <= 5 ? "met" : "NOT met");
+                enq[WAY_C], b->T, enq[WAY_C] <= 5 ? "met" : "NOT met");
   for (int i = 0; i <= b->nmb; i++) free_llmb(b, &b->ll[i]);
   return rc;
 }

@@ -222,7 +222,8 @@ static void usage(FILE *f) {
       "      --recv device|arena   moe-ht, layer: recv in plain device memory (default) or the object's receive arena\n"
       "                            (config.recv_arena_bytes: the dispatch's first copy in place)\n"
       "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
-      "      --micro-batches N     layer: micro-batches of ways b and c, 2 to 8 (default 2)\n"
+      "      --micro-batches N|W,W..  layer: micro-batches of ways b and c, 2 to 8 (default 2): N of even size, or\n"
+      "                            one a weight, each its share of the tokens (1,3,3,1: small first and last)\n"
       "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
       "                            communication leaves; 0: every SM)\n"
       "      --soak SECONDS        the entry soak for this long (default 60): exit non-zero on any wrong element,\n"
@@ -382,6 +383,30 @@ static int parse_int_arg(const char *flag, const char *text, int min, int *out) 
   return 0;
 }
 
+/* "N" (even micro-batches) or "W,W,..." (one a weight) into opts->micro_batches and opts->mb_weights. */
+static int parse_micro_batches(const char *flag, const char *text, bench_opts_t *opts) {
+  memset(opts->mb_weights, 0, sizeof opts->mb_weights);
+  if (!strchr(text, ',')) {
+    if (parse_int_arg(flag, text, 2, &opts->micro_batches)) return 1;
+    return opts->micro_batches > 8 && fprintf(stderr, "sy-bench: %s %s: at most 8\n", flag, text) > 0;
+  }
+  char buf[128];
+  const int max = (int)(sizeof opts->mb_weights / sizeof opts->mb_weights[0]);
+  int n = 0, bad = strlen(text) >= sizeof buf;
+  if (!bad) strcpy(buf, text);
+  for (char *save = NULL, *item = bad ? NULL : strtok_r(buf, ",", &save); item && !bad;
+       item = strtok_r(NULL, ",", &save)) {
+    long long w;
+    bad = n == max || sy__parse_int(item, &w) != SY_SUCCESS || w < 1 || w > 1000;
+    if (!bad) opts->mb_weights[n++] = (int)w;
+  }
+  if (bad || n < 2)
+    return fprintf(stderr, "sy-bench: %s %s: want 2 to %d weights from 1 to 1000, comma-separated\n", flag, text, max) >
+           0;
+  opts->micro_batches = n;
+  return 0;
+}
+
 /* "1,32,128" into opts->token_list. */
 static int parse_token_list(const char *flag, const char *text, bench_opts_t *opts) {
   char buf[256];
@@ -404,8 +429,8 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 
 int main(int argc, char **argv) {
   bench_opts_t opts = {
-      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1, NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0};
+      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,  NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -460,8 +485,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--num-sms")) bad = parse_int_arg(a, v, 1, &opts.num_sms);
     else if (!strcmp(a, "--gemm-sms")) bad = parse_int_arg(a, v, 0, &opts.gemm_sms);
     else if (!strcmp(a, "--micro-batches")) {
-      bad = parse_int_arg(a, v, 2, &opts.micro_batches);
-      if (!bad && opts.micro_batches > 8) bad = fprintf(stderr, "sy-bench: --micro-batches %s: at most 8\n", v) > 0;
+      bad = parse_micro_batches(a, v, &opts);
     } else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
     else if (!strcmp(a, "--seed")) {
       char *end;
