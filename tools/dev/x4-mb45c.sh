@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# x4-mb45c.sh — run 45, call 3: x4-mb45b.sh found GPU 0 of that host thermally throttled (67 C idle against 31 for the
+# others, 84-89 C under the GEMMs, SM clock 345-675 MHz, nvidia-smi's SW thermal slowdown 179 s): every world-4 row
+# there was that GPU's. On a fresh host, first the GPUs' idle temperatures and clock event reasons (stop when one is
+# at 55 C or more idle), then the layer's micro-batch runs with nvidia-smi dmon beside ($OUT/dmon.txt).
+. tools/dev/variant.sh # build_tree, dev_start
+dev_start summary.txt
+export SY_HEAP_SIZE=16G
+q="index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+nvidia-smi --query-gpu=$q --format=csv >>$s 2>&1
+hot=$(nvidia-smi --query-gpu=temperature.gpu --format=csv,noheader | awk '$1 >= 55' | wc -l)
+if [ "$hot" -gt 0 ]; then echo "== $hot GPU(s) at 55 C or more idle: stopped" >>$s; cat $s; exit 3; fi
+(nvidia-smi dmon -s puct -d 1 >$OUT/dmon.txt 2>&1 &)
+build_tree /tmp/x . ""
+layer() { # TOKENS MB NAME
+  local t0=$(date +%s)
+  timeout 200 /tmp/x/bin/syrun -n $n /tmp/x/bin/sy-bench --no-nccl --recv arena --tokens $1 \
+    --micro-batches $2 --json $OUT/layer_$3.json layer >/tmp/layer.txt 2>&1
+  echo "== layer $1 tokens, micro-batches $2 rc=$? ($(($(date +%s) - t0)) s; dmon line $(wc -l <$OUT/dmon.txt))" >>$s
+  grep -vE "^\s*$" /tmp/layer.txt | sed 's/\[rank 0\]//' | grep -vE "^\[rank [1-9]" | grep -E "prefill|backward|target|of which|wrong|correct|rror" >>$s
+  nvidia-smi --query-gpu=$q --format=csv,noheader >>$s 2>&1
+}
+layer 16384 2 16k_2
+layer 16384 1,3,3,1 16k_1331
+layer 16384 4 16k_4
+layer 16384 8 16k_8
+layer 16384 1,2,2,2,2,1 16k_122221
+layer 8192 1,3,3,1 8k_1331
+nvidia-smi -q -d PERFORMANCE >$OUT/perf_after.txt 2>&1
+pkill -f "nvidia-smi dmon"
+cat $s
