@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "layer.h"
 #include "ref/convert.h"
@@ -400,6 +401,12 @@ static double enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
   return m;
 }
 
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double *enq) {
   bench_ctx_t *ctx = b->ctx;
   static const struct {
@@ -417,10 +424,16 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
   gc.buckets = &b->T, gc.num_buckets = 1;
   int rc = sy_graph_cache_create(ctx->comm, &gc, graph_step, &run, &run.cache) != SY_SUCCESS;
   long long wrong = 0;
+  /* SY_BENCH_LAYER_MARKS=FILE: each way's timing, its wall-clock start and end (seconds since the epoch, rank 0),
+   * appended to FILE — to line the ways up with a sampler of the GPUs' clocks and power (nvidia-smi -lms) */
+  const char *marks = ctx->rank == 0 ? getenv("SY_BENCH_LAYER_MARKS") : NULL;
   for (int i = 0; i < LAYER_WAYS && !rc; i++) {
     bench_timing_t t;
     memset(&t, 0, sizeof t);
+    const double w0 = marks ? wall_s() : 0;
     rc = bench_time(ctx, ways[i].op, &run, &t);
+    FILE *f = marks ? fopen(marks, "a") : NULL;
+    if (f) fprintf(f, "%s %d %s %.3f %.3f\n", p->shape, b->T, ways[i].name, w0, wall_s()), fclose(f);
     us[i] = t.time_us;
     enq[i] = rc ? -1 : enqueue_us(ctx, ways[i].op, &run);
     if (rc || !ways[i].checked || !ctx->opts->check) continue;
