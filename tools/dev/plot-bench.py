@@ -404,7 +404,7 @@ def load_json(path):
 
 def render(doc, outdir, opts, written, where):
     """Draws one run (sy-bench's JSON document, or one from from_results) into OUTDIR; returns 0, or 1 on error."""
-    entry, rows = doc.get("entry"), doc.get("rows") or []
+    entry, rows = doc.get("entry"), [r for r in doc.get("rows") or [] if r.get("entry") != "gpu_slowdown"]
     if entry not in DRAW:
         sys.stderr.write(f"plot-bench.py: {where}: unknown entry {entry!r}\n")
         return 1

@@ -121,6 +121,8 @@ def main(paths):
         with open(path) as f:
             doc = json.load(f)
         rows = doc.get("rows", [])
+        slow = [r for r in rows if r.get("entry") == "gpu_slowdown"]  # sy-bench's NVML note, not a table row
+        rows = [r for r in rows if r.get("entry") != "gpu_slowdown"]
         if not rows:
             print(f"<!-- {path}: no rows -->\n")
             continue
@@ -132,6 +134,9 @@ def main(paths):
         first = rows[0]
         print(f"### {doc['entry']}: {first['backend']} backend, world {first['world']} ({path})\n")
         print(kind(rows) + "\n")
+        for r in slow:
+            print(f"GPU slowdowns during the entry (NVML, the most on any rank): {r['power_ms']} ms by the power limit, "
+                  f"{r['thermal_ms']} ms by temperature; the hottest GPU at {r['hottest_c']} C\n")
     return 0
 
 

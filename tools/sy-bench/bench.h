@@ -134,4 +134,17 @@ double bench_allreduce_max_d(bench_ctx_t *ctx, double value);
 /* The slowest rank's kernel time, or 0 (no figure) where any rank has none. */
 double bench_kernel_max(bench_ctx_t *ctx, double kernel_us);
 
+/* gpu_state.c: what slowed a GPU's clock (NVML, opened at run time). */
+typedef struct bench_gpu_state {
+  int valid;                     /* 1: read */
+  unsigned long long power_ns;   /* time slowed by the power limit, since the driver loaded */
+  unsigned long long thermal_ns; /* time slowed by temperature, likewise */
+  unsigned temp_c;               /* the GPU's temperature now */
+} bench_gpu_state_t;
+/* CUDA device `device`'s state; non-zero (and valid 0) where NVML or the device is not there. */
+int bench_gpu_state(int device, bench_gpu_state_t *out);
+/* Every rank, after an entry (cuda backend): the slowdowns since `before` (the most on any rank) printed and added
+ * to the JSON; a rank whose GPU was slowed by its temperature warns on stderr. */
+void bench_gpu_state_report(bench_ctx_t *ctx, const bench_gpu_state_t *before);
+
 #endif

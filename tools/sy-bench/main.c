@@ -345,7 +345,12 @@ static void *rank_main(void *p) {
   }
   if (!rc) {
     print_header(&ctx);
+    bench_gpu_state_t gpu_before = {0};
+    int dev = 0;
+    if (ctx.backend == SY_BACKEND_CUDA && sy_comm_device(ctx.comm, &dev) == SY_SUCCESS)
+      bench_gpu_state(dev, &gpu_before);
     rc = find_entry(opts->entry)->run(&ctx);
+    bench_gpu_state_report(&ctx, &gpu_before);
   }
   long long wrong = bench_allreduce_max(&ctx, ctx.total_wrong);
   sy_status_t async = SY_SUCCESS;
