@@ -110,3 +110,15 @@ gpu_check_only() {
   cat /tmp/g/summary.txt >>"$s" 2>/dev/null
   tar czf "$OUT/logs.tar.gz" -C /tmp/g logs 2>/dev/null
 }
+#   layer_mb TOKENS MB NAME [ARGS...]  /tmp/x's `sy-bench --no-nccl --recv arena ARGS --tokens TOKENS --micro-batches
+#                        MB layer` at world $n ($OUT/layer_NAME.json), its rank-0 rows and notes appended to $s under
+#                        "== layer TOKENS tokens, micro-batches MB rc=... (seconds)" (x4-mb45*.sh).
+layer_mb() {
+  local t=$1 mb=$2 name=$3 t0=$SECONDS
+  shift 3
+  timeout 200 /tmp/x/bin/syrun -n $n /tmp/x/bin/sy-bench --no-nccl --recv arena "$@" --tokens $t \
+    --micro-batches $mb --json $OUT/layer_$name.json layer >/tmp/layer.txt 2>&1
+  echo "== layer $t tokens, micro-batches $mb rc=$? ($((SECONDS - t0)) s)" >>$s
+  grep -vE "^\s*$" /tmp/layer.txt | sed 's/\[rank 0\]//' | grep -vE "^\[rank [1-9]" |
+    grep -E "prefill|backward|target|of which|micro|wrong|correct|rror" >>$s
+}

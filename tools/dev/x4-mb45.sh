@@ -5,7 +5,7 @@
 # at 16,384 and 8,192 tokens; and the Python package's cuda communicators over process subgroups
 # (test_process_group.py: test_subgroups_cuda; NCCL's process group at 4 GPUs, gloo with the four on GPU 0).
 # $OUT/layer_*.json, $OUT/summary.txt.
-. tools/dev/variant.sh # build_tree, dev_start
+. tools/dev/variant.sh # build_tree, dev_start, layer_mb
 dev_start summary.txt
 export SY_HEAP_SIZE=16G
 build_tree /tmp/x . ""
@@ -15,12 +15,7 @@ for pg in "" "CUDA_VISIBLE_DEVICES=0"; do
   echo "== test_process_group ${pg:-4 GPUs} rc=$?" >>$s
   tail -15 /tmp/pg.txt >>$s
 done
-layer() { # TOKENS MB NAME
-  timeout 200 /tmp/x/bin/syrun -n $n /tmp/x/bin/sy-bench --no-nccl --recv arena -n 10 -w 3 --tokens $1 \
-    --micro-batches $2 --json $OUT/layer_$3.json layer >/tmp/layer.txt 2>&1
-  echo "== layer $1 tokens, micro-batches $2 rc=$?" >>$s
-  grep -vE "^\s*$" /tmp/layer.txt | sed 's/\[rank 0\]//' | grep -vE "^\[rank [1-9]" | grep -E "prefill|backward|target|of which|micro|wrong|correct|rror" >>$s
-}
+layer() { layer_mb "$@" -n 10 -w 3; }
 layer 16384 2 16k_2
 layer 16384 1,3,3,1 16k_1331
 layer 16384 4 16k_4

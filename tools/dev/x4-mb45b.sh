@@ -3,20 +3,14 @@
 # 11,789 then 45,967 us at 16,384 tokens); the same runs again with the default iterations while nvidia-smi dmon
 # samples each GPU's power, clocks, temperature and throttle reasons every second ($OUT/dmon.txt), and the
 # throttle reasons before and after ($OUT/perf_*.txt). $OUT/layer_*.json, $OUT/summary.txt.
-. tools/dev/variant.sh # build_tree, dev_start
+. tools/dev/variant.sh # build_tree, dev_start, layer_mb
 dev_start summary.txt
 export SY_HEAP_SIZE=16G
 nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER >$OUT/perf_before.txt 2>&1
 nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_event_reasons.active --format=csv >>$s 2>&1
 (nvidia-smi dmon -s puct -d 1 >$OUT/dmon.txt 2>&1 &) 
 build_tree /tmp/x . ""
-layer() { # TOKENS MB NAME
-  local t0=$(date +%s)
-  timeout 200 /tmp/x/bin/syrun -n $n /tmp/x/bin/sy-bench --no-nccl --recv arena --tokens $1 \
-    --micro-batches $2 --json $OUT/layer_$3.json layer >/tmp/layer.txt 2>&1
-  echo "== layer $1 tokens, micro-batches $2 rc=$? ($(date +%s) - $t0 s; dmon line $(wc -l <$OUT/dmon.txt))" >>$s
-  grep -vE "^\s*$" /tmp/layer.txt | sed 's/\[rank 0\]//' | grep -vE "^\[rank [1-9]" | grep -E "prefill|backward|target|of which|wrong|correct|rror" >>$s
-}
+layer() { layer_mb "$@"; }
 layer 16384 2 16k_2
 layer 16384 1,3,3,1 16k_1331
 nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_event_reasons.active --format=csv >>$s 2>&1

@@ -3,7 +3,7 @@
 # others, 84-89 C under the GEMMs, SM clock 345-675 MHz, nvidia-smi's SW thermal slowdown 179 s): every world-4 row
 # there was that GPU's. On a fresh host, first the GPUs' idle temperatures and clock event reasons (stop when one is
 # at 55 C or more idle), then the layer's micro-batch runs with nvidia-smi dmon beside ($OUT/dmon.txt).
-. tools/dev/variant.sh # build_tree, dev_start
+. tools/dev/variant.sh # build_tree, dev_start, layer_mb
 dev_start summary.txt
 export SY_HEAP_SIZE=16G
 q="index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
@@ -12,12 +12,7 @@ hot=$(nvidia-smi --query-gpu=temperature.gpu --format=csv,noheader | awk '$1 >= 
 if [ "$hot" -gt 0 ]; then echo "== $hot GPU(s) at 55 C or more idle: stopped" >>$s; cat $s; exit 3; fi
 (nvidia-smi dmon -s puct -d 1 >$OUT/dmon.txt 2>&1 &)
 build_tree /tmp/x . ""
-layer() { # TOKENS MB NAME
-  local t0=$(date +%s)
-  timeout 200 /tmp/x/bin/syrun -n $n /tmp/x/bin/sy-bench --no-nccl --recv arena --tokens $1 \
-    --micro-batches $2 --json $OUT/layer_$3.json layer >/tmp/layer.txt 2>&1
-  echo "== layer $1 tokens, micro-batches $2 rc=$? ($(($(date +%s) - t0)) s; dmon line $(wc -l <$OUT/dmon.txt))" >>$s
-  grep -vE "^\s*$" /tmp/layer.txt | sed 's/\[rank 0\]//' | grep -vE "^\[rank [1-9]" | grep -E "prefill|backward|target|of which|wrong|correct|rror" >>$s
+layer() { layer_mb "$@";
   nvidia-smi --query-gpu=$q --format=csv,noheader >>$s 2>&1
 }
 layer 16384 2 16k_2
