@@ -1,7 +1,5 @@
-# variant.sh — sourced by the device scripts that build the library side by side with build-time knobs (x4-head.sh,
-# x4-recv-early.sh, x4-settle.sh, x2-pipe.sh, x2-grad.sh, x1-combine.sh, x-next.sh, x2-ahead.sh,
-# x-scales-row.sh, x4-ring.sh, x4-recip.sh, x-grad-once.sh, x4-roles.sh, x4-roles-split.sh, x4-roles-check.sh,
-# x4-roles-tests.sh, x4-sms.sh, x4-esweep.sh, x4-probe-sms.sh, x4-inplace-proxy.sh):
+# variant.sh — sourced by the device scripts (tools/dev/runs/) that build the library side by side with build-time
+# knobs, time it and run its tests; each function is described at its definition.
 #   variant DIR FLAGS   configures DIR with CMAKE_CUDA_FLAGS=FLAGS and builds sy-bench, syrun and test_gpu_moe_ht
 #                       there (log: /tmp/build_<basename DIR>.log); on failure appends "build DIR failed" to $s.
 variant() {

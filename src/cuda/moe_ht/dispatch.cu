@@ -160,7 +160,7 @@ __device__ __forceinline__ void inplace_end(const ht_params &P, uint64_t call) {
  * row's gradient and adds to each row's dot product); 0 (for measuring) reads g again for every row (from L2 for a
  * ring slot: __ldcg). Each row's dot product takes its pieces in the same order either way, so the bits are the
  * same. Run 38 (1 x H100, world 1, BF16, 4,096 tokens): combine_bwd 1,186 -> 1,120 us at 16 SMs, 500 -> 439-443 at
- * 132; run 39 (4 x H100, world 4, 16 SMs): 2,302-2,308 -> 2,203-2,211 us (tools/dev/x-grad-once.sh). ptxas (sm_90,
+ * 132; run 39 (4 x H100, world 4, 16 SMs): 2,302-2,308 -> 2,203-2,211 us (tools/dev/runs/x-grad-once.sh). ptxas (sm_90,
  * the kernels at 128 registers), when measured: 2 rows a pass with 4 pieces in flight spilled 16 bytes in
  * sy_ht_dispatch (0 reads g again: none) and 40 in sy_ht_dispatch_hint (as with 0); 4 rows 60 and 68 (over the
  * ptxas_spills test's 64). The weighting of a gradient row is written in both forms (the ptx of a shared helper

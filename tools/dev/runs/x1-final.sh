@@ -2,7 +2,7 @@
 # x1-final.sh — one device call on one GPU after the own-token queue: every GPU test at 1 rank and 3 ranks sharing
 # the GPU (put and ticket variants included, no sanitizers), moe-ht at world 1 (4,096 and 8,192 tokens; 16 SMs:
 # the queue with its strided order, in token order (a variant tree, SY_HT_OWN_STRIDE=0) and off; 132 SMs). With the
-# Python package's run it took more than a call's 600 s (history run 27, call 8): that is tools/dev/x1-python.sh now.
+# Python package's run it took more than a call's 600 s (history run 27, call 8): that is tools/dev/runs/x1-python.sh now.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 s=$OUT/summary.txt
 tools/build.sh >$OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # x4-table.sh — issue 19's table at n GPUs (4 best; the target's machine is 4 x H200) on the current code, after
-# tools/dev/x4-inplace.sh on the same warm machine (its build /tmp/xT, else built here): `sy-bench moe-ht` with NCCL
+# tools/dev/runs/x4-inplace.sh on the same warm machine (its build /tmp/xT, else built here): `sy-bench moe-ht` with NCCL
 # beside (4,096 and 8,192 tokens, FP8 and BF16, the five calls) with recv in the receive arena (A: the dispatch's
 # first copy in place) and in device memory (D); the prefill layer A then D (16 SMs, no NCCL); the world-1 table at
 # 132 SMs (the one-GPU targets). X4_TABLES (default "A D") picks the tables. JSON to $OUT, rows to
