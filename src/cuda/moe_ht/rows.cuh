@@ -91,11 +91,6 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
  * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; HT_QPASSES x 512 elements a
  * pass, every load of the pass in flight before the first quantisation. */
 constexpr int HT_QPASSES = 4;
-/* SY_HT_QUANT_TAIL (build time, for measuring; 1 the default): the passes past a token's end are skipped (0: quantised
- * as zeros and not stored, as before run 45). */
-#ifndef SY_HT_QUANT_TAIL
-#define SY_HT_QUANT_TAIL 1
-#endif
 template <bool HINT, bool RECIP = FP8_RECIP_INLINE>
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
@@ -112,9 +107,6 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
     }
 #pragma unroll
     for (int u = 0; u < HT_QPASSES; u++) {
-      /* a pass past the token's end has no lane with data (uniform: it depends on the warp's place only), so the warp
-       * stops there instead of quantising zeros (hidden 7168 = 14 passes: the last round had 2 of its 4 empty) */
-      if (SY_HT_QUANT_TAIL && base + u * 512 >= hidden) break;
       const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
       float scale;
       const uint4 q = quantise16<RECIP>(raw[u][0], raw[u][1], ue8m0, &scale);
