@@ -8,7 +8,7 @@ nvidia-smi -L | head -1 >>$s
 nvidia-smi --query-gpu=index,temperature.gpu,clocks_event_reasons.active --format=csv,noheader >>$s
 cmake -S . -B /tmp/x >/dev/null && cmake --build /tmp/x -j 16 --target sy-bench syrun >/tmp/b.log 2>&1 ||
   { tail -20 /tmp/b.log >>$s; cat $s; exit 1; }
-timeout 100 /tmp/x/bin/syrun -n 4 /tmp/x/bin/sy-bench --recv arena --tokens 4096 --wire bf16 --json $OUT/ht.json \
+SY_HEAP_SIZE=8G timeout 100 /tmp/x/bin/syrun -n 4 /tmp/x/bin/sy-bench --recv arena --tokens 4096 --wire bf16 --json $OUT/ht.json \
   moe-ht >/tmp/ht.txt 2>&1
 echo "== moe-ht 4096 bf16 arena rc=$?" >>$s
 grep -E " (dispatch|combine|combine_bwd|dispatch_bwd|layout) |target|slowdown|WARN|rror|correct" /tmp/ht.txt |
