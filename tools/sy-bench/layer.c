@@ -220,6 +220,15 @@ int bench_layer(bench_ctx_t *ctx) {
                   "the graph cache (PDL %s); comm and compute: each alone\n",
                   b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H, b.nmb,
                   getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
+    for (int m = 1; m <= b.nmb && !rc; m++) { /* shares by weight can leave a micro-batch of a small step empty */
+      int T = 0, first = 0;
+      layer_split(&b, m, &T, &first);
+      if (T < 1) {
+        bench_print(ctx, "# layer: --micro-batches: micro-batch %d of %d would get no token of %d\n", m, b.nmb, b.T);
+        rc = 1;
+      }
+    }
+    if (rc) break;
     rc = layer_setup_common(&b);
     if (!rc) rc = b.T <= 256 ? layer_decode(&b) : prefill(&b);
     if (rc) bench_print(ctx, "# layer: %d tokens: failed (rank %d)\n", b.T, ctx->rank);
