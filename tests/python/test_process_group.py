@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -95,10 +97,11 @@ def test_allgather_failure_is_the_calls_cause() -> None:
 
 def cuda_rank_main(rank: int, store_dir: str, pg_backend: str) -> None:
     """One of four processes: groups {0, 2} and {1, 3}, a cuda communicator over each (the group's rank order)."""
-    for name in ("SY_RANK", "SY_WORLD_SIZE", "SY_LOCAL_RANK", "SY_LOCAL_SIZE", "SY_BOOT_DIR"):
+    for name in ("SY_RANK", "SY_WORLD_SIZE", "SY_LOCAL_RANK", "SY_LOCAL_SIZE", "SY_BOOT_DIR", "SY_DEVICE"):
         os.environ.pop(name, None)  # not a rank of the launcher that ran pytest
     torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(pg_backend, init_method=f"file://{store_dir}/store", rank=rank, world_size=4)
+    dist.init_process_group(pg_backend, init_method=f"file://{store_dir}/store", rank=rank, world_size=4,
+                            timeout=timedelta(seconds=120))  # fmt: skip
     try:
         groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every process makes both, in the same order
         with sy.Comm.from_process_group(groups[rank % 2], backend="cuda", timeout_ms=TIMEOUT_MS) as comm:
@@ -123,4 +126,10 @@ def test_subgroups_cuda(tmp_path) -> None:
     if comm_module._launcher_world() > 1:
         pytest.skip("spawns four processes of its own: runs where pytest is one process (syrun -n 1)")
     pg_backend = "nccl" if torch.cuda.device_count() >= 4 else "gloo"  # NCCL wants a GPU a rank
-    torch.multiprocessing.spawn(cuda_rank_main, args=(str(tmp_path), pg_backend), nprocs=4, join=True)
+    ctx = torch.multiprocessing.spawn(cuda_rank_main, args=(str(tmp_path), pg_backend), nprocs=4, join=False)
+    deadline = time.monotonic() + 300  # bounded: a wedged bring-up fails the test instead of hanging it
+    while not ctx.join(timeout=5):  # raises when a child fails
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.terminate()
+            pytest.fail("test_subgroups_cuda: the four processes did not finish within 300 s")

@@ -136,7 +136,7 @@ def main(paths):
         print(kind(rows) + "\n")
         for r in slow:
             print(f"GPU slowdowns during the entry (NVML, the most on any rank): {r['power_ms']} ms by the power limit, "
-                  f"{r['thermal_ms']} ms by temperature; the hottest GPU at {r['hottest_c']} C\n")
+                  f"{r['thermal_ms']} ms by temperature; the hottest GPU at the entry's start or end {r['hottest_c']} C\n")
     return 0
 
 

@@ -1,10 +1,10 @@
 /*
  * gpu_state.c — what held this rank's GPU below its clock while an entry ran: NVML's counters of the time the GPU
  * spent slowed by its power limit and by its temperature (nvmlDeviceGetViolationStatus), read before and after, and
- * its temperature. The driver's libnvidia-ml.so.1 is opened at run time, so building needs no NVML and a machine
- * without it (the CI's) reads nothing. A GPU slowed by its temperature is not running at its speed: run 45 met a
- * 4 x H100 host whose GPU 0 sat at 86-89 C with its SMs at 345-675 MHz, which put every world-4 row of `layer` 2-4x
- * over (the rows are the slowest rank's). Slowed by its power limit is the normal state of a busy H100.
+ * its temperature at both ends. The driver's libnvidia-ml.so.1 is opened at run time, so building needs no NVML and
+ * a machine without it (the CI's) reads nothing. A GPU slowed by its temperature is not running at its speed, and a
+ * world's rows are its slowest rank's (bench/NOTES.md, "measuring"); slowed by its power limit is the normal state of
+ * a busy H100.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 
 #include "bench.h"
 
-/* The few NVML declarations used here (nvml.h's, which the CUDA toolkit does not ship): stable ABI since NVML 2. */
+/* The few NVML declarations used here, as nvml.h has them (the CUDA toolkit does not ship the header). */
 typedef int nvml_return_t; /* 0: NVML_SUCCESS */
 typedef void *nvml_device_t;
 typedef struct {
@@ -67,12 +67,12 @@ void bench_gpu_state_report(bench_ctx_t *ctx, const bench_gpu_state_t *before) {
                   most_temp = bench_allreduce_max(ctx, hottest);
   if (ctx->backend != SY_BACKEND_CUDA) return;
   if (most_temp < 0) {
-    bench_print(ctx, "# GPU slowdowns: not read (no NVML: libnvidia-ml.so.1)\n");
+    bench_print(ctx, "# GPU slowdowns: not read (NVML absent, or its counters not supported here)\n");
     return;
   }
   bench_print(ctx,
               "# GPU slowdowns during this entry (NVML, the most on any rank): %lld ms by the power limit, %lld ms by "
-              "temperature; the hottest GPU at %lld C\n",
+              "temperature; the hottest GPU at the entry's start or end %lld C\n",
               most_power, most_thermal, most_temp);
   if (thermal_ms > 0)
     fprintf(stderr,

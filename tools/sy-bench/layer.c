@@ -150,7 +150,7 @@ static int setup_prefill(layer_bench_t *b) {
 
 static int prefill(layer_bench_t *b) {
   int rc = setup_prefill(b);
-  char split[LAYER_MAX_MB * 24] = "";
+  char split[LAYER_MAX_MB * 40] = "";
   for (int m = 1; m <= b->nmb; m++) {
     const size_t at = strlen(split);
     snprintf(split + at, sizeof split - at, "%s%d tokens (%d rows)", m > 1 ? ", " : "", b->mb[m].T, b->mb[m].S);
@@ -220,7 +220,7 @@ int bench_layer(bench_ctx_t *ctx) {
                   "the graph cache (PDL %s); comm and compute: each alone\n",
                   b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H, b.nmb,
                   getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
-    for (int m = 1; m <= b.nmb && !rc; m++) { /* shares by weight can leave a micro-batch of a small step empty */
+    for (int m = 1; m <= b.nmb && !rc && ctx->opts->mb_weights[0]; m++) { /* weights can leave one empty */
       int T = 0, first = 0;
       layer_split(&b, m, &T, &first);
       if (T < 1) {

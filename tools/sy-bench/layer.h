@@ -98,7 +98,8 @@ int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p)
 enum {
   WAY_COMM,    /* comm1 + comm2 of the whole step, alone */
   WAY_COMPUTE, /* the whole step's GEMMs alone, on every SM */
-  WAY_GEMMS,   /* the micro-batches' GEMMs alone, in turn, on the SMs they get beside the communication: b's floor */
+  WAY_GEMMS,   /* the micro-batches' GEMMs alone, in turn, on the SMs ways b and c give them (prefill: those the
+                * communication leaves; decode: every SM), on the values a way-b step left in their buffers */
   WAY_A,       /* the three parts in turn */
   WAY_B,       /* layer_two_streams */
   WAY_C,       /* b captured once in a graph cache and replayed */

@@ -398,7 +398,7 @@ static int parse_micro_batches(const char *flag, const char *text, bench_opts_t 
   }
   char buf[128];
   const int max = (int)(sizeof opts->mb_weights / sizeof opts->mb_weights[0]);
-  int n = 0, bad = strlen(text) >= sizeof buf;
+  int n = 0, bad = strlen(text) >= sizeof buf || strstr(text, ",,") || text[0] == ',' || text[strlen(text) - 1] == ',';
   if (!bad) strcpy(buf, text);
   for (char *save = NULL, *item = bad ? NULL : strtok_r(buf, ",", &save); item && !bad;
        item = strtok_r(NULL, ",", &save)) {
