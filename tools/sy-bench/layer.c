@@ -220,13 +220,20 @@ int bench_layer(bench_ctx_t *ctx) {
                   "the graph cache (PDL %s); comm and compute: each alone\n",
                   b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H, b.nmb,
                   getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
-    for (int m = 1; m <= b.nmb && !rc && ctx->opts->mb_weights[0]; m++) { /* weights can leave one empty */
+    int next = 0; /* the micro-batches tile the step's tokens in order (weights: none of them empty) */
+    for (int m = 1; m <= b.nmb && !rc; m++) {
       int T = 0, first = 0;
       layer_split(&b, m, &T, &first);
-      if (T < 1) {
-        bench_print(ctx, "# layer: --micro-batches: micro-batch %d of %d would get no token of %d\n", m, b.nmb, b.T);
+      if (first != next || (T < 1 && ctx->opts->mb_weights[0])) {
+        bench_print(ctx, "# layer: --micro-batches: micro-batch %d of %d gets tokens [%d, %d) of %d\n", m, b.nmb, first,
+                    first + T, b.T);
         rc = 1;
       }
+      next = first + T;
+    }
+    if (!rc && next != b.T) {
+      bench_print(ctx, "# layer: the micro-batches cover %d of %d tokens\n", next, b.T);
+      rc = 1;
     }
     if (rc) break;
     rc = layer_setup_common(&b);
