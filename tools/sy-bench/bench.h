@@ -48,6 +48,7 @@ typedef struct bench_opts {
                                       * first copy in place */
   int mb_weights[8];                 /* layer: the micro-batches' shares of the tokens (--micro-batches 1,3,3,1);
                                       * all 0: even */
+  int shared_weights;                /* layer: one W1 and W2 for every expert (--expert-weights shared) */
 } bench_opts_t;
 
 /* One measured variant at one size. */

@@ -2,9 +2,10 @@
  * layer.c — sy-bench entry `layer` (issue 21): one MoE layer's step; this file the entry and the prefill shapes
  * (more than 256 tokens a rank; decode: layer_ll.c) over the high-throughput mode: layout, dispatch (BF16, worst-case
  * masked layout: each local expert's rows at e x S, S the routing's busiest expert to 16 — a bound the caller
- * knows), the expert FFN — y = relu(x W1) W2, two strided-batched GEMMs through cublasLt (ReLU the first one's
- * epilogue), bf16 in and out, fp32 accumulation; one W1 [H][F] and one W2 [F][H] shared by every expert (the FLOPs
- * of every expert, the weights' bytes of one) — and the weighted combine. Three ways:
+ * knows), the expert FFN — y = relu(x W1_e) W2_e, two strided-batched GEMMs through cublasLt (ReLU the first one's
+ * epilogue), bf16 in and out, fp32 accumulation; each expert e its own W1 [H][F] and W2 [F][H] (--expert-weights
+ * shared: one pair for every expert, every expert's FLOPs on one expert's weight bytes, as before run 46) — and the
+ * weighted combine. Three ways:
  *   a  sequential, eager, one stream;
  *   b  micro-batches (--micro-batches, default 2) of T/n tokens, or of shares by weight (--micro-batches 1,3,3,1:
  *      the first dispatch and the last combine, which nothing hides, small): the communication on the bench's stream (the
@@ -137,7 +138,7 @@ static int setup_prefill(layer_bench_t *b) {
   if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe) != SY_SUCCESS) return 1;
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
   if (sy_moe_ht_sizes(b->moe, &sizes) != SY_SUCCESS) return 1;
-  b->L = sizes.local_experts;
+  if (sizes.local_experts != b->L) return 1; /* the weights were made for E / world experts a rank */
   int dev = 0, sm_count = 0;
   if (b->gpu && (cudaGetDevice(&dev) != cudaSuccess ||
                  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
@@ -210,15 +211,19 @@ int bench_layer(bench_ctx_t *ctx) {
     b.H = gpu ? 7168 : 128, b.F = gpu ? 2048 : 64, b.K = gpu ? 8 : 2;
     b.E = gpu ? 256 : 8 * ctx->world;
     if (b.E % ctx->world) b.E = (b.E / ctx->world + 1) * ctx->world;
+    b.L = b.E / ctx->world;
+    b.shared = ctx->opts->shared_weights;
     b.T = (int)tokens[i];
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
     b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
     if (i == 0)
       bench_print(ctx,
-                  "# layer: forward; hidden %d, ffn %d, top-%d of %d experts; GEMMs: %s, one W1 [%d][%d] and W2 "
-                  "[%d][%d] for every expert; ways: a sequential, b %d micro-batches on two streams, c replayed from "
-                  "the graph cache (PDL %s); comm and compute: each alone\n",
-                  b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)", b.H, b.F, b.F, b.H, b.nmb,
+                  "# layer: forward; hidden %d, ffn %d, top-%d of %d experts; GEMMs: %s, %s W1 [%d][%d] and W2 "
+                  "[%d][%d]%s; ways: a sequential, b %d micro-batches on two streams, c replayed from the graph cache "
+                  "(PDL %s); comm and compute: each alone\n",
+                  b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)",
+                  ctx->opts->shared_weights ? "one" : "each expert's own", b.H, b.F, b.F, b.H,
+                  ctx->opts->shared_weights ? " for every expert (--expert-weights shared)" : "", b.nmb,
                   getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
     int next = 0; /* the micro-batches tile the step's tokens in order (weights: none of them empty) */
     for (int m = 1; m <= b.nmb && !rc; m++) {

@@ -1,8 +1,9 @@
 /*
  * layer.h — what the files of sy-bench's entry `layer` share (layer.c: the entry, prefill over the high-throughput
  * mode; layer_ll.c: decode over the low-latency mode; layer_ffn.c: the experts' GEMMs, buffers and the check
- * against the CPU reference). One MoE layer: route given, dispatch, y = relu(x W1) W2 per expert (one W1 [H][F]
- * and one W2 [F][H] shared by every expert: every expert's FLOPs, one expert's weight bytes), weighted combine.
+ * against the CPU reference). One MoE layer: route given, dispatch, y = relu(x W1_e) W2_e per expert e (each
+ * expert's own W1 [H][F] and W2 [F][H], layer_weights.h; or, with --expert-weights shared, one W1 and one W2 for
+ * every expert: every expert's FLOPs, one expert's weight bytes), weighted combine.
  */
 #ifndef SY_BENCH_LAYER_H
 #define SY_BENCH_LAYER_H
@@ -28,12 +29,17 @@ typedef struct layer_bench {
   int gpu, H, F, E, K, L, T, sms;
   int nmb;                     /* micro-batches of ways b and c (--micro-batches, default 2) */
   int gemm_sms;                /* the GEMMs' SM count target beside the communication (cublasLt; 0: the device's) */
-  uint16_t *x, *w1, *w2, *out; /* [T][H], [H][F], [F][H], [T][H] */
+  uint16_t *x, *w1, *w2, *out; /* [T][H], [L][H][F], [L][F][H] ([1].. with shared weights), [T][H] */
+  int shared;                  /* one W1 and one W2 for every expert (--expert-weights shared) */
   uint16_t *dout, *dx;         /* the backward's: the output's gradient in, the tokens' out; [T][H] */
   uint16_t *dout_h;
   int32_t *ids;                /* [T][K] */
   float *weights;              /* [T][K] */
-  uint16_t *x_h, *w1_h, *w2_h; /* host copies for the reference */
+  uint16_t *x_h, *w1_h, *w2_h; /* host copies for the reference; w1_h, w2_h: expert w_expert's ([H][F], [F][H]) */
+  int w_expert;                /* -1: none yet */
+  double *ref[2];              /* the reference's sampled tokens, forward and backward: [samples][2][H] (want,
+                                * slack), made once a shape */
+  int ref_samples[2];          /* how many ref[d] holds (0: none yet) */
   int32_t *ids_h;
   float *weights_h;
   /* prefill: the high-throughput mode, masked layouts */
@@ -79,6 +85,9 @@ void layer_split(const layer_bench_t *b, int m, int *T, int *first);
 long long layer_check(layer_bench_t *b, int samples, int backward);
 /* layer_mask.cu (layer_mask_absent.c without nvcc): d[i] = 0 where mid[i] is not > 0. */
 int layer_relu_mask(uint16_t *d, const uint16_t *mid, size_t n, cudaStream_t stream);
+/* layer_mask.cu: w[e][i] = layer_weight(seed, first_expert + e, i, scale) for e < experts, i < per; synchronises. */
+int layer_fill_weights(uint16_t *w, uint32_t seed, int first_expert, int experts, size_t per, float scale,
+                       cudaStream_t stream);
 /* A shape's step in three parts, for micro-batch m (0: the whole step; 1, 2: its halves): the communication before
  * the GEMMs, the GEMMs, the communication after them. */
 typedef int (*layer_part_fn)(layer_bench_t *b, int m, cudaStream_t s);

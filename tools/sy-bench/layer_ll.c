@@ -58,7 +58,8 @@ static int setup_llmb(layer_bench_t *b, llmb_t *m, int index) {
   sy_moe_recv_sizes_t sz = SY_MOE_RECV_SIZES_INIT;
   m->T = T, m->first = first;
   if (sy_moe_create(ctx->comm, &cfg, &m->moe) != SY_SUCCESS || sy_moe_recv_sizes(m->moe, &sz) != SY_SUCCESS) return 1;
-  b->L = sz.local_experts, m->slots = sz.slots;
+  if (sz.local_experts != b->L) return 1; /* the weights were made for E / world experts a rank */
+  m->slots = sz.slots;
   m->cap = layer_max_rows(b, first, T);
   if (m->cap < 0) return 1;
   if (m->cap > m->slots) m->cap = m->slots;
