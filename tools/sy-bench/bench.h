@@ -49,6 +49,8 @@ typedef struct bench_opts {
   int mb_weights[8];                 /* layer: the micro-batches' shares of the tokens (--micro-batches 1,3,3,1);
                                       * all 0: even */
   int shared_weights;                /* layer: one W1 and W2 for every expert (--expert-weights shared) */
+  double gemm_beside;                /* layer: the share of a micro-batch's experts whose GEMMs run beside the
+                                      * communication (--gemm-beside); 0: all */
 } bench_opts_t;
 
 /* One measured variant at one size. */

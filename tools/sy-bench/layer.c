@@ -43,8 +43,8 @@ static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
                            b->out + (size_t)m->first * b->H, NULL, s) != 0;
 }
 
-static int ffn(layer_bench_t *b, mb_t *m, int sms, cudaStream_t s) {
-  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->S, m->S, b->L, sms, s);
+static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStream_t s) {
+  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->S, m->S, e0, experts, sms, s);
 }
 
 /* The backward: the combine's (dy = w_r dout[t] into each row), the FFN's, the dispatch's (a combine without
@@ -55,8 +55,8 @@ static int combine_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
                                     m->recv.weights, NULL, m->dy, NULL, s) != 0;
 }
 
-static int ffn_bwd(layer_bench_t *b, mb_t *m, int sms, cudaStream_t s) {
-  return layer_ffn_backward(b, m->dy, m->mid, m->dmid, m->dxr, m->S, m->S, b->L, sms, s);
+static int ffn_bwd(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStream_t s) {
+  return layer_ffn_backward(b, m->dy, m->mid, m->dmid, m->dxr, m->S, m->S, e0, experts, sms, s);
 }
 
 static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
@@ -69,12 +69,20 @@ static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
 static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
   return layout(b, &b->mb[m], s) || dispatch(b, &b->mb[m], s);
 }
-/* a micro-batch's GEMMs (m > 0) run beside the communication: on the SMs it leaves */
-static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ffn(b, &b->mb[m], m ? b->gemm_sms : 0, s); }
+/* The SMs a compute part's GEMMs target: a micro-batch's (m > 0) beside the communication, those it leaves; the rest
+ * of a micro-batch's experts after it (LAYER_GEMM_AFTER), and the whole step's, every SM. */
+static int part_sms(const layer_bench_t *b, int m, int part) { return m && part != LAYER_GEMM_AFTER ? b->gemm_sms : 0; }
+static int part_ffn(layer_bench_t *b, int m, int part, cudaStream_t s) {
+  int e0, experts;
+  layer_gemm_experts(b, part, &e0, &experts);
+  return ffn(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
+}
 static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return combine(b, &b->mb[m], s); }
 static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return combine_bwd(b, &b->mb[m], s); }
-static int part_ffn_bwd(layer_bench_t *b, int m, cudaStream_t s) {
-  return ffn_bwd(b, &b->mb[m], m ? b->gemm_sms : 0, s);
+static int part_ffn_bwd(layer_bench_t *b, int m, int part, cudaStream_t s) {
+  int e0, experts;
+  layer_gemm_experts(b, part, &e0, &experts);
+  return ffn_bwd(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
 }
 static int part_db(layer_bench_t *b, int m, cudaStream_t s) { return dispatch_bwd(b, &b->mb[m], s); }
 
@@ -151,7 +159,10 @@ static int setup_prefill(layer_bench_t *b) {
 
 static int prefill(layer_bench_t *b) {
   int rc = setup_prefill(b);
-  char split[LAYER_MAX_MB * 40] = "";
+  char split[LAYER_MAX_MB * 40] = "", beside[96] = "";
+  if (b->beside < b->L)
+    snprintf(beside, sizeof beside, " (%d experts of %d; the rest on every SM after the communication beside them)",
+             b->beside, b->L);
   for (int m = 1; m <= b->nmb; m++) {
     const size_t at = strlen(split);
     snprintf(split + at, sizeof split - at, "%s%d tokens (%d rows)", m > 1 ? ", " : "", b->mb[m].T, b->mb[m].S);
@@ -159,9 +170,9 @@ static int prefill(layer_bench_t *b) {
   bench_print(b->ctx,
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
               "(%d experts a rank; the routing's busiest expert, to 16); %d micro-batches: %s; communication "
-              "SMs %d, the micro-batches' GEMMs on %d%s%s\n",
+              "SMs %d, the micro-batches' GEMMs on %d%s%s%s\n",
               b->T, b->mb[0].S, b->L, b->nmb, split, b->sms, b->gemm_sms,
-              b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)",
+              b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)", beside,
               b->ctx->opts->recv_arena ? "; recv in the receive arena (--recv arena)" : "");
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
   static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
@@ -213,6 +224,9 @@ int bench_layer(bench_ctx_t *ctx) {
     if (b.E % ctx->world) b.E = (b.E / ctx->world + 1) * ctx->world;
     b.L = b.E / ctx->world;
     b.shared = ctx->opts->shared_weights;
+    const double f = ctx->opts->gemm_beside; /* of the L experts, those beside the communication: F x L, at least 1 */
+    b.beside = f > 0 && f < 1 ? (int)(f * b.L + 0.5) : b.L;
+    if (b.beside < 1) b.beside = 1;
     b.T = (int)tokens[i];
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
     b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;

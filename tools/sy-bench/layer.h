@@ -29,6 +29,8 @@ typedef struct layer_bench {
   int gpu, H, F, E, K, L, T, sms;
   int nmb;                     /* micro-batches of ways b and c (--micro-batches, default 2) */
   int gemm_sms;                /* the GEMMs' SM count target beside the communication (cublasLt; 0: the device's) */
+  int beside;                  /* of a micro-batch's L experts, the GEMMs of the first `beside` run on gemm_sms beside
+                                * the communication, the rest on every SM after it (--gemm-beside F: F x L; L: all) */
   uint16_t *x, *w1, *w2, *out; /* [T][H], [L][H][F], [L][F][H] ([1].. with shared weights), [T][H] */
   int shared;                  /* one W1 and one W2 for every expert (--expert-weights shared) */
   uint16_t *dout, *dx;         /* the backward's: the output's gradient in, the tokens' out; [T][H] */
@@ -54,7 +56,7 @@ typedef struct layer_bench {
   } ll[LAYER_MAX_MB + 1];     /* 0: the whole step (a); 1 .. nmb: the micro-batches (b, c) */
   /* the GPU's */
   cudaStream_t compute;
-  cudaEvent_t ev[2 * LAYER_MAX_MB];
+  cudaEvent_t ev[3 * LAYER_MAX_MB];
   cublasLtHandle_t lt;
   void *lt_work;
   size_t lt_work_bytes;
@@ -68,13 +70,21 @@ int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n);
 /* The inputs every way shares (x, ids, weights, W1, W2 on both sides) and the GPU's streams and cublasLt. */
 int layer_setup_common(layer_bench_t *b);
 void layer_teardown_common(layer_bench_t *b);
-/* y = relu(in W1) W2 for `batch` experts of `rows` rows each, expert e's rows at e x stride (in rows) in in, mid
- * and y; sms: the SM count cublasLt targets (0: the device's; a micro-batch's GEMMs run beside communication). */
-int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
-              int sms, cudaStream_t stream);
+/* y = relu(in W1_e) W2_e for the local experts e0 .. e0 + experts - 1, `rows` rows each, expert e's rows at e x stride
+ * (in rows) in in, mid and y; sms: the SM count cublasLt targets (0: the device's; a micro-batch's GEMMs run beside
+ * communication). */
+int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int e0,
+              int experts, int sms, cudaStream_t stream);
 /* The backward of layer_ffn: dmid = (dy W2^T) where the forward's mid > 0, else 0; dxr = dmid W1^T. */
 int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid, uint16_t *dmid, uint16_t *dxr,
-                       int rows, int stride, int batch, int sms, cudaStream_t stream);
+                       int rows, int stride, int e0, int experts, int sms, cudaStream_t stream);
+/* Which of a micro-batch's GEMMs a compute part runs (layer_gemm_fn), and the experts it takes. */
+enum {
+  LAYER_GEMM_ALL,    /* every local expert: the whole step's on every SM, a micro-batch's on gemm_sms */
+  LAYER_GEMM_BESIDE, /* a micro-batch's first `beside` experts, on gemm_sms (beside the communication) */
+  LAYER_GEMM_AFTER   /* the rest, on every SM (after the communication beside the first part has ended) */
+};
+void layer_gemm_experts(const layer_bench_t *b, int part, int *e0, int *experts);
 /* The most rows any of this rank's experts gets from the tokens [first, first + T) of every rank (each rank's
  * routing regenerated here), the most over the ranks, rounded up to 16 (at least 16): the masked layouts' bound. */
 int layer_max_rows(layer_bench_t *b, int first, int T);
@@ -91,16 +101,21 @@ int layer_fill_weights(uint16_t *w, uint32_t seed, int first_expert, int experts
 /* A shape's step in three parts, for micro-batch m (0: the whole step; 1, 2: its halves): the communication before
  * the GEMMs, the GEMMs, the communication after them. */
 typedef int (*layer_part_fn)(layer_bench_t *b, int m, cudaStream_t s);
+typedef int (*layer_gemm_fn)(layer_bench_t *b, int m, int part, cudaStream_t s); /* part: LAYER_GEMM_* */
 typedef struct layer_parts {
   const char *shape;
-  layer_part_fn comm1, compute, comm2;
+  layer_part_fn comm1;
+  layer_gemm_fn compute;
+  layer_part_fn comm2;
   int check; /* 1: b->out against the forward's reference; 2: b->dx against the backward's */
 } layer_parts_t;
 
 /* The micro-batches (m = 1 .. nmb) over two streams: comm1(m) for each on sc, each followed by an event;
  * compute(m) on the second stream after its comm1; comm2(m) on sc after its compute — so one micro-batch's
- * communication runs beside another's GEMMs, and the communication calls stay one at a time on sc. Host backend:
- * in that order, one after the other. */
+ * communication runs beside another's GEMMs, and the communication calls stay one at a time on sc. With beside < L
+ * a micro-batch's GEMMs are two parts: the first `beside` experts' on gemm_sms, the rest's on every SM once the
+ * communication that runs beside it has ended (micro-batch 1: the last comm1; m > 1: comm2(m - 1)), so the SMs the
+ * communication holds are given up only while it runs. Host backend: in that order, one after the other. */
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p);
 
 /* A shape's ways, in the order layer_run_shape times them (the indices of its us and enq). */

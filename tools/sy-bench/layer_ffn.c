@@ -93,30 +93,44 @@ static void gemm_host(const uint16_t *A, const uint16_t *B0, uint16_t *C, int ro
     }
 }
 
-int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int batch,
-              int sms, cudaStream_t stream) {
+int layer_ffn(layer_bench_t *b, const uint16_t *in, uint16_t *mid, uint16_t *y, int rows, int stride, int e0,
+              int experts, int sms, cudaStream_t stream) {
+  if (experts < 1) return 0;
+  const size_t r0 = (size_t)e0 * stride, w0 = b->shared ? 0 : (size_t)e0 * b->H * b->F;
+  in += r0 * b->H, mid += r0 * b->F, y += r0 * b->H;
+  const uint16_t *w1 = b->w1 + w0, *w2 = b->w2 + w0;
   if (!b->gpu) {
-    gemm_host(in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1, b->shared);
-    gemm_host(mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0, b->shared);
+    gemm_host(in, w1, mid, rows, stride, b->H, b->F, experts, 0, 1, b->shared);
+    gemm_host(mid, w2, y, rows, stride, b->F, b->H, experts, 0, 0, b->shared);
     return 0;
   }
-  return gemm_gpu(b, in, b->w1, mid, rows, stride, b->H, b->F, batch, 0, 1, sms, stream) ||
-         gemm_gpu(b, mid, b->w2, y, rows, stride, b->F, b->H, batch, 0, 0, sms, stream);
+  return gemm_gpu(b, in, w1, mid, rows, stride, b->H, b->F, experts, 0, 1, sms, stream) ||
+         gemm_gpu(b, mid, w2, y, rows, stride, b->F, b->H, experts, 0, 0, sms, stream);
 }
 
 int layer_ffn_backward(layer_bench_t *b, const uint16_t *dy, const uint16_t *mid, uint16_t *dmid, uint16_t *dxr,
-                       int rows, int stride, int batch, int sms, cudaStream_t stream) {
-  const size_t n = (size_t)batch * stride * b->F;
+                       int rows, int stride, int e0, int experts, int sms, cudaStream_t stream) {
+  if (experts < 1) return 0;
+  const size_t n = (size_t)experts * stride * b->F;
+  const size_t r0 = (size_t)e0 * stride, w0 = b->shared ? 0 : (size_t)e0 * b->H * b->F;
+  dy += r0 * b->H, mid += r0 * b->F, dmid += r0 * b->F, dxr += r0 * b->H;
+  const uint16_t *w1 = b->w1 + w0, *w2 = b->w2 + w0;
   if (!b->gpu) {
-    gemm_host(dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0, b->shared); /* dy W2^T: W2 is [F][H] */
+    gemm_host(dy, w2, dmid, rows, stride, b->H, b->F, experts, 1, 0, b->shared); /* dy W2^T: W2 is [F][H] */
     for (size_t i = 0; i < n; i++)
       if ((mid[i] & 0x8000u) || (mid[i] & 0x7fffu) == 0) dmid[i] = 0;
-    gemm_host(dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0, b->shared); /* dmid W1^T: W1 is [H][F] */
+    gemm_host(dmid, w1, dxr, rows, stride, b->F, b->H, experts, 1, 0, b->shared); /* dmid W1^T: W1 is [H][F] */
     return 0;
   }
-  return gemm_gpu(b, dy, b->w2, dmid, rows, stride, b->H, b->F, batch, 1, 0, sms, stream) ||
+  return gemm_gpu(b, dy, w2, dmid, rows, stride, b->H, b->F, experts, 1, 0, sms, stream) ||
          layer_relu_mask(dmid, mid, n, stream) ||
-         gemm_gpu(b, dmid, b->w1, dxr, rows, stride, b->F, b->H, batch, 1, 0, sms, stream);
+         gemm_gpu(b, dmid, w1, dxr, rows, stride, b->F, b->H, experts, 1, 0, sms, stream);
+}
+
+void layer_gemm_experts(const layer_bench_t *b, int part, int *e0, int *experts) {
+  const int beside = b->beside < b->L ? b->beside : b->L;
+  *e0 = part == LAYER_GEMM_AFTER ? beside : 0;
+  *experts = part == LAYER_GEMM_ALL ? b->L : part == LAYER_GEMM_BESIDE ? beside : b->L - beside;
 }
 
 void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
@@ -213,7 +227,7 @@ int layer_setup_common(layer_bench_t *b) {
   int lowest = 0, highest = 0;
   rc = cudaDeviceGetStreamPriorityRange(&lowest, &highest) != cudaSuccess ||
        cudaStreamCreateWithPriority(&b->compute, cudaStreamNonBlocking, lowest) != cudaSuccess;
-  for (int i = 0; i < 2 * LAYER_MAX_MB && !rc; i++)
+  for (int i = 0; i < 3 * LAYER_MAX_MB && !rc; i++)
     rc = cudaEventCreateWithFlags(&b->ev[i], cudaEventDisableTiming) != cudaSuccess;
   /* cuBLASLt's workspace: 32 MiB for prefill; none for decode (<= 256 tokens), where cuBLASLt otherwise picks
    * split-K kernels whose workspace it clears with memsets, and each memset node adds ~1.8 us to a graph launch's
@@ -239,7 +253,7 @@ void layer_teardown_common(layer_bench_t *b) {
   void *p[] = {b->x, b->out, b->ids, b->weights, b->w1, b->w2, b->dout, b->dx};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
   if (b->gpu) {
-    for (int i = 0; i < 2 * LAYER_MAX_MB; i++)
+    for (int i = 0; i < 3 * LAYER_MAX_MB; i++)
       if (b->ev[i]) cudaEventDestroy(b->ev[i]);
     if (b->compute) cudaStreamDestroy(b->compute);
     if (b->lt) cublasLtDestroy(b->lt);
@@ -363,24 +377,38 @@ long long layer_check(layer_bench_t *b, int samples, int backward) {
 
 /* ---- the ways ------------------------------------------------------------------------------------------------- */
 
+/* A micro-batch's GEMMs: in one part, or (beside < L) the part beside the communication and the part after it. */
+static int gemms_of(layer_bench_t *b, const layer_parts_t *p, int m, cudaStream_t s) {
+  if (b->beside >= b->L) return p->compute(b, m, LAYER_GEMM_ALL, s);
+  return p->compute(b, m, LAYER_GEMM_BESIDE, s) || p->compute(b, m, LAYER_GEMM_AFTER, s);
+}
+
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p) {
   if (!b->gpu) {
     int rc = 0;
     for (int m = 1; m <= b->nmb && !rc; m++) rc = p->comm1(b, m, sc);
-    for (int m = 1; m <= b->nmb && !rc; m++) rc = p->compute(b, m, sc);
+    for (int m = 1; m <= b->nmb && !rc; m++) rc = gemms_of(b, p, m, sc);
     for (int m = 1; m <= b->nmb && !rc; m++) rc = p->comm2(b, m, sc);
     return rc;
   }
   cudaStream_t sg = b->compute;
-  const int n = b->nmb;
+  const int n = b->nmb, split = b->beside < b->L;
   int rc = 0;
-  for (int m = 1; m <= n && !rc; m++) /* ev[m - 1]: micro-batch m's first communication done */
-    rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
-  for (int m = 1; m <= n && !rc; m++) /* ev[n + m - 1]: its GEMMs done */
-    rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess || p->compute(b, m, sg) ||
-         cudaEventRecord(b->ev[n + m - 1], sg) != cudaSuccess;
-  for (int m = 1; m <= n && !rc; m++)
-    rc = cudaStreamWaitEvent(sc, b->ev[n + m - 1], 0) != cudaSuccess || p->comm2(b, m, sc);
+  /* events: ev[m - 1] micro-batch m's comm1 done, ev[n + m - 1] its GEMMs done, ev[2n + m - 1] its comm2 done. Each
+   * wait is enqueued after the record it waits for (a wait on an event not yet recorded waits for nothing). */
+  for (int m = 1; m <= n && !rc; m++) rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
+  for (int m = 1; m <= n && !rc; m++) {
+    rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess ||
+         p->compute(b, m, split ? LAYER_GEMM_BESIDE : LAYER_GEMM_ALL, sg);
+    if (!rc && m > 1) /* comm2(m - 1) beside this micro-batch's GEMMs */
+      rc = cudaStreamWaitEvent(sc, b->ev[n + m - 2], 0) != cudaSuccess || p->comm2(b, m - 1, sc) ||
+           cudaEventRecord(b->ev[2 * n + m - 2], sc) != cudaSuccess;
+    if (!rc && split) /* the rest on every SM once the communication beside the first part has ended */
+      rc = cudaStreamWaitEvent(sg, b->ev[m > 1 ? 2 * n + m - 2 : n - 1], 0) != cudaSuccess ||
+           p->compute(b, m, LAYER_GEMM_AFTER, sg);
+    if (!rc) rc = cudaEventRecord(b->ev[n + m - 1], sg) != cudaSuccess;
+  }
+  if (!rc) rc = cudaStreamWaitEvent(sc, b->ev[2 * n - 1], 0) != cudaSuccess || p->comm2(b, n, sc);
   return rc;
 }
 
@@ -397,19 +425,20 @@ static int op_comm(bench_ctx_t *ctx, void *arg) {
 
 static int op_compute(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
-  return r->p->compute(r->b, 0, ctx->stream);
+  return r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream);
 }
 
 static int op_gemms(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   int rc = 0;
-  for (int m = 1; m <= r->b->nmb && !rc; m++) rc = r->p->compute(r->b, m, ctx->stream);
+  for (int m = 1; m <= r->b->nmb && !rc; m++) rc = gemms_of(r->b, r->p, m, ctx->stream);
   return rc;
 }
 
 static int op_a(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
-  return r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
+  return r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream) ||
+         r->p->comm2(r->b, 0, ctx->stream);
 }
 
 static int op_b(bench_ctx_t *ctx, void *arg) {

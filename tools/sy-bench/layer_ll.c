@@ -20,8 +20,10 @@ static int ll_dispatch(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
                          b->weights + (size_t)m->first * b->K, &m->recv, s) != SY_SUCCESS;
 }
 
-static int ll_ffn(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
-  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->cap, m->slots, b->L, 0, s);
+static int ll_ffn(layer_bench_t *b, llmb_t *m, int part, cudaStream_t s) {
+  int e0, experts;
+  layer_gemm_experts(b, part, &e0, &experts);
+  return layer_ffn(b, m->recv.tokens, m->mid, m->y, m->cap, m->slots, e0, experts, 0, s);
 }
 
 static int ll_combine(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
@@ -31,7 +33,7 @@ static int ll_combine(layer_bench_t *b, llmb_t *m, cudaStream_t s) {
 
 /* The parts of its step (layer_run_shape makes the ways of them). */
 static int part_d(layer_bench_t *b, int m, cudaStream_t s) { return ll_dispatch(b, &b->ll[m], s); }
-static int part_ffn(layer_bench_t *b, int m, cudaStream_t s) { return ll_ffn(b, &b->ll[m], s); }
+static int part_ffn(layer_bench_t *b, int m, int part, cudaStream_t s) { return ll_ffn(b, &b->ll[m], part, s); }
 static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return ll_combine(b, &b->ll[m], s); }
 
 /* Experts of the micro-batches whose rows exceed the capacity (their rows past cap were never computed). */
