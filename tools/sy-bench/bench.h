@@ -51,6 +51,7 @@ typedef struct bench_opts {
   int shared_weights;                /* layer: one W1 and W2 for every expert (--expert-weights shared) */
   double gemm_beside;                /* layer: the share of a micro-batch's experts whose GEMMs run beside the
                                       * communication (--gemm-beside); 0: all */
+  int layers;                        /* layer: MoE layers a step (--layers); 0: 1 */
 } bench_opts_t;
 
 /* One measured variant at one size. */

@@ -224,6 +224,7 @@ int bench_layer(bench_ctx_t *ctx) {
     if (b.E % ctx->world) b.E = (b.E / ctx->world + 1) * ctx->world;
     b.L = b.E / ctx->world;
     b.shared = ctx->opts->shared_weights;
+    b.layers = ctx->opts->layers > 1 ? ctx->opts->layers : 1;
     const double f = ctx->opts->gemm_beside; /* of the L experts, those beside the communication: F x L, at least 1 */
     b.beside = f > 0 && f < 1 ? (int)(f * b.L + 0.5) : b.L;
     if (b.beside < 1) b.beside = 1;
@@ -231,14 +232,15 @@ int bench_layer(bench_ctx_t *ctx) {
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
     b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
     if (i == 0)
-      bench_print(ctx,
-                  "# layer: forward; hidden %d, ffn %d, top-%d of %d experts; GEMMs: %s, %s W1 [%d][%d] and W2 "
-                  "[%d][%d]%s; ways: a sequential, b %d micro-batches on two streams, c replayed from the graph cache "
-                  "(PDL %s); comm and compute: each alone\n",
-                  b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)",
-                  ctx->opts->shared_weights ? "one" : "each expert's own", b.H, b.F, b.F, b.H,
-                  ctx->opts->shared_weights ? " for every expert (--expert-weights shared)" : "", b.nmb,
-                  getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
+      bench_print(
+          ctx,
+          "# layer: forward; %d layer%s a step (the same weights each); hidden %d, ffn %d, top-%d of %d experts; "
+          "GEMMs: %s, %s W1 [%d][%d] and W2 [%d][%d]%s; ways: a sequential, b %d micro-batches on two streams, c "
+          "replayed from the graph cache (PDL %s); comm and compute: each alone\n",
+          b.layers, b.layers > 1 ? "s" : "", b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)",
+          ctx->opts->shared_weights ? "one" : "each expert's own", b.H, b.F, b.F, b.H,
+          ctx->opts->shared_weights ? " for every expert (--expert-weights shared)" : "", b.nmb,
+          getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on");
     int next = 0; /* the micro-batches tile the step's tokens in order (weights: none of them empty) */
     for (int m = 1; m <= b.nmb && !rc; m++) {
       int T = 0, first = 0;

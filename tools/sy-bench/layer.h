@@ -28,6 +28,7 @@ typedef struct layer_bench {
   bench_ctx_t *ctx;
   int gpu, H, F, E, K, L, T, sms;
   int nmb;                     /* micro-batches of ways b and c (--micro-batches, default 2) */
+  int layers;                  /* MoE layers a step (--layers, default 1): every way runs them all */
   int gemm_sms;                /* the GEMMs' SM count target beside the communication (cublasLt; 0: the device's) */
   int beside;                  /* of a micro-batch's L experts, the GEMMs of the first `beside` run on gemm_sms beside
                                 * the communication, the rest on every SM after it (--gemm-beside F: F x L; L: all) */

@@ -383,32 +383,80 @@ static int gemms_of(layer_bench_t *b, const layer_parts_t *p, int m, cudaStream_
   return p->compute(b, m, LAYER_GEMM_BESIDE, s) || p->compute(b, m, LAYER_GEMM_AFTER, s);
 }
 
+/* The communication stream's items in order: every micro-batch's comm1 of layer 1, then for each layer l and
+ * micro-batch m its comm2 and (l < N) layer l + 1's comm1 — a micro-batch's next layer starts once its last one has
+ * ended (stream order), as in a model where it would. Item i: its micro-batch in *m, 1 for a comm1 or 2 for a comm2
+ * in *kind, its layer in *l. */
+static void comm_item(const layer_bench_t *b, int i, int *l, int *m, int *kind) {
+  const int n = b->nmb;
+  if (i < n) {
+    *l = 0, *m = i + 1, *kind = 1;
+    return;
+  }
+  i -= n;
+  const int per = 2 * n;            /* a layer's but the last: comm2 and the next layer's comm1, a micro-batch each */
+  if (i >= (b->layers - 1) * per) { /* the last layer's: comm2s alone */
+    *l = b->layers - 1, *m = i - (b->layers - 1) * per + 1, *kind = 2;
+    return;
+  }
+  *l = i / per, *m = i % per / 2 + 1, *kind = i % 2 ? 1 : 2;
+  if (*kind == 1) *l += 1;
+}
+
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p) {
+  const int n = b->nmb, N = b->layers > 1 ? b->layers : 1;
   if (!b->gpu) {
     int rc = 0;
-    for (int m = 1; m <= b->nmb && !rc; m++) rc = p->comm1(b, m, sc);
-    for (int m = 1; m <= b->nmb && !rc; m++) rc = gemms_of(b, p, m, sc);
-    for (int m = 1; m <= b->nmb && !rc; m++) rc = p->comm2(b, m, sc);
+    for (int l = 0; l < N && !rc; l++) {
+      for (int m = 1; m <= n && !rc; m++) rc = p->comm1(b, m, sc);
+      for (int m = 1; m <= n && !rc; m++) rc = gemms_of(b, p, m, sc);
+      for (int m = 1; m <= n && !rc; m++) rc = p->comm2(b, m, sc);
+    }
     return rc;
   }
   cudaStream_t sg = b->compute;
-  const int n = b->nmb, split = b->beside < b->L;
-  int rc = 0;
-  /* events: ev[m - 1] micro-batch m's comm1 done, ev[n + m - 1] its GEMMs done, ev[2n + m - 1] its comm2 done. Each
-   * wait is enqueued after the record it waits for (a wait on an event not yet recorded waits for nothing). */
-  for (int m = 1; m <= n && !rc; m++) rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess;
-  for (int m = 1; m <= n && !rc; m++) {
-    rc = cudaStreamWaitEvent(sg, b->ev[m - 1], 0) != cudaSuccess ||
-         p->compute(b, m, split ? LAYER_GEMM_BESIDE : LAYER_GEMM_ALL, sg);
-    if (!rc && m > 1) /* comm2(m - 1) beside this micro-batch's GEMMs */
-      rc = cudaStreamWaitEvent(sc, b->ev[n + m - 2], 0) != cudaSuccess || p->comm2(b, m - 1, sc) ||
-           cudaEventRecord(b->ev[2 * n + m - 2], sc) != cudaSuccess;
-    if (!rc && split) /* the rest on every SM once the communication beside the first part has ended */
-      rc = cudaStreamWaitEvent(sg, b->ev[m > 1 ? 2 * n + m - 2 : n - 1], 0) != cudaSuccess ||
-           p->compute(b, m, LAYER_GEMM_AFTER, sg);
-    if (!rc) rc = cudaEventRecord(b->ev[n + m - 1], sg) != cudaSuccess;
+  const int split = b->beside < b->L;
+  const int items = 2 * n * N; /* every comm1 and comm2 */
+  /* events, by micro-batch m: ev[m - 1] its latest comm1 done, ev[n + m - 1] its latest GEMMs done, ev[2n + m - 1]
+   * the communication beside its latest GEMMs done. Each wait is enqueued after the record it waits for (a wait on an
+   * event not yet recorded waits for nothing), and an event is recorded again only after its last wait. */
+  int ic = 0, rc = 0;
+  int comm1_done[LAYER_MAX_MB + 1] = {0}, gemms_done[LAYER_MAX_MB + 1] = {0}; /* layers enqueued, a micro-batch */
+  for (int g = 0; g < N * n && !rc; g++) {
+    const int gl = g / n, gm = g % n + 1; /* the next GEMMs: layer gl, micro-batch gm */
+    while (!rc && comm1_done[gm] <= gl) { /* the comm items up to its comm1 */
+      int l, m, kind;
+      comm_item(b, ic++, &l, &m, &kind);
+      if (kind == 2) /* its GEMMs come before these in the GEMMs' order: enqueued */
+        rc = gemms_done[m] <= l || cudaStreamWaitEvent(sc, b->ev[n + m - 1], 0) != cudaSuccess || p->comm2(b, m, sc);
+      else rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess || (comm1_done[m]++, 0);
+    }
+    rc = rc || cudaStreamWaitEvent(sg, b->ev[gm - 1], 0) != cudaSuccess ||
+         p->compute(b, gm, split ? LAYER_GEMM_BESIDE : LAYER_GEMM_ALL, sg);
+    /* beside them: every comm item that can run now (a comm2 whose GEMMs were enqueued before these) */
+    int beside = 0;
+    while (!rc && ic < items) {
+      int l, m, kind;
+      comm_item(b, ic, &l, &m, &kind);
+      if (kind == 2 && gemms_done[m] <= l) break;
+      ic++, beside++;
+      if (kind == 2) rc = cudaStreamWaitEvent(sc, b->ev[n + m - 1], 0) != cudaSuccess || p->comm2(b, m, sc);
+      else rc = p->comm1(b, m, sc) || cudaEventRecord(b->ev[m - 1], sc) != cudaSuccess || (comm1_done[m]++, 0);
+    }
+    if (!rc && split) { /* the rest on every SM once the communication beside the first part has ended */
+      if (beside)
+        rc = cudaEventRecord(b->ev[2 * n + gm - 1], sc) != cudaSuccess ||
+             cudaStreamWaitEvent(sg, b->ev[2 * n + gm - 1], 0) != cudaSuccess;
+      rc = rc || p->compute(b, gm, LAYER_GEMM_AFTER, sg);
+    }
+    rc = rc || cudaEventRecord(b->ev[n + gm - 1], sg) != cudaSuccess;
+    gemms_done[gm]++;
   }
-  if (!rc) rc = cudaStreamWaitEvent(sc, b->ev[2 * n - 1], 0) != cudaSuccess || p->comm2(b, n, sc);
+  while (!rc && ic < items) { /* the last layer's comm2s */
+    int l, m, kind;
+    comm_item(b, ic++, &l, &m, &kind);
+    rc = kind != 2 || cudaStreamWaitEvent(sc, b->ev[n + m - 1], 0) != cudaSuccess || p->comm2(b, m, sc);
+  }
   return rc;
 }
 
@@ -418,27 +466,38 @@ typedef struct layer_run {
   sy_graph_cache_t cache; /* way c's */
 } layer_run_t;
 
+static int layers_of(const layer_run_t *r) { return r->b->layers > 1 ? r->b->layers : 1; }
+
 static int op_comm(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
-  return r->p->comm1(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
+  int rc = 0;
+  for (int l = 0; l < layers_of(r) && !rc; l++)
+    rc = r->p->comm1(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
+  return rc;
 }
 
 static int op_compute(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
-  return r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream);
+  int rc = 0;
+  for (int l = 0; l < layers_of(r) && !rc; l++) rc = r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream);
+  return rc;
 }
 
 static int op_gemms(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   int rc = 0;
-  for (int m = 1; m <= r->b->nmb && !rc; m++) rc = gemms_of(r->b, r->p, m, ctx->stream);
+  for (int l = 0; l < layers_of(r) && !rc; l++)
+    for (int m = 1; m <= r->b->nmb && !rc; m++) rc = gemms_of(r->b, r->p, m, ctx->stream);
   return rc;
 }
 
 static int op_a(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
-  return r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream) ||
+  int rc = 0;
+  for (int l = 0; l < layers_of(r) && !rc; l++)
+    rc = r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream) ||
          r->p->comm2(r->b, 0, ctx->stream);
+  return rc;
 }
 
 static int op_b(bench_ctx_t *ctx, void *arg) {

@@ -226,6 +226,9 @@ static void usage(FILE *f) {
       "                            one a weight, each its share of the tokens (1,3,3,1: small first and last)\n"
       "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
       "                            communication leaves; 0: every SM)\n"
+      "      --layers N            layer: N MoE layers a step (default 1), each micro-batch's next layer after its\n"
+      "                            last one: only the first dispatch and the last combine are left with nothing\n"
+      "                            beside them; every way runs N layers\n"
       "      --gemm-beside F       layer: of each micro-batch's experts, the share F whose GEMMs run on --gemm-sms\n"
       "                            beside the communication; the rest on every SM once it has ended (default 1)\n"
       "      --expert-weights distinct|shared  layer: each expert its own W1 and W2 (default) or one pair for all\n"
@@ -440,7 +443,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -513,6 +516,9 @@ int main(int argc, char **argv) {
       if (strcmp(v, "group") && strcmp(v, "row"))
         bad = fprintf(stderr, "sy-bench: --scales %s: expected group or row\n", v) > 0;
       opts.scales_row_major = !strcmp(v, "row");
+    } else if (!strcmp(a, "--layers")) {
+      bad = parse_int_arg(a, v, 1, &opts.layers) ||
+            (opts.layers > 64 && fprintf(stderr, "sy-bench: --layers %s: at most 64\n", v) > 0);
     } else if (!strcmp(a, "--gemm-beside")) {
       char *end;
       opts.gemm_beside = strtod(v, &end);
