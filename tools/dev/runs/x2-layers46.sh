@@ -13,7 +13,7 @@ run() { # RANKS TOKENS LAYERS F [ARGS...]
   local r=$1 t=$2 l=$3 f=$4 t0=$SECONDS
   shift 4
   timeout 200 /tmp/x/bin/syrun -n $r /tmp/x/bin/sy-bench --no-nccl --recv arena --tokens $t --layers $l \
-    --gemm-beside $f "$@" --json /tmp/j/layer_w${r}_${t}_l${l}_f$f$1$2.json layer >/tmp/layer.txt 2>&1
+    --gemm-beside $f "$@" --json /tmp/j/layer_$((++k))_w${r}_${t}_l${l}_f$f.json layer >/tmp/layer.txt 2>&1
   echo "== layer $t world $r layers $l beside $f $* rc=$? ($((SECONDS - t0)) s)" >>$s
   grep -E "^\[rank 0\] +(prefill|backward)|correct|wrong|off the|of which|exposed|hides|GPU slowdowns|WARN|rror" \
     /tmp/layer.txt | sed 's/\[rank 0\]//' | head -40 >>$s
