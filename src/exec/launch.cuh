@@ -55,6 +55,13 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* pdl_begin without the early trigger, for a kernel that runs long (the high-throughput MoE's dispatch, combine and
+ * quantisation: milliseconds at prefill sizes): the stream's next kernel launches when this one exits, not at its
+ * start. Launched early, the next kernel's blocks would sit on SMs beyond the SM budget, waiting, for this kernel's
+ * whole run — and a GEMM on another stream that needs those SMs would wait with them (run 46: a layout's 129 blocks
+ * behind a 4.8 ms combine held the expert GEMMs back for all of it). */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 } // namespace sy
 
 #endif

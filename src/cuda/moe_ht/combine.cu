@@ -422,7 +422,7 @@ __device__ void recv_lockstep(const ht_params &P, ht_pipe &pp, int c, char *smem
  * not (recv_lockstep). */
 template <bool AHEAD, bool RM>
 __device__ __forceinline__ void combine_kernel(const ht_params &P, char *smem) {
-  pdl_begin();
+  pdl_wait();
   if (!ht_handle_ok(P, true)) return;
   int32_t *rowbase = (int32_t *)(smem + (size_t)P.world_size * 24);
   const bool rows_ok = rows_setup(P, rowbase);

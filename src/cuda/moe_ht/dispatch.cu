@@ -712,7 +712,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
  * kernel in two instances: HINT, the rows' FP8 scales under an L2 policy (rows.cuh: sink_scale), or not. */
 template <bool HINT, bool RM>
 __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
-  pdl_begin();
+  pdl_wait();
   extern __shared__ __align__(16) char smem[];
   __shared__ ht_sink sinks[HT_DWARPS * HT_MAX_SINKS];
   if (!ht_handle_ok(P, P.mode == HT_COMBINE_BACKWARD)) return;
@@ -759,7 +759,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_hint_roles(const _
 /* A warp a token (uniform per warp), the numbers of quantise16 — what send_token's in-kernel quantisation writes
  * into every sink, written once here for the dispatch to copy. */
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q) {
-  pdl_begin();
+  pdl_wait();
   const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
   for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
     const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};

@@ -465,12 +465,16 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
   Z.w[2] = (uint32_t *)((char *)call->handle + g->hl.send_chan);
   Z.n[2] = (size_t)comm->world_size * (size_t)moe->config.num_sms;
   const size_t most = Z.n[0] > Z.n[1] ? Z.n[0] : Z.n[1];
+  /* every kernel within the SM budget (config.num_sms), as the dispatch and combine are: a layout runs beside the
+   * expert GEMMs, which hold the other SMs */
+  const int budget = moe->config.num_sms;
   const int zblocks = (int)((most > Z.n[2] ? most : Z.n[2]) / (4 * HT_THREADS) + 1);
-  SY_CHECK(launch_pdl(sy_ht_layout_zero, zblocks < 256 ? zblocks : 256, HT_THREADS, 0, stream, Z));
+  SY_CHECK(launch_pdl(sy_ht_layout_zero, zblocks < budget ? zblocks : budget, HT_THREADS, 0, stream, Z));
   if (N > 0) {
-    const int blocks = (N + HT_THREADS - 1) / HT_THREADS;
+    const int blocks = (N + HT_THREADS - 1) / HT_THREADS < budget ? (N + HT_THREADS - 1) / HT_THREADS : budget;
+    const int eblocks = moe->config.num_experts < budget ? moe->config.num_experts : budget;
     SY_CHECK(launch_pdl(sy_ht_layout_count, blocks, HT_THREADS, 0, stream, P));
-    SY_CHECK(launch_pdl(sy_ht_layout_prefix, moe->config.num_experts, HT_THREADS, 0, stream, P));
+    SY_CHECK(launch_pdl(sy_ht_layout_prefix, eblocks, HT_THREADS, 0, stream, P));
     SY_CHECK(launch_pdl(sy_ht_layout_pos, blocks, HT_THREADS, 0, stream, P));
   }
   SY_CHECK(launch_pdl(sy_ht_layout_exchange, 1, HT_THREADS, exchange_smem(comm, moe), stream, P));

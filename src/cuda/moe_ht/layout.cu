@@ -1,15 +1,17 @@
 /*
  * layout.cu — sy_moe_ht_layout on the GPU: five small kernels, no host round trip.
  *   zero      the scratch below and the handle's send counts cleared (sy_ht_layout_zero)
- *   count     a thread per token: its ids checked (a bad one reported and counted as -1) and copied into the
+ *   count     a thread a token: its ids checked (a bad one reported and counted as -1) and copied into the
  *             handle, its bit set in each named expert's token mask, the expert's entry count, and per
  *             destination rank (a token once per rank) the channel's send count
- *   prefix    a block per expert: the popcounts of its mask words, prefix-summed (word_prefix)
- *   pos       a thread per token: each entry's position = word_prefix + the popcount of the earlier bits of
+ *   prefix    a block an expert: the popcounts of its mask words, prefix-summed (word_prefix)
+ *   pos       a thread a token: each entry's position = word_prefix + the popcount of the earlier bits of
  *             its word — how many earlier tokens of this rank name the same expert
  *   exchange  one block: to each rank its counts (after that rank's ack of the previous layout), from each
  *             rank its counts (then the ack), the offsets, the handle's header, and the exact mode's host copy
- * Before them, zero clears the scratch (masks, counts) and the handle's send counts.
+ * Before them, zero clears the scratch (masks, counts) and the handle's send counts. Each kernel has at most the SM
+ * budget's blocks (config.num_sms, launch.cu), as the dispatch and combine do, its threads striding over the tokens
+ * or experts: a layout runs beside the expert GEMMs.
  */
 #include "cuda/moe_ht/ht.cuh"
 
@@ -22,10 +24,7 @@ __global__ void sy_ht_layout_zero(ht_zero_params Z) {
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < Z.n[i]; j += stride) Z.w[i][j] = 0;
 }
 
-__global__ void sy_ht_layout_count(ht_params P) {
-  pdl_begin();
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= P.num_tokens) return;
+__device__ __forceinline__ void count_token(const ht_params &P, int t) {
   int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
   int ranks[32], nr = 0;
   for (int k = 0; k < P.K; k++) {
@@ -52,9 +51,14 @@ __global__ void sy_ht_layout_count(ht_params P) {
   for (int j = 0; j < nr; j++) atomicAdd(send_chan + (size_t)ranks[j] * P.C + c, 1);
 }
 
-__global__ void sy_ht_layout_prefix(ht_params P) {
+/* The layout's kernels hold at most the SM budget's blocks (launch.cu), so each strides over its tokens or experts. */
+__global__ void sy_ht_layout_count(ht_params P) {
   pdl_begin();
-  const int e = blockIdx.x, words = (P.num_tokens + 31) / 32, stride = (P.T + 31) / 32;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < P.num_tokens; t += gridDim.x * blockDim.x) count_token(P, t);
+}
+
+__device__ __forceinline__ void prefix_expert(const ht_params &P, int e) {
+  const int words = (P.num_tokens + 31) / 32, stride = (P.T + 31) / 32;
   const uint32_t *mask = P.masks + (size_t)e * stride;
   int32_t *prefix = P.word_prefix + (size_t)e * stride;
   __shared__ int32_t carry;
@@ -80,10 +84,12 @@ __global__ void sy_ht_layout_prefix(ht_params P) {
   }
 }
 
-__global__ void sy_ht_layout_pos(ht_params P) {
+__global__ void sy_ht_layout_prefix(ht_params P) {
   pdl_begin();
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= P.num_tokens) return;
+  for (int e = blockIdx.x; e < P.E; e += gridDim.x) prefix_expert(P, e); /* block-uniform: its barriers agree */
+}
+
+__device__ __forceinline__ void pos_token(const ht_params &P, int t) {
   const int stride = (P.T + 31) / 32;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
   int32_t *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
@@ -96,6 +102,11 @@ __global__ void sy_ht_layout_pos(ht_params P) {
     const size_t w = (size_t)e * stride + t / 32;
     pos[k] = P.word_prefix[w] + __popc(P.masks[w] & ((1u << (t % 32)) - 1u));
   }
+}
+
+__global__ void sy_ht_layout_pos(ht_params P) {
+  pdl_begin();
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < P.num_tokens; t += gridDim.x * blockDim.x) pos_token(P, t);
 }
 
 /* The exchange's put path (out of line; its arguments by value, so the kernel's parameters stay in the constant
