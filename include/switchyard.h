@@ -685,9 +685,11 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* before any dispatch of the handle or with another expert_stride) are SY_ERR_INVALID_ARG: on the host   */
 /* backend on every rank, before anything is written; on the cuda backend asynchronously.                 */
 /*                                                                                                        */
-/* SM budget: the dispatch, combine and backward kernels hold at most config.num_sms SMs (default 16; an  */
-/* odd count is rounded down, and 2 at least: a sending and a receiving block), so expert GEMMs can run   */
-/* beside them on the other SMs. The layout's five short kernels are spread over the GPU.                 */
+/* SM budget: every kernel of these calls, the layout's included, holds at most config.num_sms SMs       */
+/* (default 16; an odd count is rounded down, and 2 at least: a sending and a receiving block), so expert */
+/* GEMMs can run beside them on the other SMs; the long kernels (dispatch, combine, their backwards, the  */
+/* FP8 quantisation) let the stream's next kernel start only when they end, so it does not wait on SMs    */
+/* outside the budget meanwhile.                                                                          */
 /* The budget's use: from world 2 with at most 16 SMs a block runs both halves of its channel on its      */
 /* warps, above that a block runs one half (SY_HT_ROLES). For scale, 4 x H100, world 4, 4,096 tokens,     */
 /* BF16: the four calls took 4.7 ms together at 16 SMs, 4.0 at 24, 3.5 at 32, 2.9 at 64                   */
