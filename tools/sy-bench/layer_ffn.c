@@ -404,7 +404,7 @@ static void comm_item(const layer_bench_t *b, int i, int *l, int *m, int *kind) 
 }
 
 int layer_two_streams(layer_bench_t *b, cudaStream_t sc, const layer_parts_t *p) {
-  const int n = b->nmb, N = b->layers > 1 ? b->layers : 1;
+  const int n = b->nmb, N = b->layers; /* >= 1 (bench_layer) */
   if (!b->gpu) {
     int rc = 0;
     for (int l = 0; l < N && !rc; l++) {
@@ -466,12 +466,10 @@ typedef struct layer_run {
   sy_graph_cache_t cache; /* way c's */
 } layer_run_t;
 
-static int layers_of(const layer_run_t *r) { return r->b->layers > 1 ? r->b->layers : 1; }
-
 static int op_comm(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   int rc = 0;
-  for (int l = 0; l < layers_of(r) && !rc; l++)
+  for (int l = 0; l < r->b->layers && !rc; l++)
     rc = r->p->comm1(r->b, 0, ctx->stream) || r->p->comm2(r->b, 0, ctx->stream);
   return rc;
 }
@@ -479,14 +477,14 @@ static int op_comm(bench_ctx_t *ctx, void *arg) {
 static int op_compute(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   int rc = 0;
-  for (int l = 0; l < layers_of(r) && !rc; l++) rc = r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream);
+  for (int l = 0; l < r->b->layers && !rc; l++) rc = r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream);
   return rc;
 }
 
 static int op_gemms(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   int rc = 0;
-  for (int l = 0; l < layers_of(r) && !rc; l++)
+  for (int l = 0; l < r->b->layers && !rc; l++)
     for (int m = 1; m <= r->b->nmb && !rc; m++) rc = gemms_of(r->b, r->p, m, ctx->stream);
   return rc;
 }
@@ -494,7 +492,7 @@ static int op_gemms(bench_ctx_t *ctx, void *arg) {
 static int op_a(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   int rc = 0;
-  for (int l = 0; l < layers_of(r) && !rc; l++)
+  for (int l = 0; l < r->b->layers && !rc; l++)
     rc = r->p->comm1(r->b, 0, ctx->stream) || r->p->compute(r->b, 0, LAYER_GEMM_ALL, ctx->stream) ||
          r->p->comm2(r->b, 0, ctx->stream);
   return rc;
