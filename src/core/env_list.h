@@ -37,6 +37,9 @@ SY_ENV_ID_(SY_TRACE_EVENTS, SY_ENV_INT, "262144", "trace buffer capacity in even
 SY_ENV_ID_(SY_PDL, SY_ENV_BOOL, "1",
            "launch every kernel of the library with programmatic dependent launch (a kernel starts while the one "
            "before it ends)")
+SY_ENV_ID_(SY_GRAPH_NODE_PRIORITY, SY_ENV_BOOL, "1",
+           "the graph cache's graphs run each kernel at the priority of the stream it was captured from (0: every "
+           "kernel at the priority of the stream the graph is launched into, CUDA's default)")
 SY_ENV_ID_(SY_MOE_FUSED, SY_ENV_BOOL, "1",
            "sy_moe_dispatch / sy_moe_combine run their two halves as one kernel (0: two launches)")
 SY_ENV_ID_(SY_HT_OWN_QUEUE, SY_ENV_INT, "-1",

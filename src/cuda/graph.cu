@@ -84,9 +84,17 @@ extern "C" sy_status_t sy__cuda_graph_capture(cudaStream_t stream, sy_graph_step
   return SY_SUCCESS;
 }
 
+/* Each kernel node keeps the priority of the stream it was captured from (CUDA copies it into the node at capture),
+ * but a graph runs every node at its launch stream's priority unless instantiated with
+ * cudaGraphInstantiateFlagUseNodePriority. Without it a step whose communication runs on a high-priority stream
+ * beside GEMMs on a low-priority one loses that order in the replay: the communication's blocks queue behind the
+ * GEMMs' (bench/NOTES.md, "the graph's priorities"). SY_GRAPH_NODE_PRIORITY=0 instantiates without it. */
 extern "C" sy_status_t sy__cuda_graph_instantiate(void *graph, void **exec) {
   cudaGraphExec_t e = nullptr;
-  SY_CUDA_CHECK(cudaGraphInstantiateWithFlags(&e, (cudaGraph_t)graph, 0));
+  int node_priority = 1;
+  SY_CHECK(sy__env_bool(SY_ENVID_SY_GRAPH_NODE_PRIORITY, &node_priority));
+  const unsigned long long flags = node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0;
+  SY_CUDA_CHECK(cudaGraphInstantiateWithFlags(&e, (cudaGraph_t)graph, flags));
   *exec = e;
   return SY_SUCCESS;
 }

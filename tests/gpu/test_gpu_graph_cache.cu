@@ -15,7 +15,13 @@
  *   f. run on a capturing stream (each capture mode) or on the NULL stream: SY_ERR_INVALID_ARG, nothing enqueued,
  *      the capture intact;
  *   g. host time of a replay against the same step launched eagerly, K = 1, 20, 100 (a table and the issue's
- *      target line; timing never fails the test, the buffers after the timed runs do).
+ *      target line; timing never fails the test, the buffers after the timed runs do);
+ *   h. a replay keeps the priorities of the streams the step was captured on: a step forks a small probe kernel onto
+ *      a high-priority stream beside a long filler (many waves of blocks) on the low-priority run stream; the probe
+ *      reads how many filler blocks had finished when it ran. Eagerly it runs within the filler's first waves (the
+ *      control: if it does not, the device does not order by priority and the check says so and passes); the replay
+ *      must too. With SY_GRAPH_NODE_PRIORITY=0 (CUDA's default instantiation) the probe waits for the filler's
+ *      last wave: printed, to show the check can tell.
  * Nothing may hang: every wait polls cudaStreamQuery against a host deadline, and an alarm ends the process as a
  * last resort.
  */
@@ -69,6 +75,67 @@ static sy_status_t step_add(void *user, int bucket, cudaStream_t stream) {
 }
 
 static float step_sum(int kernels) { return (float)(kernels * (kernels + 1) / 2); }
+
+/* Check h's kernels. prio_state: reset by the step's first kernel each run. */
+typedef struct {
+  unsigned started; /* a filler block has started */
+  unsigned done;    /* filler blocks finished */
+  unsigned seen;    /* done, as the probe read it */
+  unsigned gate_ok; /* the gate saw a filler block start (else it gave up after a second) */
+} prio_state_t;
+
+__global__ void prio_reset_kernel(prio_state_t *st) { *st = prio_state_t{0, 0, 0xffffffffu, 0}; }
+
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Each block (1,024 threads: at most two resident an SM) holds its SM for spin_ns, then counts itself done. */
+__global__ void prio_filler_kernel(prio_state_t *st, unsigned long long spin_ns) {
+  if (threadIdx.x == 0) atomicExch(&st->started, 1u);
+  const unsigned long long t0 = globaltimer_ns();
+  while (globaltimer_ns() - t0 < spin_ns) {
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(&st->done, 1u);
+}
+
+/* On the high-priority stream before the probe: returns once the filler runs (bounded: one second), so that the
+ * probe is enqueued while the filler's blocks wait for SMs, whatever order the graph launches its branches in. */
+__global__ void prio_gate_kernel(prio_state_t *st) {
+  const unsigned long long t0 = globaltimer_ns();
+  while (atomicAdd(&st->started, 0u) == 0u)
+    if (globaltimer_ns() - t0 > 1000000000ull) return;
+  st->gate_ok = 1;
+}
+
+__global__ void prio_probe_kernel(prio_state_t *st) { st->seen = atomicAdd(&st->done, 0u); }
+
+typedef struct {
+  prio_state_t *st; /* device */
+  cudaStream_t hi;  /* the high-priority stream the probe is forked onto */
+  cudaEvent_t fork, join;
+  int blocks; /* the filler's */
+} prio_user_t;
+
+#define PRIO_SPIN_NS 20000ull /* a filler block's time: 2 x SMs of them run at once, waves of 20 us */
+#define PRIO_WAVES   40
+
+static sy_status_t step_priority(void *user, int bucket, cudaStream_t stream) {
+  prio_user_t *u = (prio_user_t *)user;
+  (void)bucket;
+  prio_reset_kernel<<<1, 1, 0, stream>>>(u->st);
+  if (cudaEventRecord(u->fork, stream) != cudaSuccess || cudaStreamWaitEvent(u->hi, u->fork, 0) != cudaSuccess)
+    return SY_ERR_CUDA;
+  prio_filler_kernel<<<u->blocks, 1024, 0, stream>>>(u->st, PRIO_SPIN_NS);
+  prio_gate_kernel<<<1, 32, 0, u->hi>>>(u->st);
+  prio_probe_kernel<<<1, 32, 0, u->hi>>>(u->st);
+  if (cudaEventRecord(u->join, u->hi) != cudaSuccess || cudaStreamWaitEvent(stream, u->join, 0) != cudaSuccess)
+    return SY_ERR_CUDA;
+  return cudaGetLastError() == cudaSuccess ? SY_SUCCESS : SY_ERR_CUDA;
+}
 
 /* ---- host helpers -------------------------------------------------------------------------------------- */
 static void on_alarm(int sig) {
@@ -421,6 +488,90 @@ static void check_host_time(fixture_t *f) {
          worst <= TARGET_US ? "met" : "NOT met", worst, worst_k);
 }
 
+/* ---- h: the streams' priorities in a replay ------------------------------------------------------------- */
+/* The probe's view after one run of the step (eager or a replay): filler blocks done when it ran; -1 if the gate gave
+ * up (the filler never started within a second). */
+static long prio_seen(prio_user_t *u, cudaStream_t lo, const char *what) {
+  finish_stream(lo, what);
+  prio_state_t h;
+  GT_CUDA(cudaMemcpy(&h, u->st, sizeof h, cudaMemcpyDeviceToHost));
+  if (!h.gate_ok) return -1;
+  return (long)h.seen;
+}
+
+/* The median probe view of three replays of a fresh cache's graph (instantiated with the environment as it is). */
+static long prio_replays(fixture_t *f, prio_user_t *u, cudaStream_t lo, const char *what) {
+  sy_graph_cache_config_t config = SY_GRAPH_CACHE_CONFIG_INIT;
+  config.warmup = 0;
+  sy_graph_cache_t cache = NULL;
+  GT_OK(sy_graph_cache_create(f->comm, &config, step_priority, u, &cache));
+  long v[3];
+  for (int r = 0; r < 3; r++) {
+    const sy_status_t st = sy_graph_cache_run(cache, 1, lo);
+    if (st != SY_SUCCESS) {
+      GT_FAIL("%s: sy_graph_cache_run returned %s", what, sy_status_name(st));
+      exit(1);
+    }
+    v[r] = prio_seen(u, lo, what);
+  }
+  GT_OK(sy_graph_cache_destroy(cache));
+  std::sort(v, v + 3);
+  return v[1];
+}
+
+static void check_priorities(fixture_t *f) {
+  const char *what = "check h (the streams' priorities in a replay)";
+  int lowest = 0, highest = 0, device = -1, sms = 0;
+  GT_CUDA(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+  GT_CUDA(cudaGetDevice(&device));
+  GT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  prio_user_t u;
+  memset(&u, 0, sizeof u);
+  u.blocks = 2 * sms * PRIO_WAVES;
+  cudaStream_t lo = NULL;
+  GT_CUDA(cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, lowest));
+  GT_CUDA(cudaStreamCreateWithPriority(&u.hi, cudaStreamNonBlocking, highest));
+  GT_CUDA(cudaEventCreateWithFlags(&u.fork, cudaEventDisableTiming));
+  GT_CUDA(cudaEventCreateWithFlags(&u.join, cudaEventDisableTiming));
+  GT_CUDA(cudaMalloc((void **)&u.st, sizeof(prio_state_t)));
+  const long half = u.blocks / 2;
+
+  long eager[3];
+  for (int r = 0; r < 3; r++) {
+    if (step_priority(&u, 1, lo) != SY_SUCCESS) GT_FAIL("%s: the eager step failed", what);
+    eager[r] = prio_seen(&u, lo, what);
+  }
+  std::sort(eager, eager + 3);
+  const char *saved = getenv("SY_GRAPH_NODE_PRIORITY");
+  unsetenv("SY_GRAPH_NODE_PRIORITY");
+  const long replay = prio_replays(f, &u, lo, what);
+  setenv("SY_GRAPH_NODE_PRIORITY", "0", 1);
+  const long plain = prio_replays(f, &u, lo, what);
+  if (saved) setenv("SY_GRAPH_NODE_PRIORITY", saved, 1);
+  else unsetenv("SY_GRAPH_NODE_PRIORITY");
+  printf(
+      "# check h: of %d filler blocks (%d waves), done when the high-priority probe ran (median of 3): eager %ld, "
+      "replay %ld, replay with SY_GRAPH_NODE_PRIORITY=0 %ld\n",
+      u.blocks, PRIO_WAVES, eager[1], replay, plain);
+  if (eager[1] < 0 || replay < 0 || plain < 0) GT_FAIL("%s: the filler never started within a second", what);
+  else if (eager[1] >= half)
+    printf(
+        "# check h: the device ran the eager probe after half the filler: it does not order by priority here; "
+        "not checked\n");
+  else {
+    if (replay >= half)
+      GT_FAIL("%s: the replay's probe ran after %ld of %d filler blocks (eagerly after %ld): the priorities were lost",
+              what, replay, u.blocks, eager[1]);
+    if (plain < half)
+      printf("# check h: without the node priorities the probe still ran early: this run could not tell\n");
+  }
+  GT_CUDA(cudaFree(u.st));
+  GT_CUDA(cudaEventDestroy(u.fork));
+  GT_CUDA(cudaEventDestroy(u.join));
+  GT_CUDA(cudaStreamDestroy(u.hi));
+  GT_CUDA(cudaStreamDestroy(lo));
+}
+
 int main(void) {
   signal(SIGALRM, on_alarm);
   alarm(ALARM_S);
@@ -450,6 +601,7 @@ int main(void) {
   check_capture_failure(&f, true);
   check_refused(&f);
   check_host_time(&f);
+  check_priorities(&f);
 
   sy_status_t async = SY_ERR_INTERNAL;
   GT_OK(sy_comm_async_error(f.comm, &async, NULL, 0));
