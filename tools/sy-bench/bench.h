@@ -17,6 +17,8 @@
 #define BENCH_MIN_TOKENS_GIVEN 1u
 #define BENCH_MAX_TOKENS_GIVEN 2u
 
+#define BENCH_MAX_WAYS 16 /* layer: the most ways --ways names */
+
 typedef struct bench_opts {
   const char *entry;
   sy_backend_t backend;
@@ -52,6 +54,10 @@ typedef struct bench_opts {
   double gemm_beside;                /* layer: the share of a micro-batch's experts whose GEMMs run beside the
                                       * communication (--gemm-beside); 0: all */
   int layers;                        /* layer: MoE layers a step (--layers); 0: 1 */
+  int ways[BENCH_MAX_WAYS];          /* layer: the ways timed, in this order (--ways; a way may come back); */
+  int num_ways;                      /* 0: comm, compute, gemms, a, b, c */
+  double settle_s;                   /* layer: each timing's untimed calls fill this long (--settle); < 0: 3 s on a
+                                      * GPU, BENCH_WARM_S on the host backend */
 } bench_opts_t;
 
 /* One measured variant at one size. */
@@ -74,6 +80,7 @@ typedef struct bench_ctx {
   cudaStream_t stream;
   void *nccl; /* ncclComm_t, or NULL when there is no baseline (host backend, --no-nccl) */
   long long total_wrong;
+  double warm_s; /* what bench_warm fills (0: BENCH_WARM_S); the layer sets its --settle */
 } bench_ctx_t;
 
 typedef struct bench_entry {
@@ -104,9 +111,11 @@ size_t bench_soak_heap(const bench_opts_t *opts);
 
 /* Timing: runs op(arg) warmup + iters times on ctx->stream; fills time_us/host_us (medians). */
 typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);
+/* layer: --ways LIST (comma-separated way names) into ways; the count, or -1 after a message naming the bad name. */
+int bench_layer_parse_ways(const char *list, int *ways, int max);
 int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out);
-/* Warm-up: the --warmup calls, then (with --warmup > 0) as many more as fill BENCH_WARM_S at the measured rate, the
- * same count on every rank; ends synchronised. 0 on success. */
+/* Warm-up: the --warmup calls, then (with --warmup > 0) as many more as fill ctx->warm_s (0: BENCH_WARM_S) at the
+ * measured rate, the same count on every rank; ends synchronised. 0 on success. */
 #define BENCH_WARM_S 0.02
 int bench_warm(bench_ctx_t *ctx, bench_op_fn op, void *arg);
 /* For entries that time inside their own loop (moe-ll times two halves of one call): the monotonic clock in

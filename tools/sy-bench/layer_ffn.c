@@ -536,18 +536,47 @@ static double wall_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static const struct {
+  const char *name;
+  bench_op_fn op;
+  int checked;
+} ways[LAYER_WAYS] = {[WAY_COMM] = {"comm", op_comm, 0},
+                      [WAY_COMPUTE] = {"compute", op_compute, 0},
+                      [WAY_GEMMS] = {"gemms", op_gemms, 0},
+                      [WAY_A] = {"a", op_a, 1},
+                      [WAY_B] = {"b", op_b, 1},
+                      [WAY_C] = {"c", op_c, 1}};
+
+int bench_layer_parse_ways(const char *list, int *out, int max) {
+  int n = 0;
+  for (const char *s = list; *s;) {
+    const size_t len = strcspn(s, ",");
+    int w = -1;
+    for (int i = 0; i < LAYER_WAYS && w < 0; i++)
+      if (strlen(ways[i].name) == len && !strncmp(s, ways[i].name, len)) w = i;
+    if (w < 0) {
+      fprintf(stderr, "sy-bench: --ways %s: no way '%.*s' (the ways: comm, compute, gemms, a, b, c)\n", list, (int)len,
+              s);
+      return -1;
+    }
+    if (n == max) {
+      fprintf(stderr, "sy-bench: --ways %s: more than %d ways\n", list, max);
+      return -1;
+    }
+    out[n++] = w;
+    s += len;
+    if (*s == ',' && *++s == 0) break; /* a trailing comma: as if absent */
+  }
+  if (n == 0) fprintf(stderr, "sy-bench: --ways '%s': no way named\n", list);
+  return n ? n : -1;
+}
+
 int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double *enq) {
   bench_ctx_t *ctx = b->ctx;
-  static const struct {
-    const char *name;
-    bench_op_fn op;
-    int checked;
-  } ways[LAYER_WAYS] = {[WAY_COMM] = {"comm", op_comm, 0},
-                        [WAY_COMPUTE] = {"compute", op_compute, 0},
-                        [WAY_GEMMS] = {"gemms", op_gemms, 0},
-                        [WAY_A] = {"a", op_a, 1},
-                        [WAY_B] = {"b", op_b, 1},
-                        [WAY_C] = {"c", op_c, 1}};
+  static const int all[LAYER_WAYS] = {WAY_COMM, WAY_COMPUTE, WAY_GEMMS, WAY_A, WAY_B, WAY_C};
+  const int *order = ctx->opts->num_ways ? ctx->opts->ways : all;
+  const int n_order = ctx->opts->num_ways ? ctx->opts->num_ways : LAYER_WAYS;
+  double t_run[BENCH_MAX_WAYS], e_run[BENCH_MAX_WAYS]; /* each timing, in run order */
   layer_run_t run = {b, p, NULL};
   sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
   gc.buckets = &b->T, gc.num_buckets = 1;
@@ -561,15 +590,16 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
   /* SY_BENCH_LAYER_MARKS=FILE: each way's timing, its wall-clock start and end (seconds since the epoch, rank 0),
    * appended to FILE — to line the ways up with a sampler of the GPUs' clocks and power (nvidia-smi -lms) */
   const char *marks = ctx->rank == 0 ? getenv("SY_BENCH_LAYER_MARKS") : NULL;
-  for (int i = 0; i < LAYER_WAYS && !rc; i++) {
+  for (int j = 0; j < n_order && !rc; j++) {
+    const int i = order[j];
     bench_timing_t t;
     memset(&t, 0, sizeof t);
     const double w0 = marks ? wall_s() : 0;
     rc = bench_time(ctx, ways[i].op, &run, &t);
     FILE *f = marks ? fopen(marks, "a") : NULL;
     if (f) fprintf(f, "%s %d %s %.3f %.3f\n", p->shape, b->T, ways[i].name, w0, wall_s()), fclose(f);
-    us[i] = t.time_us;
-    enq[i] = rc ? -1 : enqueue_us(ctx, ways[i].op, &run);
+    us[i] = t_run[j] = t.time_us;
+    enq[i] = e_run[j] = rc ? -1 : enqueue_us(ctx, ways[i].op, &run);
     if (rc || !ways[i].checked || !ctx->opts->check) continue;
     const long long w = layer_check(b, b->gpu ? 4 : 16, p->check == 2);
     if (w)
@@ -579,21 +609,23 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
   }
   if (run.cache) sy_graph_cache_destroy(run.cache);
   for (int i = 0; i < LAYER_WAYS; i++) us[i] = rc ? 0 : bench_allreduce_max_d(ctx, us[i]);
+  for (int j = 0; j < n_order; j++) t_run[j] = rc ? 0 : bench_allreduce_max_d(ctx, t_run[j]);
   wrong = bench_allreduce_max(ctx, wrong);
   ctx->total_wrong += wrong;
   bench_print(ctx, "#  shape    tokens  way       step_us   enqueue_us   overlap\n");
   const double lo = us[WAY_COMM] < us[WAY_COMPUTE] ? us[WAY_COMM] : us[WAY_COMPUTE];
-  for (int i = 0; i < LAYER_WAYS && !rc; i++) {
-    const double eff = i >= WAY_A && lo > 0 ? (us[WAY_COMM] + us[WAY_COMPUTE] - us[i]) / lo : NAN;
-    bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", p->shape, b->T, ways[i].name, us[i], enq[i], eff);
+  for (int j = 0; j < n_order && !rc; j++) { /* in run order; overlap from the last comm and compute timed */
+    const int i = order[j];
+    const double eff = i >= WAY_A && lo > 0 ? (us[WAY_COMM] + us[WAY_COMPUTE] - t_run[j]) / lo : NAN;
+    bench_print(ctx, "   %-8s %6d  %-8s %9.2f %12.2f %9.2f\n", p->shape, b->T, ways[i].name, t_run[j], e_run[j], eff);
     char overlap[32] = "null"; /* the ways run alone have none */
     if (!isnan(eff)) snprintf(overlap, sizeof overlap, "%.4f", eff);
     bench_json(ctx,
                "{\"entry\": \"layer\", \"backend\": \"%s\", \"world\": %d, \"shape\": \"%s\", \"way\": \"%s\", "
                "\"tokens\": %d, \"step_us\": %.3f, \"enqueue_us\": %.3f, \"overlap\": %s, \"sms\": %d, "
                "\"wrong\": %lld}",
-               sy_backend_name(ctx->backend), ctx->world, p->shape, ways[i].name, b->T, us[i], enq[i], overlap, b->sms,
-               wrong);
+               sy_backend_name(ctx->backend), ctx->world, p->shape, ways[i].name, b->T, t_run[j], e_run[j], overlap,
+               b->sms, wrong);
   }
   return rc ? -1 : (int)wrong;
 }

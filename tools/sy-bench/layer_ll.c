@@ -97,7 +97,7 @@ int layer_decode(layer_bench_t *b) {
     if (over) bench_print(ctx, "# layer decode: %lld experts over their capacity: WRONG\n", over);
     ctx->total_wrong += over != 0;
   }
-  if (!rc && b->gpu)
+  if (!rc && b->gpu && us[WAY_C] > 0) /* (--ways may leave c out) */
     bench_print(ctx,
                 "# target (world 1, 128 tokens): a decode step replayed from the graph cache <= 5 us of host "
                 "time: %.2f us at %d tokens: %s\n",

@@ -129,9 +129,10 @@ int bench_warm(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
   const double t0 = bench_now_s();
   for (int i = 0; i < warmup && !rc; i++) rc = op(ctx, arg);
   if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-  /* Then enough calls to fill BENCH_WARM_S, the same number on every rank (they are collective calls). */
+  /* Then enough calls to fill warm_s, the same number on every rank (they are collective calls). */
+  const double fill = ctx->warm_s > 0 ? ctx->warm_s : BENCH_WARM_S;
   const double spent = bench_now_s() - t0, per_call = warmup ? spent / warmup : 0;
-  long long more = !rc && per_call > 0 && spent < BENCH_WARM_S ? (long long)((BENCH_WARM_S - spent) / per_call) + 1 : 0;
+  long long more = !rc && per_call > 0 && spent < fill ? (long long)((fill - spent) / per_call) + 1 : 0;
   more = bench_allreduce_max(ctx, more > 100000 ? 100000 : more);
   rc = bench_allreduce_max(ctx, rc) != 0;
   for (long long i = 0; i < more && !rc; i++) rc = op(ctx, arg);
@@ -229,6 +230,12 @@ static void usage(FILE *f) {
       "      --layers N            layer: N MoE layers a step (default 1), each micro-batch's next layer after its\n"
       "                            last one: only the first dispatch and the last combine are left with nothing\n"
       "                            beside them; every way runs N layers\n"
+      "      --settle S            layer: each way's untimed calls before its timing fill S seconds (default 3 on\n"
+      "                            a GPU: at its power limit a GPU's clock follows its temperature, which an idle\n"
+      "                            moment, e.g. the CPU's check of a way, lowers; 0: the usual 20 ms)\n"
+      "      --ways LIST           layer: the ways to time, in this order (default comm,compute,gemms,a,b,c; a\n"
+      "                            way may come back, e.g. c,b,c,b: each timing a row); the targets' lines need\n"
+      "                            the ways they compare\n"
       "      --gemm-beside F       layer: of each micro-batch's experts, the share F whose GEMMs run on --gemm-sms\n"
       "                            beside the communication; the rest on every SM once it has ended (default 1)\n"
       "      --expert-weights distinct|shared  layer: each expert its own W1 and W2 (default) or one pair for all\n"
@@ -442,8 +449,8 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 
 int main(int argc, char **argv) {
   bench_opts_t opts = {
-      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0, 0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0};
+      NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0,   0, {0}, NULL, NULL, 0, 0,
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -519,6 +526,14 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--layers")) {
       bad = parse_int_arg(a, v, 1, &opts.layers) ||
             (opts.layers > 64 && fprintf(stderr, "sy-bench: --layers %s: at most 64\n", v) > 0);
+    } else if (!strcmp(a, "--settle")) {
+      char *end;
+      opts.settle_s = strtod(v, &end);
+      if (*end || !*v || !(opts.settle_s >= 0 && opts.settle_s <= 600))
+        bad = fprintf(stderr, "sy-bench: --settle %s: want seconds, 0 to 600\n", v) > 0;
+    } else if (!strcmp(a, "--ways")) {
+      opts.num_ways = bench_layer_parse_ways(v, opts.ways, BENCH_MAX_WAYS);
+      bad = opts.num_ways < 0;
     } else if (!strcmp(a, "--gemm-beside")) {
       char *end;
       opts.gemm_beside = strtod(v, &end);
