@@ -216,7 +216,7 @@ else note "cpu tests (ctest unit/)" FAIL "see unit.log"; fi
 
 declare -A entry_args=([alltoall]="" [attn]="-t 128" [moe-ll]="" [moe-ht]="" [layer]="--no-nccl" [pool]="--no-nccl")
 declare -A smoke_args=([alltoall]="-e 1M" [attn]="-t 128 -T 4096" [moe-ll]="--tokens 1,128" [moe-ht]="--tokens 256"
-  [layer]="--tokens 128,512" [pool]="")
+  [layer]="--tokens 128,512 --settle 0" [pool]="")
 entries=(alltoall attn moe-ll moe-ht layer pool)
 for n in "${counts[@]}"; do
   for entry in "${entries[@]}"; do
