@@ -114,8 +114,9 @@ typedef int (*bench_op_fn)(bench_ctx_t *ctx, void *arg);
 /* layer: --ways LIST (comma-separated way names) into ways; the count, or -1 after a message naming the bad name. */
 int bench_layer_parse_ways(const char *list, int *ways, int max);
 int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out);
-/* Warm-up: the --warmup calls, then (with --warmup > 0) as many more as fill ctx->warm_s (0: BENCH_WARM_S) at the
- * measured rate, the same count on every rank; ends synchronised. 0 on success. */
+/* Warm-up: the --warmup calls, then (with --warmup > 0) rounds of more until ctx->warm_s (0: BENCH_WARM_S) has passed
+ * since the first, each round's count from the rate measured so far and the same on every rank; ends synchronised.
+ * 0 on success. */
 #define BENCH_WARM_S 0.02
 int bench_warm(bench_ctx_t *ctx, bench_op_fn op, void *arg);
 /* For entries that time inside their own loop (moe-ll times two halves of one call): the monotonic clock in

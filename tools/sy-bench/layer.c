@@ -248,7 +248,7 @@ int bench_layer(bench_ctx_t *ctx) {
           "# layer: forward; %d layer%s a step (the same weights each); hidden %d, ffn %d, top-%d of %d experts; "
           "GEMMs: %s, %s W1 [%d][%d] and W2 [%d][%d]%s; ways: a sequential, b %d micro-batches on two streams, c "
           "replayed from the graph cache (PDL %s); comm and compute: each alone; each timing after %.2f s of its "
-          "way's untimed calls (--settle)\n",
+          "way's untimed calls (--settle; with -w 0 none)\n",
           b.layers, b.layers > 1 ? "s" : "", b.H, b.F, b.K, b.E, gpu ? "cublasLt" : "C loops (host backend)",
           ctx->opts->shared_weights ? "one" : "each expert's own", b.H, b.F, b.F, b.H,
           ctx->opts->shared_weights ? " for every expert (--expert-weights shared)" : "", b.nmb,

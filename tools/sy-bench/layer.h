@@ -64,7 +64,7 @@ typedef struct layer_bench {
 } layer_bench_t;
 
 /* layer_ffn.c */
-void *layer_buf(layer_bench_t *b, size_t n); /* device memory (host backend: host), zeroed on the host backend */
+void *layer_buf(layer_bench_t *b, size_t n); /* device memory (host backend: host), zeroed */
 void layer_unbuf(layer_bench_t *b, void *p);
 int layer_put(layer_bench_t *b, void *dst, const void *src, size_t n);
 int layer_get(layer_bench_t *b, void *dst, const void *src, size_t n);

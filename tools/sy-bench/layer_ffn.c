@@ -16,7 +16,11 @@
 
 void *layer_buf(layer_bench_t *b, size_t n) {
   void *p = NULL;
-  if (b->gpu) return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
+  if (b->gpu) { /* zeroed too: a way may read a buffer no way timed has written (--ways: layer_ll.c's counts) */
+    if (cudaMalloc(&p, n) != cudaSuccess) return NULL;
+    if (cudaMemset(p, 0, n) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) return cudaFree(p), NULL;
+    return p;
+  }
   return calloc(1, n);
 }
 

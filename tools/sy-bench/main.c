@@ -129,14 +129,23 @@ int bench_warm(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
   const double t0 = bench_now_s();
   for (int i = 0; i < warmup && !rc; i++) rc = op(ctx, arg);
   if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
-  /* Then enough calls to fill warm_s, the same number on every rank (they are collective calls). */
+  /* Then rounds of calls until warm_s has passed, each round's count from the last round's rate (the first from the
+   * --warmup calls, which may include a graph's capture: short, so a second round follows), the same count on every
+   * rank (they are collective calls). */
   const double fill = ctx->warm_s > 0 ? ctx->warm_s : BENCH_WARM_S;
-  const double spent = bench_now_s() - t0, per_call = warmup ? spent / warmup : 0;
-  long long more = !rc && per_call > 0 && spent < fill ? (long long)((fill - spent) / per_call) + 1 : 0;
-  more = bench_allreduce_max(ctx, more > 100000 ? 100000 : more);
-  rc = bench_allreduce_max(ctx, rc) != 0;
-  for (long long i = 0; i < more && !rc; i++) rc = op(ctx, arg);
-  if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+  double spent = bench_now_s() - t0, per_call = warmup ? spent / warmup : 0;
+  for (;;) {
+    long long more = !rc && per_call > 0 && spent < fill ? (long long)((fill - spent) / per_call) + 1 : 0;
+    more = bench_allreduce_max(ctx, more > 100000 ? 100000 : more);
+    rc = bench_allreduce_max(ctx, rc) != 0;
+    if (rc || more == 0) break;
+    const double r0 = bench_now_s();
+    for (long long i = 0; i < more && !rc; i++) rc = op(ctx, arg);
+    if (gpu && !rc && cudaStreamSynchronize(ctx->stream) != cudaSuccess) rc = 1;
+    const double now = bench_now_s();
+    per_call = (now - r0) / (double)more;
+    spent = now - t0;
+  }
   return rc;
 }
 
