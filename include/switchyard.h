@@ -945,7 +945,8 @@ SY_API sy_status_t sy_host_pool_stats(sy_host_pool_t pool, sy_host_pool_stats_t 
  * The step must be capturable (every library call that says so is) and must not synchronise. A replay keeps the
  * priorities of the streams the step's kernels were captured on (cudaGraphInstantiateFlagUseNodePriority), so work
  * forked onto a high-priority stream still goes ahead of work on a low-priority one, as in the eager step (CUDA's
- * default would run every kernel at the priority of the stream the graph is launched into). Host backend: every
+ * default would run every kernel at the priority of the stream the graph is launched into, which
+ * SY_GRAPH_NODE_PRIORITY=0 keeps, read when a graph is instantiated). Host backend: every
  * run calls the step (no graphs). Not thread-safe (one host thread at a time, like a stream). */
 typedef struct sy_graph_cache *sy_graph_cache_t;
 
