@@ -412,6 +412,19 @@ static int parse_int_arg(const char *flag, const char *text, int min, int *out) 
   return 0;
 }
 
+/* A number in (lo, hi] (lo_open) or [lo, hi]; the message says what is wanted. */
+static int parse_double_arg(const char *flag, const char *text, double lo, int lo_open, double hi, const char *want,
+                            double *out) {
+  char *end;
+  const double v = strtod(text, &end);
+  if (*end || !*text || !((lo_open ? v > lo : v >= lo) && v <= hi)) {
+    fprintf(stderr, "sy-bench: %s %s: want %s\n", flag, text, want);
+    return 1;
+  }
+  *out = v;
+  return 0;
+}
+
 /* "N" (even micro-batches) or "W,W,..." (one a weight) into opts->micro_batches and opts->mb_weights. */
 static int parse_micro_batches(const char *flag, const char *text, bench_opts_t *opts) {
   memset(opts->mb_weights, 0, sizeof opts->mb_weights);
@@ -536,18 +549,12 @@ int main(int argc, char **argv) {
       bad = parse_int_arg(a, v, 1, &opts.layers) ||
             (opts.layers > 64 && fprintf(stderr, "sy-bench: --layers %s: at most 64\n", v) > 0);
     } else if (!strcmp(a, "--settle")) {
-      char *end;
-      opts.settle_s = strtod(v, &end);
-      if (*end || !*v || !(opts.settle_s >= 0 && opts.settle_s <= 600))
-        bad = fprintf(stderr, "sy-bench: --settle %s: want seconds, 0 to 600\n", v) > 0;
+      bad = parse_double_arg(a, v, 0, 0, 600, "seconds, 0 to 600", &opts.settle_s);
     } else if (!strcmp(a, "--ways")) {
       opts.num_ways = bench_layer_parse_ways(v, opts.ways, BENCH_MAX_WAYS);
       bad = opts.num_ways < 0;
     } else if (!strcmp(a, "--gemm-beside")) {
-      char *end;
-      opts.gemm_beside = strtod(v, &end);
-      if (*end || !*v || !(opts.gemm_beside > 0 && opts.gemm_beside <= 1))
-        bad = fprintf(stderr, "sy-bench: --gemm-beside %s: want a share above 0 and at most 1\n", v) > 0;
+      bad = parse_double_arg(a, v, 0, 1, 1, "a share above 0 and at most 1", &opts.gemm_beside);
     } else if (!strcmp(a, "--expert-weights")) {
       if (strcmp(v, "distinct") && strcmp(v, "shared"))
         bad = fprintf(stderr, "sy-bench: --expert-weights %s: expected distinct or shared\n", v) > 0;
