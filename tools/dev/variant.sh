@@ -132,16 +132,16 @@ smi_digest() {
   pkill -f "nvidia-smi --query-gpu"
   python3 tools/dev/power-ways.py "$1" "$2" >>"$s" 2>&1
 }
-#   layer_marked LABEL ARGS...  /tmp/x's `sy-bench --no-nccl --recv arena ARGS layer` at world 1 with each timing's
-#                        wall-clock span in /tmp/marks.txt (under "== LABEL", for smi_digest) and its JSON in
-#                        /tmp/j/layer_LABEL.json; rank 0's rows and notes appended to $s.
+#   layer_marked LABEL ARGS...  /tmp/x's `sy-bench --no-nccl --recv arena ARGS layer` at world LAYER_RANKS (default 1)
+#                        with each timing's wall-clock span in /tmp/marks.txt (under "== LABEL", for smi_digest)
+#                        and its JSON in /tmp/j/layer_LABEL.json; rank 0's rows and notes appended to $s.
 layer_marked() {
   local label=$1 t0=$SECONDS
   shift
   mkdir -p /tmp/j
   echo "== $label" >>/tmp/marks.txt
-  SY_BENCH_LAYER_MARKS=/tmp/marks.txt timeout 280 /tmp/x/bin/syrun -n 1 /tmp/x/bin/sy-bench --no-nccl --recv arena "$@" \
-    --json "/tmp/j/layer_$label.json" layer >/tmp/layer.txt 2>&1
+  SY_BENCH_LAYER_MARKS=/tmp/marks.txt timeout 280 /tmp/x/bin/syrun -n "${LAYER_RANKS:-1}" /tmp/x/bin/sy-bench --no-nccl \
+    --recv arena "$@" --json "/tmp/j/layer_$label.json" layer >/tmp/layer.txt 2>&1
   echo "== layer $label: $* rc=$? ($((SECONDS - t0)) s)" >>"$s"
   grep -E "^\[rank 0\] +(prefill|backward)|settle|correct|wrong|target|of which|GPU slowdowns|WARN|rror" /tmp/layer.txt |
     sed 's/\[rank 0\]//' | head -40 >>"$s"
