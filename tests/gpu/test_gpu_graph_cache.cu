@@ -21,7 +21,9 @@
  *      reads how many filler blocks had finished when it ran. Eagerly it runs within the filler's first waves (the
  *      control: if it does not, the device does not order by priority and the check says so and passes); the replay
  *      must too. With SY_GRAPH_NODE_PRIORITY=0 (CUDA's default instantiation) the probe waits for the filler's
- *      last wave: printed, to show the check can tell.
+ *      last wave: printed, to show the check can tell. A refresh (cudaGraphExecUpdate) follows the captured
+ *      priorities: the probe moved to a second low-priority stream and the bucket refreshed, the replay's probe runs
+ *      late as the eager one does; moved back and refreshed, early again.
  * Nothing may hang: every wait polls cudaStreamQuery against a host deadline, and an alarm ends the process as a
  * last resort.
  */
@@ -115,7 +117,7 @@ __global__ void prio_probe_kernel(prio_state_t *st) { st->seen = atomicAdd(&st->
 
 typedef struct {
   prio_state_t *st; /* device */
-  cudaStream_t hi;  /* the high-priority stream the probe is forked onto */
+  cudaStream_t hi;  /* the stream the probe is forked onto: the high-priority one, or (check h's refresh) another */
   cudaEvent_t fork, join;
   int blocks; /* the filler's */
 } prio_user_t;
@@ -499,12 +501,8 @@ static long prio_seen(prio_user_t *u, cudaStream_t lo, const char *what) {
   return (long)h.seen;
 }
 
-/* The median probe view of three replays of a fresh cache's graph (instantiated with the environment as it is). */
-static long prio_replays(fixture_t *f, prio_user_t *u, cudaStream_t lo, const char *what) {
-  sy_graph_cache_config_t config = SY_GRAPH_CACHE_CONFIG_INIT;
-  config.warmup = 0;
-  sy_graph_cache_t cache = NULL;
-  GT_OK(sy_graph_cache_create(f->comm, &config, step_priority, u, &cache));
+/* The median probe view of three runs of the cache's bucket 1. */
+static long prio_runs(sy_graph_cache_t cache, prio_user_t *u, cudaStream_t lo, const char *what) {
   long v[3];
   for (int r = 0; r < 3; r++) {
     const sy_status_t st = sy_graph_cache_run(cache, 1, lo);
@@ -514,9 +512,55 @@ static long prio_replays(fixture_t *f, prio_user_t *u, cudaStream_t lo, const ch
     }
     v[r] = prio_seen(u, lo, what);
   }
-  GT_OK(sy_graph_cache_destroy(cache));
   std::sort(v, v + 3);
   return v[1];
+}
+
+/* The same of three eager steps. */
+static long prio_eager(prio_user_t *u, cudaStream_t lo, const char *what) {
+  long v[3];
+  for (int r = 0; r < 3; r++) {
+    if (step_priority(u, 1, lo) != SY_SUCCESS) GT_FAIL("%s: the eager step failed", what);
+    v[r] = prio_seen(u, lo, what);
+  }
+  std::sort(v, v + 3);
+  return v[1];
+}
+
+/* The median probe view of three replays of a fresh cache's graph (instantiated with the environment as it is). */
+static long prio_replays(fixture_t *f, prio_user_t *u, cudaStream_t lo, const char *what) {
+  sy_graph_cache_config_t config = SY_GRAPH_CACHE_CONFIG_INIT;
+  config.warmup = 0;
+  sy_graph_cache_t cache = NULL;
+  GT_OK(sy_graph_cache_create(f->comm, &config, step_priority, u, &cache));
+  const long v = prio_runs(cache, u, lo, what);
+  GT_OK(sy_graph_cache_destroy(cache));
+  return v;
+}
+
+/* A refresh follows the priorities of the new capture: the probe forked onto `low` (a second low-priority stream)
+ * after the first replays, the bucket refreshed; then back onto the high-priority stream, refreshed again. Out: the
+ * median probe views of the replays after each refresh, and whether both refreshes updated in place. */
+static void prio_refreshes(fixture_t *f, prio_user_t *u, cudaStream_t lo, cudaStream_t low, long *moved, long *back,
+                           int *in_place, const char *what) {
+  sy_graph_cache_config_t config = SY_GRAPH_CACHE_CONFIG_INIT;
+  config.warmup = 0;
+  sy_graph_cache_t cache = NULL;
+  GT_OK(sy_graph_cache_create(f->comm, &config, step_priority, u, &cache));
+  (void)prio_runs(cache, u, lo, what);
+  cudaStream_t hi = u->hi;
+  u->hi = low;
+  GT_OK(sy_graph_cache_refresh(cache, 0));
+  *moved = prio_runs(cache, u, lo, what);
+  u->hi = hi;
+  GT_OK(sy_graph_cache_refresh(cache, 0));
+  *back = prio_runs(cache, u, lo, what);
+  sy_graph_cache_stats_t st = SY_GRAPH_CACHE_STATS_INIT;
+  GT_OK(sy_graph_cache_stats(cache, &st));
+  *in_place = st.updates == 2 && st.instantiations == 1;
+  printf("# check h: refreshes: %llu captures, %llu updates in place, %llu instantiations\n",
+         (unsigned long long)st.captures, (unsigned long long)st.updates, (unsigned long long)st.instantiations);
+  GT_OK(sy_graph_cache_destroy(cache));
 }
 
 static void check_priorities(fixture_t *f) {
@@ -536,12 +580,7 @@ static void check_priorities(fixture_t *f) {
   GT_CUDA(cudaMalloc((void **)&u.st, sizeof(prio_state_t)));
   const long half = u.blocks / 2;
 
-  long eager[3];
-  for (int r = 0; r < 3; r++) {
-    if (step_priority(&u, 1, lo) != SY_SUCCESS) GT_FAIL("%s: the eager step failed", what);
-    eager[r] = prio_seen(&u, lo, what);
-  }
-  std::sort(eager, eager + 3);
+  const long eager = prio_eager(&u, lo, what);
   const char *saved = getenv("SY_GRAPH_NODE_PRIORITY");
   unsetenv("SY_GRAPH_NODE_PRIORITY");
   const long replay = prio_replays(f, &u, lo, what);
@@ -552,18 +591,47 @@ static void check_priorities(fixture_t *f) {
   printf(
       "# check h: of %d filler blocks (%d waves), done when the high-priority probe ran (median of 3): eager %ld, "
       "replay %ld, replay with SY_GRAPH_NODE_PRIORITY=0 %ld\n",
-      u.blocks, PRIO_WAVES, eager[1], replay, plain);
-  if (eager[1] < 0 || replay < 0 || plain < 0) GT_FAIL("%s: the filler never started within a second", what);
-  else if (eager[1] >= half)
+      u.blocks, PRIO_WAVES, eager, replay, plain);
+  if (eager < 0 || replay < 0 || plain < 0) GT_FAIL("%s: the filler never started within a second", what);
+  else if (eager >= half)
     printf(
         "# check h: the device ran the eager probe after half the filler: it does not order by priority here; "
         "not checked\n");
   else {
     if (replay >= half)
       GT_FAIL("%s: the replay's probe ran after %ld of %d filler blocks (eagerly after %ld): the priorities were lost",
-              what, replay, u.blocks, eager[1]);
+              what, replay, u.blocks, eager);
     if (plain < half)
       printf("# check h: without the node priorities the probe still ran early: this run could not tell\n");
+    /* the refreshes: the probe on a second low-priority stream (eagerly late, the control), then back */
+    cudaStream_t low = NULL;
+    GT_CUDA(cudaStreamCreateWithPriority(&low, cudaStreamNonBlocking, lowest));
+    cudaStream_t hi = u.hi;
+    u.hi = low;
+    const long eager_low = prio_eager(&u, lo, what);
+    u.hi = hi;
+    long moved = -1, back = -1;
+    int in_place = 0;
+    prio_refreshes(f, &u, lo, low, &moved, &back, &in_place, what);
+    printf(
+        "# check h: probe on a low-priority stream: eager %ld; replay after a refresh %ld; moved back, refreshed: "
+        "%ld\n",
+        eager_low, moved, back);
+    if (moved < 0 || back < 0 || eager_low < 0) GT_FAIL("%s: the filler never started within a second", what);
+    else if (eager_low < half)
+      printf("# check h: the eager probe on a low-priority stream ran early: the refresh's move is not checked\n");
+    else if (moved < half)
+      GT_FAIL(
+          "%s: after a refresh that moved the probe to a low-priority stream it ran after %ld of %d filler "
+          "blocks (eagerly after %ld): the update kept the old priorities",
+          what, moved, u.blocks, eager_low);
+    if (back >= half)
+      GT_FAIL(
+          "%s: moved back to the high-priority stream and refreshed, the probe ran after %ld of %d filler blocks: "
+          "the update lost the priorities",
+          what, back, u.blocks);
+    if (!in_place) printf("# check h: the refreshes did not both update in place (see the counts above)\n");
+    GT_CUDA(cudaStreamDestroy(low));
   }
   GT_CUDA(cudaFree(u.st));
   GT_CUDA(cudaEventDestroy(u.fork));
