@@ -99,11 +99,32 @@ extern "C" sy_status_t sy__cuda_graph_instantiate(void *graph, void **exec) {
   return SY_SUCCESS;
 }
 
+/* Why CUDA refused an update (cudaGraphExecUpdateResult), for the log. */
+static const char *update_result_name(cudaGraphExecUpdateResult r) {
+  switch (r) {
+    case cudaGraphExecUpdateErrorTopologyChanged: return "the topology changed";
+    case cudaGraphExecUpdateErrorNodeTypeChanged: return "a node's type changed";
+    case cudaGraphExecUpdateErrorFunctionChanged:
+    case cudaGraphExecUpdateErrorUnsupportedFunctionChange: return "a kernel node's function changed";
+    case cudaGraphExecUpdateErrorParametersChanged: return "a node's parameters changed in a way it cannot take";
+    case cudaGraphExecUpdateErrorNotSupported: return "a node does not support updates";
+    case cudaGraphExecUpdateErrorAttributesChanged: return "a node's attributes changed (e.g. a kernel's priority)";
+    default: return "an unexpected reason";
+  }
+}
+
+/* In place where CUDA accepts it. A refused update (*updated = 0: the caller instantiates anew) is logged with its
+ * reason at INFO. CUDA refuses a capture whose kernels' priorities changed (measured: test_gpu_graph_cache check h,
+ * a probe moved to a stream of another priority), so an exec never replays a refresh with the old priorities. */
 extern "C" sy_status_t sy__cuda_graph_update(void *exec, void *graph, int *updated) {
-  cudaGraphExecUpdateResultInfo info;
+  cudaGraphExecUpdateResultInfo info = {};
   const cudaError_t err = cudaGraphExecUpdate((cudaGraphExec_t)exec, (cudaGraph_t)graph, &info);
   *updated = err == cudaSuccess;
-  if (err != cudaSuccess) (void)cudaGetLastError(); /* refused: the caller instantiates anew */
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError(); /* refused: the caller instantiates anew */
+    SY_INFO("graph cache: update refused (%s: %s), instantiating anew", cudaGetErrorName(err),
+            update_result_name(info.result));
+  }
   return SY_SUCCESS;
 }
 

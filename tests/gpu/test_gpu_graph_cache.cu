@@ -21,9 +21,10 @@
  *      reads how many filler blocks had finished when it ran. Eagerly it runs within the filler's first waves (the
  *      control: if it does not, the device does not order by priority and the check says so and passes); the replay
  *      must too. With SY_GRAPH_NODE_PRIORITY=0 (CUDA's default instantiation) the probe waits for the filler's
- *      last wave: printed, to show the check can tell. A refresh (cudaGraphExecUpdate) follows the captured
- *      priorities: the probe moved to a second low-priority stream and the bucket refreshed, the replay's probe runs
- *      late as the eager one does; moved back and refreshed, early again.
+ *      last wave: printed, to show the check can tell. Refreshes: with nothing changed the graph is updated in place
+ *      (cudaGraphExecUpdate) and the probe stays early; moved to a second low-priority stream and refreshed, the
+ *      replay's probe runs late as the eager one does; moved back and refreshed, early again (how each refresh was
+ *      done is printed; CUDA may refuse an update whose priorities changed, and the cache then instantiates anew).
  * Nothing may hang: every wait polls cudaStreamQuery against a host deadline, and an alarm ends the process as a
  * last resort.
  */
@@ -538,28 +539,36 @@ static long prio_replays(fixture_t *f, prio_user_t *u, cudaStream_t lo, const ch
   return v;
 }
 
-/* A refresh follows the priorities of the new capture: the probe forked onto `low` (a second low-priority stream)
- * after the first replays, the bucket refreshed; then back onto the high-priority stream, refreshed again. Out: the
- * median probe views of the replays after each refresh, and whether both refreshes updated in place. */
-static void prio_refreshes(fixture_t *f, prio_user_t *u, cudaStream_t lo, cudaStream_t low, long *moved, long *back,
-                           int *in_place, const char *what) {
+/* The cache's counts of updates in place and instantiations. */
+static void prio_counts(sy_graph_cache_t cache, uint64_t *updates, uint64_t *instantiations) {
+  sy_graph_cache_stats_t st = SY_GRAPH_CACHE_STATS_INIT;
+  GT_OK(sy_graph_cache_stats(cache, &st));
+  *updates = st.updates, *instantiations = st.instantiations;
+}
+
+/* Refreshes and the priorities: after the first replays, the bucket refreshed with nothing changed (an update in
+ * place: the probe must stay early); then the probe forked onto `low` (a second low-priority stream) and refreshed
+ * (the replay must follow the new capture); then back onto the high-priority stream and refreshed. Out: the median
+ * probe views after each refresh, and how each was done (1: updated in place, 0: instantiated anew). */
+static void prio_refreshes(fixture_t *f, prio_user_t *u, cudaStream_t lo, cudaStream_t low, long view[3],
+                           int in_place[3], const char *what) {
   sy_graph_cache_config_t config = SY_GRAPH_CACHE_CONFIG_INIT;
   config.warmup = 0;
   sy_graph_cache_t cache = NULL;
   GT_OK(sy_graph_cache_create(f->comm, &config, step_priority, u, &cache));
   (void)prio_runs(cache, u, lo, what);
   cudaStream_t hi = u->hi;
-  u->hi = low;
-  GT_OK(sy_graph_cache_refresh(cache, 0));
-  *moved = prio_runs(cache, u, lo, what);
+  const cudaStream_t probe[3] = {hi, low, hi};
+  for (int i = 0; i < 3; i++) {
+    uint64_t u0, i0, u1, i1;
+    prio_counts(cache, &u0, &i0);
+    u->hi = probe[i];
+    GT_OK(sy_graph_cache_refresh(cache, 0));
+    view[i] = prio_runs(cache, u, lo, what);
+    prio_counts(cache, &u1, &i1);
+    in_place[i] = u1 == u0 + 1 && i1 == i0;
+  }
   u->hi = hi;
-  GT_OK(sy_graph_cache_refresh(cache, 0));
-  *back = prio_runs(cache, u, lo, what);
-  sy_graph_cache_stats_t st = SY_GRAPH_CACHE_STATS_INIT;
-  GT_OK(sy_graph_cache_stats(cache, &st));
-  *in_place = st.updates == 2 && st.instantiations == 1;
-  printf("# check h: refreshes: %llu captures, %llu updates in place, %llu instantiations\n",
-         (unsigned long long)st.captures, (unsigned long long)st.updates, (unsigned long long)st.instantiations);
   GT_OK(sy_graph_cache_destroy(cache));
 }
 
@@ -610,27 +619,32 @@ static void check_priorities(fixture_t *f) {
     u.hi = low;
     const long eager_low = prio_eager(&u, lo, what);
     u.hi = hi;
-    long moved = -1, back = -1;
-    int in_place = 0;
-    prio_refreshes(f, &u, lo, low, &moved, &back, &in_place, what);
+    long view[3] = {-1, -1, -1};
+    int in_place[3] = {0, 0, 0};
+    prio_refreshes(f, &u, lo, low, view, in_place, what);
+    static const char *how[2] = {"instantiated anew", "updated in place"};
     printf(
-        "# check h: probe on a low-priority stream: eager %ld; replay after a refresh %ld; moved back, refreshed: "
-        "%ld\n",
-        eager_low, moved, back);
-    if (moved < 0 || back < 0 || eager_low < 0) GT_FAIL("%s: the filler never started within a second", what);
-    else if (eager_low < half)
+        "# check h: refreshed as captured: %ld (%s); the probe moved to a low-priority stream (eagerly %ld): %ld "
+        "(%s); moved back: %ld (%s)\n",
+        view[0], how[in_place[0]], eager_low, view[1], how[in_place[1]], view[2], how[in_place[2]]);
+    if (view[0] < 0 || view[1] < 0 || view[2] < 0 || eager_low < 0)
+      GT_FAIL("%s: the filler never started within a second", what);
+    if (!in_place[0]) GT_FAIL("%s: a refresh with nothing changed was not updated in place", what);
+    if (view[0] >= half)
+      GT_FAIL("%s: refreshed in place, the probe ran after %ld of %d filler blocks: the update lost the priorities",
+              what, view[0], u.blocks);
+    if (eager_low < half)
       printf("# check h: the eager probe on a low-priority stream ran early: the refresh's move is not checked\n");
-    else if (moved < half)
+    else if (view[1] < half)
       GT_FAIL(
           "%s: after a refresh that moved the probe to a low-priority stream it ran after %ld of %d filler "
-          "blocks (eagerly after %ld): the update kept the old priorities",
-          what, moved, u.blocks, eager_low);
-    if (back >= half)
+          "blocks (eagerly after %ld): the replay kept the old priorities",
+          what, view[1], u.blocks, eager_low);
+    if (view[2] >= half)
       GT_FAIL(
           "%s: moved back to the high-priority stream and refreshed, the probe ran after %ld of %d filler blocks: "
-          "the update lost the priorities",
-          what, back, u.blocks);
-    if (!in_place) printf("# check h: the refreshes did not both update in place (see the counts above)\n");
+          "the replay lost the priorities",
+          what, view[2], u.blocks);
     GT_CUDA(cudaStreamDestroy(low));
   }
   GT_CUDA(cudaFree(u.st));
