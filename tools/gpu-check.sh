@@ -230,6 +230,16 @@ for n in "${counts[@]}"; do
   done
 done
 
+# the layer's micro-batches by expert groups (--split experts): its own checks of ways a, b and c (ranks sharing a GPU:
+# smaller, as the smoke runs above)
+for n in "${counts[@]}"; do
+  if [ "$n" -le "$gpus" ]; then
+    run bench_layer_experts "$n" "$bin/sy-bench" --no-nccl -n 5 -w 1 --settle 0 --tokens 4096 --split experts layer
+  elif [ "${GPU_CHECK_SHARED:-0}" != 0 ]; then
+    run bench_layer_experts.smoke "$n" "$bin/sy-bench" --no-nccl -n 2 -w 1 --settle 0 --tokens 512 --split experts layer
+  fi
+done
+
 # GPU_CHECK_SOAK=SECONDS: sy-bench's soak mode (every operation with random shapes, every result checked,
 # memory watched) at the largest count that runs here, capped at SECONDS + 300; its JSON: soak.n<N>.json.
 if [ "${GPU_CHECK_SOAK:-0}" != 0 ]; then

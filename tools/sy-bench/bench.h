@@ -58,6 +58,8 @@ typedef struct bench_opts {
   int num_ways;                      /* 0: comm, compute, gemms, a, b, c */
   double settle_s;                   /* layer: each timing's untimed calls fill this long (--settle); < 0: 3 s on a
                                       * GPU, BENCH_WARM_S on the host backend */
+  int split_experts;                 /* layer: micro-batches by groups of each rank's experts, every token in each
+                                      * (--split experts); 0: by tokens */
 } bench_opts_t;
 
 /* One measured variant at one size. */

@@ -12,6 +12,11 @@
  *      highest priority), the GEMMs on a second one (the lowest, cublasLt told the SMs the communication leaves),
  *      joined by events, so that one micro-batch's dispatch and combine run beside another's GEMMs
  *      (L1 D1 | L2 D2 beside F1 | C1 beside F2 | C2 for two);
+ *      With --split experts the micro-batches are groups of each rank's experts instead, every token in each: a
+ *      group's layout sees the ids of its experts only (the others -1), its GEMMs keep every row of its experts
+ *      (token micro-batches halve them, and each re-reads every expert's weights), a token crosses a link once a
+ *      group it has experts in there, and the groups' combines leave partial outputs that a kernel after the last
+ *      adds up (fp32, in group order, rounded once);
  *   c  (b) captured once in sy_graph_cache and replayed (with programmatic dependent launch unless SY_PDL=0).
  * Beside them, alone: the communication (layout, dispatch, combine), the GEMMs (on every SM), and the micro-batches'
  * GEMMs in turn on the SMs the communication leaves them (way gemms: what b and c cannot go below). Reports step time, host
@@ -30,7 +35,8 @@
 /* ---- the communication -------------------------------------------------------------------------------------- */
 
 static int layout(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_layout(b->moe, b->ids + (size_t)m->first * b->K, SY_INDEX_INT32, m->T, m->handle, NULL, s) != 0;
+  const int32_t *ids = m->ids ? m->ids : b->ids + (size_t)m->first * b->K;
+  return sy_moe_ht_layout(b->moe, ids, SY_INDEX_INT32, m->T, m->handle, NULL, s) != 0;
 }
 
 static int dispatch(layer_bench_t *b, mb_t *m, cudaStream_t s) {
@@ -40,7 +46,7 @@ static int dispatch(layer_bench_t *b, mb_t *m, cudaStream_t s) {
 
 static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   return sy_moe_ht_combine(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL,
-                           b->out + (size_t)m->first * b->H, NULL, s) != 0;
+                           m->out ? m->out : b->out + (size_t)m->first * b->H, NULL, s) != 0;
 }
 
 static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStream_t s) {
@@ -60,8 +66,8 @@ static int ffn_bwd(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cuda
 }
 
 static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, b->dx + (size_t)m->first * b->H, NULL,
-                           s) != 0;
+  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL,
+                           m->dx ? m->dx : b->dx + (size_t)m->first * b->H, NULL, s) != 0;
 }
 
 /* ---- the parts of its steps (layer_run_shape makes the ways of them) ------------------------------------------ */
@@ -72,27 +78,68 @@ static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
 /* The SMs a compute part's GEMMs target: a micro-batch's (m > 0) beside the communication, those it leaves; the rest
  * of a micro-batch's experts after it (LAYER_GEMM_AFTER), and the whole step's, every SM. */
 static int part_sms(const layer_bench_t *b, int m, int part) { return m && part != LAYER_GEMM_AFTER ? b->gemm_sms : 0; }
+/* The experts a compute part takes: a micro-batch of an expert group (--split experts) its group's, all of them at
+ * once (--gemm-beside is refused with it); else layer_gemm_experts's. */
+static void part_experts(const layer_bench_t *b, int m, int part, int *e0, int *experts) {
+  if (m && b->by_experts) *e0 = b->mb[m].e0, *experts = b->mb[m].ne;
+  else layer_gemm_experts(b, part, e0, experts);
+}
 static int part_ffn(layer_bench_t *b, int m, int part, cudaStream_t s) {
   int e0, experts;
-  layer_gemm_experts(b, part, &e0, &experts);
+  part_experts(b, m, part, &e0, &experts);
   return ffn(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
 }
-static int part_c(layer_bench_t *b, int m, cudaStream_t s) { return combine(b, &b->mb[m], s); }
+/* By expert groups each group's combine (the dispatch's backward) leaves a partial output; after the last group's, on
+ * the same stream (after every group's, which come in order there), their sum in fp32, rounded once, is the output. */
+static int sum_groups(layer_bench_t *b, int m, int backward, cudaStream_t s) {
+  if (!m || !b->by_experts || m != b->nmb) return 0;
+  uint16_t *part[LAYER_MAX_MB];
+  for (int i = 0; i < b->nmb; i++) part[i] = backward ? b->mb[i + 1].dx : b->mb[i + 1].out;
+  return layer_sum(b, backward ? b->dx : b->out, part, b->nmb, s);
+}
+static int part_c(layer_bench_t *b, int m, cudaStream_t s) {
+  return combine(b, &b->mb[m], s) || sum_groups(b, m, 0, s);
+}
 static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return combine_bwd(b, &b->mb[m], s); }
 static int part_ffn_bwd(layer_bench_t *b, int m, int part, cudaStream_t s) {
   int e0, experts;
-  layer_gemm_experts(b, part, &e0, &experts);
+  part_experts(b, m, part, &e0, &experts);
   return ffn_bwd(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
 }
-static int part_db(layer_bench_t *b, int m, cudaStream_t s) { return dispatch_bwd(b, &b->mb[m], s); }
+static int part_db(layer_bench_t *b, int m, cudaStream_t s) {
+  return dispatch_bwd(b, &b->mb[m], s) || sum_groups(b, m, 1, s);
+}
 
 /* ---- set-up --------------------------------------------------------------------------------------------------- */
 
 static double share(double part, double whole) { return whole > 0 ? part / whole : 0; }
 
+/* Expert group m's ids: the step's with every entry outside its local experts e0 .. e0 + ne - 1 (on every rank) -1. */
+static int32_t *group_ids(layer_bench_t *b, const mb_t *m) {
+  const size_t n = (size_t)b->T * b->K;
+  int32_t *h = malloc(n * 4), *d = layer_buf(b, n * 4);
+  if (h && d) {
+    for (size_t i = 0; i < n; i++) {
+      const int e = b->ids_h[i], local = e < 0 ? -1 : e % b->L;
+      h[i] = local >= m->e0 && local < m->e0 + m->ne ? e : -1;
+    }
+    if (layer_put(b, d, h, n * 4)) layer_unbuf(b, d), d = NULL;
+  } else if (d) layer_unbuf(b, d), d = NULL;
+  free(h);
+  return d;
+}
+
 static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
   layer_split(b, index, &m->T, &m->first);
-  m->S = layer_max_rows(b, m->first, m->T);
+  m->e0 = 0, m->ne = b->L, m->ids = NULL, m->out = m->dx = NULL;
+  if (index && b->by_experts) { /* group index of nmb: the local experts [L (index - 1) / nmb, L index / nmb) */
+    m->e0 = b->L * (index - 1) / b->nmb, m->ne = b->L * index / b->nmb - m->e0;
+    m->ids = group_ids(b, m);
+    m->out = layer_buf(b, (size_t)b->T * b->H * 2);
+    m->dx = layer_buf(b, (size_t)b->T * b->H * 2);
+    if (!m->ids || !m->out || !m->dx) return 1;
+  }
+  m->S = layer_max_rows(b, m->first, m->T); /* by expert groups: the whole step's bound, a group's at most that */
   if (m->S < 0) return 1;
   const size_t rows = (size_t)b->L * m->S;
   m->handle = layer_buf(b, handle_bytes);
@@ -119,9 +166,20 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
 
 static void free_mb(layer_bench_t *b, mb_t *m) {
   if (b->ctx->opts->recv_arena && m->recv.expert_offsets) sy_moe_ht_recv_free(b->moe, NULL, &m->recv, NULL);
-  void *p[] = {
-      m->handle, m->recv.tokens, m->recv.src, m->recv.weights, m->recv.expert_offsets, m->recv.expert_counts, m->mid,
-      m->y,      m->dy,          m->dmid,     m->dxr};
+  void *p[] = {m->handle,
+               m->recv.tokens,
+               m->recv.src,
+               m->recv.weights,
+               m->recv.expert_offsets,
+               m->recv.expert_counts,
+               m->mid,
+               m->y,
+               m->dy,
+               m->dmid,
+               m->dxr,
+               m->ids,
+               m->out,
+               m->dx};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) layer_unbuf(b, p[i]);
 }
 
@@ -165,14 +223,18 @@ static int prefill(layer_bench_t *b) {
              b->beside, b->L);
   for (int m = 1; m <= b->nmb; m++) {
     const size_t at = strlen(split);
-    snprintf(split + at, sizeof split - at, "%s%d tokens (%d rows)", m > 1 ? ", " : "", b->mb[m].T, b->mb[m].S);
+    if (b->by_experts)
+      snprintf(split + at, sizeof split - at, "%slocal experts %d-%d", m > 1 ? ", " : "", b->mb[m].e0,
+               b->mb[m].e0 + b->mb[m].ne - 1);
+    else snprintf(split + at, sizeof split - at, "%s%d tokens (%d rows)", m > 1 ? ", " : "", b->mb[m].T, b->mb[m].S);
   }
   bench_print(b->ctx,
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
-              "(%d experts a rank; the routing's busiest expert, to 16); %d micro-batches: %s; communication "
+              "(%d experts a rank; the routing's busiest expert, to 16); %d micro-batches%s: %s; communication "
               "SMs %d, the micro-batches' GEMMs on %d%s%s%s\n",
-              b->T, b->mb[0].S, b->L, b->nmb, split, b->sms, b->gemm_sms,
-              b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)", beside,
+              b->T, b->mb[0].S, b->L, b->nmb,
+              b->by_experts ? " by expert groups, every token in each (--split experts; their outputs summed)" : "",
+              split, b->sms, b->gemm_sms, b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)", beside,
               b->ctx->opts->recv_arena ? "; recv in the receive arena (--recv arena)" : "");
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
   static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
@@ -242,6 +304,15 @@ int bench_layer(bench_ctx_t *ctx) {
     b.T = (int)tokens[i];
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
     b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
+    b.by_experts = ctx->opts->split_experts;
+    if (b.by_experts && (ctx->opts->mb_weights[0] || b.beside < b.L || b.T <= 256 || b.nmb > b.L)) {
+      bench_print(ctx,
+                  "# layer: --split experts: even groups only (no --micro-batches weights), no --gemm-beside, more "
+                  "than 256 tokens (prefill), at most %d groups (the experts a rank); %d tokens here\n",
+                  b.L, b.T);
+      rc = 1;
+      break;
+    }
     if (i == 0)
       bench_print(
           ctx,
@@ -254,8 +325,8 @@ int bench_layer(bench_ctx_t *ctx) {
           ctx->opts->shared_weights ? " for every expert (--expert-weights shared)" : "", b.nmb,
           getenv("SY_PDL") && !strcmp(getenv("SY_PDL"), "0") ? "off" : "on",
           ctx->warm_s > 0 ? ctx->warm_s : BENCH_WARM_S);
-    int next = 0; /* the micro-batches tile the step's tokens in order (weights: none of them empty) */
-    for (int m = 1; m <= b.nmb && !rc; m++) {
+    int next = b.by_experts ? b.T : 0; /* the micro-batches tile the step's tokens in order (weights: none empty) */
+    for (int m = 1; m <= b.nmb && !rc && !b.by_experts; m++) {
       int T = 0, first = 0;
       layer_split(&b, m, &T, &first);
       if (first != next || (T < 1 && ctx->opts->mb_weights[0])) {

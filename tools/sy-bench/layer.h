@@ -18,6 +18,10 @@
 typedef struct mb { /* one micro-batch of the high-throughput step */
   int T, first;     /* tokens, its first token in the step */
   int S;            /* its masked layout's stride: rows an expert (layer_max_rows) */
+  int e0, ne;       /* by expert groups (--split experts): its local experts e0 .. e0 + ne - 1; else 0, L */
+  int32_t *ids;     /* by expert groups: the step's ids with every other expert -1, [T][K]; else NULL */
+  uint16_t *out;    /* by expert groups: its combine's partial output, [T][H] (the forward's); else NULL */
+  uint16_t *dx;     /* the same of the dispatch's backward */
   void *handle;     /* the layout's */
   sy_moe_ht_recv_t recv;
   uint16_t *mid, *y;         /* [L S][F], [L S][H] */
@@ -28,6 +32,7 @@ typedef struct layer_bench {
   bench_ctx_t *ctx;
   int gpu, H, F, E, K, L, T, sms;
   int nmb;                     /* micro-batches of ways b and c (--micro-batches, default 2) */
+  int by_experts;              /* ways b and c's micro-batches are groups of each rank's experts (--split experts) */
   int layers;                  /* MoE layers a step (--layers, default 1): every way runs them all */
   int gemm_sms;                /* the GEMMs' SM count target beside the communication (cublasLt; 0: the device's) */
   int beside;                  /* of a micro-batch's L experts, the GEMMs of the first `beside` run on gemm_sms beside
@@ -89,13 +94,18 @@ void layer_gemm_experts(const layer_bench_t *b, int part, int *e0, int *experts)
 /* The most rows any of this rank's experts gets from the tokens [first, first + T) of every rank (each rank's
  * routing regenerated here), the most over the ranks, rounded up to 16 (at least 16): the masked layouts' bound. */
 int layer_max_rows(layer_bench_t *b, int first, int T);
-/* Micro-batch m's tokens and first token (m = 0: the whole step). */
+/* out = the parts' sum ([T][H] each; layer_sum_parts on the GPU, the same sum on the host). */
+int layer_sum(layer_bench_t *b, uint16_t *out, uint16_t *const *part, int n, cudaStream_t stream);
+/* Micro-batch m's tokens and first token (m = 0: the whole step; by expert groups every micro-batch is every token). */
 void layer_split(const layer_bench_t *b, int m, int *T, int *first);
 /* Sampled tokens of b->out (backward: of b->dx) against the CPU reference: the wrong elements (-1: could not read
  * them). */
 long long layer_check(layer_bench_t *b, int samples, int backward);
 /* layer_mask.cu (layer_mask_absent.c without nvcc): d[i] = 0 where mid[i] is not > 0. */
 int layer_relu_mask(uint16_t *d, const uint16_t *mid, size_t n, cudaStream_t stream);
+/* layer_mask.cu: out[i] = bf16(part[0][i] + .. + part[n - 1][i]), the sum in fp32 in that order, rounded once; n <=
+ * LAYER_MAX_MB. */
+int layer_sum_parts(uint16_t *out, uint16_t *const *part, int n, size_t count, cudaStream_t stream);
 /* layer_mask.cu: w[e][i] = layer_weight(seed, first_expert + e, i, scale) for e < experts, i < per; synchronises. */
 int layer_fill_weights(uint16_t *w, uint32_t seed, int first_expert, int experts, size_t per, float scale,
                        cudaStream_t stream);

@@ -138,7 +138,7 @@ void layer_gemm_experts(const layer_bench_t *b, int part, int *e0, int *experts)
 }
 
 void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
-  if (m == 0) {
+  if (m == 0 || b->by_experts) {
     *T = b->T, *first = 0;
     return;
   }
@@ -153,6 +153,17 @@ void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
   const int base = b->T / b->nmb, rest = b->T % b->nmb; /* the first `rest` micro-batches get one more */
   *T = base + (m - 1 < rest);
   *first = (m - 1) * base + (m - 1 < rest ? m - 1 : rest);
+}
+
+int layer_sum(layer_bench_t *b, uint16_t *out, uint16_t *const *part, int n, cudaStream_t stream) {
+  const size_t count = (size_t)b->T * b->H;
+  if (b->gpu) return layer_sum_parts(out, part, n, count, stream);
+  for (size_t i = 0; i < count; i++) {
+    float s = 0.0f;
+    for (int m = 0; m < n; m++) s += sy__bf16_to_float(part[m][i]);
+    out[i] = sy__float_to_bf16(s);
+  }
+  return 0;
 }
 
 int layer_max_rows(layer_bench_t *b, int first, int T) {

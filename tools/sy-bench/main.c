@@ -234,6 +234,10 @@ static void usage(FILE *f) {
       "      --num-sms N           moe-ht, layer: the SMs its kernels may hold (default 16)\n"
       "      --micro-batches N|W,W..  layer: micro-batches of ways b and c, 2 to 8 (default 2): N of even size, or\n"
       "                            one a weight, each its share of the tokens (1,3,3,1: small first and last)\n"
+      "      --split tokens|experts  layer (prefill): micro-batches of the tokens (default), or of each rank's\n"
+      "                            experts in equal groups, every token in each (an expert's GEMMs keep all its\n"
+      "                            rows; a token crosses a link once a group it has experts in there; the\n"
+      "                            groups' combines add up in fp32, rounded once, by a kernel after the last)\n"
       "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
       "                            communication leaves; 0: every SM)\n"
       "      --layers N            layer: N MoE layers a step (default 1), each micro-batch's next layer after its\n"
@@ -472,7 +476,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0,   0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -528,6 +532,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--gemm-sms")) bad = parse_int_arg(a, v, 0, &opts.gemm_sms);
     else if (!strcmp(a, "--micro-batches")) {
       bad = parse_micro_batches(a, v, &opts);
+    } else if (!strcmp(a, "--split")) {
+      if (strcmp(v, "tokens") && strcmp(v, "experts"))
+        bad = fprintf(stderr, "sy-bench: --split %s: expected tokens or experts\n", v) > 0;
+      opts.split_experts = !strcmp(v, "experts");
     } else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
     else if (!strcmp(a, "--seed")) {
       char *end;
