@@ -596,11 +596,13 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
   sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
   gc.buckets = &b->T, gc.num_buckets = 1;
   int rc = sy_graph_cache_create(ctx->comm, &gc, graph_step, &run, &run.cache) != SY_SUCCESS;
-  /* way b once, untimed, first: the micro-batches' buffers (their rows, mid and y; the backward's dy) hold this step's
-   * values before way gemms times their GEMMs alone (on unwritten operands a GEMM draws less power, and a GPU at its
-   * power limit then clocks higher: run 45's first `gemms` figures were such) */
+  /* ways a and b once, untimed, first: the whole step's buffers and the micro-batches' (their rows, mid and y; the
+   * backward's dy) hold this step's values before ways compute and gemms time their GEMMs alone (on unwritten
+   * operands a GEMM draws less power, and a GPU at its power limit then clocks higher: run 45's first `gemms` figures
+   * were such, and run 48's `compute` timed before any way that writes the whole step's rows read ~20% fast) */
   if (!rc)
-    rc = op_b(ctx, &run) || (ctx->backend == SY_BACKEND_CUDA && cudaStreamSynchronize(ctx->stream) != cudaSuccess);
+    rc = op_a(ctx, &run) || op_b(ctx, &run) ||
+         (ctx->backend == SY_BACKEND_CUDA && cudaStreamSynchronize(ctx->stream) != cudaSuccess);
   long long wrong = 0;
   /* SY_BENCH_LAYER_MARKS=FILE: each way's timing, its wall-clock start and end (seconds since the epoch, rank 0),
    * appended to FILE — to line the ways up with a sampler of the GPUs' clocks and power (nvidia-smi -lms) */
