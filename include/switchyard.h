@@ -942,8 +942,8 @@ SY_API sy_status_t sy_host_pool_stats(sy_host_pool_t pool, sy_host_pool_stats_t 
  * launches the graph; later uses replay it (cudaGraphLaunch). When the step's pointers or scalars change, the caller
  * marks the bucket (sy_graph_cache_refresh): its next run captures the step again and updates the instantiated
  * graph in place (cudaGraphExecUpdate), instantiating anew only when the update is refused (a changed topology, or a
- * kernel captured from a stream of another priority: CUDA refuses those, so a refresh never replays old priorities;
- * SY_DEBUG=INFO logs each refusal's reason).
+ * kernel captured from a stream of another priority: CUDA refuses those — measured, and test_gpu_graph_cache checks
+ * it — so a refresh does not replay old priorities; SY_DEBUG=INFO logs each refusal's reason).
  * The step must be capturable (every library call that says so is) and must not synchronise. A replay keeps the
  * priorities of the streams the step's kernels were captured on (cudaGraphInstantiateFlagUseNodePriority), so work
  * forked onto a high-priority stream still goes ahead of work on a low-priority one, as in the eager step (CUDA's

@@ -114,17 +114,19 @@ static const char *update_result_name(cudaGraphExecUpdateResult r) {
 }
 
 /* In place where CUDA accepts it. A refused update (*updated = 0: the caller instantiates anew) is logged with its
- * reason at INFO. CUDA refuses a capture whose kernels' priorities changed (measured: test_gpu_graph_cache check h,
- * a probe moved to a stream of another priority), so an exec never replays a refresh with the old priorities. */
+ * reason at INFO (any other error at WARN). CUDA refuses a capture whose kernels' priorities changed (measured in run
+ * 48, CUDA 13 on H200: a probe moved to a stream of another priority; test_gpu_graph_cache check h guards it), so an
+ * exec does not replay a refresh with the old priorities. */
 extern "C" sy_status_t sy__cuda_graph_update(void *exec, void *graph, int *updated) {
   cudaGraphExecUpdateResultInfo info = {};
   const cudaError_t err = cudaGraphExecUpdate((cudaGraphExec_t)exec, (cudaGraph_t)graph, &info);
   *updated = err == cudaSuccess;
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError(); /* refused: the caller instantiates anew */
-    SY_INFO("graph cache: update refused (%s: %s), instantiating anew", cudaGetErrorName(err),
-            update_result_name(info.result));
-  }
+  if (err == cudaErrorGraphExecUpdateFailure) /* refused: the caller instantiates anew */
+    SY_INFO("graph cache: update refused (%s), instantiating anew", update_result_name(info.result));
+  else if (err != cudaSuccess) /* another error: logged louder; the instantiation that follows reports it if it stays */
+    SY_WARN("graph cache: cudaGraphExecUpdate failed (%s: %s), instantiating anew", cudaGetErrorName(err),
+            cudaGetErrorString(err));
+  if (err != cudaSuccess) (void)cudaGetLastError();
   return SY_SUCCESS;
 }
 

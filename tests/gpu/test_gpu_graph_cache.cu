@@ -627,24 +627,26 @@ static void check_priorities(fixture_t *f) {
         "# check h: refreshed as captured: %ld (%s); the probe moved to a low-priority stream (eagerly %ld): %ld "
         "(%s); moved back: %ld (%s)\n",
         view[0], how[in_place[0]], eager_low, view[1], how[in_place[1]], view[2], how[in_place[2]]);
+    if (!in_place[0]) GT_FAIL("%s: a refresh with nothing changed was not updated in place", what);
     if (view[0] < 0 || view[1] < 0 || view[2] < 0 || eager_low < 0)
       GT_FAIL("%s: the filler never started within a second", what);
-    if (!in_place[0]) GT_FAIL("%s: a refresh with nothing changed was not updated in place", what);
-    if (view[0] >= half)
-      GT_FAIL("%s: refreshed in place, the probe ran after %ld of %d filler blocks: the update lost the priorities",
-              what, view[0], u.blocks);
-    if (eager_low < half)
-      printf("# check h: the eager probe on a low-priority stream ran early: the refresh's move is not checked\n");
-    else if (view[1] < half)
-      GT_FAIL(
-          "%s: after a refresh that moved the probe to a low-priority stream it ran after %ld of %d filler "
-          "blocks (eagerly after %ld): the replay kept the old priorities",
-          what, view[1], u.blocks, eager_low);
-    if (view[2] >= half)
-      GT_FAIL(
-          "%s: moved back to the high-priority stream and refreshed, the probe ran after %ld of %d filler blocks: "
-          "the replay lost the priorities",
-          what, view[2], u.blocks);
+    else {
+      if (view[0] >= half)
+        GT_FAIL("%s: refreshed in place, the probe ran after %ld of %d filler blocks: the update lost the priorities",
+                what, view[0], u.blocks);
+      if (eager_low < half)
+        printf("# check h: the eager probe on a low-priority stream ran early: the refresh's move is not checked\n");
+      else if (view[1] < half)
+        GT_FAIL(
+            "%s: after a refresh that moved the probe to a low-priority stream it ran after %ld of %d filler "
+            "blocks (eagerly after %ld): the replay kept the old priorities",
+            what, view[1], u.blocks, eager_low);
+      if (view[2] >= half)
+        GT_FAIL(
+            "%s: moved back to the high-priority stream and refreshed, the probe ran after %ld of %d filler "
+            "blocks: the replay lost the priorities",
+            what, view[2], u.blocks);
+    }
     GT_CUDA(cudaStreamDestroy(low));
   }
   GT_CUDA(cudaFree(u.st));

@@ -15,8 +15,8 @@
  *      With --split experts the micro-batches are groups of each rank's experts instead, every token in each: a
  *      group's layout sees the ids of its experts only (the others -1), its GEMMs keep every row of its experts
  *      (token micro-batches halve them, and each re-reads every expert's weights), a token crosses a link once a
- *      group it has experts in there, and the groups' combines leave partial outputs that a kernel after the last
- *      adds up (fp32, in group order, rounded once);
+ *      group it has experts in there, and the groups' combines leave partial outputs (each rounded to bf16) that a
+ *      kernel after the last adds up (fp32, in group order, rounded again);
  *   c  (b) captured once in sy_graph_cache and replayed (with programmatic dependent launch unless SY_PDL=0).
  * Beside them, alone: the communication (layout, dispatch, combine), the GEMMs (on every SM), and the micro-batches'
  * GEMMs in turn on the SMs the communication leaves them (way gemms: what b and c cannot go below). Reports step time, host
@@ -91,6 +91,7 @@ static int part_ffn(layer_bench_t *b, int m, int part, cudaStream_t s) {
 }
 /* By expert groups each group's combine (the dispatch's backward) leaves a partial output; after the last group's, on
  * the same stream (after every group's, which come in order there), their sum in fp32, rounded once, is the output. */
+_Static_assert(LAYER_MAX_MB <= 8, "layer_sum_parts (layer_mask.cu) takes at most 8 parts");
 static int sum_groups(layer_bench_t *b, int m, int backward, cudaStream_t s) {
   if (!m || !b->by_experts || m != b->nmb) return 0;
   uint16_t *part[LAYER_MAX_MB];
@@ -233,7 +234,10 @@ static int prefill(layer_bench_t *b) {
               "(%d experts a rank; the routing's busiest expert, to 16); %d micro-batches%s: %s; communication "
               "SMs %d, the micro-batches' GEMMs on %d%s%s%s\n",
               b->T, b->mb[0].S, b->L, b->nmb,
-              b->by_experts ? " by expert groups, every token in each (--split experts; their outputs summed)" : "",
+              b->by_experts ? " by expert groups, every token in each (--split experts; their outputs summed; way "
+                              "comm and the overlap measure count the whole step's communication once, where the "
+                              "groups send a token once a group)"
+                            : "",
               split, b->sms, b->gemm_sms, b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)", beside,
               b->ctx->opts->recv_arena ? "; recv in the receive arena (--recv arena)" : "");
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
@@ -288,6 +292,21 @@ int bench_layer(bench_ctx_t *ctx) {
   const int64_t *tokens = ctx->opts->num_token_list ? ctx->opts->token_list : gpu ? gpu_tokens : host_tokens;
   const int n = ctx->opts->num_token_list ? ctx->opts->num_token_list : 2;
   int rc = 0;
+  if (ctx->opts->split_experts) { /* every size checked before any runs */
+    const int E = gpu ? 256 : 8 * ctx->world, L = (E + ctx->world - 1) / ctx->world,
+              groups = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
+    int small = 0;
+    for (int i = 0; i < n; i++) small = small || tokens[i] <= 256;
+    const double f = ctx->opts->gemm_beside;
+    if (small || ctx->opts->mb_weights[0] || (f > 0 && f < 1) || groups > L) {
+      bench_print(ctx,
+                  "# layer: --split experts: prefill sizes only (every --tokens above 256), groups as even as the %d "
+                  "experts a rank allow (no --micro-batches weights; at most %d groups), no --gemm-beside\n",
+                  L, L);
+      ctx->warm_s = 0;
+      return 1;
+    }
+  }
   for (int i = 0; i < n && !rc; i++) {
     layer_bench_t b = {0};
     b.ctx = ctx;
@@ -305,14 +324,6 @@ int bench_layer(bench_ctx_t *ctx) {
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
     b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
     b.by_experts = ctx->opts->split_experts;
-    if (b.by_experts && (ctx->opts->mb_weights[0] || b.beside < b.L || b.T <= 256 || b.nmb > b.L)) {
-      bench_print(ctx,
-                  "# layer: --split experts: even groups only (no --micro-batches weights), no --gemm-beside, more "
-                  "than 256 tokens (prefill), at most %d groups (the experts a rank); %d tokens here\n",
-                  b.L, b.T);
-      rc = 1;
-      break;
-    }
     if (i == 0)
       bench_print(
           ctx,

@@ -94,6 +94,8 @@ void layer_gemm_experts(const layer_bench_t *b, int part, int *e0, int *experts)
 /* The most rows any of this rank's experts gets from the tokens [first, first + T) of every rank (each rank's
  * routing regenerated here), the most over the ranks, rounded up to 16 (at least 16): the masked layouts' bound. */
 int layer_max_rows(layer_bench_t *b, int first, int T);
+/* out ([T][H]) filled with bf16 0x7f7f (~3.4e38, finite), synchronously: what a checked way must overwrite. */
+int layer_poison(layer_bench_t *b, uint16_t *out);
 /* out = the parts' sum ([T][H] each; layer_sum_parts on the GPU, the same sum on the host). */
 int layer_sum(layer_bench_t *b, uint16_t *out, uint16_t *const *part, int n, cudaStream_t stream);
 /* Micro-batch m's tokens and first token (m = 0: the whole step; by expert groups every micro-batch is every token). */

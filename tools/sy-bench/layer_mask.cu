@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "layer_weights.h"
+#include "layer_weights.h" /* and ref/convert.h: sy__bf16_to_float, sy__float_to_bf16 on both sides */
 
 __global__ void layer_relu_mask_kernel(uint16_t *d, const uint16_t *mid, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -19,18 +19,10 @@ extern "C" int layer_relu_mask(uint16_t *d, const uint16_t *mid, size_t n, cudaS
   return cudaGetLastError() != cudaSuccess;
 }
 
+#define LAYER_SUM_MAX 8 /* parts layer_sum_parts takes: LAYER_MAX_MB (layer.c checks it) */
 struct layer_parts_ptrs {
-  const uint16_t *p[8];
+  const uint16_t *p[LAYER_SUM_MAX];
 };
-
-__device__ __forceinline__ float bf16_float(uint32_t h) { return __uint_as_float(h << 16); }
-
-/* Round to nearest even (the values here are finite: sums of bf16 products' roundings). */
-__device__ __forceinline__ uint32_t float_bf16(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u; /* NaN */
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
 
 /* Eight elements a thread: out[i] = bf16(sum over the parts in order, fp32). */
 __global__ void layer_sum_parts_kernel(uint16_t *out, layer_parts_ptrs parts, int n, size_t count8) {
@@ -41,21 +33,22 @@ __global__ void layer_sum_parts_kernel(uint16_t *out, layer_parts_ptrs parts, in
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; j++) {
-        s[2 * j] += bf16_float(w[j] & 0xffffu);
-        s[2 * j + 1] += bf16_float(w[j] >> 16);
+        s[2 * j] += sy__bf16_to_float((uint16_t)(w[j] & 0xffffu));
+        s[2 * j + 1] += sy__bf16_to_float((uint16_t)(w[j] >> 16));
       }
     }
     uint32_t w[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) w[j] = float_bf16(s[2 * j]) | float_bf16(s[2 * j + 1]) << 16;
+    for (int j = 0; j < 4; j++)
+      w[j] = (uint32_t)sy__float_to_bf16(s[2 * j]) | (uint32_t)sy__float_to_bf16(s[2 * j + 1]) << 16;
     ((uint4 *)out)[i] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
 extern "C" int layer_sum_parts(uint16_t *out, uint16_t *const *part, int n, size_t count, cudaStream_t stream) {
-  if (n < 1 || n > 8 || count % 8) return 1;
+  if (n < 1 || n > LAYER_SUM_MAX || count % 8) return 1;
   layer_parts_ptrs ptrs;
-  for (int m = 0; m < 8; m++) ptrs.p[m] = m < n ? part[m] : nullptr;
+  for (int m = 0; m < LAYER_SUM_MAX; m++) ptrs.p[m] = m < n ? part[m] : nullptr;
   const size_t count8 = count / 8;
   const unsigned blocks = (unsigned)(count8 / 256 + 1 < 4096 ? count8 / 256 + 1 : 4096);
   layer_sum_parts_kernel<<<blocks, 256, 0, stream>>>(out, ptrs, n, count8);
