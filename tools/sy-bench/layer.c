@@ -89,8 +89,9 @@ static int part_ffn(layer_bench_t *b, int m, int part, cudaStream_t s) {
   part_experts(b, m, part, &e0, &experts);
   return ffn(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
 }
-/* By expert groups each group's combine (the dispatch's backward) leaves a partial output; after the last group's, on
- * the same stream (after every group's, which come in order there), their sum in fp32, rounded once, is the output. */
+/* By expert groups each group's combine (the dispatch's backward) leaves a partial output, rounded to bf16; after the
+ * last group's, on the same stream (after every group's, which come in order there), their sum in fp32 in group order,
+ * rounded to bf16, is the output. */
 _Static_assert(LAYER_MAX_MB <= 8, "layer_sum_parts (layer_mask.cu) takes at most 8 parts");
 static int sum_groups(layer_bench_t *b, int m, int backward, cudaStream_t s) {
   if (!m || !b->by_experts || m != b->nmb) return 0;
