@@ -12,7 +12,8 @@
  *      highest priority), the GEMMs on a second one (the lowest, cublasLt told the SMs the communication leaves),
  *      joined by events, so that one micro-batch's dispatch and combine run beside another's GEMMs
  *      (L1 D1 | L2 D2 beside F1 | C1 beside F2 | C2 for two);
- *      With --split experts the micro-batches are groups of each rank's experts instead, every token in each: a
+ *      With --split experts the micro-batches are groups of each rank's experts instead (as even as they allow, or
+ *      shares by the weights: 1,6,6,1 a small first dispatch and last combine), every token in each: a
  *      group's layout sees the ids of its experts only (the others -1), its GEMMs keep every row of its experts
  *      (token micro-batches halve them, and each re-reads every expert's weights), a token crosses a link once a
  *      group it has experts in there, and the groups' combines leave partial outputs (each rounded to bf16) that a
@@ -134,8 +135,8 @@ static int32_t *group_ids(layer_bench_t *b, const mb_t *m) {
 static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
   layer_split(b, index, &m->T, &m->first);
   m->e0 = 0, m->ne = b->L, m->ids = NULL, m->out = m->dx = NULL;
-  if (index && b->by_experts) { /* group index of nmb: the local experts [L (index - 1) / nmb, L index / nmb) */
-    m->e0 = b->L * (index - 1) / b->nmb, m->ne = b->L * index / b->nmb - m->e0;
+  if (index && b->by_experts) { /* group index of nmb: its share of the local experts (layer_group) */
+    layer_group(b->ctx->opts->mb_weights, b->nmb, b->L, index, &m->e0, &m->ne);
     m->ids = group_ids(b, m);
     m->out = layer_buf(b, (size_t)b->T * b->H * 2);
     m->dx = layer_buf(b, (size_t)b->T * b->H * 2);
@@ -296,13 +297,19 @@ int bench_layer(bench_ctx_t *ctx) {
   if (ctx->opts->split_experts) { /* every size checked before any runs */
     const int E = gpu ? 256 : 8 * ctx->world, L = (E + ctx->world - 1) / ctx->world,
               groups = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
-    int small = 0;
+    int small = 0, empty = 0;
     for (int i = 0; i < n; i++) small = small || tokens[i] <= 256;
+    for (int m = 1; m <= groups; m++) {
+      int e0, ne;
+      layer_group(ctx->opts->mb_weights, groups, L, m, &e0, &ne);
+      empty = empty || ne < 1;
+    }
     const double f = ctx->opts->gemm_beside;
-    if (small || ctx->opts->mb_weights[0] || (f > 0 && f < 1) || groups > L) {
+    if (small || empty || (f > 0 && f < 1)) {
       bench_print(ctx,
-                  "# layer: --split experts: prefill sizes only (every --tokens above 256), groups as even as the %d "
-                  "experts a rank allow (no --micro-batches weights; at most %d groups), no --gemm-beside\n",
+                  "# layer: --split experts: prefill sizes only (every --tokens above 256), every group at least one "
+                  "of the %d experts a rank has (--micro-batches: at most %d groups; weights each its share of the "
+                  "experts), no --gemm-beside\n",
                   L, L);
       ctx->warm_s = 0;
       return 1;

@@ -155,6 +155,13 @@ void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
   *first = (m - 1) * base + (m - 1 < rest ? m - 1 : rest);
 }
 
+void layer_group(const int *w, int n, int L, int m, int *e0, int *ne) {
+  long long total = 0, before = 0;
+  for (int i = 0; i < n; i++) total += w[0] ? w[i] : 1, before += i < m - 1 ? (w[0] ? w[i] : 1) : 0;
+  *e0 = (int)((long long)L * before / total);
+  *ne = (int)((long long)L * (before + (w[0] ? w[m - 1] : 1)) / total) - *e0;
+}
+
 int layer_poison(layer_bench_t *b, uint16_t *out) {
   const size_t n = (size_t)b->T * b->H * 2;
   if (!b->gpu) return memset(out, 0x7f, n), 0;
