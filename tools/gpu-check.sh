@@ -235,8 +235,13 @@ done
 for n in "${counts[@]}"; do
   if [ "$n" -le "$gpus" ]; then
     run bench_layer_experts "$n" "$bin/sy-bench" --no-nccl -n 5 -w 1 --settle 0 --tokens 4096 --split experts layer
+    # groups by weight (a quarter, half and a quarter of each rank's experts)
+    run bench_layer_experts_weights "$n" "$bin/sy-bench" --no-nccl -n 5 -w 1 --settle 0 --tokens 4096 --split experts \
+      --micro-batches 1,2,1 layer
   elif [ "${GPU_CHECK_SHARED:-0}" != 0 ]; then
     run bench_layer_experts.smoke "$n" "$bin/sy-bench" --no-nccl -n 2 -w 1 --settle 0 --tokens 512 --split experts layer
+    run bench_layer_experts_weights.smoke "$n" "$bin/sy-bench" --no-nccl -n 2 -w 1 --settle 0 --tokens 512 \
+      --split experts --micro-batches 1,2,1 layer
   fi
 done
 
