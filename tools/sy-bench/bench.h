@@ -60,6 +60,9 @@ typedef struct bench_opts {
                                       * GPU, BENCH_WARM_S on the host backend */
   int split_experts;                 /* layer: micro-batches by groups of each rank's experts, every token in each
                                       * (--split experts); 0: by tokens */
+  double keep_experts;               /* moe-ht: the share of each rank's experts whose ids stay, the first
+                                      * floor(L x F) of its L (--keep-experts F; the others -1, as in one group of the
+                                      * layer's --split experts); 0: all */
 } bench_opts_t;
 
 /* One measured variant at one size. */

@@ -227,6 +227,8 @@ static void usage(FILE *f) {
       "      --routing KIND        moe-ht: uniform (default: each token's experts drawn from all), local (from\n"
       "                            its own rank's experts: no token leaves its rank) or hot (from rank 0's:\n"
       "                            every token goes to rank 0)\n"
+      "      --keep-experts F      moe-ht: only the ids of each rank's first floor(L x F) experts kept, the\n"
+      "                            others -1 (0 < F <= 1; one expert group of the layer's --split experts)\n"
       "      --scales group|row    moe-ht, FP8: recv.scales group-major (default) or row-major\n"
       "                            (SY_MOE_HT_SCALES_ROW_MAJOR)\n"
       "      --recv device|arena   moe-ht, layer: recv in plain device memory (default) or the object's receive arena\n"
@@ -477,7 +479,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0,   0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0,    0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -546,6 +548,11 @@ int main(int argc, char **argv) {
       if (strcmp(v, "fp8") && strcmp(v, "bf16"))
         bad = fprintf(stderr, "sy-bench: --wire %s: expected fp8 or bf16\n", v) > 0;
       opts.wire_only = v;
+    } else if (!strcmp(a, "--keep-experts")) {
+      char *end;
+      opts.keep_experts = strtod(v, &end);
+      if (*end || !*v || !(opts.keep_experts > 0 && opts.keep_experts <= 1))
+        bad = fprintf(stderr, "sy-bench: --keep-experts %s: want a share in (0, 1]\n", v) > 0;
     } else if (!strcmp(a, "--routing")) {
       if (strcmp(v, "uniform") && strcmp(v, "local") && strcmp(v, "hot"))
         bad = fprintf(stderr, "sy-bench: --routing %s: expected uniform, local or hot\n", v) > 0;

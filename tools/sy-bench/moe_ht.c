@@ -147,6 +147,11 @@ static void free_scratch(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h) {
   free(b->nccl.send_bytes);
 }
 
+/* --keep-experts F: the experts of each rank's L whose ids stay, floor(L x F) (L without it). */
+static int kept_experts(const bench_ctx_t *ctx, int L) {
+  return ctx->opts->keep_experts > 0 ? (int)(L * ctx->opts->keep_experts) : L;
+}
+
 /* One token count's inputs: every rank's routing and weights, this rank's tokens (to the device too), the pairs,
  * each rank's rows. */
 static int load_size(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, int T) {
@@ -157,6 +162,9 @@ static int load_size(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, int T
     const int first = !strcmp(routing, "local") ? r * L : 0, n = !strcmp(routing, "uniform") ? h->E : L;
     wl_moe_range_routing(r, T, first, n, TOP_K, h->all_ids + (size_t)r * T * TOP_K, h->all_w + (size_t)r * T * TOP_K);
   }
+  const int keep = kept_experts(ctx, L);
+  for (size_t i = 0; keep < L && i < (size_t)W * T * TOP_K; i++) /* --keep-experts: the others -1 */
+    if (h->all_ids[i] % L >= keep) h->all_ids[i] = -1;
   wl_moe_uniform_tokens(h->me, T, HIDDEN, h->x_me);
   memset(h->msgs, 0, (size_t)W * W * sizeof *h->msgs);
   memset(h->expert_rows, 0, (size_t)h->E * sizeof *h->expert_rows);
@@ -165,10 +173,11 @@ static int load_size(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, int T
       const int32_t *id = h->all_ids + ((size_t)s * T + t) * TOP_K;
       for (int d = 0; d < W; d++) {
         int here = 0;
-        for (int k = 0; k < TOP_K; k++) here |= id[k] / L == d;
+        for (int k = 0; k < TOP_K; k++) here |= id[k] >= 0 && id[k] / L == d;
         h->msgs[(size_t)s * W + d] += here;
       }
-      for (int k = 0; k < TOP_K; k++) h->expert_rows[id[k]]++;
+      for (int k = 0; k < TOP_K; k++)
+        if (id[k] >= 0) h->expert_rows[id[k]]++;
     }
   for (int p = 0; p < W; p++) {
     h->filled[p] = h->used[p] = 0;
@@ -345,6 +354,9 @@ static void print_header(bench_ctx_t *ctx, int experts, int align, int sms) {
               !strcmp(routing, "local") ? "its own rank's (local: no token leaves its rank)"
               : !strcmp(routing, "hot") ? "rank 0's (hot: every token goes to rank 0)"
                                         : "all");
+  if (ctx->opts->keep_experts > 0)
+    bench_print(ctx, "# --keep-experts %g: only the ids of each rank's first %d of %d experts kept, the others -1\n",
+                ctx->opts->keep_experts, kept_experts(ctx, experts / W), experts / W);
 
   bench_print(ctx,
               "# calls, each timed alone in worst-case mode (host_counts NULL, recv.rows = max_rows): layout; "
@@ -398,6 +410,7 @@ static void print_result(bench_ctx_t *ctx, const ht_result_t *res, int experts, 
                 ours_cols, sms, nccl_cols, r->wrong);
     bench_json(ctx,
                "{\"entry\": \"moe-ht\", \"backend\": \"%s\", \"world\": %d, \"routing\": \"%s\", "
+               "\"keep_experts\": %g, "
                "\"tokens_per_rank\": %d, \"hidden\": %d, "
                "\"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"alignment\": %d, \"num_sms\": %d, "
                "\"call\": \"%s\", \"supported\": %s, \"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, "
@@ -405,13 +418,14 @@ static void print_result(bench_ctx_t *ctx, const ht_result_t *res, int experts, 
                "\"hbm_bytes\": %.0f, \"hbm_GBs\": %.3f, \"pct_of_ceiling\": %.1f, \"wrong\": %lld, "
                "\"nccl\": {%s\"time_us\": %.3f, \"kernel_us\": %s}, \"speedup_nccl\": %.3f, "
                "\"ceiling\": {%s\"copy_bytes\": %.0f, \"time_us\": %.3f, \"hbm_GBs\": %.3f}}",
-               sy_backend_name(ctx->backend), ctx->world, ctx->opts->routing ? ctx->opts->routing : "uniform", res->T,
-               HIDDEN, TOP_K, experts, wire_name(res->wire),
-               ctx->opts->alignment ? ctx->opts->alignment : DEFAULT_ALIGNMENT, sms, moe_ht_op_names[op],
-               ours ? "true" : "false", ours ? o->time_us : 0, bench_json_us(f[7], 24, ours ? o->kernel_us : 0),
-               ours ? o->host_us : 0, r->deepep_bytes, d, r->link_bytes, l, r->hbm_bytes, m, pct, r->wrong,
-               base ? "" : "\"absent\": true, ", n->time_us, bench_json_us(f[8], 24, n->kernel_us), x,
-               ceil_gbs > 0 ? "" : "\"absent\": true, ", res->copy_bytes, res->copy.time_us, ceil_gbs);
+               sy_backend_name(ctx->backend), ctx->world, ctx->opts->routing ? ctx->opts->routing : "uniform",
+               ctx->opts->keep_experts > 0 ? ctx->opts->keep_experts : 1.0, res->T, HIDDEN, TOP_K, experts,
+               wire_name(res->wire), ctx->opts->alignment ? ctx->opts->alignment : DEFAULT_ALIGNMENT, sms,
+               moe_ht_op_names[op], ours ? "true" : "false", ours ? o->time_us : 0,
+               bench_json_us(f[7], 24, ours ? o->kernel_us : 0), ours ? o->host_us : 0, r->deepep_bytes, d,
+               r->link_bytes, l, r->hbm_bytes, m, pct, r->wrong, base ? "" : "\"absent\": true, ", n->time_us,
+               bench_json_us(f[8], 24, n->kernel_us), x, ceil_gbs > 0 ? "" : "\"absent\": true, ", res->copy_bytes,
+               res->copy.time_us, ceil_gbs);
   }
   if (ceil_gbs > 0)
     bench_print(ctx, "#   ceiling: a %.1f MiB device-to-device copy takes %.2f us: %.1f GB/s read + write\n",
@@ -466,6 +480,10 @@ int bench_moe_ht(bench_ctx_t *ctx) {
   ht_scratch_t h;
   memset(&h, 0, sizeof h);
   h.W = W, h.me = ctx->rank, h.E = experts, h.L = experts / W, h.align = align;
+  if (kept_experts(ctx, h.L) < 1) {
+    bench_print(ctx, "# moe-ht: --keep-experts %g keeps none of the %d experts a rank\n", o->keep_experts, h.L);
+    return 1;
+  }
   if (o->routing && strcmp(o->routing, "uniform") && h.L < TOP_K) {
     bench_print(ctx, "# moe-ht: --routing %s needs at least %d experts a rank (%d here)\n", o->routing, TOP_K, h.L);
     return 1;
