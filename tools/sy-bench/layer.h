@@ -100,9 +100,9 @@ int layer_poison(layer_bench_t *b, uint16_t *out);
 int layer_sum(layer_bench_t *b, uint16_t *out, uint16_t *const *part, int n, cudaStream_t stream);
 /* Micro-batch m's tokens and first token (m = 0: the whole step; by expert groups every micro-batch is every token). */
 void layer_split(const layer_bench_t *b, int m, int *T, int *first);
-/* Expert group m (1 .. n) of n over L local experts: its first local expert and how many, [L x before / total, L x
- * (before + w_m) / total) rounded down, before the weights of the groups ahead of it and total all n's (w: the
- * --micro-batches weights, or w[0] == 0 for groups as even as L allows). A group can get none: the caller checks. */
+/* Part m (1 .. n) of n over L units (local experts; layer_split: tokens): its first unit and how many, [L x before /
+ * total, L x (before + w_m) / total) rounded down, before the weights of the parts ahead of it and total all n's (w:
+ * the --micro-batches weights, or w[0] == 0 for parts as even as L allows). A part can get none: the caller checks. */
 void layer_group(const int *w, int n, int L, int m, int *e0, int *ne);
 /* Sampled tokens of b->out (backward: of b->dx) against the CPU reference: the wrong elements (-1: could not read
  * them). */

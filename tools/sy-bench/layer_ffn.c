@@ -144,10 +144,7 @@ void layer_split(const layer_bench_t *b, int m, int *T, int *first) {
   }
   const int *w = b->ctx->opts->mb_weights;
   if (w[0]) { /* shares by weight: micro-batch m ends at T x (w_1 + .. + w_m) / (w_1 + .. + w_n), rounded down */
-    long long total = 0, before = 0;
-    for (int i = 0; i < b->nmb; i++) total += w[i], before += i < m - 1 ? w[i] : 0;
-    *first = (int)((long long)b->T * before / total);
-    *T = (int)((long long)b->T * (before + w[m - 1]) / total) - *first;
+    layer_group(w, b->nmb, b->T, m, first, T);
     return;
   }
   const int base = b->T / b->nmb, rest = b->T % b->nmb; /* the first `rest` micro-batches get one more */
