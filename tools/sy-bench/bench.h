@@ -48,7 +48,8 @@ typedef struct bench_opts {
   int scales_row_major;              /* moe-ht: the FP8 rows' scales row-major (--scales row) */
   int recv_arena;                    /* moe-ht: recv from the object's receive arena (--recv arena): the dispatch's
                                       * first copy in place */
-  int mb_weights[8];                 /* layer: the micro-batches' shares of the tokens (--micro-batches 1,3,3,1);
+  int mb_weights[8];                 /* layer: the micro-batches' shares of the tokens, or with --split experts of
+                                      * each rank's experts (--micro-batches 1,3,3,1);
                                       * all 0: even */
   int shared_weights;                /* layer: one W1 and W2 for every expert (--expert-weights shared) */
   double gemm_beside;                /* layer: the share of a micro-batch's experts whose GEMMs run beside the
