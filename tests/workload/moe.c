@@ -193,6 +193,11 @@ void wl_moe_uniform_routing(int rank, int tokens, int num_experts, int top_k, in
   wl_moe_range_routing(rank, tokens, 0, num_experts, top_k, ids, weights);
 }
 
+void wl_moe_keep_experts(int32_t *ids, size_t n, int L, int e0, int ne) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] >= 0 && (ids[i] % L < e0 || ids[i] % L >= e0 + ne)) ids[i] = -1;
+}
+
 void wl_moe_range_routing(int rank, int tokens, int first, int candidates, int top_k, int32_t *ids, float *weights) {
   uint64_t s = uniform_seed(rank, tokens, 1);
   for (int t = 0; t < tokens; t++) {

@@ -99,6 +99,9 @@ void wl_moe_uniform_routing(int rank, int tokens, int num_experts, int top_k, in
 /* The same drawn from the experts [first, first + candidates) only (top_k <= candidates): a skewed routing, e.g. a
  * rank's own experts; with first 0 and candidates num_experts, wl_moe_uniform_routing's ids. */
 void wl_moe_range_routing(int rank, int tokens, int first, int candidates, int top_k, int32_t *ids, float *weights);
+/* One expert group's routing, in place: every id of the n whose local index (id mod L, L experts a rank) is outside
+ * [e0, e0 + ne) set to -1 (the -1 entries stay). */
+void wl_moe_keep_experts(int32_t *ids, size_t n, int L, int e0, int ne);
 /* bf16 tokens [tokens][hidden]: finite, non-zero, in (-4, 4). */
 void wl_moe_uniform_tokens(int rank, int tokens, int hidden, uint16_t *x);
 

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "layer.h"
+#include "workload.h" /* wl_moe_keep_experts */
 
 /* ---- the communication -------------------------------------------------------------------------------------- */
 
@@ -122,10 +123,8 @@ static int32_t *group_ids(layer_bench_t *b, const mb_t *m) {
   const size_t n = (size_t)b->T * b->K;
   int32_t *h = malloc(n * 4), *d = layer_buf(b, n * 4);
   if (h && d) {
-    for (size_t i = 0; i < n; i++) {
-      const int e = b->ids_h[i], local = e < 0 ? -1 : e % b->L;
-      h[i] = local >= m->e0 && local < m->e0 + m->ne ? e : -1;
-    }
+    memcpy(h, b->ids_h, n * 4);
+    wl_moe_keep_experts(h, n, b->L, m->e0, m->ne);
     if (layer_put(b, d, h, n * 4)) layer_unbuf(b, d), d = NULL;
   } else if (d) layer_unbuf(b, d), d = NULL;
   free(h);

@@ -165,8 +165,7 @@ static int load_size(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, int T
     wl_moe_range_routing(r, T, first, n, TOP_K, h->all_ids + (size_t)r * T * TOP_K, h->all_w + (size_t)r * T * TOP_K);
   }
   const int keep = kept_experts(ctx, L);
-  for (size_t i = 0; keep < L && i < (size_t)W * T * TOP_K; i++) /* --keep-experts: the others -1 */
-    if (h->all_ids[i] % L >= keep) h->all_ids[i] = -1;
+  if (keep < L) wl_moe_keep_experts(h->all_ids, (size_t)W * T * TOP_K, L, 0, keep); /* --keep-experts */
   wl_moe_uniform_tokens(h->me, T, HIDDEN, h->x_me);
   memset(h->msgs, 0, (size_t)W * W * sizeof *h->msgs);
   memset(h->expert_rows, 0, (size_t)h->E * sizeof *h->expert_rows);
