@@ -254,16 +254,22 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
   if (lane < nb) {
     const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
     int nr = 0;
-    for (int k = 0; k < P.K; k++) { /* insertion, distinct */
-      const int e = ids[k];
-      if (e < 0) continue;
-      const int p = e / P.L;
-      int at = 0;
-      while (at < nr && B.rank[lane][at] < p) at++;
-      if (at < nr && B.rank[lane][at] == p) continue;
-      for (int i = nr; i > at; i--) B.rank[lane][i] = B.rank[lane][i - 1];
-      B.rank[lane][at] = p;
-      nr++;
+    for (int k0 = 0; k0 < P.K; k0 += 8) {
+      int ev[8]; /* the loads in flight together (one after another they held the owners' batches: run 50) */
+#pragma unroll
+      for (int u = 0; u < 8; u++) ev[u] = k0 + u < P.K ? __ldg(ids + k0 + u) : -1;
+#pragma unroll
+      for (int u = 0; u < 8; u++) { /* insertion, distinct */
+        const int e = ev[u];
+        if (e < 0) continue;
+        const int p = e / P.L;
+        int at = 0;
+        while (at < nr && B.rank[lane][at] < p) at++;
+        if (at < nr && B.rank[lane][at] == p) continue;
+        for (int i = nr; i > at; i--) B.rank[lane][i] = B.rank[lane][i - 1];
+        B.rank[lane][at] = p;
+        nr++;
+      }
     }
     B.nr[lane] = nr;
     B.skip[lane] = t0 + lane >= mid && nr == 1 && B.rank[lane][0] == me;

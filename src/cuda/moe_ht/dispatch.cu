@@ -46,19 +46,19 @@ __device__ __forceinline__ int own_mid(const ht_params &P, int c) {
 }
 
 /* The own-token queue (P.own_queue; SY_HT_OWN_QUEUE=0 keeps the static split of own_mid): this rank's own tokens'
- * rows are chunks of HT_DWARPS tokens (a warp a token) that any block takes, by one ticket counter in device
- * memory, when it has nothing better to do — a receiver in a round that found no message, a sender whose
- * destination's ring is full — and every block once its ring work is done. So neither role waits while own
- * rows are left, whatever the routing. The queue is the library's one (exec/work_queue.cuh: ticket_queue, grow-only,
- * no reset): a block draws until it gets a ticket past the call's chunks, and the block that ends the call last
- * closes it (own_end). */
+ * rows, a ticket a token, that any warp takes, by one ticket counter in device memory, when its role has nothing
+ * better to do — a receiver in a round that found no message, a sender whose destination's ring is full (own_chunk:
+ * each of the role's warps one token, then the role's barrier) — and every warp once its block's ring work is done
+ * (own_drain: each warp on its own, its next ticket drawn while it writes a token's rows, no barrier). A token a
+ * ticket and no barrier between tokens at the end: a warp whose token has no row here goes on at once instead of
+ * waiting for the chunk's slowest token (run 50: a group's dispatch at 7% of the rows spent 108 of its 149 µs
+ * in 16-token chunks each as long as its slowest token). So neither role waits while own rows are left, whatever
+ * the routing. The queue is the library's one (exec/work_queue.cuh: ticket_queue, grow-only, no reset): a warp
+ * draws until it gets a ticket past the call's tokens, and the block that ends the call last closes it (own_end). */
 struct own_state {
-  uint64_t base;  /* the call's first ticket */
-  uint64_t drawn; /* thread 0's last ticket */
-  int left;       /* this block may still draw */
+  uint64_t base; /* the call's first ticket */
+  int left;      /* this role may still draw */
 };
-
-__device__ __forceinline__ int own_chunks(const ht_params &P) { return (P.num_tokens + HT_DWARPS - 1) / HT_DWARPS; }
 
 /* Every thread of the block, before the roles start: the queue's state of each role the block runs (q[0], and
  * with both roles in the block q[1]). */
@@ -380,29 +380,43 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
   }
 }
 
-/* Every thread of a role: one chunk's rows if one is left (returns true), else false (and the role draws no more). Every
- * call site passes a barrier between two calls, which is what keeps q's words apart: q.left changes only after the
- * barrier at which every thread has seen the past-the-end ticket (so each reads the same q.left on entry), and
- * q.drawn only after the barrier that ends the last chunk's reads of it. */
+/* Every thread of a role: each warp one token's rows if one is left; true if any warp had one, else false (and the
+ * role draws no more). Every call site passes a barrier between two calls, which is what keeps q.left apart: it
+ * changes only after the barrier at which every thread has learnt that no warp got a token (so each reads the same
+ * q.left on entry). */
 template <bool HINT, bool RM>
 __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const int32_t *rowbase_me, ht_sink *sk) {
   if (!q.left) return false;
-  if (role_tid<RM>(P) == 0) q.drawn = ticket_draw(&P.local->own, q.base);
-  role_sync<RM>(P);
-  const bool got = q.drawn < (uint64_t)own_chunks(P);
-  if (!got) {
-    if (role_tid<RM>(P) == 0) q.left = 0;
-  } else {
-    const uint64_t pt = probe_now(P);
-#pragma unroll 1
-    for (int j = role_warp<RM>(P); j < HT_DWARPS; j += role_nwarps<RM>(P)) { /* a chunk is HT_DWARPS tokens */
-      const int t = (int)q.drawn * HT_DWARPS + j;
-      if (t < P.num_tokens) send_token<HINT>(P, 0, t, nullptr, nullptr, 0, true, rowbase_me, sk);
-    }
-    role_sync<RM>(P); /* q.drawn is read */
-    if (P.probe) probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
+  const uint64_t pt = probe_now(P);
+  uint64_t t = 0;
+  if ((threadIdx.x & 31) == 0) t = ticket_draw(&P.local->own, q.base);
+  t = __shfl_sync(0xffffffffu, t, 0);
+  const bool got = t < (uint64_t)P.num_tokens;
+  if (got) send_token<HINT>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
+  const bool any = role_sync_or<RM>(P, got);
+  if (!any && role_tid<RM>(P) == 0) q.left = 0;
+  if (any && P.probe) probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
+  return any;
+}
+
+/* Every thread of a role whose ring work is done: the tokens the queue has left, each warp on its own (its next
+ * ticket drawn before it writes the one it holds), then the role's barrier. */
+template <bool HINT, bool RM>
+__device__ SY_HT_OWN_ATTR void own_drain(const ht_params &P, const own_state &q, const int32_t *rowbase_me,
+                                         ht_sink *sk) {
+  role_sync<RM>(P); /* q.left is settled */
+  if (!q.left) return;
+  const uint64_t pt = probe_now(P);
+  const bool lead = (threadIdx.x & 31) == 0;
+  uint64_t t = lead ? ticket_draw(&P.local->own, q.base) : 0;
+  t = __shfl_sync(0xffffffffu, t, 0);
+  while (t < (uint64_t)P.num_tokens) {
+    uint64_t next = lead ? ticket_draw(&P.local->own, q.base) : 0; /* in flight while this token's rows are written */
+    send_token<HINT>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
+    t = __shfl_sync(0xffffffffu, next, 0);
   }
-  return got;
+  role_sync<RM>(P);
+  if (P.probe) probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
 }
 
 /* Warp 0: the batch's tokens' destination ranks other than this one (each once, in k order), a lane a token; then
@@ -729,8 +743,7 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
     send_part<HINT, RM>(P, c, RM ? smem + P.role_state : smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
   else recv_part<HINT, RM>(P, c, smem, rowbase, rows_ok, sinks, q);
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
-  while (own_chunk<HINT, RM>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk)) {
-  }
+  own_drain<HINT, RM>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk);
   own_end<RM>(P);
   if (P.inplace) inplace_end<RM>(P, inplace_call(P));
   probe_end<RM>(P);

@@ -125,9 +125,10 @@ __device__ __forceinline__ int self_rows(const ht_params &P, const int32_t *rowb
   const int lane = threadIdx.x & 31, me = P.ctx.rank;
   const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K, *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
   const int e = lane < P.K ? ids[lane] : -1;
+  const int p = lane < P.K ? pos[lane] : 0; /* loaded beside the id, not after it */
   const bool here = e >= 0 && e / P.L == me;
   const unsigned mask = __ballot_sync(0xffffffffu, here);
-  const int r = here ? rowbase_me[e - me * P.L] + pos[lane] : -1;
+  const int r = here ? rowbase_me[e - me * P.L] + p : -1;
   const int n = __popc(mask);
   const unsigned from = __fns(mask, 0, lane + 1); /* the (lane + 1)-th entry's k, or ~0 */
   const int got = __shfl_sync(0xffffffffu, r, from & 31);
