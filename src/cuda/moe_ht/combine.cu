@@ -239,13 +239,15 @@ __device__ void send_part(const ht_params &P, ht_pipe &pp, int c, char *smem, co
 struct recv_batch {
   int nr[HT_BATCH];
   int skip[HT_BATCH];
-  int rank[HT_BATCH][32];
+  int rank[HT_BATCH][33]; /* a token's ranks (33: the lanes' rows in different banks) */
   uint64_t index[HT_BATCH][32];
 };
 
 /* Warp 0: the batch's tokens' ranks, ascending (a lane a token), and which tokens the sending block sums (the
- * second half's tokens with every expert here); then thread 0 gives each (token, other rank) its message's
- * index in that rank's ring, in token order, and lists the ranks touched. */
+ * second half's tokens with every expert here); then each (token, other rank) its message's index in that rank's
+ * ring, in token order, and the ranks touched listed. By lanes, with no shared-memory read in a chain: one after
+ * another (thread 0 giving every index in turn, each lane inserting its ranks in shared memory) they held the
+ * owners' batches at world 1, where 15 warps' pipes fill the SM's memory queue (run 50). */
 template <bool RM>
 __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t *cons, recv_batch &B, int *touched,
                            int &ntouched) {
@@ -254,16 +256,22 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
   if (lane < nb) {
     const int32_t *ids = hsec(P, P.hl.ids) + (size_t)(t0 + lane) * P.K;
     int nr = 0;
+    uint64_t seen = 0; /* up to 64 ranks: the token's ranks as bits, so no shared-memory read is in the chain */
+    const bool bits = P.world_size <= 64;
     for (int k0 = 0; k0 < P.K; k0 += 8) {
       int ev[8]; /* the loads in flight together (one after another they held the owners' batches: run 50) */
 #pragma unroll
       for (int u = 0; u < 8; u++) ev[u] = k0 + u < P.K ? __ldg(ids + k0 + u) : -1;
 #pragma unroll
-      for (int u = 0; u < 8; u++) { /* insertion, distinct */
+      for (int u = 0; u < 8; u++) {
         const int e = ev[u];
         if (e < 0) continue;
         const int p = e / P.L;
-        int at = 0;
+        if (bits) {
+          seen |= 1ull << p;
+          continue;
+        }
+        int at = 0; /* insertion, distinct */
         while (at < nr && B.rank[lane][at] < p) at++;
         if (at < nr && B.rank[lane][at] == p) continue;
         for (int i = nr; i > at; i--) B.rank[lane][i] = B.rank[lane][i - 1];
@@ -271,21 +279,35 @@ __device__ void plan_batch(const ht_params &P, int t0, int nb, int mid, uint64_t
         nr++;
       }
     }
+    for (; seen; seen &= seen - 1) B.rank[lane][nr++] = __ffsll((long long)seen) - 1; /* ascending */
     B.nr[lane] = nr;
     B.skip[lane] = t0 + lane >= mid && nr == 1 && B.rank[lane][0] == me;
   }
-  __syncwarp();
-  if (lane != 0) return;
-  ntouched = 0;
-  for (int j = 0; j < nb; j++)
-    for (int i = 0; i < B.nr[j] && !B.skip[j]; i++) {
-      const int p = B.rank[j][i];
-      if (p == me) continue;
-      B.index[j][i] = cons[p]++;
-      bool listed = false;
-      for (int q = 0; q < ntouched; q++) listed |= touched[q] == p;
-      if (!listed) touched[ntouched++] = p;
+  /* each (token, other rank) its message's index, a pass per rank the batch touches, lowest first (which lists
+   * them: touched, ascending): the lanes of the tokens that name it, in token order, take cons[d] onward */
+  const bool act = lane < nb && !B.skip[lane];
+  const int nr = act ? B.nr[lane] : 0;
+  int nt = 0;
+  for (int last = -1;;) {
+    int mine = INT_MAX; /* this lane's lowest other rank above the last pass's */
+    for (int i = 0; i < nr; i++) {
+      const int d = B.rank[lane][i];
+      if (d != me && d > last && d < mine) mine = d;
     }
+    const int d = __reduce_min_sync(0xffffffffu, mine);
+    if (d == INT_MAX) break;
+    int at = -1;
+    for (int i = 0; i < nr; i++)
+      if (B.rank[lane][i] == d) at = i;
+    const unsigned has = __ballot_sync(0xffffffffu, at >= 0);
+    if (at >= 0) B.index[lane][at] = cons[d] + __popc(has & ((1u << lane) - 1u));
+    __syncwarp(); /* cons[d] is read */
+    if (lane == 0) cons[d] += __popc(has), touched[nt] = d;
+    nt++;
+    last = d;
+  }
+  if (lane == 0) ntouched = nt;
+  __syncwarp();
 }
 
 /* The owners' side of a channel: batches of HT_BATCH tokens in order, each planned (plan_batch: which ranks'
