@@ -10,7 +10,8 @@
  * ticket of one call is ever read as the next call's. Its users:
  *   - the all-to-all's and the attention dispatch's pieces (a piece is a range of one (sender, receiver) pair's
  *     bytes with its own signal, ref/pieces.h), through piece_queue below;
- *   - the high-throughput MoE dispatch's own-token rows (cuda/moe_ht/dispatch.cu: own_chunk), chunk k = ticket k.
+ *   - the high-throughput MoE dispatch's own-token rows (cuda/moe_ht/dispatch.cu: own_chunk, own_drain), token k =
+ *     ticket k, drawn by warps.
  *
  * piece_queue: two orders of a kernel's pieces, a kernel instance each so that neither carries the other's code:
  *   static    block b takes pieces b, b + grid, ... in bit-reversed order (piece_order): any contiguous range of

@@ -11,8 +11,8 @@
  *                   block that waits on another owner. Then it sums the channel's second-half tokens whose
  *                   experts are all here (their partial made here, rows.cuh: chan_mid).
  *   receive (1)     the owner: block C + c walks channel c's tokens in order, HT_BATCH at a time; warp
- *                   0 finds each token's ranks (ascending, a lane a token), thread 0 its message index in each
- *                   other rank's ring, and waits (bounded) for them; a warp per token adds the partials in
+ *                   0 finds each token's ranks (ascending, a lane a token) and their message indices in each
+ *                   other rank's ring (a pass per rank, plan_batch), and waits (bounded) for them; a warp per token adds the partials in
  *                   ascending rank order from +0 in fp32 (this rank's partial made from its rows, in the same
  *                   rounding) and rounds once, and puts the row values back at their (token, k).
  */

@@ -18,8 +18,8 @@
  *                   queue instead. It also writes the padding rows of its experts and (block C) the offsets and
  *                   counts.
  *   every role      at its end, the own rows the queue has left.
- * This rank's own tokens take no ring: their rows come from the own-token queue (own_chunk: chunks of 16 tokens
- * any block takes by ticket), or with SY_HT_OWN_QUEUE=0 from a static split of each channel's tokens (own_mid: the
+ * This rank's own tokens take no ring: their rows come from the own-token queue (own_chunk, own_drain: a token a
+ * ticket, any warp takes), or with SY_HT_OWN_QUEUE=0 from a static split of each channel's tokens (own_mid: the
  * receiving block writes [begin, mid) before its rounds, the sending block [mid, end) with each token's
  * messages, reading the token once for all).
  * The combine's backward is this kernel with grad_out as a bf16 token: the receiving side writes gradients.
