@@ -637,7 +637,7 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /*   sy_moe_ht_layout(ids) -> handle          the layout (one kernel, then a count exchange)               */
 /*   sy_moe_ht_dispatch(handle, x) -> rows    each local expert's rows contiguous, padded to the alignment */
 /*   ... expert GEMMs on rows -> y ...                                                                     */
-/*   sy_moe_ht_combine(handle, y) -> out      one bf16 row per token                                       */
+/*   sy_moe_ht_combine(handle, y) -> out      one bf16 row per token (sy_moe_ht_combine_add: out += that)  */
 /* and backward, with the same handle and no new layout work:                                             */
 /*   combine's backward:  sy_moe_ht_combine_backward(handle, d_out) -> d_y (and the row weights' gradient)*/
 /*   dispatch's backward: sy_moe_ht_combine(handle, d_rows, row_weights = NULL) -> d_x, and with         */
@@ -826,6 +826,16 @@ SY_API sy_status_t sy_moe_ht_dispatch(sy_moe_ht_t moe, const void *handle, int n
 SY_API sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
                                      const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
                                      void *out, float *token_values, cudaStream_t stream);
+/* sy_moe_ht_combine adding into out instead of overwriting it: out must hold bf16 values already (e.g. an earlier
+ * combine's over another group of experts, or a shared expert's output). A token with an expert in this layout gets
+ * out[t] = bf16(S + float(out[t])), S the fp32 sum sy_moe_ht_combine would round (the same partials, the same order),
+ * rounded once; a token with no expert is left as it is (neither read nor written). So G layouts over disjoint
+ * groups of experts, the first combined and the others added, give each token its sum with one rounding a group and
+ * no partial outputs to add up afterwards. Arguments and checks as sy_moe_ht_combine (token_values: this call's);
+ * the object's top_k at most 31. */
+SY_API sy_status_t sy_moe_ht_combine_add(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
+                                         const sy_moe_ht_recv_t *recv, const float *row_weights,
+                                         const float *row_values, void *out, float *token_values, cudaStream_t stream);
 /* The combine's backward. grad_out: bf16 [num_tokens][hidden]; writes grad_rows: bf16 [recv.rows][hidden],
  * row r = bf16(w_r x grad_out[t]) (w_r = row_weights[r], or grad_out[t] as is with row_weights NULL; padding
  * rows and rows past the last expert's left as they were; the product in fp32, rounded once), and, when

@@ -114,6 +114,7 @@ typedef struct sy_moe_ht_call {
   const float *row_values;  /* combine: [recv.rows] or NULL */
   void *out;                /* combine: [num_tokens][hidden]; combine_backward: grad_rows */
   float *token_values;      /* combine: [num_tokens][top_k] or NULL */
+  int add;                  /* combine: out is added to (sy_moe_ht_combine_add) */
   const void *rows_in;      /* combine_backward: the combine's input, when grad_row_weights */
   float *grad_row_weights;  /* combine_backward: [recv.rows] or NULL */
 } sy_moe_ht_call_t;

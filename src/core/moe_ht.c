@@ -629,10 +629,14 @@ sy_status_t sy_moe_ht_dispatch(sy_moe_ht_t moe, const void *handle, int num_toke
   return run(moe, comm->ops->moe_ht_dispatch(comm, moe, &call, stream), &moe->dispatches, fn);
 }
 
-sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
-                              const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
-                              void *out, float *token_values, cudaStream_t stream) {
-  static const char *fn = "sy_moe_ht_combine";
+/* sy_moe_ht_combine and sy_moe_ht_combine_add (add: out is read and added to). */
+static sy_status_t combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
+                           const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values, void *out,
+                           float *token_values, int add, cudaStream_t stream, const char *fn) {
+  SY_ARG_CHECK(!add || !moe || moe->config.top_k <= 31, fn,
+               "the object's config->top_k=%d: adding into out takes top_k <= 31 (a token's partials and its row of "
+               "out are read through one table of 32)",
+               moe ? moe->config.top_k : 0);
   SY_CHECK(check_call(moe, moe && moe->comm->ops->moe_ht_combine, handle, num_tokens, stream, fn));
   SY_CHECK(check_recv(moe, recv, 0, fn));
   const size_t rows = (size_t)recv->rows, T = (size_t)num_tokens, H = (size_t)moe->config.hidden;
@@ -663,9 +667,24 @@ sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_token
       .row_values = row_values,
       .out = out,
       .token_values = token_values,
+      .add = add,
   };
   sy_comm_t comm = moe->comm;
   return run(moe, comm->ops->moe_ht_combine(comm, moe, &call, stream), NULL, fn);
+}
+
+sy_status_t sy_moe_ht_combine(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
+                              const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
+                              void *out, float *token_values, cudaStream_t stream) {
+  return combine(moe, handle, num_tokens, rows_in, recv, row_weights, row_values, out, token_values, 0, stream,
+                 "sy_moe_ht_combine");
+}
+
+sy_status_t sy_moe_ht_combine_add(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *rows_in,
+                                  const sy_moe_ht_recv_t *recv, const float *row_weights, const float *row_values,
+                                  void *out, float *token_values, cudaStream_t stream) {
+  return combine(moe, handle, num_tokens, rows_in, recv, row_weights, row_values, out, token_values, 1, stream,
+                 "sy_moe_ht_combine_add");
 }
 
 sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handle, int num_tokens, const void *grad_out,

@@ -8,7 +8,8 @@
  *                     recv_rows, which the combines read.
  *   combine           the owner pulls: per token, per rank holding its experts (ascending), that rank's partial
  *                     over the token's rows there (recv_rows, in ascending k: fmaf(w, y, .) from +0, rounded to
- *                     bf16), added in rank order and rounded once (ref/moe_ref.h's rules).
+ *                     bf16), added in rank order and rounded once (ref/moe_ref.h's rules); with add
+ *                     (sy_moe_ht_combine_add) the token's row of out added last, a token with no expert skipped.
  *   combine_backward  the experts' rank pulls each row's grad_out from its owner: bf16(w x g) into grad_rows,
  *                     the 32-lane dot product with rows_in into grad_row_weights.
  * Every loop checks the group's abort per token, so a rank whose round failed waits for no more than a token's
@@ -189,8 +190,10 @@ static sy_status_t combine_tokens(sy_comm_t comm, struct sy_moe_ht *moe, const s
     const int32_t *tid = ids + (size_t)t * K;
     for (int h = 0; h < H; h++) hm->acc[h] = 0.0f;
     for (int k = 0; call->token_values && k < K; k++) call->token_values[(size_t)t * K + k] = 0.0f;
+    int named = 0;
     for (int p = 0; p < W; p++) {
       if (!names_rank(tid, K, L, p)) continue;
+      named = 1;
       const ht_offer_t *o = sy__host_exchange_slot(comm, p);
       const sy_moe_ht_call_t *at_p = o->call;
       const int32_t *entry =
@@ -208,7 +211,10 @@ static sy_status_t combine_tokens(sy_comm_t comm, struct sy_moe_ht *moe, const s
       sy__moe_round_row(hm->partial, hm->rounded, H);
       sy__moe_add_row(hm->acc, hm->rounded, H);
     }
-    if (call->out) sy__moe_round_row(hm->acc, (uint16_t *)call->out + (size_t)t * H, H);
+    uint16_t *o = call->out ? (uint16_t *)call->out + (size_t)t * H : NULL;
+    if (o && call->add && !named) continue; /* sy_moe_ht_combine_add: a token with no expert keeps its row */
+    if (o && call->add) sy__moe_add_row(hm->acc, o, H);
+    if (o) sy__moe_round_row(hm->acc, o, H);
   }
   return SY_SUCCESS;
 }

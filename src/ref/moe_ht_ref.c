@@ -290,9 +290,9 @@ static sy_status_t plan_for_rows(const sy_moe_ht_config_t *c, int W, const sy_mo
   return st;
 }
 
-sy_status_t sy__moe_ht_ref_combine(const sy_moe_ht_config_t *config, int W, const sy_moe_ht_ref_rank_t *ranks,
-                                   const sy_moe_ht_ref_rows_t *rows, void *const *out, float *const *token_values) {
-  static const char *fn = "sy__moe_ht_ref_combine";
+static sy_status_t ref_combine(const sy_moe_ht_config_t *config, int W, const sy_moe_ht_ref_rank_t *ranks,
+                               const sy_moe_ht_ref_rows_t *rows, void *const *out, float *const *token_values, int add,
+                               const char *fn) {
   SY_CHECK(check_ranks(config, W, ranks, fn));
   const sy_moe_ht_config_t c = sy__moe_ht_defaults(*config);
   const int H = c.hidden;
@@ -310,6 +310,7 @@ sy_status_t sy__moe_ht_ref_combine(const sy_moe_ht_config_t *config, int W, cons
     for (int t = 0; (o_out || values) && t < ranks[o].num_tokens; t++) {
       for (int h = 0; h < H; h++) acc[h] = 0.0f;
       for (int k = 0; values && k < p.K; k++) values[(size_t)t * p.K + k] = 0.0f;
+      int named = 0;
       for (int r = 0; r < W; r++) {
         int held = 0;
         for (int h = 0; h < H; h++) partial[h] = 0.0f;
@@ -323,14 +324,27 @@ sy_status_t sy__moe_ht_ref_combine(const sy_moe_ht_config_t *config, int W, cons
           held = 1;
         }
         if (!held) continue;
+        named = 1;
         sy__moe_round_row(partial, rounded, H);
         sy__moe_add_row(acc, rounded, H);
       }
-      if (o_out) sy__moe_round_row(acc, o_out + (size_t)t * H, H);
+      if (!o_out || (add && !named)) continue;
+      if (add) sy__moe_add_row(acc, o_out + (size_t)t * H, H);
+      sy__moe_round_row(acc, o_out + (size_t)t * H, H);
     }
   }
   free(acc), free(partial), free(rounded), plan_free(&p);
   return SY_SUCCESS;
+}
+
+sy_status_t sy__moe_ht_ref_combine(const sy_moe_ht_config_t *config, int W, const sy_moe_ht_ref_rank_t *ranks,
+                                   const sy_moe_ht_ref_rows_t *rows, void *const *out, float *const *token_values) {
+  return ref_combine(config, W, ranks, rows, out, token_values, 0, "sy__moe_ht_ref_combine");
+}
+
+sy_status_t sy__moe_ht_ref_combine_add(const sy_moe_ht_config_t *config, int W, const sy_moe_ht_ref_rank_t *ranks,
+                                       const sy_moe_ht_ref_rows_t *rows, void *const *out, float *const *token_values) {
+  return ref_combine(config, W, ranks, rows, out, token_values, 1, "sy__moe_ht_ref_combine_add");
 }
 
 sy_status_t sy__moe_ht_ref_combine_backward(const sy_moe_ht_config_t *config, int W, const sy_moe_ht_ref_rank_t *ranks,

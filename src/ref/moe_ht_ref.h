@@ -107,6 +107,11 @@ sy_status_t sy__moe_ht_ref_dispatch(const sy_moe_ht_config_t *config, int world_
  * row_values. */
 sy_status_t sy__moe_ht_ref_combine(const sy_moe_ht_config_t *config, int world_size, const sy_moe_ht_ref_rank_t *ranks,
                                    const sy_moe_ht_ref_rows_t *rows, void *const *out, float *const *token_values);
+/* sy_moe_ht_combine_add's: out holds bf16 rows already; a token with an expert gets bf16(S + float(out[t])), S the
+ * combine's sum before its rounding; a token with no expert keeps its row. */
+sy_status_t sy__moe_ht_ref_combine_add(const sy_moe_ht_config_t *config, int world_size,
+                                       const sy_moe_ht_ref_rank_t *ranks, const sy_moe_ht_ref_rows_t *rows,
+                                       void *const *out, float *const *token_values);
 
 /* The combine's backward: each experts' rank's grad_rows (bf16 [rows][hidden]: row r of (s, t, k) is
  * bf16(w_r x grad_out_s[t]), or grad_out_s[t] as it is without row_weights; other rows untouched) and

@@ -58,7 +58,7 @@ enum { ROUNDS = 3, REPLAYS = 2 };
 
 /* One rank's outputs of one round (host memory). */
 typedef struct {
-  uint8_t *tokens, *scales, *src, *weights, *out, *values, *out2, *grad_rows, *grad_w;
+  uint8_t *tokens, *scales, *src, *weights, *out, *values, *out2, *out3, *grad_rows, *grad_w;
   int32_t offsets[1025], counts[1024], host[2049];
 } ht_result_t;
 
@@ -130,7 +130,7 @@ static void free_inputs(ht_inputs_t *in) {
 
 /* Device (or, for the oracle, host) buffers of one rank. */
 typedef struct {
-  void *ids, *tokens, *handle, *out, *rows_in, *grad_out, *out2, *grad_rows;
+  void *ids, *tokens, *handle, *out, *rows_in, *grad_out, *out2, *out3, *grad_rows;
   float *scales, *weights, *row_values, *values, *grad_w;
   sy_moe_ht_recv_t recv;
   size_t handle_bytes;
@@ -174,6 +174,7 @@ static void bufs_alloc(const ht_run_t *R, int host, size_t handle_bytes, ht_bufs
   b->row_values = (float *)dalloc(host, (size_t)R->rows * 4);
   b->grad_out = dalloc(host, T * H * 2);
   b->out2 = dalloc(host, T * H * 2);
+  b->out3 = dalloc(host, T * H * 2);
   b->grad_rows = dalloc(host, (size_t)R->rows * H * 2);
   b->grad_w = (float *)dalloc(host, (size_t)R->rows * 4);
   b->recv.tokens = dalloc(host, (size_t)R->rows * R->row_bytes);
@@ -189,6 +190,7 @@ static void bufs_alloc(const ht_run_t *R, int host, size_t handle_bytes, ht_bufs
 static void bufs_free(int host, ht_bufs_t *b) {
   void *all[] = {b->grad_out,
                  b->out2,
+                 b->out3,
                  b->grad_rows,
                  b->grad_w,
                  b->ids,
@@ -225,6 +227,13 @@ static void load_round(const ht_run_t *R, int host, const ht_inputs_t *in, ht_bu
   put(host, b->row_values, in->row_values, (size_t)R->rows * 4);
   put(host, b->grad_out, in->grad_out, T * H * 2);
   fill_byte(host, b->out2, 0xA5, T * H * 2);
+  /* what sy_moe_ht_combine_add adds into: grad_out with a -0 in each row (kept bit for bit only where a token with
+   * no expert's row is neither read nor written) */
+  uint16_t *acc = (uint16_t *)malloc(T * H * 2 + 2);
+  memcpy(acc, in->grad_out, T * H * 2);
+  for (size_t t = 0; t < T; t++) acc[t * H] = 0x8000;
+  put(host, b->out3, acc, T * H * 2);
+  free(acc);
   fill_byte(host, b->grad_rows, 0xA5, (size_t)R->rows * H * 2);
   fill_byte(host, b->grad_w, 0xA5, (size_t)R->rows * 4);
   fill_byte(host, b->recv.tokens, 0xA5, (size_t)R->rows * R->row_bytes);
@@ -270,6 +279,7 @@ static void run_round(const ht_run_t *R, sy_moe_ht_t moe, int n, ht_bufs_t *b, i
   step("combine", sync);
   /* the dispatch's backward (rows_in standing for the rows' gradient) and the combine's */
   GT_OK(sy_moe_ht_combine(moe, b->handle, n, b->rows_in, &b->recv, NULL, NULL, b->out2, NULL, stream));
+  GT_OK(sy_moe_ht_combine_add(moe, b->handle, n, b->rows_in, &b->recv, b->recv.weights, NULL, b->out3, NULL, stream));
   GT_OK(sy_moe_ht_combine_backward(moe, b->handle, n, n ? b->grad_out : NULL, &b->recv, b->recv.weights, b->rows_in,
                                    b->grad_rows, b->grad_w, stream));
   step("combine_backward", sync);
@@ -285,9 +295,11 @@ static void take(const ht_run_t *R, int host, const ht_bufs_t *b, ht_result_t *r
   res->out = (uint8_t *)malloc(T * H * 2);
   res->values = (uint8_t *)malloc(T * K * 4);
   res->out2 = (uint8_t *)malloc(T * H * 2);
+  res->out3 = (uint8_t *)malloc(T * H * 2);
   res->grad_rows = (uint8_t *)malloc((size_t)R->rows * H * 2 + 1);
   res->grad_w = (uint8_t *)malloc((size_t)R->rows * 4 + 1);
   get(host, res->out2, b->out2, T * H * 2);
+  get(host, res->out3, b->out3, T * H * 2);
   get(host, res->grad_rows, b->grad_rows, (size_t)R->rows * H * 2);
   get(host, res->grad_w, b->grad_w, (size_t)R->rows * 4);
   get(host, res->tokens, b->recv.tokens, (size_t)R->rows * R->row_bytes);
@@ -302,7 +314,7 @@ static void take(const ht_run_t *R, int host, const ht_bufs_t *b, ht_result_t *r
 
 static void result_free(ht_result_t *r) {
   free(r->tokens), free(r->scales), free(r->src), free(r->weights), free(r->out), free(r->values);
-  free(r->out2), free(r->grad_rows), free(r->grad_w);
+  free(r->out2), free(r->out3), free(r->grad_rows), free(r->grad_w);
 }
 
 static void oracle(int rank, sy_comm_t comm, void *arg) {
@@ -349,6 +361,7 @@ static size_t compare_all(const ht_run_t *R, int round, const ht_result_t *got, 
   wrong += compare("combine out", c, round, got->out, w->out, (size_t)c->T * c->H * 2);
   wrong += compare("token values", c, round, got->values, w->values, (size_t)c->T * c->K * 4);
   wrong += compare("dispatch backward", c, round, got->out2, w->out2, (size_t)c->T * c->H * 2);
+  wrong += compare("combine_add", c, round, got->out3, w->out3, (size_t)c->T * c->H * 2);
   wrong += compare("combine backward rows", c, round, got->grad_rows, w->grad_rows, (size_t)R->rows * c->H * 2);
   wrong += compare("combine backward weights", c, round, got->grad_w, w->grad_w, (size_t)R->rows * 4);
   if (host) wrong += compare("host counts", c, round, host, w->host, (size_t)(2 * L + 1) * 4);

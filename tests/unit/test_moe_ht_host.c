@@ -68,6 +68,7 @@ typedef struct shared {
   const ht_case_t *c;
   double adj[ADJOINTS][2][MAX_RANKS]; /* per rank: the two sides of each adjoint */
   int empty_experts, steps;
+  int add_untouched; /* tokens with no expert that sy_moe_ht_combine_add left as they were */
   /* each rank's combine inputs, for the reference (read after a barrier) */
   const uint16_t *y[MAX_RANKS];
   const float *row_weights[MAX_RANKS], *row_values[MAX_RANKS];
@@ -223,6 +224,50 @@ static void check_ref(const step_t *st, shared_t *sh, const void *handle, const 
   free(h);
 }
 
+/* sy_moe_ht_combine_add, the step's weighted combine added into (a) +0 rows: the combine's bits, every token's; (b) the
+ * grad_out tokens g (any bf16 rows, each with a -0 or eight): the reference's bits, and a token with no expert keeps
+ * its row (-0 included, which +0 + -0 would not). Every rank. */
+static void check_add(const step_t *st, shared_t *sh, const void *handle, const bufs_t *b, const char *what) {
+  const ht_case_t *c = st->c;
+  const world_t *wd = st->wd;
+  const int me = st->me, n = wd->n[me], W = c->W, K = c->K;
+  const size_t row = (size_t)c->H * 2, bytes = (size_t)n * row;
+  uint16_t *z = calloc((size_t)c->T * c->H + 1, 2), *a = malloc(bytes + 2), *r = malloc(bytes + 2);
+  CHECK_OK(sy_moe_ht_combine_add(st->moe, handle, n, b->y, &b->recv, b->recv.weights, NULL, z, NULL, NULL));
+  if (memcmp(z, b->out, bytes)) fprintf(stderr, "%s: rank %d: combine_add onto +0 is not the combine\n", what, me);
+  CHECK(!memcmp(z, b->out, bytes));
+  memcpy(a, wd->g[me], bytes);
+  for (int t = 0; t < n; t++) /* -0 in each row: kept bit for bit only where the row is neither read nor written */
+    for (int h = 0; h < 8 && h < c->H; h++) a[(size_t)t * c->H + h] = 0x8000;
+  memcpy(r, a, bytes);
+  uint16_t *g = malloc(bytes + 2);
+  memcpy(g, a, bytes);
+  CHECK_OK(sy_moe_ht_combine_add(st->moe, handle, n, b->y, &b->recv, b->recv.weights, NULL, a, NULL, NULL));
+  const sy_moe_ht_config_t config = ht_config(c);
+  sy_moe_ht_ref_rank_t ranks[MAX_RANKS];
+  sy_moe_ht_ref_rows_t rows[MAX_RANKS];
+  for (int p = 0; p < W; p++) {
+    ranks[p] = (sy_moe_ht_ref_rank_t){wd->n[p], wd->ids[p], I32, world_tokens(c, wd, p), wd->qs[p], wd->w[p]};
+    rows[p] = (sy_moe_ht_ref_rows_t){sh->rows[p], sh->stride[p], sh->y[p], sh->row_weights[p], NULL};
+  }
+  void *out[MAX_RANKS] = {0};
+  out[me] = r;
+  CHECK_OK(sy__moe_ht_ref_combine_add(&config, W, ranks, rows, out, NULL));
+  if (memcmp(a, r, bytes)) fprintf(stderr, "%s: rank %d: combine_add differs from the reference\n", what, me);
+  CHECK(!memcmp(a, r, bytes));
+  int kept = 1, none = 0;
+  for (int t = 0; t < n; t++) {
+    int any = 0;
+    for (int k = 0; k < K; k++) any |= wd->ids[me][t * K + k] >= 0;
+    if (any) continue;
+    none++;
+    kept = kept && !memcmp(a + (size_t)t * c->H, g + (size_t)t * c->H, row);
+  }
+  CHECK(kept);
+  __atomic_fetch_add(&sh->add_untouched, none, __ATOMIC_RELAXED);
+  free(z), free(a), free(r), free(g);
+}
+
 /* ---- exact values: round trips and adjoints ---------------------------------------------------------------------- */
 
 static double dot64(const uint16_t *a, const uint16_t *b, int H) {
@@ -353,6 +398,7 @@ static void round_rank(shared_t *sh, step_t *st, void *handle, void *handle2, in
   sh->rows[me] = rows, sh->stride[me] = stride;
   CHECK_OK(sy_comm_barrier(st->comm, NULL));
   check_ref(st, sh, handle, &b, what);
+  check_add(st, sh, handle, &b, what);
   /* the same step again: the same bits (the handle's layout and dispatch numbers aside) */
   bufs_poison(c, &b2);
   memset(handle2, POISON, hl.bytes);
@@ -434,6 +480,8 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int add_untouched_; /* over every case: tokens with no expert that sy_moe_ht_combine_add kept */
+
 static void run_case(const ht_case_t *c) {
   shared_t *sh = calloc(1, sizeof *sh);
   sh->c = c;
@@ -452,15 +500,16 @@ static void run_case(const ht_case_t *c) {
     CHECK(sides[a][0] == sides[a][1]);
   }
   if (c->route == WL_HT_SPARSE || c->E >= 64) CHECK(sh->empty_experts > 0);
+  add_untouched_ += sh->add_untouched;
   printf(
-      "%-32s W=%d E=%-3d K=%d H=%-4d T=%-2d wire=%d align=%-3d %-11s %s ids=%s: %d empty experts, adjoints "
-      "%g %g %g, %.2f s%s\n",
+      "%-32s W=%d E=%-3d K=%d H=%-4d T=%-2d wire=%d align=%-3d %-11s %s ids=%s: %d empty experts, %d tokens "
+      "kept by combine_add, adjoints %g %g %g, %.2f s%s\n",
       c->name, c->W, c->E, c->K, c->H, c->T, (int)c->wire, c->align, wl_moe_ht_route_name(c->route),
       c->counts == COUNTS_EXACT   ? "exact "
       : c->counts == COUNTS_WORST ? "worst "
                                   : "masked",
-      c->id_type == I32 ? "i32" : "i64", sh->empty_experts, sides[0][0], sides[1][0], sides[2][0], now_s() - t0,
-      check_failures_ != before ? "  FAILED" : "");
+      c->id_type == I32 ? "i32" : "i64", sh->empty_experts, sh->add_untouched, sides[0][0], sides[1][0], sides[2][0],
+      now_s() - t0, check_failures_ != before ? "  FAILED" : "");
   fflush(stdout);
   free(sh);
 }
@@ -574,5 +623,6 @@ int main(void) {
   test_dot();
   test_roles();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+  CHECK(add_untouched_ > 0); /* the cases route some token to no expert */
   return check_report();
 }

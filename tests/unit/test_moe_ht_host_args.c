@@ -359,6 +359,11 @@ static void combine_args(ctx_t *x, bufs_t *b) {
     REJECT(sy_moe_ht_combine(moe, b->handle, n, b->y, &b->recv, rw, NULL, b->out, b->token_values, NULL),
            "row_values is NULL while token_values=");
     REJECT(sy_moe_ht_combine(moe, b->handle, n, b->y, &b->recv, rw, rv, b->y, b->token_values, NULL), "and rows_in=");
+    /* sy_moe_ht_combine_add: the same checks, under its own name */
+    REJECT(sy_moe_ht_combine_add(moe, b->handle, n, b->y, &b->recv, rw, rv, NULL, b->token_values, NULL),
+           "sy_moe_ht_combine_add: invalid argument: out is NULL while num_tokens=4");
+    REJECT(sy_moe_ht_combine_add(moe, b->handle, n, b->y, &b->recv, rw, rv, b->y, b->token_values, NULL),
+           "and rows_in=");
     sy_moe_ht_recv_t r = b->recv;
     r.expert_offsets = NULL;
     REJECT(sy_moe_ht_combine(moe, b->handle, n, b->y, &r, rw, rv, b->out, b->token_values, NULL),
@@ -551,6 +556,19 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   CHECK_OK(sy_moe_ht_sizes(rm, &zr));
   CHECK(zr.scale_bytes == (size_t)config.hidden / 128 * sizeof(float));
   CHECK_OK(sy_moe_ht_destroy(rm));
+  sy_moe_ht_config_t k32 = config; /* sy_moe_ht_combine_add takes top_k <= 31 */
+  k32.top_k = 32, k32.num_experts = 32 * c->W;
+  sy_moe_ht_t m32 = NULL;
+  CHECK_OK(sy_moe_ht_create(comm, &k32, &m32));
+  uint16_t row[128] = {0};
+  if (me == 0) { /* rejected before any exchange: rank 0 alone */
+    CHECK_STATUS(sy_moe_ht_combine_add(m32, row, 0, NULL, NULL, NULL, NULL, row, NULL, NULL), SY_ERR_INVALID_ARG);
+    const char *k32_needle[1] = {
+        "sy_moe_ht_combine_add: invalid argument: the object's config->top_k=32: adding into "
+        "out takes top_k <= 31"};
+    CHECK(log_has_all(k32_needle, 1, __LINE__));
+  }
+  CHECK_OK(sy_moe_ht_destroy(m32));
   bufs_t bufs, *b = &bufs;
   bufs_alloc(x.moe, c, b);
   if (me == 0) {

@@ -61,6 +61,9 @@ typedef struct bench_opts {
                                       * GPU, BENCH_WARM_S on the host backend */
   int split_experts;                 /* layer: micro-batches by groups of each rank's experts, every token in each
                                       * (--split experts); 0: by tokens */
+  int group_kernel;                  /* layer, --split experts: the groups' partial outputs summed by a kernel after
+                                      * the last (--group-sum kernel); 0: each group's combine after the first adds
+                                      * into the output (sy_moe_ht_combine_add, --group-sum add) */
   double keep_experts;               /* moe-ht: the share of each rank's experts whose ids stay, the first
                                       * floor(L x F) of its L (--keep-experts F; the others -1, as in one group of the
                                       * layer's --split experts); 0: all */

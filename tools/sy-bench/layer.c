@@ -16,8 +16,10 @@
  *      shares by the weights: 1,6,6,1 a small first dispatch and last combine), every token in each: a
  *      group's layout sees the ids of its experts only (the others -1), its GEMMs keep every row of its experts
  *      (token micro-batches halve them, and each re-reads every expert's weights), a token crosses a link once a
- *      group it has experts in there, and the groups' combines leave partial outputs (each rounded to bf16) that a
- *      kernel after the last adds up (fp32, in group order, rounded again);
+ *      group it has experts in there, and each group's combine after the first adds into the output
+ *      (sy_moe_ht_combine_add: the group's fp32 sum plus the row so far, rounded once; a token with no expert in
+ *      the group untouched), or with --group-sum kernel the groups' combines leave partial outputs (each rounded to
+ *      bf16) that a kernel after the last adds up (fp32, in group order, rounded again);
  *   c  (b) captured once in sy_graph_cache and replayed (with programmatic dependent launch unless SY_PDL=0).
  * Beside them, alone: the communication (layout, dispatch, combine), the GEMMs (on every SM), and the micro-batches'
  * GEMMs in turn on the SMs the communication leaves them (way gemms: what b and c cannot go below). Reports step time, host
@@ -46,9 +48,15 @@ static int dispatch(layer_bench_t *b, mb_t *m, cudaStream_t s) {
                             b->weights + (size_t)m->first * b->K, &m->recv, s) != 0;
 }
 
+/* By expert groups with --group-sum add, the groups' combines (and the dispatch's backwards) after the first add into
+ * the output (sy_moe_ht_combine_add): they run in group order on the communication stream. */
+static int adds(const layer_bench_t *b, const mb_t *m) { return b->group_add && m > &b->mb[1]; }
+
 static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL,
-                           m->out ? m->out : b->out + (size_t)m->first * b->H, NULL, s) != 0;
+  uint16_t *out = m->out ? m->out : b->out + (size_t)m->first * b->H;
+  if (adds(b, m))
+    return sy_moe_ht_combine_add(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
+  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
 }
 
 static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStream_t s) {
@@ -68,8 +76,9 @@ static int ffn_bwd(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cuda
 }
 
 static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL,
-                           m->dx ? m->dx : b->dx + (size_t)m->first * b->H, NULL, s) != 0;
+  uint16_t *dx = m->dx ? m->dx : b->dx + (size_t)m->first * b->H;
+  if (adds(b, m)) return sy_moe_ht_combine_add(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
+  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
 }
 
 /* ---- the parts of its steps (layer_run_shape makes the ways of them) ------------------------------------------ */
@@ -91,12 +100,12 @@ static int part_ffn(layer_bench_t *b, int m, int part, cudaStream_t s) {
   part_experts(b, m, part, &e0, &experts);
   return ffn(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
 }
-/* By expert groups each group's combine (the dispatch's backward) leaves a partial output, rounded to bf16; after the
- * last group's, on the same stream (after every group's, which come in order there), their sum in fp32 in group order,
- * rounded to bf16, is the output. */
+/* By expert groups with --group-sum kernel each group's combine (the dispatch's backward) leaves a partial output,
+ * rounded to bf16; after the last group's, on the same stream (after every group's, which come in order there), their
+ * sum in fp32 in group order, rounded to bf16, is the output. */
 _Static_assert(LAYER_MAX_MB <= 8, "layer_sum_parts (layer_mask.cu) takes at most 8 parts");
 static int sum_groups(layer_bench_t *b, int m, int backward, cudaStream_t s) {
-  if (!m || !b->by_experts || m != b->nmb) return 0;
+  if (!m || !b->by_experts || b->group_add || m != b->nmb) return 0;
   uint16_t *part[LAYER_MAX_MB];
   for (int i = 0; i < b->nmb; i++) part[i] = backward ? b->mb[i + 1].dx : b->mb[i + 1].out;
   return layer_sum(b, backward ? b->dx : b->out, part, b->nmb, s);
@@ -137,9 +146,12 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
   if (index && b->by_experts) { /* group index of nmb: its share of the local experts (layer_group) */
     layer_group(b->ctx->opts->mb_weights, b->nmb, b->L, index, &m->e0, &m->ne);
     m->ids = group_ids(b, m);
-    m->out = layer_buf(b, (size_t)b->T * b->H * 2);
-    m->dx = layer_buf(b, (size_t)b->T * b->H * 2);
-    if (!m->ids || !m->out || !m->dx) return 1;
+    if (!m->ids) return 1;
+    if (!b->group_add) { /* partial outputs, summed by a kernel after the last group (--group-sum kernel) */
+      m->out = layer_buf(b, (size_t)b->T * b->H * 2);
+      m->dx = layer_buf(b, (size_t)b->T * b->H * 2);
+      if (!m->out || !m->dx) return 1;
+    }
   }
   m->S = layer_max_rows(b, m->first, m->T); /* by expert groups: the whole step's bound, a group's at most that */
   if (m->S < 0) return 1;
@@ -331,6 +343,7 @@ int bench_layer(bench_ctx_t *ctx) {
     b.sms = ctx->opts->num_sms ? ctx->opts->num_sms : 16;
     b.nmb = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;
     b.by_experts = ctx->opts->split_experts;
+    b.group_add = b.by_experts && !ctx->opts->group_kernel;
     if (i == 0)
       bench_print(
           ctx,

@@ -20,7 +20,7 @@ typedef struct mb { /* one micro-batch of the high-throughput step */
   int S;            /* its masked layout's stride: rows an expert (layer_max_rows) */
   int e0, ne;       /* by expert groups (--split experts): its local experts e0 .. e0 + ne - 1; else 0, L */
   int32_t *ids;     /* by expert groups: the step's ids with every other expert -1, [T][K]; else NULL */
-  uint16_t *out;    /* by expert groups: its combine's partial output, [T][H] (the forward's); else NULL */
+  uint16_t *out;    /* by expert groups with --group-sum kernel: its combine's partial output, [T][H]; else NULL */
   uint16_t *dx;     /* the same of the dispatch's backward */
   void *handle;     /* the layout's */
   sy_moe_ht_recv_t recv;
@@ -33,6 +33,8 @@ typedef struct layer_bench {
   int gpu, H, F, E, K, L, T, sms;
   int nmb;                     /* micro-batches of ways b and c (--micro-batches, default 2) */
   int by_experts;              /* ways b and c's micro-batches are groups of each rank's experts (--split experts) */
+  int group_add;               /* by expert groups: each group's combine after the first adds into the output
+                                * (sy_moe_ht_combine_add), no partial outputs (--group-sum add, the default) */
   int layers;                  /* MoE layers a step (--layers, default 1): every way runs them all */
   int gemm_sms;                /* the GEMMs' SM count target beside the communication (cublasLt; 0: the device's) */
   int beside;                  /* of a micro-batch's L experts, the GEMMs of the first `beside` run on gemm_sms beside

@@ -241,7 +241,10 @@ static void usage(FILE *f) {
       "                            experts in groups as even as they allow (or by the weights, each its share of\n"
       "                            the experts), every token in each (an expert's GEMMs\n"
       "                            keep all its rows; a token crosses a link once a group it has experts in there;\n"
-      "                            the groups' bf16 partial outputs added in fp32 by a kernel after the last)\n"
+      "                            the groups' outputs summed: --group-sum)\n"
+      "      --group-sum add|kernel  layer, --split experts: each group's combine after the first adds into the\n"
+      "                            output (sy_moe_ht_combine_add; default), or the groups' partial outputs are\n"
+      "                            summed by a kernel after the last\n"
       "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
       "                            communication leaves; 0: every SM)\n"
       "      --layers N            layer: N MoE layers a step (default 1), each micro-batch's next layer after its\n"
@@ -480,7 +483,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0,   0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0,    0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0,    0,    0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -540,6 +543,10 @@ int main(int argc, char **argv) {
       if (strcmp(v, "tokens") && strcmp(v, "experts"))
         bad = fprintf(stderr, "sy-bench: --split %s: expected tokens or experts\n", v) > 0;
       opts.split_experts = !strcmp(v, "experts");
+    } else if (!strcmp(a, "--group-sum")) {
+      if (strcmp(v, "add") && strcmp(v, "kernel"))
+        bad = fprintf(stderr, "sy-bench: --group-sum %s: expected add or kernel\n", v) > 0;
+      opts.group_kernel = !strcmp(v, "kernel");
     } else if (!strcmp(a, "--soak-growth")) bad = parse_size_arg(a, v, &opts.soak_growth);
     else if (!strcmp(a, "--seed")) {
       char *end;

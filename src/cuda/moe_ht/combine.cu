@@ -84,7 +84,8 @@ __device__ void send_partial(const ht_params &P, ht_pipe &pp, char *m, int index
   ht_put_warp(remote, m, P.wl.payload_offset + bytes, s);
 }
 
-/* A warp: token t's row, the sum over its nr ranks' partials in rank order from +0 in fp32, rounded once; this
+/* A warp: token t's row, the sum over its nr ranks' partials in rank order from +0 in fp32 (P.add: then the row of
+ * out as it was, a token of no rank left as it is: sy_moe_ht_combine_add), rounded once; this
  * rank's partial (has_me) made here from its ns rows (lane i < ns: srow, sw) as a ring's would be (fused
  * multiply-adds in row order, rounded to bf16). Through the warp's pipe: the table holds the other ranks' slots
  * (lane i < nr: slot, NULL for this rank) in rank order with this rank's rows in this rank's place, so its partial
@@ -94,11 +95,15 @@ __device__ __forceinline__ void reduce_rows(const ht_params &P, ht_pipe &pp, int
                                             const char *slot, int srow, float sw, int ns, bool has_me) {
   const int me = P.ctx.rank, lane = threadIdx.x & 31;
   const size_t bytes = (size_t)P.hidden * 2;
+  if (P.add && nr == 0) return;
   int lo = 0; /* the table's first row of this rank: after the ranks below it */
   for (int j = 0; j < nr; j++) lo += rank[j] < me;
   if (!has_me) ns = 0;
   if (lane < ns) pp.src[lo + lane] = ht_src{(const char *)P.tokens + (size_t)srow * bytes, sw};
   if (lane < nr && rank[lane] != me) pp.src[rank[lane] < me ? lane : lane - (has_me ? 1 : 0) + ns] = ht_src{slot, 0.0f};
+  const int n = ns + nr - (has_me ? 1 : 0) + (P.add ? 1 : 0); /* at most top_k + 1 <= 32 (add: top_k <= 31) */
+  char *out = (char *)P.out + (size_t)t * bytes;
+  if (P.add && lane == 0) pp.src[n - 1] = ht_src{out, 0.0f}; /* out's row, added last as a rank's partial is */
   __syncwarp();
   constexpr int V = HT_PIPE_VEC;
   float acc[V][8], mine[V][8];
@@ -106,9 +111,8 @@ __device__ __forceinline__ void reduce_rows(const ht_params &P, ht_pipe &pp, int
   for (int h = 0; h < V; h++)
 #pragma unroll
     for (int q = 0; q < 8; q++) acc[h][q] = mine[h][q] = 0.0f;
-  char *out = (char *)P.out + (size_t)t * bytes;
   pipe_gather(
-      pp, ns + nr - (has_me ? 1 : 0), bytes,
+      pp, n, bytes,
       [&](int, int i, const uint4 *v) {
         if ((unsigned)(i - lo) < (unsigned)ns) {
           const float w = pp.src[i].w;

@@ -103,6 +103,7 @@ struct ht_params {
   sy_moe_ht_recv_t recv;
   const float *row_weights, *row_values;
   void *out; /* combine: [num_tokens][hidden]; combine_backward: grad_rows */
+  int add;   /* combine: out is added to (sy_moe_ht_combine_add) */
   float *token_values;
   const void *rows_in; /* combine_backward: the combine's input (for grad_row_weights) */
   float *grad_row_weights;

@@ -405,6 +405,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->row_weights = call->row_weights;
   P->row_values = call->row_values;
   P->out = call->out;
+  P->add = call->add;
   P->token_values = call->token_values;
   P->rows_in = call->rows_in;
   P->grad_row_weights = call->grad_row_weights;
