@@ -243,6 +243,7 @@ _PROTOTYPES = {
     "sy_moe_ht_layout": [_P, _P, _I, _I, _P, _P, _P],
     "sy_moe_ht_dispatch": [_P, _P, _I, _P, _P, _P, _P, _P],
     "sy_moe_ht_combine": [_P, _P, _I, _P, _P, _P, _P, _P, _P, _P],
+    "sy_moe_ht_combine_add": [_P, _P, _I, _P, _P, _P, _P, _P, _P, _P],
     "sy_moe_ht_combine_backward": [_P, _P, _I, _P, _P, _P, _P, _P, _P, _P],
 }
 for _name, _args in _PROTOTYPES.items():

@@ -296,14 +296,20 @@ class MoEHT(CommObject):
         return recv
 
     def combine(self, layout: Layout, rows_in: Any, recv: HTRecv, *, row_weights: Any = None,
-                row_values: Any = None, out: Any = None, token_values: Any = None,
+                row_values: Any = None, out: Any = None, token_values: Any = None, add: bool = False,
                 stream: Any = None) -> Any:  # fmt: skip
         """Collective (sy_moe_ht_combine): per token, the sum over its rows of w_r * rows_in[r] (w_r =
         row_weights[r], or 1 with None) in the header's order, bf16 [T, hidden]. rows_in: bf16 [recv.rows,
         hidden] in the layout of the dispatch that wrote recv. row_values (f32 [recv.rows]): carried back to each
         row's (token, k); then returns (out, token_values f32 [T, top_k]), else out. Also the dispatch's
-        backward: rows_in = the rows' gradient, row_weights None."""
+        backward: rows_in = the rows' gradient, row_weights None.
+        add=True (sy_moe_ht_combine_add; out required, the object's top_k <= 31): out[t] = bf16(S + out[t]),
+        S the fp32 sum above, rounded once; a token with no expert in this layout is left as it is. Layouts over
+        disjoint groups of experts, the first combined and the others added, give each token its sum without
+        partial outputs."""
         call = "MoEHT.combine"
+        if add and out is None:
+            raise invalid("out", "add=True adds into out: pass the bf16 [T, hidden] array to add into", call)
         n, where = self._check_layout(layout, call), self.comm._where
         self._check_recv(recv, call, written=False)
         R = recv.rows
@@ -325,9 +331,11 @@ class MoEHT(CommObject):
                 _arrays.check(token_values, "token_values", call, "f32", shape=(n, self.top_k), device=where)
         handle, join = self.comm._stream(stream)
         p = _arrays.ptr
-        status = lib.sy_moe_ht_combine(self.handle, p(layout.handle), n, p(rows_in), ctypes.byref(recv.struct()),
-                                       p(row_weights), p(row_values), p(out), p(token_values), handle)  # fmt: skip
-        check(status, "sy_moe_ht_combine", self.comm._handle)
+        fn, name = (lib.sy_moe_ht_combine_add, "sy_moe_ht_combine_add") if add else (lib.sy_moe_ht_combine,
+                                                                                     "sy_moe_ht_combine")
+        status = fn(self.handle, p(layout.handle), n, p(rows_in), ctypes.byref(recv.struct()), p(row_weights),
+                    p(row_values), p(out), p(token_values), handle)  # fmt: skip
+        check(status, name, self.comm._handle)
         self.comm._used(handle, stream, given, (out, token_values))
         self.comm._join(join)
         return (out, token_values) if want_values else out

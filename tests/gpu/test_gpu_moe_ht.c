@@ -49,6 +49,9 @@ static const ht_case_t cases[] = {
     {"fp8 row-major scales",   48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,    0, 12, RM},
     {"given row-major masked", 24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  1, 1, 0, WL_ROUTE_ONE_EXPERT,0, 13, RM},
     {"ue8m0 8320 row-major",   16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,    0, 14, RM},
+    /* top_k 31: the owners' pipe table full with the add's row (sy_moe_ht_combine_add: top_k + 1 = 32 entries) */
+    {"fp8 top-31",             96, 31, 256, 24, SY_MOE_WIRE_FP8,       16,  8,  0, 1, 0, WL_ROUTE_RANDOM,    0, 15, 0},
+    {"bf16 top-31 same rank",  96, 31, 512, 20, SY_MOE_WIRE_BF16,      1,   4,  1, 0, 1, WL_ROUTE_SAME_RANK, 0, 16, 0},
 };
 /* clang-format on */
 

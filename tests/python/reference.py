@@ -137,14 +137,19 @@ def ht_rows(ids: list[np.ndarray], rank: int, L: int, align: int, stride: int):
     return counts, offsets, row_of
 
 
-def ht_combine(ids_r, rank_rows, rows_in, row_weights, row_values, L, hidden):
+def ht_combine(ids_r, rank_rows, rows_in, row_weights, row_values, L, hidden, add_to=None):
     """A combine on rank r: (bf16 bits [T, hidden], token_values [T, top_k]). rank_rows[p]: (r, t, k) -> row on
-    rank p; rows_in[p]: rank p's bf16 bits [rows, hidden]; row_weights[p] / row_values[p]: f32 [rows] or None."""
+    rank p; rows_in[p]: rank p's bf16 bits [rows, hidden]; row_weights[p] / row_values[p]: f32 [rows] or None.
+    add_to (bf16 bits [T, hidden]): sy_moe_ht_combine_add onto it (its row added after the ranks' partials, one
+    rounding; a token with no expert keeps its row)."""
     T, K = ids_r.shape
     out = np.zeros((T, hidden), dtype=f32)
     values = np.zeros((T, K), dtype=f32)
+    kept = np.zeros(T, dtype=bool)
     for t in range(T):
         experts = [(k, int(ids_r[t, k])) for k in range(K) if ids_r[t, k] >= 0]
+        if add_to is not None and not experts:
+            kept[t] = True
         for p in sorted({g // L for _, g in experts}):
             acc = np.zeros(hidden, dtype=f32)
             for k, g in experts:
@@ -156,7 +161,12 @@ def ht_combine(ids_r, rank_rows, rows_in, row_weights, row_values, L, hidden):
                 if row_values[p] is not None:
                     values[t, k] = row_values[p][row]
             out[t] = (out[t] + bf16_value(bf16_bits(acc))).astype(f32)
-    return bf16_bits(out), values
+        if add_to is not None and experts:
+            out[t] = (out[t] + bf16_value(add_to[t])).astype(f32)
+    bits = bf16_bits(out)
+    if add_to is not None:
+        bits[kept] = add_to[kept]
+    return bits, values
 
 
 def ht_dot(g: np.ndarray, y: np.ndarray) -> np.float32:

@@ -122,6 +122,16 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     want_u, _ = ref.ht_combine(c.ids[r], [rank_rows(p) for p in range(c.W)], [i[0] for i in inputs],
                                [None] * c.W, [None] * c.W, L, H)  # fmt: skip
     np.testing.assert_array_equal(to_np(unweighted), want_u)
+    # added in place (sy_moe_ht_combine_add): onto finite bf16 rows, -0 among them; tokens with no expert kept
+    rng = np.random.default_rng(1000 + r)
+    base = ref.bf16_bits(rng.standard_normal((c.n[r], H)).astype(np.float32))
+    base[:, ::7] = 0x8000
+    acc_dev = to_dev(comm, base.copy(), flavour, "bf16")  # numpy: the same array, written in place
+    got_add = moe.combine(layout, y_dev, recv, row_weights=recv.weights, out=acc_dev, add=True)
+    assert got_add is acc_dev
+    want_add, _ = ref.ht_combine(c.ids[r], [rank_rows(p) for p in range(c.W)], [i[0] for i in inputs],
+                                 [i[1] for i in inputs], [None] * c.W, L, H, add_to=base)  # fmt: skip
+    np.testing.assert_array_equal(to_np(acc_dev), want_add)
 
     # the combine's backward: grad_rows = bf16(w g), the weights' gradient = <g, y> in the header's order
     g = to_dev(comm, c.grad[r], flavour, "bf16")
@@ -242,7 +252,18 @@ def check_bad_arguments(comm: sy.Comm) -> None:
         moe.dispatch(layout, tok, recv=small)
     assert e.value.call == "sy_moe_ht_dispatch"
     moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv)  # still in step
+    with pytest.raises(sy.InvalidArgError, match=r"out: add=True adds into out"):
+        moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv, add=True)
     moe.close()
+    # the add's pipe table holds top_k + 1 rows: top_k 32 is refused by the library, naming the call
+    wide = sy.MoEHT(comm, max_tokens=1, hidden=128, top_k=32, num_experts=32)
+    wl = wide.layout(np.arange(32, dtype=np.int32).reshape(1, 32))
+    wr = wide.dispatch(wl, np.zeros((1, 128), np.uint16))
+    with pytest.raises(sy.InvalidArgError) as e:
+        wide.combine(wl, np.zeros((wr.rows, 128), np.uint16), wr, out=np.zeros((1, 128), np.uint16), add=True)
+    assert e.value.call == "sy_moe_ht_combine_add"
+    wide.combine(wl, np.zeros((wr.rows, 128), np.uint16), wr)  # still in step
+    wide.close()
 
 
 def test_bad_arguments_host() -> None:
