@@ -300,7 +300,7 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
 #define SY_HT_SEND_ATTR __noinline__
 #define SY_HT_OWN_ATTR
 #endif
-template <bool HINT>
+template <bool HINT, int QPIPE>
 __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot,
                                            int nd, bool self, const int32_t *rowbase_me, ht_sink *sk) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
@@ -353,8 +353,8 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
       warp_copy_scales<false, HINT>(P.token_scales + (size_t)t * groups, groups, sk, ns);
     }
   } else {
-    warp_quantise<HINT>((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden, P.wire == SY_MOE_WIRE_FP8_UE8M0,
-                        sk, ns);
+    warp_quantise<HINT, FP8_RECIP_INLINE, QPIPE>((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden,
+                                                 P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns);
   }
   if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
@@ -392,7 +392,7 @@ __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const
   if ((threadIdx.x & 31) == 0) t = ticket_draw(&P.local->own, q.base);
   t = __shfl_sync(0xffffffffu, t, 0);
   const bool got = t < (uint64_t)P.num_tokens;
-  if (got) send_token<HINT>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
+  if (got) send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
   const bool any = role_sync_or<RM>(P, got);
   if (!any && role_tid<RM>(P) == 0) q.left = 0;
   if (any && P.probe) probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
@@ -412,7 +412,7 @@ __device__ SY_HT_OWN_ATTR void own_drain(const ht_params &P, const own_state &q,
   t = __shfl_sync(0xffffffffu, t, 0);
   while (t < (uint64_t)P.num_tokens) {
     uint64_t next = lead ? ticket_draw(&P.local->own, q.base) : 0; /* in flight while this token's rows are written */
-    send_token<HINT>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
+    send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
     t = __shfl_sync(0xffffffffu, next, 0);
   }
   role_sync<RM>(P);
@@ -542,7 +542,8 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     if (failed) return;
     if (P.probe) probe_add<RM>(P, PR_WAIT, probe_now(P) - pt - (probe_get<RM>(P, PR_OWN) - own0)), pt = probe_now(P);
     for (int j = role_warp<RM>(P); j < nb; j += role_nwarps<RM>(P))
-      send_token<HINT>(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid, rowbase_me, sk);
+      send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid,
+                                             rowbase_me, sk);
     role_sync<RM>(P);
     if (P.probe) {
       probe_add<RM>(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
@@ -687,7 +688,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   const int mid = P.own_queue ? chan_begin(c, P.num_tokens, C) : own_mid(P, c);
   const uint64_t pt = probe_now(P);
   for (int t = chan_begin(c, P.num_tokens, C) + role_warp<RM>(P); rows_ok && t < mid; t += role_nwarps<RM>(P))
-    send_token<HINT>(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
+    send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
   if (P.probe) {
     role_sync<RM>(P);
     probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
@@ -776,6 +777,6 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q)
   const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
   for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
     const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};
-    warp_quantise<false, FP8_RECIP_AHEAD>(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
+    warp_quantise<false, FP8_RECIP_AHEAD, SY_HT_QPIPE>(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
   }
 }

@@ -88,32 +88,73 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
 }
 
 /* The whole warp: a bf16 token of `hidden` elements (a multiple of 128) as E4M3 with an fp32 scale per 128
- * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink; HT_QPASSES x 512 elements a
- * pass, every load of the pass in flight before the first quantisation. */
+ * elements (cuda/fp8.cuh: quantise16, the numbers of ref/fp8.h) into each sink. PIPE > 0: passes of PIPE x 512
+ * elements, the next pass's loads issued before this pass is quantised and stored, so a warp's loads stay in flight
+ * across its stores; PIPE 0: passes of HT_QPASSES x 512 elements, every load of the pass in flight before the
+ * first quantisation, none during the stores. Measured at world 1 (bench/NOTES.md, run 52): PIPE 1 takes the FP8
+ * dispatch at 132 SMs from 115.3-116.7 to 111.7-112.2 us, at 16 SMs 439.5-439.7 to 435.9-437.7; kernels with both
+ * roles in a block (from world 2 at <= 16 SMs, where the tokens are quantised ahead by default) keep PIPE 0, which
+ * spills less there. SY_HT_QPIPE (build time): the PIPE of the other kernels, 0 for the form before. */
+#ifndef SY_HT_QPIPE
+#define SY_HT_QPIPE 1
+#endif
 constexpr int HT_QPASSES = 4;
-template <bool HINT, bool RECIP = FP8_RECIP_INLINE>
+template <bool HINT, bool RECIP = FP8_RECIP_INLINE, int PIPE = 0>
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
-  for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
-    uint4 raw[HT_QPASSES][2];
+  if constexpr (PIPE > 0) {
+    constexpr int QP = PIPE; /* 512-element vectors a pass */
+    auto load = [&](int base, uint4(&r)[QP][2]) {
 #pragma unroll
-    for (int u = 0; u < HT_QPASSES; u++) {
-      const int el = base + u * 512 + lane * 16;
-      raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
-      if (el < hidden) {
-        raw[u][0] = __ldg((const uint4 *)(src + el));
-        raw[u][1] = __ldg((const uint4 *)(src + el + 8));
+      for (int u = 0; u < QP; u++) {
+        const int el = base + u * 512 + lane * 16;
+        r[u][0] = r[u][1] = make_uint4(0, 0, 0, 0);
+        if (el < hidden) {
+          r[u][0] = __ldg((const uint4 *)(src + el));
+          r[u][1] = __ldg((const uint4 *)(src + el + 8));
+        }
       }
-    }
+    };
+    uint4 cur[QP][2], nxt[QP][2];
+    load(0, cur);
+    for (int base = 0; base < hidden; base += QP * 512) {
+      if (base + QP * 512 < hidden) load(base + QP * 512, nxt);
 #pragma unroll
-    for (int u = 0; u < HT_QPASSES; u++) {
-      const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
-      float scale;
-      const uint4 q = quantise16<RECIP>(raw[u][0], raw[u][1], ue8m0, &scale);
-      if (el >= hidden) continue;
-      for (int i = 0; i < n; i++) {
-        *(uint4 *)(s[i].body + el) = q;
-        if ((lane & 7) == 0) sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
+      for (int u = 0; u < QP; u++) {
+        const int el = base + u * 512 + lane * 16;
+        float scale;
+        const uint4 q = quantise16<RECIP>(cur[u][0], cur[u][1], ue8m0, &scale);
+        if (el >= hidden) continue;
+        for (int i = 0; i < n; i++) {
+          *(uint4 *)(s[i].body + el) = q;
+          if ((lane & 7) == 0) sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < QP; u++) cur[u][0] = nxt[u][0], cur[u][1] = nxt[u][1];
+    }
+  } else {
+    for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
+      uint4 raw[HT_QPASSES][2];
+#pragma unroll
+      for (int u = 0; u < HT_QPASSES; u++) {
+        const int el = base + u * 512 + lane * 16;
+        raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
+        if (el < hidden) {
+          raw[u][0] = __ldg((const uint4 *)(src + el));
+          raw[u][1] = __ldg((const uint4 *)(src + el + 8));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < HT_QPASSES; u++) {
+        const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
+        float scale;
+        const uint4 q = quantise16<RECIP>(raw[u][0], raw[u][1], ue8m0, &scale);
+        if (el >= hidden) continue;
+        for (int i = 0; i < n; i++) {
+          *(uint4 *)(s[i].body + el) = q;
+          if ((lane & 7) == 0) sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
+        }
       }
     }
   }
