@@ -40,11 +40,11 @@
 
 static int layout(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   const int32_t *ids = m->ids ? m->ids : b->ids + (size_t)m->first * b->K;
-  return sy_moe_ht_layout(b->moe, ids, SY_INDEX_INT32, m->T, m->handle, NULL, s) != 0;
+  return sy_moe_ht_layout(m->moe, ids, SY_INDEX_INT32, m->T, m->handle, NULL, s) != 0;
 }
 
 static int dispatch(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_dispatch(b->moe, m->handle, m->T, b->x + (size_t)m->first * b->H, NULL,
+  return sy_moe_ht_dispatch(m->moe, m->handle, m->T, b->x + (size_t)m->first * b->H, NULL,
                             b->weights + (size_t)m->first * b->K, &m->recv, s) != 0;
 }
 
@@ -55,8 +55,8 @@ static int adds(const layer_bench_t *b, const mb_t *m) { return b->group_add && 
 static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   uint16_t *out = m->out ? m->out : b->out + (size_t)m->first * b->H;
   if (adds(b, m))
-    return sy_moe_ht_combine_add(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
-  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
+    return sy_moe_ht_combine_add(m->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
+  return sy_moe_ht_combine(m->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
 }
 
 static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStream_t s) {
@@ -67,7 +67,7 @@ static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStre
  * weights: the rows' gradients summed back to their tokens). The forward's rows, mid and layout stay from the
  * forward ways that ran before. */
 static int combine_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_combine_backward(b->moe, m->handle, m->T, b->dout + (size_t)m->first * b->H, &m->recv,
+  return sy_moe_ht_combine_backward(m->moe, m->handle, m->T, b->dout + (size_t)m->first * b->H, &m->recv,
                                     m->recv.weights, NULL, m->dy, NULL, s) != 0;
 }
 
@@ -77,8 +77,8 @@ static int ffn_bwd(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cuda
 
 static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   uint16_t *dx = m->dx ? m->dx : b->dx + (size_t)m->first * b->H;
-  if (adds(b, m)) return sy_moe_ht_combine_add(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
-  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
+  if (adds(b, m)) return sy_moe_ht_combine_add(m->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
+  return sy_moe_ht_combine(m->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
 }
 
 /* ---- the parts of its steps (layer_run_shape makes the ways of them) ------------------------------------------ */
@@ -153,13 +153,14 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
       if (!m->out || !m->dx) return 1;
     }
   }
+  m->moe = b->moe_end && (index == 1 || index == b->nmb) ? b->moe_end : b->moe;
   m->S = layer_max_rows(b, m->first, m->T); /* by expert groups: the whole step's bound, a group's at most that */
   if (m->S < 0) return 1;
   const size_t rows = (size_t)b->L * m->S;
   m->handle = layer_buf(b, handle_bytes);
   m->recv = (sy_moe_ht_recv_t){0};
   if (b->ctx->opts->recv_arena) { /* from the object's receive arena: the dispatch's first copy in place */
-    if (sy_moe_ht_recv_alloc(b->moe, NULL, (int)rows, m->S, &m->recv, NULL) != SY_SUCCESS) return 1;
+    if (sy_moe_ht_recv_alloc(m->moe, NULL, (int)rows, m->S, &m->recv, NULL) != SY_SUCCESS) return 1;
   } else {
     m->recv.tokens = layer_buf(b, rows * b->H * 2);
     m->recv.src = layer_buf(b, rows * 8);
@@ -179,7 +180,7 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
 }
 
 static void free_mb(layer_bench_t *b, mb_t *m) {
-  if (b->ctx->opts->recv_arena && m->recv.expert_offsets) sy_moe_ht_recv_free(b->moe, NULL, &m->recv, NULL);
+  if (b->ctx->opts->recv_arena && m->recv.expert_offsets) sy_moe_ht_recv_free(m->moe, NULL, &m->recv, NULL);
   void *p[] = {m->handle,
                m->recv.tokens,
                m->recv.src,
@@ -216,6 +217,10 @@ static int setup_prefill(layer_bench_t *b) {
     cfg.recv_arena_bytes = (size_t)bench_allreduce_max(ctx, (long long)bytes); /* alike on every rank */
   }
   if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe) != SY_SUCCESS) return 1;
+  if (b->by_experts && ctx->opts->end_sms) { /* the ends' object: the first and the last group (setup_mb) */
+    cfg.num_sms = ctx->opts->end_sms;
+    if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe_end) != SY_SUCCESS) return 1;
+  }
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
   if (sy_moe_ht_sizes(b->moe, &sizes) != SY_SUCCESS) return 1;
   if (sizes.local_experts != b->L) return 1; /* the weights were made for E / world experts a rank */
@@ -231,7 +236,9 @@ static int setup_prefill(layer_bench_t *b) {
 
 static int prefill(layer_bench_t *b) {
   int rc = setup_prefill(b);
-  char split[LAYER_MAX_MB * 40] = "", beside[96] = "";
+  char split[LAYER_MAX_MB * 40] = "", beside[96] = "", ends[96] = "";
+  if (b->moe_end)
+    snprintf(ends, sizeof ends, " (the first and the last group's calls %d: --end-sms)", b->ctx->opts->end_sms);
   if (b->beside < b->L)
     snprintf(beside, sizeof beside, " (%d experts of %d; the rest on every SM after the communication beside them)",
              b->beside, b->L);
@@ -245,13 +252,13 @@ static int prefill(layer_bench_t *b) {
   bench_print(b->ctx,
               "# layer prefill: %d tokens a rank, high-throughput mode, BF16 wire, masked layout of %d rows an expert "
               "(%d experts a rank; the routing's busiest expert, to 16); %d micro-batches%s: %s; communication "
-              "SMs %d, the micro-batches' GEMMs on %d%s%s%s\n",
+              "SMs %d%s, the micro-batches' GEMMs on %d%s%s%s\n",
               b->T, b->mb[0].S, b->L, b->nmb,
               b->by_experts ? " by expert groups, every token in each (--split experts; their outputs summed; way "
                               "comm and the overlap measure count the whole step's communication once, where the "
                               "groups send a token once a group)"
                             : "",
-              split, b->sms, b->gemm_sms, b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)", beside,
+              split, b->sms, ends, b->gemm_sms, b->gemm_sms || !b->gpu ? "" : " (no SM target: every SM)", beside,
               b->ctx->opts->recv_arena ? "; recv in the receive arena (--recv arena)" : "");
   static const layer_parts_t fwd = {"prefill", part_ld, part_ffn, part_c, 1};
   static const layer_parts_t bwd = {"backward", part_cb, part_ffn_bwd, part_db, 2};
@@ -290,7 +297,8 @@ static int prefill(layer_bench_t *b) {
   }
   for (int i = 0; i <= b->nmb; i++) free_mb(b, &b->mb[i]);
   if (b->moe) sy_moe_ht_destroy(b->moe);
-  b->moe = NULL;
+  if (b->moe_end) sy_moe_ht_destroy(b->moe_end);
+  b->moe = b->moe_end = NULL;
   return rc;
 }
 
@@ -305,6 +313,11 @@ int bench_layer(bench_ctx_t *ctx) {
   const int64_t *tokens = ctx->opts->num_token_list ? ctx->opts->token_list : gpu ? gpu_tokens : host_tokens;
   const int n = ctx->opts->num_token_list ? ctx->opts->num_token_list : 2;
   int rc = 0;
+  if (ctx->opts->end_sms && !ctx->opts->split_experts) {
+    bench_print(ctx, "# layer: --end-sms needs --split experts (the first and the last group's object)\n");
+    ctx->warm_s = 0;
+    return 1;
+  }
   if (ctx->opts->split_experts) { /* every size checked before any runs */
     const int E = gpu ? 256 : 8 * ctx->world, L = (E + ctx->world - 1) / ctx->world,
               groups = ctx->opts->micro_batches ? ctx->opts->micro_batches : 2;

@@ -245,6 +245,9 @@ static void usage(FILE *f) {
       "      --group-sum add|kernel  layer, --split experts: each group's combine after the first adds into the\n"
       "                            output (sy_moe_ht_combine_add; default), or the groups' partial outputs are\n"
       "                            summed by a kernel after the last\n"
+      "      --end-sms N           layer, --split experts: the first and the last group (their layout, dispatch\n"
+      "                            and combine, forward and backward) on a second object of N SMs: the step's\n"
+      "                            ends, the first dispatch and the last combine, have no GEMM beside them\n"
       "      --gemm-sms N          layer: the SMs the micro-batches' GEMMs target (cublasLt; default: those the\n"
       "                            communication leaves; 0: every SM)\n"
       "      --layers N            layer: N MoE layers a step (default 1), each micro-batch's next layer after its\n"
@@ -483,7 +486,7 @@ static int parse_token_list(const char *flag, const char *text, bench_opts_t *op
 int main(int argc, char **argv) {
   bench_opts_t opts = {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0,   0, {0}, NULL, NULL, 0, 0,
-      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0,    0,    0};
+      0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0,    0,    0, 0};
   size_t tokens_arg = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -537,6 +540,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--alignment")) bad = parse_int_arg(a, v, 1, &opts.alignment);
     else if (!strcmp(a, "--num-sms")) bad = parse_int_arg(a, v, 1, &opts.num_sms);
     else if (!strcmp(a, "--gemm-sms")) bad = parse_int_arg(a, v, 0, &opts.gemm_sms);
+    else if (!strcmp(a, "--end-sms")) bad = parse_int_arg(a, v, 2, &opts.end_sms);
     else if (!strcmp(a, "--micro-batches")) {
       bad = parse_micro_batches(a, v, &opts);
     } else if (!strcmp(a, "--split")) {
