@@ -764,6 +764,14 @@ SY_API sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *co
 SY_API sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe);
 /* Local; answers after an error too. */
 SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
+/* The SM budget of this object's calls enqueued from now on (the layout, the dispatch, the combines, the combine's
+ * backward): num_sms in [2, config.num_sms], or 0 for config.num_sms (the budget a new object starts with). So one
+ * object's calls can hold different budgets: e.g. a step's first dispatch and its last combine, which have no expert
+ * GEMM beside them, on every SM, and the calls beside the GEMMs on few; config.num_sms sets the most (and the rings'
+ * memory). Below config.num_sms each of a call's blocks serves several of the object's channels in turn, in the same
+ * order on every rank, so every rank sets the same budget before the same call. A call reads the budget when it is
+ * enqueued (a captured graph keeps its calls' budgets). Local (no stream work); the host backend checks it alike. */
+SY_API sy_status_t sy_moe_ht_set_num_sms(sy_moe_ht_t moe, int num_sms);
 /* A dispatch's receive buffers of `rows` rows as one allocation from `pool` (sy_pool_alloc: stream-ordered and
  * graph-capturable), sized for this object's wire: expert_offsets [L + 1], expert_counts [L], src, weights,
  * scales (FP8 wires; NULL on BF16) and tokens, each 256-byte aligned; recv->rows = rows, recv->expert_stride =

@@ -237,6 +237,7 @@ _PROTOTYPES = {
     "sy_moe_ht_create": [_P, _P, POINTER(c_void_p)],
     "sy_moe_ht_destroy": [_P],
     "sy_moe_ht_sizes": [_P, _P],
+    "sy_moe_ht_set_num_sms": [_P, _I],
     "sy_moe_ht_recv_alloc": [_P, _P, _I, _I, _P, _P],
     "sy_moe_ht_recv_bytes": [_P, _P, _I, POINTER(c_size_t)],
     "sy_moe_ht_recv_free": [_P, _P, _P, _P],

@@ -111,6 +111,12 @@ class MoEHT(CommObject):
         self.handle_bytes: int = sizes.handle_bytes
 
     # ---- layout -------------------------------------------------------------------------------------------
+    def set_num_sms(self, num_sms: int) -> None:
+        """The SM budget of the calls enqueued from now on (sy_moe_ht_set_num_sms): 2 .. num_sms of the object, 0
+        for the object's. E.g. a step's first dispatch and last combine, with no expert GEMM beside them, on every SM
+        and the calls beside the GEMMs on few. Every rank sets the same before the same call."""
+        check(lib.sy_moe_ht_set_num_sms(self._handle, int(num_sms)), "sy_moe_ht_set_num_sms", self.comm._handle)
+
     def layout(self, expert_ids: Any, *, exact: bool = True, stream: Any = None) -> Layout:
         """Collective (sy_moe_ht_layout). expert_ids: int32/int64 [T, top_k] (-1: none; T <= max_tokens).
         exact: wait on the host for this rank's counts (Layout.counts, offsets, rows_needed; not capturable);

@@ -79,6 +79,7 @@ struct sy_moe_ht {
   int local_experts;         /* L */
   int max_rows;
   uint64_t layouts, dispatches; /* calls so far */
+  int call_sms;                 /* the SM budget of the calls enqueued now (sy_moe_ht_set_num_sms; config.num_sms) */
   void *backend_state;
   /* the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL): the cuda backend's part of
    * the symmetric workspace, or (host backend) host memory of the object's own; its allocations by first fit, freed

@@ -181,6 +181,7 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->config = config;
   moe->id = __atomic_add_fetch(&next_object_id, 1, __ATOMIC_RELAXED);
   moe->local_experts = config.num_experts / comm->world_size;
+  moe->call_sms = config.num_sms;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
   sy__arena_init(&moe->book, config.recv_arena_bytes);
   sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
@@ -247,6 +248,15 @@ sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes) {
   const size_t size = sizes->size; /* a newer caller's larger struct: its known prefix is filled */
   fill_sizes(moe, sizes);
   sizes->size = size;
+  return SY_SUCCESS;
+}
+
+sy_status_t sy_moe_ht_set_num_sms(sy_moe_ht_t moe, int num_sms) {
+  static const char *fn = "sy_moe_ht_set_num_sms";
+  SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
+  SY_ARG_CHECK(num_sms == 0 || (num_sms >= 2 && num_sms <= moe->config.num_sms), fn,
+               "num_sms=%d outside [2, config.num_sms=%d] (0: config.num_sms)", num_sms, moe->config.num_sms);
+  moe->call_sms = num_sms ? num_sms : moe->config.num_sms;
   return SY_SUCCESS;
 }
 

@@ -26,32 +26,38 @@ typedef struct {
   int specials;
   uint64_t salt;
   unsigned flags; /* config.flags: SY_MOE_HT_SCALES_ROW_MAJOR */
+  int call_sms;   /* > 0: the calls' budgets vary (sy_moe_ht_set_num_sms: this, config.num_sms and 2; run_round) */
 } ht_case_t;
 
 #define RM SY_MOE_HT_SCALES_ROW_MAJOR /* the cases' flags */
 /* clang-format off */
 static const ht_case_t cases[] = {
     /* name, experts, top_k, hidden, max_tokens, wire, alignment, num_sms, masked, exact, int64 ids, route, specials,
-     * salt, flags */
-    {"bf16 random",            48, 4, 256,  40, SY_MOE_WIRE_BF16,      1,   4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 1, 0},
-    {"fp8 align 16",           48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 2, 0},
-    {"ue8m0 align 128 masked", 24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 2,  1, 0, 0, WL_ROUTE_SAME_RANK,  0, 3, 0},
-    {"given fp8 one expert",   24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  0, 1, 0, WL_ROUTE_ONE_EXPERT, 0, 4, 0},
-    {"bf16 empty rank masked", 96, 8, 128,  64, SY_MOE_WIRE_BF16,      16,  8,  1, 1, 1, WL_ROUTE_EMPTY_RANK, 0, 5, 0},
-    {"fp8 none",               24, 4, 128,  16, SY_MOE_WIRE_FP8,       1,   4,  0, 0, 0, WL_ROUTE_NONE,       0, 6, 0},
-    {"fp8 specials",           48, 6, 256,  30, SY_MOE_WIRE_FP8,       1,   16, 0, 1, 0, WL_ROUTE_RANDOM,     1, 7, 0},
-    {"bf16 hidden 7168",       24, 4, 7168, 16, SY_MOE_WIRE_BF16,      128, 16, 0, 0, 0, WL_ROUTE_FULL,       0, 8, 0},
-    {"fp8 hidden 7168 top-1",  16, 1, 7168, 32, SY_MOE_WIRE_FP8,       1,   8,  0, 1, 1, WL_ROUTE_RANDOM,     0, 9, 0},
-    {"bf16 300 tokens",        256, 8, 256, 300, SY_MOE_WIRE_BF16,     16,  16, 0, 0, 0, WL_ROUTE_RANDOM,     0, 10, 0},
+     * salt, flags, the calls' SM budget */
+    {"bf16 random",            48, 4, 256,  40, SY_MOE_WIRE_BF16,      1,   4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 1, 0, 0},
+    {"fp8 align 16",           48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,     0, 2, 0, 0},
+    {"ue8m0 align 128 masked", 24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 2,  1, 0, 0, WL_ROUTE_SAME_RANK,  0, 3, 0, 0},
+    {"given fp8 one expert",   24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  0, 1, 0, WL_ROUTE_ONE_EXPERT, 0, 4, 0, 0},
+    {"bf16 empty rank masked", 96, 8, 128,  64, SY_MOE_WIRE_BF16,      16,  8,  1, 1, 1, WL_ROUTE_EMPTY_RANK, 0, 5, 0, 0},
+    {"fp8 none",               24, 4, 128,  16, SY_MOE_WIRE_FP8,       1,   4,  0, 0, 0, WL_ROUTE_NONE,       0, 6, 0, 0},
+    {"fp8 specials",           48, 6, 256,  30, SY_MOE_WIRE_FP8,       1,   16, 0, 1, 0, WL_ROUTE_RANDOM,     1, 7, 0, 0},
+    {"bf16 hidden 7168",       24, 4, 7168, 16, SY_MOE_WIRE_BF16,      128, 16, 0, 0, 0, WL_ROUTE_FULL,       0, 8, 0, 0},
+    {"fp8 hidden 7168 top-1",  16, 1, 7168, 32, SY_MOE_WIRE_FP8,       1,   8,  0, 1, 1, WL_ROUTE_RANDOM,     0, 9, 0, 0},
+    {"bf16 300 tokens",        256, 8, 256, 300, SY_MOE_WIRE_BF16,     16,  16, 0, 0, 0, WL_ROUTE_RANDOM,     0, 10, 0, 0},
     /* 65 scale groups: the receivers' scales past the 64 they load with a message's header */
-    {"ue8m0 hidden 8320",      16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 11, 0},
+    {"ue8m0 hidden 8320",      16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,     0, 11, 0, 0},
     /* recv.scales row-major (SY_MOE_HT_SCALES_ROW_MAJOR) */
-    {"fp8 row-major scales",   48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,    0, 12, RM},
-    {"given row-major masked", 24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  1, 1, 0, WL_ROUTE_ONE_EXPERT,0, 13, RM},
-    {"ue8m0 8320 row-major",   16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,    0, 14, RM},
+    {"fp8 row-major scales",   48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 0, 1, WL_ROUTE_RANDOM,    0, 12, RM, 0},
+    {"given row-major masked", 24, 2, 384,  24, SY_MOE_WIRE_FP8_GIVEN, 1,   6,  1, 1, 0, WL_ROUTE_ONE_EXPERT,0, 13, RM, 0},
+    {"ue8m0 8320 row-major",   16, 4, 8320, 12, SY_MOE_WIRE_FP8_UE8M0, 16,  4,  0, 1, 0, WL_ROUTE_RANDOM,    0, 14, RM, 0},
     /* top_k 31: the owners' pipe table full with the add's row (sy_moe_ht_combine_add: top_k + 1 = 32 entries) */
-    {"fp8 top-31",             96, 31, 256, 24, SY_MOE_WIRE_FP8,       16,  8,  0, 1, 0, WL_ROUTE_RANDOM,    0, 15, 0},
-    {"bf16 top-31 same rank",  96, 31, 512, 20, SY_MOE_WIRE_BF16,      1,   4,  1, 0, 1, WL_ROUTE_SAME_RANK, 0, 16, 0},
+    {"fp8 top-31",             96, 31, 256, 24, SY_MOE_WIRE_FP8,       16,  8,  0, 1, 0, WL_ROUTE_RANDOM,    0, 15, 0, 0},
+    {"bf16 top-31 same rank",  96, 31, 512, 20, SY_MOE_WIRE_BF16,      1,   4,  1, 0, 1, WL_ROUTE_SAME_RANK, 0, 16, 0, 0},
+    /* the calls' SM budgets below config.num_sms (sy_moe_ht_set_num_sms): blocks serving several channels in turn,
+     * the dispatch and the combines of one layout on different budgets */
+    {"bf16 300 tokens budgets",256, 8, 256, 300, SY_MOE_WIRE_BF16,     16,  16, 0, 0, 0, WL_ROUTE_RANDOM,    0, 17, 0, 4},
+    {"fp8 budgets 6 of 16",    48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 1, 1, WL_ROUTE_RANDOM,    0, 18, 0, 6},
+    {"ue8m0 masked budgets",   24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 12, 1, 0, 0, WL_ROUTE_SAME_RANK, 0, 19, 0, 5},
 };
 /* clang-format on */
 
@@ -271,20 +277,27 @@ static void run_round(const ht_run_t *R, sy_moe_ht_t moe, int n, ht_bufs_t *b, i
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (stream) cudaStreamIsCapturing(stream, &cs);
   const cudaStream_t sync = cs == cudaStreamCaptureStatusNone ? stream : NULL;
+  const int budget = c->call_sms; /* the calls' SM budgets, when the case varies them */
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, budget));
   GT_OK(sy_moe_ht_layout(moe, n ? b->ids : NULL, c->id64 ? SY_INDEX_INT64 : SY_INDEX_INT32, n, b->handle, host_counts,
                          stream));
   step("layout", sync);
   GT_OK(sy_moe_ht_dispatch(moe, b->handle, n, n ? b->tokens : NULL, c->wire == SY_MOE_WIRE_FP8_GIVEN ? b->scales : NULL,
                            n ? b->weights : NULL, &b->recv, stream));
   step("dispatch", sync);
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, 0)); /* config.num_sms */
   GT_OK(sy_moe_ht_combine(moe, b->handle, n, b->rows_in, &b->recv, b->recv.weights, b->row_values, b->out, b->values,
                           stream));
   step("combine", sync);
   /* the dispatch's backward (rows_in standing for the rows' gradient) and the combine's */
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, budget));
   GT_OK(sy_moe_ht_combine(moe, b->handle, n, b->rows_in, &b->recv, NULL, NULL, b->out2, NULL, stream));
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, 2));
   GT_OK(sy_moe_ht_combine_add(moe, b->handle, n, b->rows_in, &b->recv, b->recv.weights, NULL, b->out3, NULL, stream));
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, budget));
   GT_OK(sy_moe_ht_combine_backward(moe, b->handle, n, n ? b->grad_out : NULL, &b->recv, b->recv.weights, b->rows_in,
                                    b->grad_rows, b->grad_w, stream));
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, 0));
   step("combine_backward", sync);
 }
 

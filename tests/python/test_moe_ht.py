@@ -254,6 +254,12 @@ def check_bad_arguments(comm: sy.Comm) -> None:
     moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv)  # still in step
     with pytest.raises(sy.InvalidArgError, match=r"out: add=True adds into out"):
         moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv, add=True)
+    with pytest.raises(sy.InvalidArgError) as e:  # the calls' SM budget: 2 .. the object's (16), 0 for it
+        moe.set_num_sms(17)
+    assert e.value.call == "sy_moe_ht_set_num_sms"
+    moe.set_num_sms(2)
+    moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv)
+    moe.set_num_sms(0)
     moe.close()
     # the add's pipe table holds top_k + 1 rows: top_k 32 is refused by the library, naming the call
     wide = sy.MoEHT(comm, max_tokens=1, hidden=128, top_k=32, num_experts=32)

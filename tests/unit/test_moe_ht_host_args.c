@@ -578,6 +578,16 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
     REJECT(sy_moe_ht_sizes(x.moe, NULL), "sizes is NULL");
     z.size = 8;
     REJECT(sy_moe_ht_sizes(x.moe, &z), "sizes->size=8 is too small (initialise it with SY_MOE_HT_SIZES_INIT)");
+    /* the calls' SM budget: 2 .. config.num_sms (16 by default), 0 for config.num_sms */
+    REJECT(sy_moe_ht_set_num_sms(NULL, 4), "sy_moe_ht_set_num_sms: invalid argument: moe is NULL");
+    REJECT(sy_moe_ht_set_num_sms(x.moe, 1),
+           "sy_moe_ht_set_num_sms: invalid argument: num_sms=1 outside [2, "
+           "config.num_sms=16] (0: config.num_sms)");
+    REJECT(sy_moe_ht_set_num_sms(x.moe, 17), "num_sms=17 outside [2, config.num_sms=16]");
+    REJECT(sy_moe_ht_set_num_sms(x.moe, -2), "num_sms=-2 outside");
+    CHECK_OK(sy_moe_ht_set_num_sms(x.moe, 2));
+    CHECK_OK(sy_moe_ht_set_num_sms(x.moe, 16));
+    CHECK_OK(sy_moe_ht_set_num_sms(x.moe, 0));
     struct {
       sy_moe_ht_sizes_t s;
       int tail;

@@ -67,9 +67,9 @@ typedef struct bench_opts {
   double keep_experts;               /* moe-ht: the share of each rank's experts whose ids stay, the first
                                       * floor(L x F) of its L (--keep-experts F; the others -1, as in one group of the
                                       * layer's --split experts); 0: all */
-  int end_sms;                       /* layer, --split experts: the first and the last group's calls on an object of
-                                      * this SM budget (--end-sms; the ends, with no GEMM beside their dispatch or
-                                      * combine); 0: every group on the layer's object */
+  int end_sms;                       /* layer, --split experts: the SM budget of the step's ends, the first group's
+                                      * layout and dispatch and the last group's combine (--end-sms; no GEMM beside
+                                      * them); 0: the layer's budget */
 } bench_opts_t;
 
 /* One measured variant at one size. */

@@ -40,11 +40,11 @@
 
 static int layout(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   const int32_t *ids = m->ids ? m->ids : b->ids + (size_t)m->first * b->K;
-  return sy_moe_ht_layout(m->moe, ids, SY_INDEX_INT32, m->T, m->handle, NULL, s) != 0;
+  return sy_moe_ht_layout(b->moe, ids, SY_INDEX_INT32, m->T, m->handle, NULL, s) != 0;
 }
 
 static int dispatch(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_dispatch(m->moe, m->handle, m->T, b->x + (size_t)m->first * b->H, NULL,
+  return sy_moe_ht_dispatch(b->moe, m->handle, m->T, b->x + (size_t)m->first * b->H, NULL,
                             b->weights + (size_t)m->first * b->K, &m->recv, s) != 0;
 }
 
@@ -55,8 +55,8 @@ static int adds(const layer_bench_t *b, const mb_t *m) { return b->group_add && 
 static int combine(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   uint16_t *out = m->out ? m->out : b->out + (size_t)m->first * b->H;
   if (adds(b, m))
-    return sy_moe_ht_combine_add(m->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
-  return sy_moe_ht_combine(m->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
+    return sy_moe_ht_combine_add(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
+  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->y, &m->recv, m->recv.weights, NULL, out, NULL, s) != 0;
 }
 
 static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStream_t s) {
@@ -67,7 +67,7 @@ static int ffn(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cudaStre
  * weights: the rows' gradients summed back to their tokens). The forward's rows, mid and layout stay from the
  * forward ways that ran before. */
 static int combine_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
-  return sy_moe_ht_combine_backward(m->moe, m->handle, m->T, b->dout + (size_t)m->first * b->H, &m->recv,
+  return sy_moe_ht_combine_backward(b->moe, m->handle, m->T, b->dout + (size_t)m->first * b->H, &m->recv,
                                     m->recv.weights, NULL, m->dy, NULL, s) != 0;
 }
 
@@ -77,14 +77,22 @@ static int ffn_bwd(layer_bench_t *b, mb_t *m, int e0, int experts, int sms, cuda
 
 static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
   uint16_t *dx = m->dx ? m->dx : b->dx + (size_t)m->first * b->H;
-  if (adds(b, m)) return sy_moe_ht_combine_add(m->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
-  return sy_moe_ht_combine(m->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
+  if (adds(b, m)) return sy_moe_ht_combine_add(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
+  return sy_moe_ht_combine(b->moe, m->handle, m->T, m->dxr, &m->recv, NULL, NULL, dx, NULL, s) != 0;
 }
 
 /* ---- the parts of its steps (layer_run_shape makes the ways of them) ------------------------------------------ */
 
+/* --end-sms: the SM budget of the calls that follow (sy_moe_ht_set_num_sms): the step's ends' — the first group's
+ * layout and dispatch (comm1: nothing beside them yet), the last group's combine (comm2: nothing beside it any more),
+ * forward and backward — or the layer's. */
+static int budget(layer_bench_t *b, int m, int comm1) {
+  if (!b->end_sms) return 0;
+  const int end = m && (comm1 ? m == 1 : m == b->nmb);
+  return sy_moe_ht_set_num_sms(b->moe, end ? b->end_sms : b->sms) != SY_SUCCESS;
+}
 static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
-  return layout(b, &b->mb[m], s) || dispatch(b, &b->mb[m], s);
+  return budget(b, m, 1) || layout(b, &b->mb[m], s) || dispatch(b, &b->mb[m], s);
 }
 /* The SMs a compute part's GEMMs target: a micro-batch's (m > 0) beside the communication, those it leaves; the rest
  * of a micro-batch's experts after it (LAYER_GEMM_AFTER), and the whole step's, every SM. */
@@ -111,16 +119,16 @@ static int sum_groups(layer_bench_t *b, int m, int backward, cudaStream_t s) {
   return layer_sum(b, backward ? b->dx : b->out, part, b->nmb, s);
 }
 static int part_c(layer_bench_t *b, int m, cudaStream_t s) {
-  return combine(b, &b->mb[m], s) || sum_groups(b, m, 0, s);
+  return budget(b, m, 0) || combine(b, &b->mb[m], s) || sum_groups(b, m, 0, s);
 }
-static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return combine_bwd(b, &b->mb[m], s); }
+static int part_cb(layer_bench_t *b, int m, cudaStream_t s) { return budget(b, m, 1) || combine_bwd(b, &b->mb[m], s); }
 static int part_ffn_bwd(layer_bench_t *b, int m, int part, cudaStream_t s) {
   int e0, experts;
   part_experts(b, m, part, &e0, &experts);
   return ffn_bwd(b, &b->mb[m], e0, experts, part_sms(b, m, part), s);
 }
 static int part_db(layer_bench_t *b, int m, cudaStream_t s) {
-  return dispatch_bwd(b, &b->mb[m], s) || sum_groups(b, m, 1, s);
+  return budget(b, m, 0) || dispatch_bwd(b, &b->mb[m], s) || sum_groups(b, m, 1, s);
 }
 
 /* ---- set-up --------------------------------------------------------------------------------------------------- */
@@ -153,14 +161,13 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
       if (!m->out || !m->dx) return 1;
     }
   }
-  m->moe = b->moe_end && (index == 1 || index == b->nmb) ? b->moe_end : b->moe;
   m->S = layer_max_rows(b, m->first, m->T); /* by expert groups: the whole step's bound, a group's at most that */
   if (m->S < 0) return 1;
   const size_t rows = (size_t)b->L * m->S;
   m->handle = layer_buf(b, handle_bytes);
   m->recv = (sy_moe_ht_recv_t){0};
   if (b->ctx->opts->recv_arena) { /* from the object's receive arena: the dispatch's first copy in place */
-    if (sy_moe_ht_recv_alloc(m->moe, NULL, (int)rows, m->S, &m->recv, NULL) != SY_SUCCESS) return 1;
+    if (sy_moe_ht_recv_alloc(b->moe, NULL, (int)rows, m->S, &m->recv, NULL) != SY_SUCCESS) return 1;
   } else {
     m->recv.tokens = layer_buf(b, rows * b->H * 2);
     m->recv.src = layer_buf(b, rows * 8);
@@ -180,7 +187,7 @@ static int setup_mb(layer_bench_t *b, mb_t *m, int index, size_t handle_bytes) {
 }
 
 static void free_mb(layer_bench_t *b, mb_t *m) {
-  if (b->ctx->opts->recv_arena && m->recv.expert_offsets) sy_moe_ht_recv_free(m->moe, NULL, &m->recv, NULL);
+  if (b->ctx->opts->recv_arena && m->recv.expert_offsets) sy_moe_ht_recv_free(b->moe, NULL, &m->recv, NULL);
   void *p[] = {m->handle,
                m->recv.tokens,
                m->recv.src,
@@ -216,11 +223,10 @@ static int setup_prefill(layer_bench_t *b) {
     }
     cfg.recv_arena_bytes = (size_t)bench_allreduce_max(ctx, (long long)bytes); /* alike on every rank */
   }
+  b->end_sms = b->by_experts ? ctx->opts->end_sms : 0;
+  if (b->end_sms > b->sms) cfg.num_sms = b->end_sms; /* the most a call takes; the others b->sms (budget) */
   if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe) != SY_SUCCESS) return 1;
-  if (b->by_experts && ctx->opts->end_sms) { /* the ends' object: the first and the last group (setup_mb) */
-    cfg.num_sms = ctx->opts->end_sms;
-    if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe_end) != SY_SUCCESS) return 1;
-  }
+  if (sy_moe_ht_set_num_sms(b->moe, b->sms) != SY_SUCCESS) return 1;
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
   if (sy_moe_ht_sizes(b->moe, &sizes) != SY_SUCCESS) return 1;
   if (sizes.local_experts != b->L) return 1; /* the weights were made for E / world experts a rank */
@@ -237,8 +243,8 @@ static int setup_prefill(layer_bench_t *b) {
 static int prefill(layer_bench_t *b) {
   int rc = setup_prefill(b);
   char split[LAYER_MAX_MB * 40] = "", beside[96] = "", ends[96] = "";
-  if (b->moe_end)
-    snprintf(ends, sizeof ends, " (the first and the last group's calls %d: --end-sms)", b->ctx->opts->end_sms);
+  if (b->end_sms)
+    snprintf(ends, sizeof ends, " (the first group's dispatch and the last group's combine %d: --end-sms)", b->end_sms);
   if (b->beside < b->L)
     snprintf(beside, sizeof beside, " (%d experts of %d; the rest on every SM after the communication beside them)",
              b->beside, b->L);
@@ -297,8 +303,7 @@ static int prefill(layer_bench_t *b) {
   }
   for (int i = 0; i <= b->nmb; i++) free_mb(b, &b->mb[i]);
   if (b->moe) sy_moe_ht_destroy(b->moe);
-  if (b->moe_end) sy_moe_ht_destroy(b->moe_end);
-  b->moe = b->moe_end = NULL;
+  b->moe = NULL;
   return rc;
 }
 

@@ -23,7 +23,6 @@ typedef struct mb { /* one micro-batch of the high-throughput step */
   uint16_t *out;    /* by expert groups with --group-sum kernel: its combine's partial output, [T][H]; else NULL */
   uint16_t *dx;     /* the same of the dispatch's backward */
   void *handle;     /* the layout's */
-  sy_moe_ht_t moe;  /* the object its calls use: the layer's, or (--end-sms, the first and the last group) moe_end */
   sy_moe_ht_recv_t recv;
   uint16_t *mid, *y;         /* [L S][F], [L S][H] */
   uint16_t *dy, *dmid, *dxr; /* the backward's: [L S][H], [L S][F], [L S][H] */
@@ -55,7 +54,7 @@ typedef struct layer_bench {
   float *weights_h;
   /* prefill: the high-throughput mode, masked layouts */
   sy_moe_ht_t moe;
-  sy_moe_ht_t moe_end;       /* --end-sms: the first and the last group's object; else NULL */
+  int end_sms;               /* --end-sms: the step's ends' SM budget (the object's config.num_sms); 0: none */
   mb_t mb[LAYER_MAX_MB + 1]; /* 0: the whole step (a); 1 .. nmb: the micro-batches (b, c) */
   /* decode: the low-latency mode; an object a micro-batch (its halves alternate dispatch and combine) */
   struct llmb {

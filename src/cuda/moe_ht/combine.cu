@@ -462,10 +462,12 @@ __device__ __forceinline__ void combine_kernel(const ht_params &P, char *smem) {
   ht_pipe &pp = ht_warp_pipe(P.world_size, P.E);
   probe_begin<RM>(P);
   /* from here on each role by itself (role_sync, never __syncthreads); by warps, role 0's per-peer state apart */
-  const int c = role_chan<RM>(P);
-  if (role_of<RM>(P) == 0) send_part<RM>(P, pp, c, RM ? smem + P.role_state : smem, rowbase_me, rows_ok);
-  else if (AHEAD) recv_ahead<RM>(P, pp, c, smem, rowbase_me, rows_ok);
-  else recv_lockstep<RM>(P, pp, c, smem, rowbase_me, rows_ok);
+  for (int c = role_chan<RM>(P); c < P.C; c += P.B) { /* its channels in turn (P.B < P.C: a call's smaller budget) */
+    if (role_of<RM>(P) == 0) send_part<RM>(P, pp, c, RM ? smem + P.role_state : smem, rowbase_me, rows_ok);
+    else if (AHEAD) recv_ahead<RM>(P, pp, c, smem, rowbase_me, rows_ok);
+    else recv_lockstep<RM>(P, pp, c, smem, rowbase_me, rows_ok);
+    role_sync<RM>(P); /* the channel's per-peer state is read before the next one's is written */
+  }
   probe_end<RM>(P);
 }
 

@@ -738,17 +738,20 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   __shared__ own_state qs[RM ? 2 : 1];
   own_begin(P, qs, RM ? 2 : 1, rows_ok);
   /* from here on each role by itself (role_sync, never __syncthreads) */
-  const int role = role_of<RM>(P), c = role_chan<RM>(P);
+  const int role = role_of<RM>(P);
   own_state &q = qs[RM ? role : 0];
-  if (role == 0) /* by warps, its per-peer state apart from role 1's */
-    send_part<HINT, RM>(P, c, RM ? smem + P.role_state : smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
-  else recv_part<HINT, RM>(P, c, smem, rowbase, rows_ok, sinks, q);
+  for (int c = role_chan<RM>(P); c < P.C; c += P.B) { /* its channels in turn (P.B < P.C: a call's smaller budget) */
+    if (role == 0)                                    /* by warps, its per-peer state apart from role 1's */
+      send_part<HINT, RM>(P, c, RM ? smem + P.role_state : smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
+    else recv_part<HINT, RM>(P, c, smem, rowbase, rows_ok, sinks, q);
+    role_sync<RM>(P); /* the channel's per-peer state is read before the next one's is written */
+  }
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
   own_drain<HINT, RM>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk);
   own_end<RM>(P);
   if (P.inplace) inplace_end<RM>(P, inplace_call(P));
   probe_end<RM>(P);
-  if (P.mode == HT_DISPATCH && role_unit<RM>(P) == P.C && role_tid<RM>(P) == 0) { /* for the combines' check */
+  if (P.mode == HT_DISPATCH && role_unit<RM>(P) == P.B && role_tid<RM>(P) == 0) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
     h->expert_stride = P.recv.expert_stride;
     h->dispatched = 1;

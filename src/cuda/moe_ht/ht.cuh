@@ -82,6 +82,8 @@ struct ht_params {
   volatile uint64_t *host_stamp;
   uint32_t object;
   int world_size, L, E, T, K, kk, hidden, wire, alignment, C;
+  int B; /* the channels served at once (the call's SM budget, sy_moe_ht_set_num_sms): a role's blocks, each serving
+          * channels c, c + B, ... in turn */
   int recv_own;         /* the dispatch without the queue: the share (in 1/1024) of a channel's own tokens its receiving
                    block writes */
   int own_queue;        /* the dispatch: this rank's own tokens' rows from the own-token queue (dispatch.cu) */
@@ -118,12 +120,13 @@ enum { HT_DISPATCH = 0, HT_COMBINE_BACKWARD = 1 };
  *                              [S, 16) at once, each role with its own named barrier (1 + role) and per-peer state.
  * So a role's code sees its own threads only: role_tid / role_threads / role_warp / role_nwarps in place of
  * threadIdx.x / blockDim.x / the warp / HT_DWARPS, role_sync in place of __syncthreads. Role r of channel c is
- * unit r C + c either way (the probe's row; the own-token queue counts units). The block-wide barriers
+ * unit r C + c either way (the probe's row; the own-token queue counts units); with a call's budget below
+ * config.num_sms (P.B < P.C) read B for C in these counts, each unit serving channels c, c + B, ... in turn. The block-wide barriers
  * (__syncthreads) come only before the roles start (rows_setup, own_begin). */
 template <bool RM>
 __device__ __forceinline__ int role_of(const ht_params &P) {
   if constexpr (RM) return (int)(threadIdx.x / 32) >= P.role_warps;
-  return (int)blockIdx.x >= P.C;
+  return (int)blockIdx.x >= P.B;
 }
 template <bool RM>
 __device__ __forceinline__ int role_warp0(const ht_params &P) {
@@ -147,17 +150,19 @@ template <bool RM>
 __device__ __forceinline__ int role_warp(const ht_params &P) {
   return (int)(threadIdx.x / 32) - role_warp0<RM>(P);
 }
-/* The channel this thread's role serves, and its unit. */
+/* The first channel this thread's role serves (then every P.B-th: a budget below config.num_sms serves the C channels
+ * B at a time, each unit its channels in ascending order, alike on every rank, so a channel's roles on two ranks
+ * never wait on each other across channels), and its unit. */
 template <bool RM>
 __device__ __forceinline__ int role_chan(const ht_params &P) {
-  return RM || (int)blockIdx.x < P.C ? (int)blockIdx.x : (int)blockIdx.x - P.C;
+  return RM || (int)blockIdx.x < P.B ? (int)blockIdx.x : (int)blockIdx.x - P.B;
 }
 template <bool RM>
 __device__ __forceinline__ int role_unit(const ht_params &P) {
-  return role_of<RM>(P) * P.C + role_chan<RM>(P);
+  return role_of<RM>(P) * P.B + role_chan<RM>(P);
 }
 /* Units of the grid: each of its roles. */
-__device__ __forceinline__ int role_units(const ht_params &P) { return 2 * P.C; }
+__device__ __forceinline__ int role_units(const ht_params &P) { return 2 * P.B; }
 /* The role's barrier (bar.sync orders the memory accesses of the threads it joins, as __syncthreads does). */
 template <bool RM>
 __device__ __forceinline__ void role_sync(const ht_params &P) {

@@ -362,6 +362,15 @@ extern "C" void sy__cuda_moe_ht_destroy(sy_comm_t comm, struct sy_moe_ht *moe) {
   moe->backend_state = NULL;
 }
 
+/* The channels a call serves at once under its SM budget (sy_moe_ht_set_num_sms): every channel (config.num_sms),
+ * or fewer, each block serving several in turn (ht.cuh: role_chan); and its grid, a block a channel's role (or, with
+ * both roles in a block, a block a channel). */
+static int call_channels(const struct sy_moe_ht *moe, const ht_gpu *g) {
+  const int C = g->wl.channels, per = g->roles ? moe->call_sms : moe->call_sms / 2;
+  return per < 1 ? 1 : per < C ? per : C;
+}
+static int call_blocks(const ht_gpu *g, int B) { return g->roles ? B : 2 * B; }
+
 static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, const sy_moe_ht_call_t *call,
                  ht_params *P) {
   const sy_moe_ht_config_t *c = &moe->config;
@@ -391,6 +400,7 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->wire = (int)c->wire;
   P->alignment = c->expert_alignment;
   P->C = g->wl.channels;
+  P->B = call_channels(moe, g);
   if (g->roles) P->role_warps = g->send_warps, P->role_state = g->role_state; /* the combine sets its own */
   P->recv_own = g->recv_own;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
@@ -468,7 +478,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
   const size_t most = Z.n[0] > Z.n[1] ? Z.n[0] : Z.n[1];
   /* every kernel within the SM budget (config.num_sms), as the dispatch and combine are: a layout runs beside the
    * expert GEMMs, which hold the other SMs */
-  const int budget = moe->config.num_sms;
+  const int budget = moe->call_sms;
   const int zblocks = (int)((most > Z.n[2] ? most : Z.n[2]) / (4 * HT_THREADS) + 1);
   SY_CHECK(launch_pdl(sy_ht_layout_zero, zblocks < budget ? zblocks : budget, HT_THREADS, 0, stream, Z));
   if (N > 0) {
@@ -494,7 +504,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
         (const uint16_t *)call->tokens,           g->quant, g->quant_scales, call->num_tokens, moe->config.hidden,
         moe->config.wire == SY_MOE_WIRE_FP8_UE8M0};
     const int blocks = (call->num_tokens + HT_DWARPS - 1) / HT_DWARPS;
-    SY_CHECK(launch_pdl(sy_ht_quantise, blocks < g->blocks ? blocks : g->blocks, HT_DTHREADS, 0, stream, Q));
+    const int most = call_blocks(g, P.B);
+    SY_CHECK(launch_pdl(sy_ht_quantise, blocks < most ? blocks : most, HT_DTHREADS, 0, stream, Q));
     P.wire = SY_MOE_WIRE_FP8_GIVEN;
     P.tokens = g->quant;
     P.token_scales = g->quant_scales;
@@ -507,7 +518,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   P.inplace_off = P.inplace && call->recv->rows > 0 && sy__moe_ht_in_arena(moe, call->recv->tokens, tok_bytes)
                       ? (int64_t)((const char *)call->recv->tokens - moe->arena)
                       : -1;
-  return launch_pdl(dispatch_fn(g, g->scale_hint), g->blocks, HT_DTHREADS, g->smem, stream, P);
+  return launch_pdl(dispatch_fn(g, g->scale_hint), call_blocks(g, P.B), HT_DTHREADS, g->smem, stream, P);
 }
 
 extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
@@ -517,7 +528,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   fill(comm, moe, g, call, &P);
   P.probe = probe_of(g, call->row_weights ? 1 : 3);
   if (g->roles) P.role_warps = g->expert_warps, P.role_state = g->pipe_role_state;
-  return launch_pdl(combine_fn_of(g), g->blocks, HT_DTHREADS, g->pipe_smem, stream, P);
+  return launch_pdl(combine_fn_of(g), call_blocks(g, P.B), HT_DTHREADS, g->pipe_smem, stream, P);
 }
 
 /* The dispatch kernel with grad_out as the tokens (bf16, no weights) and the receiving side writing gradients. */
@@ -536,5 +547,5 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   if (g->own_queue < 0 && comm->world_size == 1) P.own_queue = 0;
   if (g->roles && !P.own_queue) /* the static split by the roles' warps (at world 1 every row is an own row) */
     P.recv_own = comm->world_size == 1 ? 1024 * (HT_DWARPS - g->send_warps) / HT_DWARPS : g->recv_own;
-  return launch_pdl(dispatch_fn(g, false), g->blocks, HT_DTHREADS, g->smem, stream, P);
+  return launch_pdl(dispatch_fn(g, false), call_blocks(g, P.B), HT_DTHREADS, g->smem, stream, P);
 }
