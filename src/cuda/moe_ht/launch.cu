@@ -370,6 +370,13 @@ static int call_channels(const struct sy_moe_ht *moe, const ht_gpu *g) {
   return per < 1 ? 1 : per < C ? per : C;
 }
 static int call_blocks(const ht_gpu *g, int B) { return g->roles ? B : 2 * B; }
+/* The data kernels' channels at world 1, where no ring is used (a channel is only a range of tokens, and of the own
+ * rows' split between its two roles): a smaller budget cuts the tokens into its own B channels instead of serving
+ * the object's C in turn, which measured the whole step's combine's backward +28% there at 16 SMs of 132 (bench/NOTES.md,
+ * run 52). From world 2 the rings are the object's channels. The layout keeps them at every world size. */
+static void data_channels(sy_comm_t comm, ht_params *P) {
+  if (comm->world_size == 1) P->C = P->B;
+}
 
 static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, const sy_moe_ht_call_t *call,
                  ht_params *P) {
@@ -498,6 +505,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
+  data_channels(comm, &P);
   P.probe = probe_of(g, 0);
   if (g->quant && call->num_tokens > 0) { /* quantised first, on the dispatch's SMs; then sent as given */
     const ht_quant_params Q = {
@@ -526,6 +534,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine(sy_comm_t comm, struct sy_moe_ht 
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
+  data_channels(comm, &P);
   P.probe = probe_of(g, call->row_weights ? 1 : 3);
   if (g->roles) P.role_warps = g->expert_warps, P.role_state = g->pipe_role_state;
   return launch_pdl(combine_fn_of(g), call_blocks(g, P.B), HT_DTHREADS, g->pipe_smem, stream, P);
@@ -537,6 +546,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct s
   ht_gpu *g = (ht_gpu *)moe->backend_state;
   ht_params P;
   fill(comm, moe, g, call, &P);
+  data_channels(comm, &P);
   P.mode = HT_COMBINE_BACKWARD;
   P.wire = SY_MOE_WIRE_BF16;
   P.weights = NULL;
