@@ -693,7 +693,10 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* The budget's use: from world 2 with at most 16 SMs a block runs both halves of its channel on its      */
 /* warps, above that a block runs one half (SY_HT_ROLES). For scale, 4 x H100, world 4, 4,096 tokens,     */
 /* BF16: the four calls took 4.7 ms together at 16 SMs, 4.0 at 24, 3.5 at 32, 2.9 at 64                   */
-/* (bench/RESULTS.md, run 40).                                                                            */
+/* (bench/RESULTS.md, run 40). A call may hold fewer (sy_moe_ht_set_num_sms): e.g. a step's first         */
+/* dispatch and last combine on every SM and the calls beside the GEMMs on 16 (1 x H200, world 1, 4,096   */
+/* tokens, 4 expert groups: the step -2.1% to -2.5% forward, -3.4% to -4.6% backward; bench/RESULTS.md,   */
+/* run 52).                                                                                               */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_moe_ht *sy_moe_ht_t;
 

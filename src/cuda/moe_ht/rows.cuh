@@ -92,7 +92,8 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
  * elements, the next pass's loads issued before this pass is quantised and stored, so a warp's loads stay in flight
  * across its stores; PIPE 0: passes of HT_QPASSES x 512 elements, every load of the pass in flight before the
  * first quantisation, none during the stores. Measured at world 1 (bench/NOTES.md, run 52): PIPE 1 takes the FP8
- * dispatch at 132 SMs from 115.3-116.7 to 111.7-112.2 us, at 16 SMs 439.5-439.7 to 435.9-437.7; kernels with both
+ * dispatch at 132 SMs from 115.3-116.7 to 111.7-112.6 us, at 16 SMs 439.5-440.3 to 435.9-438.2, quantised ahead
+ * (sy_ht_quantise) 541.4-541.6 to 531.9-532.4; PIPE 2 measured no better and spills more. Kernels with both
  * roles in a block (from world 2 at <= 16 SMs, where the tokens are quantised ahead by default) keep PIPE 0, which
  * spills less there. SY_HT_QPIPE (build time): the PIPE of the other kernels, 0 for the form before. */
 #ifndef SY_HT_QPIPE
