@@ -103,60 +103,50 @@ constexpr int HT_QPASSES = 4;
 template <bool HINT, bool RECIP = FP8_RECIP_INLINE, int PIPE = 0>
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
+  constexpr int N = PIPE > 0 ? PIPE : HT_QPASSES; /* 512-element vectors a pass */
+  auto load = [&](int base, uint4(&r)[N][2]) {    /* a pass's loads, issued at once */
+#pragma unroll
+                                               for (int u = 0; u < N; u++) {
+                                                 const int el = base + u * 512 + lane * 16;
+                                                 r[u][0] = r[u][1] = make_uint4(0, 0, 0, 0);
+                                                 if (el < hidden) {
+                                                   r[u][0] = __ldg((const uint4 *)(src + el));
+                                                   r[u][1] = __ldg((const uint4 *)(src + el + 8));
+                                                 }
+                                               }
+  };
+  auto store = [&](int base,
+                   const uint4(&r)[N][2]) { /* a pass quantised, into every sink */
+#pragma unroll
+                                            for (int u = 0; u < N; u++) {
+                                              const int el =
+                                                  base + u * 512 +
+                                                  lane *
+                                                      16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
+                                              float scale;
+                                              const uint4 q = quantise16<RECIP>(r[u][0], r[u][1], ue8m0, &scale);
+                                              if (el >= hidden) continue;
+                                              for (int i = 0; i < n; i++) {
+                                                *(uint4 *)(s[i].body + el) = q;
+                                                if ((lane & 7) == 0)
+                                                  sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
+                                              }
+                                            }
+  };
   if constexpr (PIPE > 0) {
-    constexpr int QP = PIPE; /* 512-element vectors a pass */
-    auto load = [&](int base, uint4(&r)[QP][2]) {
-#pragma unroll
-      for (int u = 0; u < QP; u++) {
-        const int el = base + u * 512 + lane * 16;
-        r[u][0] = r[u][1] = make_uint4(0, 0, 0, 0);
-        if (el < hidden) {
-          r[u][0] = __ldg((const uint4 *)(src + el));
-          r[u][1] = __ldg((const uint4 *)(src + el + 8));
-        }
-      }
-    };
-    uint4 cur[QP][2], nxt[QP][2];
+    uint4 cur[N][2], nxt[N][2];
     load(0, cur);
-    for (int base = 0; base < hidden; base += QP * 512) {
-      if (base + QP * 512 < hidden) load(base + QP * 512, nxt);
+    for (int base = 0; base < hidden; base += N * 512) { /* uniform: every lane runs every pass */
+      if (base + N * 512 < hidden) load(base + N * 512, nxt);
+      store(base, cur);
 #pragma unroll
-      for (int u = 0; u < QP; u++) {
-        const int el = base + u * 512 + lane * 16;
-        float scale;
-        const uint4 q = quantise16<RECIP>(cur[u][0], cur[u][1], ue8m0, &scale);
-        if (el >= hidden) continue;
-        for (int i = 0; i < n; i++) {
-          *(uint4 *)(s[i].body + el) = q;
-          if ((lane & 7) == 0) sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < QP; u++) cur[u][0] = nxt[u][0], cur[u][1] = nxt[u][1];
+      for (int u = 0; u < N; u++) cur[u][0] = nxt[u][0], cur[u][1] = nxt[u][1];
     }
   } else {
-    for (int base = 0; base < hidden; base += HT_QPASSES * 512) { /* uniform: every lane runs every pass */
-      uint4 raw[HT_QPASSES][2];
-#pragma unroll
-      for (int u = 0; u < HT_QPASSES; u++) {
-        const int el = base + u * 512 + lane * 16;
-        raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
-        if (el < hidden) {
-          raw[u][0] = __ldg((const uint4 *)(src + el));
-          raw[u][1] = __ldg((const uint4 *)(src + el + 8));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < HT_QPASSES; u++) {
-        const int el = base + u * 512 + lane * 16; /* a group (8 lanes) is wholly in or out: hidden % 128 == 0 */
-        float scale;
-        const uint4 q = quantise16<RECIP>(raw[u][0], raw[u][1], ue8m0, &scale);
-        if (el >= hidden) continue;
-        for (int i = 0; i < n; i++) {
-          *(uint4 *)(s[i].body + el) = q;
-          if ((lane & 7) == 0) sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
-        }
-      }
+    for (int base = 0; base < hidden; base += N * 512) {
+      uint4 raw[N][2];
+      load(base, raw);
+      store(base, raw);
     }
   }
 }
