@@ -122,6 +122,9 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     want_u, _ = ref.ht_combine(c.ids[r], [rank_rows(p) for p in range(c.W)], [i[0] for i in inputs],
                                [None] * c.W, [None] * c.W, L, H)  # fmt: skip
     np.testing.assert_array_equal(to_np(unweighted), want_u)
+    moe.set_num_sms(2)  # the calls' SM budget: the same bits on one channel a role
+    np.testing.assert_array_equal(to_np(moe.combine(layout, y_dev, recv)), want_u)
+    moe.set_num_sms(0)
     # added in place (sy_moe_ht_combine_add): onto finite bf16 rows, -0 among them; tokens with no expert kept
     rng = np.random.default_rng(1000 + r)
     base = ref.bf16_bits(rng.standard_normal((c.n[r], H)).astype(np.float32))

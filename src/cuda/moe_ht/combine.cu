@@ -15,6 +15,8 @@
  *                   other rank's ring (a pass per rank, plan_batch), and waits (bounded) for them; a warp per token adds the partials in
  *                   ascending rank order from +0 in fp32 (this rank's partial made from its rows, in the same
  *                   rounding) and rounds once, and puts the row values back at their (token, k).
+ * With a call's SM budget below config.num_sms (sy_moe_ht_set_num_sms) a role's block serves channels c, c + B, ...
+ * in turn (B the call's channels; ht.cuh: role_chan): read "block c" as the block serving channel c.
  */
 #include "cuda/moe_ht/pipe.cuh"
 #include "cuda/moe_ht/rows.cuh"

@@ -18,6 +18,8 @@
  *                   queue instead. It also writes the padding rows of its experts and (block C) the offsets and
  *                   counts.
  *   every role      at its end, the own rows the queue has left.
+ * With a call's SM budget below config.num_sms (sy_moe_ht_set_num_sms) a role's block serves channels c, c + B, ...
+ * in turn (B the call's channels; ht.cuh: role_chan): read "block c" as the block serving channel c.
  * This rank's own tokens take no ring: their rows come from the own-token queue (own_chunk, own_drain: a token a
  * ticket, any warp takes), or with SY_HT_OWN_QUEUE=0 from a static split of each channel's tokens (own_mid: the
  * receiving block writes [begin, mid) before its rounds, the sending block [mid, end) with each token's

@@ -121,8 +121,8 @@ enum { HT_DISPATCH = 0, HT_COMBINE_BACKWARD = 1 };
  * So a role's code sees its own threads only: role_tid / role_threads / role_warp / role_nwarps in place of
  * threadIdx.x / blockDim.x / the warp / HT_DWARPS, role_sync in place of __syncthreads. Role r of channel c is
  * unit r C + c either way (the probe's row; the own-token queue counts units); with a call's budget below
- * config.num_sms (P.B < P.C) read B for C in these counts, each unit serving channels c, c + B, ... in turn. The block-wide barriers
- * (__syncthreads) come only before the roles start (rows_setup, own_begin). */
+ * config.num_sms (P.B < P.C) read B for C in these counts, each unit serving channels c, c + B, ... in turn. The
+ * block-wide barriers (__syncthreads) come only before the roles start (rows_setup, own_begin). */
 template <bool RM>
 __device__ __forceinline__ int role_of(const ht_params &P) {
   if constexpr (RM) return (int)(threadIdx.x / 32) >= P.role_warps;

@@ -74,7 +74,9 @@ static void probe_setup(sy_comm_t comm, ht_gpu *g) {
   }
 }
 
-/* At destroy: a line per (kernel, block) that ran: times in us from the kernel's first block's start. */
+/* At destroy: a line per (kernel, block) that ran: times in us from the kernel's first block's start. A row is the
+ * last launch's unit (ht.cuh: role r of first channel c at r B + c), labelled by the object's C: with a call's
+ * budget below config.num_sms (sy_moe_ht_set_num_sms) the labels are off and rows of earlier, larger calls stay. */
 static void probe_write(const ht_gpu *g, int rank) {
   const size_t per = (size_t)2 * g->wl.channels * HT_PROBE_SLOTS, C = (size_t)g->wl.channels;
   uint64_t *h = (uint64_t *)malloc(per * HT_PROBE_KERNELS * 8);
@@ -372,8 +374,9 @@ static int call_channels(const struct sy_moe_ht *moe, const ht_gpu *g) {
 static int call_blocks(const ht_gpu *g, int B) { return g->roles ? B : 2 * B; }
 /* The data kernels' channels at world 1, where no ring is used (a channel is only a range of tokens, and of the own
  * rows' split between its two roles): a smaller budget cuts the tokens into its own B channels instead of serving
- * the object's C in turn, which measured the whole step's combine's backward +28% there at 16 SMs of 132 (bench/NOTES.md,
- * run 52). From world 2 the rings are the object's channels. The layout keeps them at every world size. */
+ * the object's C in turn, which measured the whole step's combine's backward +28% there at 16 SMs of 132
+ * (bench/NOTES.md, run 52). From world 2 the rings are the object's channels. The layout keeps them at every world
+ * size. */
 static void data_channels(sy_comm_t comm, ht_params *P) {
   if (comm->world_size == 1) P->C = P->B;
 }

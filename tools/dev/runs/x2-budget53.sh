@@ -10,7 +10,8 @@ export SY_HEAP_SIZE=24G
 build_tree /tmp/h . ""
 echo "build done at $SECONDS s" >>$s
 test_ht /tmp/h w2 2 "" SY_HT_OWN_QUEUE=-1
-grep -E "wrong|FAIL|differ|budgets |rror" /tmp/t_w2.txt | head -6 >>$s
+test_ht /tmp/h w2b 2 "" SY_HT_OWN_QUEUE=-1 SY_HT_ROLES=0
+grep -E "wrong|FAIL|differ|budgets |rror" /tmp/t_w2.txt /tmp/t_w2b.txt | head -12 >>$s
 lay() { # lay LABEL ARGS...
   local label=$1 t0=$SECONDS
   shift
