@@ -146,3 +146,15 @@ layer_marked() {
   grep -E "^\[rank 0\] +(prefill|backward)|settle|correct|wrong|target|of which|GPU slowdowns|WARN|rror" /tmp/layer.txt |
     sed 's/\[rank 0\]//' | head -40 >>"$s"
 }
+#   layer_at RANKS LABEL ARGS...  /tmp/h's `sy-bench --no-nccl --recv arena --tokens 4096 --split experts ARGS layer` at
+#                        world RANKS (timeout LAYER_TIMEOUT, default 150 s): its rank-0 rows, target lines and checks
+#                        appended to $s under "== layer LABEL rc=... (seconds)" (x1-endweights53.sh, x2-budget53.sh).
+layer_at() {
+  local r=$1 label=$2 t0=$SECONDS
+  shift 2
+  timeout "${LAYER_TIMEOUT:-150}" /tmp/h/bin/syrun -n "$r" /tmp/h/bin/sy-bench --no-nccl --recv arena --tokens 4096 \
+    --split experts "$@" layer >/tmp/layer.txt 2>&1
+  echo "== layer $label rc=$? ($((SECONDS - t0)) s)" >>"$s"
+  grep -E "^\[rank 0\] +(prefill|backward)|target|correct|wrong|rror" /tmp/layer.txt | sed 's/\[rank 0\]//' |
+    head -20 >>"$s"
+}

@@ -4,7 +4,7 @@
 # (the budget cases over a link); the layer at world 2, 4,096 tokens, 2 expert groups, the ends at 16 and at 132,
 # and the whole step's communication alone (way comm) on both objects: what serving 66 channels 8 at a time costs at
 # 16 SMs where the rings are used.
-. tools/dev/variant.sh # build_tree, dev_start, test_ht
+. tools/dev/variant.sh # build_tree, dev_start, test_ht, layer_at
 dev_start summary.txt
 export SY_HEAP_SIZE=24G
 build_tree /tmp/h . ""
@@ -12,19 +12,10 @@ echo "build done at $SECONDS s" >>$s
 test_ht /tmp/h w2 2 "" SY_HT_OWN_QUEUE=-1
 test_ht /tmp/h w2b 2 "" SY_HT_OWN_QUEUE=-1 SY_HT_ROLES=0
 grep -E "wrong|FAIL|differ|budgets |rror" /tmp/t_w2.txt /tmp/t_w2b.txt | head -12 >>$s
-lay() { # lay LABEL ARGS...
-  local label=$1 t0=$SECONDS
-  shift
-  timeout 150 /tmp/h/bin/syrun -n 2 /tmp/h/bin/sy-bench --no-nccl --recv arena --tokens 4096 --split experts "$@" \
-    layer >/tmp/layer.txt 2>&1
-  echo "== layer $label rc=$? ($((SECONDS - t0)) s)" >>$s
-  grep -E "^\[rank 0\] +(prefill|backward)|target|correct|wrong|rror" /tmp/layer.txt | sed 's/\[rank 0\]//' |
-    head -20 >>$s
-}
 T="-n 20 -w 2 -c 0 --ways comm,compute,b,c,b,c"
 for e in 0 132 132 0; do
   [ $SECONDS -lt 450 ] || break
-  if [ $e = 0 ]; then lay "2 groups, ends at 16" --micro-batches 2 $T; else lay "2 groups, --end-sms $e" --micro-batches 2 --end-sms $e $T; fi
+  if [ $e = 0 ]; then layer_at 2 "2 groups, ends at 16" --micro-batches 2 $T; else layer_at 2 "2 groups, --end-sms $e" --micro-batches 2 --end-sms $e $T; fi
 done
-[ $SECONDS -lt 520 ] && lay "2 groups --end-sms 132 checked" --micro-batches 2 --end-sms 132 -n 3 -w 2 --ways a,b,c
+[ $SECONDS -lt 520 ] && layer_at 2 "2 groups --end-sms 132 checked" --micro-batches 2 --end-sms 132 -n 3 -w 2 --ways a,b,c
 cat $s
