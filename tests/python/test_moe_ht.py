@@ -260,6 +260,8 @@ def check_bad_arguments(comm: sy.Comm) -> None:
     with pytest.raises(sy.InvalidArgError) as e:  # the calls' SM budget: 2 .. the object's (16), 0 for it
         moe.set_num_sms(17)
     assert e.value.call == "sy_moe_ht_set_num_sms"
+    with pytest.raises(sy.InvalidArgError, match=r"num_sms: 4.0, want an int"):
+        moe.set_num_sms(4.0)
     moe.set_num_sms(2)
     moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv)
     moe.set_num_sms(0)
