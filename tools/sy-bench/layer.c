@@ -20,7 +20,11 @@
  *      (sy_moe_ht_combine_add: the group's fp32 sum plus the row so far, rounded once; a token with no expert in
  *      the group untouched), or with --group-sum kernel the groups' combines leave partial outputs (each rounded to
  *      bf16) that a kernel after the last adds up (fp32, in group order, rounded again);
- *   c  (b) captured once in sy_graph_cache and replayed (with programmatic dependent launch unless SY_PDL=0).
+ *   c  (b) captured once in sy_graph_cache and replayed (with programmatic dependent launch unless SY_PDL=0);
+ *   s  (a) with every communication call on the --end-sms budget (named in --ways only; needs --end-sms): the step
+ *      with no overlap and no SM given up, in the same process as b and c, so the line after the targets says
+ *      what the overlap is worth (run 53: at world 1 the sequential step with its communication on 132 SMs beat
+ *      b and c on 16).
  * Beside them, alone: the communication (layout, dispatch, combine), the GEMMs (on every SM), and the micro-batches'
  * GEMMs in turn on the SMs the communication leaves them (way gemms: what b and c cannot go below). Reports step time, host
  * enqueue time, the SMs the communication held (num_sms) and the overlap efficiency
@@ -85,10 +89,10 @@ static int dispatch_bwd(layer_bench_t *b, mb_t *m, cudaStream_t s) {
 
 /* --end-sms: the SM budget of the calls that follow (sy_moe_ht_set_num_sms): the step's ends' — the first group's
  * layout and dispatch (comm1: nothing beside them yet), the last group's combine (comm2: nothing beside it any more),
- * forward and backward — or the layer's. */
+ * forward and backward — or the layer's; way s: every call at the ends' budget. */
 static int budget(layer_bench_t *b, int m, int comm1) {
   if (!b->end_sms) return 0;
-  const int end = m && (comm1 ? m == 1 : m == b->nmb);
+  const int end = b->all_ends || (m && (comm1 ? m == 1 : m == b->nmb));
   return sy_moe_ht_set_num_sms(b->moe, end ? b->end_sms : b->sms) != SY_SUCCESS;
 }
 static int part_ld(layer_bench_t *b, int m, cudaStream_t s) {
@@ -301,6 +305,20 @@ static int prefill(layer_bench_t *b) {
                 100 * share(ub[WAY_GEMMS] - ub[WAY_COMPUTE], ub[WAY_C]),
                 100 * share(us[WAY_C] - us[WAY_GEMMS], us[WAY_C]), 100 * share(ub[WAY_C] - ub[WAY_GEMMS], ub[WAY_C]));
   }
+  if (!rc && us[WAY_S] > 0 && ub[WAY_S] > 0 && (us[WAY_B] > 0 || us[WAY_C] > 0)) {
+    /* the overlap's worth: against the step with no overlap whose communication takes every SM it may (way s);
+     * at world 1 the communication is HBM traffic, which the GEMMs beside it need too */
+    char vs[2][96];
+    for (int w = 0; w < 2; w++) {
+      const int way = w ? WAY_C : WAY_B;
+      snprintf(vs[w], sizeof vs[w], "way %c forward %+.1f%%, backward %+.1f%%", w ? 'c' : 'b',
+               100 * (us[way] / us[WAY_S] - 1), 100 * (ub[way] / ub[WAY_S] - 1));
+    }
+    bench_print(b->ctx, "# against way s (no overlap, its communication on %d SMs): %s%s%s (negative: faster than s)\n",
+                b->end_sms, us[WAY_B] > 0 && ub[WAY_B] > 0 ? vs[0] : "",
+                us[WAY_B] > 0 && ub[WAY_B] > 0 && us[WAY_C] > 0 && ub[WAY_C] > 0 ? "; " : "",
+                us[WAY_C] > 0 && ub[WAY_C] > 0 ? vs[1] : "");
+  }
   for (int i = 0; i <= b->nmb; i++) free_mb(b, &b->mb[i]);
   if (b->moe) sy_moe_ht_destroy(b->moe);
   b->moe = NULL;
@@ -320,6 +338,13 @@ int bench_layer(bench_ctx_t *ctx) {
   int rc = 0;
   if (ctx->opts->end_sms && !ctx->opts->split_experts) {
     bench_print(ctx, "# layer: --end-sms needs --split experts (the first and the last group's object)\n");
+    ctx->warm_s = 0;
+    return 1;
+  }
+  int way_s = 0;
+  for (int i = 0; i < ctx->opts->num_ways; i++) way_s = way_s || ctx->opts->ways[i] == WAY_S;
+  if (way_s && !ctx->opts->end_sms) {
+    bench_print(ctx, "# layer: --ways s needs --end-sms N (the SMs its communication calls take)\n");
     ctx->warm_s = 0;
     return 1;
   }

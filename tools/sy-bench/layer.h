@@ -55,6 +55,7 @@ typedef struct layer_bench {
   /* prefill: the high-throughput mode, masked layouts */
   sy_moe_ht_t moe;
   int end_sms;               /* --end-sms: the step's ends' SM budget (the object's config.num_sms); 0: none */
+  int all_ends;              /* way s: every communication call at end_sms, not only the ends' */
   mb_t mb[LAYER_MAX_MB + 1]; /* 0: the whole step (a); 1 .. nmb: the micro-batches (b, c) */
   /* decode: the low-latency mode; an object a micro-batch (its halves alternate dispatch and combine) */
   struct llmb {
@@ -147,6 +148,8 @@ enum {
   WAY_A,       /* the three parts in turn */
   WAY_B,       /* layer_two_streams */
   WAY_C,       /* b captured once in a graph cache and replayed */
+  WAY_S,       /* a with every communication call on the object's SMs (--end-sms: sy_moe_ht_set_num_sms), the GEMMs
+                * on every SM: the step with no overlap and no SM given up, what b and c must beat */
   LAYER_WAYS
 };
 

@@ -524,6 +524,15 @@ static int op_a(bench_ctx_t *ctx, void *arg) {
   return rc;
 }
 
+/* Way s: way a with every communication call on the object's SMs (--end-sms; layer.c's budget). */
+static int op_s(bench_ctx_t *ctx, void *arg) {
+  layer_run_t *r = arg;
+  r->b->all_ends = 1;
+  const int rc = op_a(ctx, arg);
+  r->b->all_ends = 0;
+  return rc;
+}
+
 static int op_b(bench_ctx_t *ctx, void *arg) {
   layer_run_t *r = arg;
   return layer_two_streams(r->b, ctx->stream, r->p);
@@ -571,7 +580,8 @@ static const struct {
                       [WAY_GEMMS] = {"gemms", op_gemms, 0},
                       [WAY_A] = {"a", op_a, 1},
                       [WAY_B] = {"b", op_b, 1},
-                      [WAY_C] = {"c", op_c, 1}};
+                      [WAY_C] = {"c", op_c, 1},
+                      [WAY_S] = {"s", op_s, 1}};
 
 int bench_layer_parse_ways(const char *list, int *out, int max) {
   int n = 0;
@@ -581,8 +591,8 @@ int bench_layer_parse_ways(const char *list, int *out, int max) {
     for (int i = 0; i < LAYER_WAYS && w < 0; i++)
       if (strlen(ways[i].name) == len && !strncmp(s, ways[i].name, len)) w = i;
     if (w < 0) {
-      fprintf(stderr, "sy-bench: --ways %s: no way '%.*s' (the ways: comm, compute, gemms, a, b, c)\n", list, (int)len,
-              s);
+      fprintf(stderr, "sy-bench: --ways %s: no way '%.*s' (the ways: comm, compute, gemms, a, b, c, s)\n", list,
+              (int)len, s);
       return -1;
     }
     if (n == max) {
@@ -599,9 +609,9 @@ int bench_layer_parse_ways(const char *list, int *out, int max) {
 
 int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double *enq) {
   bench_ctx_t *ctx = b->ctx;
-  static const int all[LAYER_WAYS] = {WAY_COMM, WAY_COMPUTE, WAY_GEMMS, WAY_A, WAY_B, WAY_C};
+  static const int all[] = {WAY_COMM, WAY_COMPUTE, WAY_GEMMS, WAY_A, WAY_B, WAY_C}; /* s: named only */
   const int *order = ctx->opts->num_ways ? ctx->opts->ways : all;
-  const int n_order = ctx->opts->num_ways ? ctx->opts->num_ways : LAYER_WAYS;
+  const int n_order = ctx->opts->num_ways ? ctx->opts->num_ways : (int)(sizeof all / sizeof *all);
   double t_run[BENCH_MAX_WAYS], e_run[BENCH_MAX_WAYS]; /* each timing, in run order */
   layer_run_t run = {b, p, NULL};
   sy_graph_cache_config_t gc = SY_GRAPH_CACHE_CONFIG_INIT;
