@@ -39,16 +39,44 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
  * made the kernel spill): strided scale stores go under an L2 evict_last policy, so that a sector stays in L2 until
  * its rows are all written instead of leaving it part-written (bench/NOTES.md: faster where the dispatch holds most
  * SMs, slower at 16). */
+/* SY_HT_STG (build time, default 1): the quantisation's and the copies' stores into sinks as weak st.global with no
+ * memory clobber (st_global16, sink_scale), and a pass's scale stored by all 8 lanes of its group (the same value to
+ * the same address: one store's worth of sectors) instead of one lane under a branch. A store through a generic
+ * pointer may write shared memory for all the compiler knows, and the branch ends a block, so before it each sink's
+ * fields were loaded from shared memory after the previous sink's stores: Nsight Compute found the FP8 dispatch's
+ * warps at world 1 waiting on those loads most (bench/NOTES.md, run 53). Measured there (1 x H200, kernel us): the
+ * FP8 dispatch at 132 SMs 113.2-113.3 -> 110.5-112.3, at 16 SMs 438.0 -> 430.5; BF16 level (163.4 / 163.7); from
+ * world 2 (where the roles kernels now spill 52 bytes) not yet measured. 0: the form before. Every sink is global
+ * memory (rows, ring slots, staging, a peer's through nvshmem_ptr); the releases that publish them are asm with a
+ * memory clobber, which keeps them after these. */
+#ifndef SY_HT_STG
+#define SY_HT_STG 1
+#endif
+__device__ __forceinline__ void st_global16(void *p, uint4 v) {
+#if SY_HT_STG
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+#else
+  *(uint4 *)p = v;
+#endif
+}
 template <bool HINT>
 __device__ __forceinline__ void sink_scale(const ht_sink &s, int g, float v) {
   float *p = s.scale + (size_t)g * s.scale_stride;
   if (HINT && s.scale_stride != 1) {
     uint64_t pol;
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)); /* pure: the compiler may hoist it */
+#if SY_HT_STG
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol));
+#else
     asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol) : "memory");
+#endif
     return;
   }
+#if SY_HT_STG
+  asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(v));
+#else
   *p = v;
+#endif
 }
 
 constexpr int HT_MAX_SINKS = 64; /* a token's ring messages (<= top_k) and its rows here (<= top_k) */
@@ -73,7 +101,7 @@ __device__ __forceinline__ void warp_copy(const char *src, size_t bytes, const h
       char *d = s[i].body;
 #pragma unroll
       for (int u = 0; u < HT_UNROLL; u++)
-        if (base + u * 512 < bytes) *(uint4 *)(d + base + u * 512) = v[u];
+        if (base + u * 512 < bytes) st_global16(d + base + u * 512, v[u]);
     }
   }
 }
@@ -127,8 +155,8 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
                                               const uint4 q = quantise16<RECIP>(r[u][0], r[u][1], ue8m0, &scale);
                                               if (el >= hidden) continue;
                                               for (int i = 0; i < n; i++) {
-                                                *(uint4 *)(s[i].body + el) = q;
-                                                if ((lane & 7) == 0)
+                                                st_global16(s[i].body + el, q);
+                                                if (SY_HT_STG || (lane & 7) == 0)
                                                   sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
                                               }
                                             }
