@@ -47,8 +47,11 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
  * warps at world 1 waiting on those loads most (bench/NOTES.md, run 53). Measured there (1 x H200, kernel us): the
  * FP8 dispatch at 132 SMs 113.2-113.3 -> 110.5-112.3, at 16 SMs 438.0 -> 430.5; BF16 level (163.4 / 163.7); from
  * world 2 (where the roles kernels now spill 52 bytes) not yet measured. 0: the form before. Every sink is global
- * memory (rows, ring slots, staging, a peer's through nvshmem_ptr); the releases that publish them are asm with a
- * memory clobber, which keeps them after these. */
+ * memory (rows, ring slots, staging, a peer's through nvshmem_ptr). The stores stay weak, as the generic ones were;
+ * what publishes them comes after a barrier (__syncthreads, bar.sync asm with a memory clobber, __syncwarp), a fence
+ * (asm with a memory clobber) or a call (ht_put_warp, out of line), all with side effects, which a volatile asm is
+ * not moved across (nvcc 13.0: checked in its PTX; a review found no ordinary access to the stored bytes by the same
+ * thread before them). */
 #ifndef SY_HT_STG
 #define SY_HT_STG 1
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x1-endweights53.sh — ready for the next one-GPU call (not run yet). Issue 21 at world 1 with the ends on every SM
+# x1-endweights53.sh — ran as run 53, call 1 (bench/history/2026-11-29_way-s_1xH200_82fd32b.md). Issue 21 at world 1 with the ends on every SM
 # (--end-sms 132, run 52): run 52's timeline left the third group's combine (6/14 of the experts) running ~140 us past
 # the last group's GEMMs; a larger last group covers it with its GEMMs and its own combine runs on 132 SMs. Groups
 # 1,6,6,1 (run 52's), 1,6,5,2, 1,5,5,3, 2,5,5,2 and 2,6,6,2, then back, ways comm, compute, b, c at 20 passes; then
