@@ -5,7 +5,7 @@
  * knows), the expert FFN — y = relu(x W1_e) W2_e, two strided-batched GEMMs through cublasLt (ReLU the first one's
  * epilogue), bf16 in and out, fp32 accumulation; each expert e its own W1 [H][F] and W2 [F][H] (--expert-weights
  * shared: one pair for every expert, every expert's FLOPs on one expert's weight bytes, as before run 46) — and the
- * weighted combine. Three ways:
+ * weighted combine. The ways:
  *   a  sequential, eager, one stream;
  *   b  micro-batches (--micro-batches, default 2) of T/n tokens, or of shares by weight (--micro-batches 1,3,3,1:
  *      the first dispatch and the last combine, which nothing hides, small): the communication on the bench's stream (the
