@@ -33,12 +33,6 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
                  P.scales_row_major ? (int64_t)1 : (int64_t)P.recv.rows};
 }
 
-/* Scale g of a sink. Group-major scales (recv.scales [hidden / 128][rows], the default) put a row's scales into
- * hidden / 128 sectors that other rows' stores complete later; row-major ones (stride 1) are contiguous. HINT
- * (SY_HT_SCALE_HINT, a template parameter: the dispatch kernel comes in two instances, since a run-time branch here
- * made the kernel spill): strided scale stores go under an L2 evict_last policy, so that a sector stays in L2 until
- * its rows are all written instead of leaving it part-written (bench/NOTES.md: faster where the dispatch holds most
- * SMs, slower at 16). */
 /* SY_HT_STG (build time, default 1): the quantisation's and the copies' stores into sinks as weak st.global with no
  * memory clobber (st_global16, sink_scale), and a pass's scale stored by all 8 lanes of its group (the same value to
  * the same address: one store's worth of sectors) instead of one lane under a branch. A store through a generic
@@ -62,6 +56,13 @@ __device__ __forceinline__ void st_global16(void *p, uint4 v) {
   *(uint4 *)p = v;
 #endif
 }
+
+/* Scale g of a sink. Group-major scales (recv.scales [hidden / 128][rows], the default) put a row's scales into
+ * hidden / 128 sectors that other rows' stores complete later; row-major ones (stride 1) are contiguous. HINT
+ * (SY_HT_SCALE_HINT, a template parameter: the dispatch kernel comes in two instances, since a run-time branch here
+ * made the kernel spill): strided scale stores go under an L2 evict_last policy, so that a sector stays in L2 until
+ * its rows are all written instead of leaving it part-written (bench/NOTES.md: faster where the dispatch holds most
+ * SMs, slower at 16). */
 template <bool HINT>
 __device__ __forceinline__ void sink_scale(const ht_sink &s, int g, float v) {
   float *p = s.scale + (size_t)g * s.scale_stride;
