@@ -10,7 +10,8 @@
  *    SIGTERM) and checks syrun's status (128 + SIGKILL, the victim's), syrun's line naming the victim, no
  *    failure reported for any survivor, and each rank's verdict file;
  *  - a rank (--rank SCENARIO DIR): GOOD_CALLS calls that must succeed, then the victim enqueues the next call
- *    and SIGKILLs itself (with the kernel in flight, or for the MoE between the dispatch and the combine),
+ *    and SIGKILLs itself (with the kernel in flight, or for the MoE between the dispatch and the combine, or
+ *    before it enters the call at all: the high-throughput MoE's exact mode, whose layout waits on the host),
  *    while the survivors keep calling until a call fails, and write their verdict to DIR/rank.R before
  *    destroying (under a watchdog: a destroy that does not return within DESTROY_BOUND_S is a failure too).
  */
@@ -22,8 +23,8 @@
 
 #include "gpu_test.h"
 
-enum { OP_ALLTOALL, OP_ATTN_QKV, OP_ATTN_KV_BWD, OP_MOE };
-enum { KILL_IN_FLIGHT, KILL_MID_ROUND };
+enum { OP_ALLTOALL, OP_ATTN_QKV, OP_ATTN_KV_BWD, OP_MOE, OP_MOE_HT, OP_MOE_HT_EXACT };
+enum { KILL_IN_FLIGHT, KILL_MID_ROUND, KILL_BEFORE };
 enum { GOOD_CALLS = 3, EXTRA_CALLS = 4, WORLD = 3, TIMEOUT_MS = 2000 };
 #define SLACK_S         3.0  /* launch and time-slicing slack on top of the bound */
 #define DESTROY_BOUND_S 20.0 /* destroy after a peer died: must return within this */
@@ -40,6 +41,12 @@ static const scenario_t scenarios[] = {
     {"attn-kv-backward", OP_ATTN_KV_BWD, 0, KILL_IN_FLIGHT, 100},
     {"moe-dispatch", OP_MOE, 0, KILL_IN_FLIGHT, 0},
     {"moe-mid-round", OP_MOE, 1, KILL_MID_ROUND, 0},
+    /* The high-throughput MoE (layout, dispatch, combine a call; worst-case counts unless _EXACT). */
+    {"moe-ht-dispatch", OP_MOE_HT, 0, KILL_IN_FLIGHT, 0},
+    {"moe-ht-mid-round", OP_MOE_HT, 2, KILL_MID_ROUND, 0},
+    /* The victim never enters the call: the survivors' layouts wait on the host for counts that need its own (the
+     * exact mode's bounded host wait, which must return the device wait's SY_ERR_TIMEOUT, not hang). */
+    {"moe-ht-exact", OP_MOE_HT_EXACT, 1, KILL_BEFORE, 0},
 };
 static const int num_scenarios = (int)(sizeof scenarios / sizeof scenarios[0]);
 
@@ -98,6 +105,10 @@ typedef struct op_state {
   sy_moe_recv_t mrecv;
   void *x, *ids, *weights, *expert_out, *out;
   int tokens;
+  sy_moe_ht_t ht; /* the high-throughput MoE (x, ids, weights, expert_out and out as above) */
+  sy_moe_ht_recv_t hrecv;
+  void *handle;
+  int32_t *host_counts; /* the exact mode's, 2 L + 1 */
 } op_state_t;
 
 static void *dev_zeros(size_t bytes) {
@@ -113,6 +124,47 @@ static void *symm(sy_comm_t comm, size_t bytes) {
   return p;
 }
 
+/* The tokens, ids and weights of `tokens` tokens of `hidden`, top-4 over `experts` experts (both MoE modes). */
+static void moe_inputs(op_state_t *s, int tokens, int hidden, int experts) {
+  const size_t T = (size_t)tokens, H = (size_t)hidden;
+  int32_t *ids = (int32_t *)malloc(T * 4 * sizeof *ids);
+  float *w = (float *)malloc(T * 4 * sizeof *w);
+  uint16_t *x = (uint16_t *)malloc(T * H * sizeof *x);
+  wl_moe_uniform_routing(s->rank, tokens, experts, 4, ids, w);
+  wl_moe_uniform_tokens(s->rank, tokens, hidden, x);
+  s->ids = dev_zeros(T * 4 * sizeof *ids);
+  s->weights = dev_zeros(T * 4 * sizeof *w);
+  s->x = dev_zeros(T * H * sizeof *x);
+  s->out = dev_zeros(T * H * 2);
+  GT_CUDA(cudaMemcpy(s->ids, ids, T * 4 * sizeof *ids, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemcpy(s->weights, w, T * 4 * sizeof *w, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemcpy(s->x, x, T * H * sizeof *x, cudaMemcpyHostToDevice));
+  free(ids), free(w), free(x);
+}
+
+static void moe_ht_setup(op_state_t *s) {
+  sy_moe_ht_config_t c = SY_MOE_HT_CONFIG_INIT;
+  c.max_tokens = s->tokens = 256;
+  c.hidden = 1024;
+  c.top_k = 4;
+  c.num_experts = 4 * s->world;
+  c.num_sms = 4;
+  GT_OK(sy_moe_ht_create(s->comm, &c, &s->ht));
+  sy_moe_ht_sizes_t z = SY_MOE_HT_SIZES_INIT;
+  GT_OK(sy_moe_ht_sizes(s->ht, &z));
+  const size_t R = (size_t)z.max_rows, L = (size_t)z.local_experts;
+  s->handle = dev_zeros(z.handle_bytes);
+  s->hrecv.tokens = dev_zeros(R * z.row_bytes);
+  s->hrecv.src = (int32_t *)dev_zeros(R * 2 * sizeof(int32_t));
+  s->hrecv.weights = (float *)dev_zeros(R * sizeof(float));
+  s->hrecv.expert_offsets = (int32_t *)dev_zeros((L + 1) * sizeof(int32_t));
+  s->hrecv.expert_counts = (int32_t *)dev_zeros(L * sizeof(int32_t));
+  s->hrecv.rows = z.max_rows;
+  s->expert_out = dev_zeros(R * (size_t)c.hidden * 2);
+  s->host_counts = (int32_t *)calloc(2 * L + 1, sizeof(int32_t));
+  moe_inputs(s, c.max_tokens, c.hidden, c.num_experts);
+}
+
 static void moe_setup(op_state_t *s) {
   sy_moe_config_t c = SY_MOE_CONFIG_INIT;
   c.max_tokens = s->tokens = 128;
@@ -120,26 +172,14 @@ static void moe_setup(op_state_t *s) {
   c.top_k = 4;
   c.num_experts = 4 * s->world;
   GT_OK(sy_moe_create(s->comm, &c, &s->moe));
-  const size_t L = 4, S = (size_t)s->world * (size_t)c.max_tokens, H = (size_t)c.hidden, T = (size_t)c.max_tokens;
+  const size_t L = 4, S = (size_t)s->world * (size_t)c.max_tokens, H = (size_t)c.hidden;
   s->mrecv.tokens = dev_zeros(L * S * H);
   s->mrecv.scales = (float *)dev_zeros(L * (H / SY_MOE_FP8_GROUP) * S * sizeof(float));
   s->mrecv.src = (int32_t *)dev_zeros(L * S * 2 * sizeof(int32_t));
   s->mrecv.expert_counts = (int32_t *)dev_zeros(L * sizeof(int32_t));
   s->mrecv.rank_counts = (int32_t *)dev_zeros(L * (size_t)s->world * sizeof(int32_t));
   s->expert_out = dev_zeros(L * S * H * 2);
-  s->out = dev_zeros(T * H * 2);
-  int32_t *ids = (int32_t *)malloc(T * 4 * sizeof *ids);
-  float *w = (float *)malloc(T * 4 * sizeof *w);
-  uint16_t *x = (uint16_t *)malloc(T * H * sizeof *x);
-  wl_moe_uniform_routing(s->rank, (int)T, c.num_experts, c.top_k, ids, w);
-  wl_moe_uniform_tokens(s->rank, (int)T, (int)H, x);
-  s->ids = dev_zeros(T * 4 * sizeof *ids);
-  s->weights = dev_zeros(T * 4 * sizeof *w);
-  s->x = dev_zeros(T * H * sizeof *x);
-  GT_CUDA(cudaMemcpy(s->ids, ids, T * 4 * sizeof *ids, cudaMemcpyHostToDevice));
-  GT_CUDA(cudaMemcpy(s->weights, w, T * 4 * sizeof *w, cudaMemcpyHostToDevice));
-  GT_CUDA(cudaMemcpy(s->x, x, T * H * sizeof *x, cudaMemcpyHostToDevice));
-  free(ids), free(w), free(x);
+  moe_inputs(s, c.max_tokens, c.hidden, c.num_experts);
 }
 
 /* Buffers and objects of the scenario's operation; symmetric ones the same size on every rank. */
@@ -164,8 +204,10 @@ static void op_setup(op_state_t *s, int op) {
     s->kv_recv = symm(s->comm, (size_t)cap * replicas * 256);
     s->grad = dev_zeros((size_t)cap * replicas * 256);
     s->grad_out = dev_zeros((size_t)tokens * 256);
-  } else {
+  } else if (op == OP_MOE) {
     moe_setup(s);
+  } else {
+    moe_ht_setup(s);
   }
   GT_CUDA(cudaDeviceSynchronize());
 }
@@ -178,6 +220,17 @@ static sy_status_t op_call(op_state_t *s, int op, int dispatch_only) {
       return sy_attn_qkv_forward(s->attn, s->plan, s->q, 1024, s->q_recv, s->kv, 256, s->kv_recv, s->stream);
     case OP_ATTN_KV_BWD:
       return sy_attn_kv_backward(s->attn, s->plan, s->grad, 256, SY_DTYPE_BF16, 0, s->grad_out, s->stream);
+    case OP_MOE_HT:
+    case OP_MOE_HT_EXACT: {
+      sy_status_t st = sy_moe_ht_layout(s->ht, s->ids, SY_INDEX_INT32, s->tokens, s->handle,
+                                        op == OP_MOE_HT_EXACT ? s->host_counts : NULL, s->stream);
+      if (st == SY_SUCCESS)
+        st = sy_moe_ht_dispatch(s->ht, s->handle, s->tokens, s->x, NULL, (const float *)s->weights, &s->hrecv,
+                                s->stream);
+      if (st != SY_SUCCESS || dispatch_only) return st;
+      return sy_moe_ht_combine(s->ht, s->handle, s->tokens, s->expert_out, &s->hrecv, s->hrecv.weights, NULL, s->out,
+                               NULL, s->stream);
+    }
     default: break;
   }
   sy_status_t st =
@@ -189,14 +242,17 @@ static sy_status_t op_call(op_state_t *s, int op, int dispatch_only) {
 
 static void op_teardown(op_state_t *s) {
   if (s->moe) sy_moe_destroy(s->moe);
+  if (s->ht) sy_moe_ht_destroy(s->ht);
+  free(s->host_counts);
   if (s->attn) sy_attn_destroy(s->attn);
   if (s->plan) sy_attn_plan_destroy(s->plan);
   wl_attn_desc_free(&s->desc);
 }
 
-/* The victim: the call goes in, then SIGKILL (the kernel in flight, or after the dispatch completed). */
+/* The victim: the call goes in, then SIGKILL (the kernel in flight, or after the dispatch completed); or SIGKILL
+ * before the call. */
 static void die(op_state_t *s, const scenario_t *sc, int call) {
-  sy_status_t st = op_call(s, sc->op, sc->kill_point == KILL_MID_ROUND);
+  sy_status_t st = sc->kill_point == KILL_BEFORE ? SY_SUCCESS : op_call(s, sc->op, sc->kill_point == KILL_MID_ROUND);
   if (sc->kill_point == KILL_MID_ROUND) GT_CUDA(cudaStreamSynchronize(s->stream));
   else if (sc->delay_us) usleep((useconds_t)sc->delay_us);
   say("dying call %d status %s", call, sy_status_name(st));
@@ -383,7 +439,9 @@ static int run_scenario(const scenario_t *sc, const char *self, const char *syru
   fclose(verdicts);
   const int ok = why[0] == '\0';
   printf("[faults] %-18s rank %d killed %s: %s%s (%.1f s)%s\n", sc->name, sc->victim,
-         sc->kill_point == KILL_MID_ROUND ? "between dispatch and combine" : "with its kernel in flight",
+         sc->kill_point == KILL_MID_ROUND ? "between dispatch and combine"
+         : sc->kill_point == KILL_BEFORE  ? "before entering the call"
+                                          : "with its kernel in flight",
          ok ? "ok" : "FAILED:", ok ? "" : why, gt_now_s() - t0, summary);
   if (!ok) {
     fprintf(stderr, "---- %s: syrun's output ----\n%s---- the verdict files ----\n%s---- end ----\n", sc->name, out,
