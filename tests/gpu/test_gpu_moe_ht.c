@@ -546,6 +546,44 @@ static void disagreeing_roles(sy_comm_t comm, int rank, int world) {
   if (rank == 0) printf("  %-26s ok\n", "disagreeing roles refused");
 }
 
+/* Bad expert ids on the cuda backend, on every rank (an error of one rank would leave the ranks' collective frees at
+ * destroy unmatched): an even rank's token 2 names one expert at k = 0 and k = 1 (repeated), an odd rank's token 5
+ * names expert E at k = 0 (outside [-1, E)). The layout reports SY_ERR_INVALID_ARG asynchronously, naming the token
+ * (peer), k (expected) and the id (saw); destroy still works. The test's last step: the error stays with the
+ * communicator. */
+static void bad_ids(sy_comm_t comm, int rank, cudaStream_t stream) {
+  const sy_moe_ht_config_t cfg = config_of(&cases[0], 8);
+  const int T = 8, K = cfg.top_k, E = cfg.num_experts;
+  sy_moe_ht_t moe = NULL;
+  GT_OK(sy_moe_ht_create(comm, &cfg, &moe));
+  sy_moe_ht_sizes_t z = SY_MOE_HT_SIZES_INIT;
+  GT_OK(sy_moe_ht_sizes(moe, &z));
+  int32_t ids[8 * 32];
+  for (int t = 0; t < T; t++)
+    for (int k = 0; k < K; k++) ids[t * K + k] = (t * 5 + k * 7) % E; /* distinct within a token: 7k mod E, E = 48 */
+  int bad_t, bad_k;
+  int64_t bad_id;
+  if (rank % 2 == 0) ids[2 * K + 1] = ids[2 * K], bad_t = 2, bad_k = 1, bad_id = ids[2 * K];
+  else ids[5 * K] = E, bad_t = 5, bad_k = 0, bad_id = E;
+  void *dids = NULL, *handle = NULL;
+  GT_CUDA(cudaMalloc(&dids, sizeof ids));
+  GT_CUDA(cudaMalloc(&handle, z.handle_bytes));
+  GT_CUDA(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
+  GT_OK(sy_moe_ht_layout(moe, dids, SY_INDEX_INT32, T, handle, NULL, stream));
+  GT_CUDA(cudaStreamSynchronize(stream));
+  sy_status_t async = SY_SUCCESS;
+  char detail[256] = "", want[96];
+  GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
+  snprintf(want, sizeof want, "peer %d: expected %d, saw %lld", bad_t, bad_k, (long long)bad_id);
+  if (async != SY_ERR_INVALID_ARG || !strstr(detail, "moe_ht layout") || !strstr(detail, want))
+    GT_FAIL("bad ids: rank %d: %s: '%s' (want SY_ERR_INVALID_ARG naming the layout and '%s')", rank,
+            sy_status_name(async), detail, want);
+  GT_OK(sy_moe_ht_destroy(moe));
+  cudaFree(dids);
+  cudaFree(handle);
+  if (rank == 0) printf("  %-26s ok (%s)\n", "bad ids reported", detail);
+}
+
 int main(void) {
   int rank, world;
   sy_comm_t comm = gt_init("test_gpu_moe_ht", &rank, &world);
@@ -560,6 +598,7 @@ int main(void) {
   for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
       if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream, arena);
+  if (!only) bad_ids(comm, rank, stream); /* last: it leaves the communicator in error */
   cudaStreamDestroy(stream);
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_moe_ht");

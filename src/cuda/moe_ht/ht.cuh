@@ -38,8 +38,16 @@
 
 namespace sy {
 
-constexpr int HT_THREADS = 256; /* the layout's kernels: 8 warps */
+constexpr int HT_THREADS = 256; /* the layout's zero and exchange kernels: 8 warps */
 constexpr int HT_WARPS = HT_THREADS / 32;
+constexpr int HT_LTHREADS = 1024; /* the layout's count, prefix and pos kernels: a thread an entry, a warp an expert */
+/* The count kernel's tallies in shared memory (the experts' counts [E], then the send counts [W][C]), summed into
+ * global memory once a block, where they fit in this many words (else its atomics go to global memory). */
+constexpr int HT_TALLY_WORDS = 8192;
+__host__ __device__ inline int ht_tally_words(int E, int W, int C) {
+  const long long n = (long long)E + (long long)W * C;
+  return n <= HT_TALLY_WORDS ? (int)n : 0;
+}
 constexpr int HT_DTHREADS = 512; /* the data kernels (dispatch, combine): 16 warps, one block an SM */
 constexpr int HT_DWARPS = HT_DTHREADS / 32;
 constexpr int HT_BATCH = 32; /* tokens a block takes in order between two counter updates (a lane a token) */

@@ -492,11 +492,15 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
   const int zblocks = (int)((most > Z.n[2] ? most : Z.n[2]) / (4 * HT_THREADS) + 1);
   SY_CHECK(launch_pdl(sy_ht_layout_zero, zblocks < budget ? zblocks : budget, HT_THREADS, 0, stream, Z));
   if (N > 0) {
-    const int blocks = (N + HT_THREADS - 1) / HT_THREADS < budget ? (N + HT_THREADS - 1) / HT_THREADS : budget;
-    const int eblocks = moe->config.num_experts < budget ? moe->config.num_experts : budget;
-    SY_CHECK(launch_pdl(sy_ht_layout_count, blocks, HT_THREADS, 0, stream, P));
-    SY_CHECK(launch_pdl(sy_ht_layout_prefix, eblocks, HT_THREADS, 0, stream, P));
-    SY_CHECK(launch_pdl(sy_ht_layout_pos, blocks, HT_THREADS, 0, stream, P));
+    const int64_t entries = (int64_t)N * moe->config.top_k, per = HT_LTHREADS / 32;
+    const int blocks =
+        (int)((entries + HT_LTHREADS - 1) / HT_LTHREADS < budget ? (entries + HT_LTHREADS - 1) / HT_LTHREADS : budget);
+    const int eblocks =
+        (moe->config.num_experts + per - 1) / per < budget ? (moe->config.num_experts + per - 1) / per : budget;
+    const size_t tally = (size_t)ht_tally_words(P.E, P.world_size, P.C) * sizeof(int32_t);
+    SY_CHECK(launch_pdl(sy_ht_layout_count, blocks, HT_LTHREADS, tally, stream, P));
+    SY_CHECK(launch_pdl(sy_ht_layout_prefix, eblocks, HT_LTHREADS, 0, stream, P));
+    SY_CHECK(launch_pdl(sy_ht_layout_pos, blocks, HT_LTHREADS, 0, stream, P));
   }
   SY_CHECK(launch_pdl(sy_ht_layout_exchange, 1, HT_THREADS, exchange_smem(comm, moe), stream, P));
   if (!call->host_counts) return SY_SUCCESS;

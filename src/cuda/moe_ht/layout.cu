@@ -1,17 +1,18 @@
 /*
  * layout.cu — sy_moe_ht_layout on the GPU: five small kernels, no host round trip.
  *   zero      the scratch below and the handle's send counts cleared (sy_ht_layout_zero)
- *   count     a thread a token: its ids checked (a bad one reported and counted as -1) and copied into the
- *             handle, its bit set in each named expert's token mask, the expert's entry count, and per
- *             destination rank (a token once per rank) the channel's send count
- *   prefix    a block an expert: the popcounts of its mask words, prefix-summed (word_prefix)
- *   pos       a thread a token: each entry's position = word_prefix + the popcount of the earlier bits of
- *             its word — how many earlier tokens of this rank name the same expert
+ *   count     a thread an entry (token, k): its id checked (a bad one reported and counted as -1) and copied into
+ *             the handle, its token's bit set in the expert's token mask, the expert's entry count, and per
+ *             destination rank (a token once per rank: at the first k naming that rank) the channel's send count
+ *   prefix    a warp an expert: the popcounts of its mask words, prefix-summed (word_prefix)
+ *   pos       a thread an entry: its position = word_prefix + the popcount of the earlier bits of its word — how
+ *             many earlier tokens of this rank name the same expert
  *   exchange  one block: to each rank its counts (after that rank's ack of the previous layout), from each
  *             rank its counts (then the ack), the offsets, the handle's header, and the exact mode's host copy
- * Before them, zero clears the scratch (masks, counts) and the handle's send counts. Each kernel has at most the SM
- * budget's blocks (config.num_sms, launch.cu), as the dispatch and combine do, its threads striding over the tokens
- * or experts: a layout runs beside the expert GEMMs.
+ * Each kernel has at most the SM budget's blocks (config.num_sms, launch.cu), as the dispatch and combine do, its
+ * threads striding over the entries or experts: a layout runs beside the expert GEMMs. count, prefix and pos run
+ * HT_LTHREADS threads a block: at world 1 on 16 SMs a thread a token of 256-thread blocks left each SM eight warps
+ * whose loads waited one after the other (count 13.5 us, prefix 11.7, pos 5.7 under Nsight Compute, run 54).
  */
 #include "cuda/moe_ht/ht.cuh"
 
@@ -24,89 +25,99 @@ __global__ void sy_ht_layout_zero(ht_zero_params Z) {
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < Z.n[i]; j += stride) Z.w[i][j] = 0;
 }
 
-__device__ __forceinline__ void count_token(const ht_params &P, int t) {
-  int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
-  int ranks[32], nr = 0;
-  for (int k = 0; k < P.K; k++) {
-    int64_t e = ht_id(P, t, k);
-    bool bad = e < -1 || e >= P.E;
-    for (int j = 0; j < k && !bad && e >= 0; j++) bad = ids[j] == e;
-    if (bad) {
-      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_IDS, t, 0, (uint64_t)k, (uint64_t)e);
-      e = -1;
-    }
-    ids[k] = (int32_t)e;
-    if (e < 0) continue;
-    atomicOr(P.masks + (size_t)e * ((P.T + 31) / 32) + t / 32, 1u << (t % 32));
-    atomicAdd(P.expert_count + e, 1);
-    const int r = (int)(e / P.L);
-    bool seen = false;
-    for (int j = 0; j < nr; j++) seen |= ranks[j] == r;
-    if (!seen) ranks[nr++] = r;
+/* Entry (t, k): an id outside [-1, E), or equal to the id at an earlier k of its token, is reported and counted
+ * as -1 (an earlier id outside [-1, E) counts as -1 there too: it repeats nothing). The token's send count to the
+ * expert's rank is taken at the first k naming an expert of that rank (an earlier repeat names the same rank as the
+ * id it repeats). The earlier ids are loaded again: their lines are in L1, the neighbouring threads' entries. The
+ * counts go to the block's tallies in shared memory where it has them (tally: [E] then [W][C]), else to global. */
+__device__ __forceinline__ void count_entry(const ht_params &P, int64_t i, int t, int k, int32_t *tally) {
+  const int64_t e = ht_id(P, t, k);
+  bool bad = e < -1 || e >= P.E, first_of_rank = true;
+  const int r = bad || e < 0 ? -1 : (int)e / P.L;
+  for (int j = 0; j < k; j++) {
+    const int64_t f = ht_id(P, t, j);
+    if (f < 0 || f >= P.E) continue;
+    bad |= f == e;
+    first_of_rank &= (int)f / P.L != r;
   }
+  if (bad) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_IDS, t, 0, (uint64_t)k, (uint64_t)e);
+  hsec(P, P.hl.ids)[i] = bad ? -1 : (int32_t)e;
+  if (bad || e < 0) return;
+  atomicOr(P.masks + (size_t)e * ((P.T + 31) / 32) + t / 32, 1u << (t % 32));
+  if (tally) atomicAdd(tally + e, 1);
+  else atomicAdd(P.expert_count + e, 1);
+  if (!first_of_rank) return;
   int c = (int)((int64_t)t * P.C / P.num_tokens);
   while (c + 1 < P.C && chan_begin(c + 1, P.num_tokens, P.C) <= t) c++;
   while (c > 0 && chan_begin(c, P.num_tokens, P.C) > t) c--;
-  int32_t *send_chan = hsec(P, P.hl.send_chan);
-  for (int j = 0; j < nr; j++) atomicAdd(send_chan + (size_t)ranks[j] * P.C + c, 1);
+  if (tally) atomicAdd(tally + P.E + r * P.C + c, 1);
+  else atomicAdd(hsec(P, P.hl.send_chan) + (size_t)r * P.C + c, 1);
 }
 
-/* The layout's kernels hold at most the SM budget's blocks (launch.cu), so each strides over its tokens or experts. */
-__global__ void sy_ht_layout_count(ht_params P) {
+/* The layout's kernels hold at most the SM budget's blocks (launch.cu), so each strides over its entries or experts;
+ * consecutive threads take consecutive entries (the ids' loads, the handle's stores coalesce). */
+/* With the tallies in shared memory (ht_tally_words; launch.cu gives the bytes) a block's entries add there and the
+ * block adds each non-zero tally into global memory once: the global counters of one expert, or of one channel to one
+ * rank, otherwise take an atomic from every entry naming them (at world 1, 4,096 tokens: 256 a channel). */
+__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_count(ht_params P) {
+  extern __shared__ int32_t tally[];
+  const int words = ht_tally_words(P.E, P.world_size, P.C);
+  for (int j = threadIdx.x; j < words; j += blockDim.x) tally[j] = 0;
   pdl_begin();
-  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < P.num_tokens; t += gridDim.x * blockDim.x) count_token(P, t);
+  __syncthreads();
+  const int64_t n = (int64_t)P.num_tokens * P.K, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    count_entry(P, i, (int)(i / P.K), (int)(i % P.K), words ? tally : nullptr);
+  if (!words) return;
+  __syncthreads();
+  int32_t *send_chan = hsec(P, P.hl.send_chan);
+  for (int j = threadIdx.x; j < words; j += blockDim.x) {
+    const int32_t v = tally[j];
+    if (v) atomicAdd(j < P.E ? P.expert_count + j : send_chan + (j - P.E), v);
+  }
 }
 
-__device__ __forceinline__ void prefix_expert(const ht_params &P, int e) {
+/* Expert e's mask words' popcounts, prefix-summed by a warp, 32 words a round. */
+__device__ __forceinline__ void prefix_expert(const ht_params &P, int e, int lane) {
   const int words = (P.num_tokens + 31) / 32, stride = (P.T + 31) / 32;
   const uint32_t *mask = P.masks + (size_t)e * stride;
   int32_t *prefix = P.word_prefix + (size_t)e * stride;
-  __shared__ int32_t carry;
-  __shared__ int32_t warp_sum[HT_WARPS];
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (int base = 0; base < words; base += blockDim.x) {
-    const int w = base + threadIdx.x;
+  int32_t carry = 0;
+  for (int base = 0; base < words; base += 32) {
+    const int w = base + lane;
     const int v = w < words ? __popc(mask[w]) : 0;
-    int incl = v; /* inclusive scan in the warp, then over warps */
+    int incl = v;
     for (int d = 1; d < 32; d <<= 1) {
       const int o = __shfl_up_sync(0xffffffffu, incl, d);
-      if ((threadIdx.x & 31) >= d) incl += o;
+      if (lane >= d) incl += o;
     }
-    if ((threadIdx.x & 31) == 31) warp_sum[threadIdx.x / 32] = incl;
-    __syncthreads();
-    int before = carry;
-    for (int j = 0; j < (int)threadIdx.x / 32; j++) before += warp_sum[j];
-    if (w < words) prefix[w] = before + incl - v;
-    __syncthreads();
-    if (threadIdx.x == blockDim.x - 1) carry = before + incl;
-    __syncthreads();
+    if (w < words) prefix[w] = carry + incl - v;
+    carry += __shfl_sync(0xffffffffu, incl, 31);
   }
 }
 
-__global__ void sy_ht_layout_prefix(ht_params P) {
+__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_prefix(ht_params P) {
   pdl_begin();
-  for (int e = blockIdx.x; e < P.E; e += gridDim.x) prefix_expert(P, e); /* block-uniform: its barriers agree */
+  const int per_block = (int)blockDim.x / 32, lane = threadIdx.x & 31;
+  for (int e = blockIdx.x * per_block + (int)threadIdx.x / 32; e < P.E; e += gridDim.x * per_block)
+    prefix_expert(P, e, lane); /* warp-uniform: its shuffles agree */
 }
 
-__device__ __forceinline__ void pos_token(const ht_params &P, int t) {
-  const int stride = (P.T + 31) / 32;
-  const int32_t *ids = hsec(P, P.hl.ids) + (size_t)t * P.K;
-  int32_t *pos = hsec(P, P.hl.pos) + (size_t)t * P.K;
-  for (int k = 0; k < P.K; k++) {
-    const int e = ids[k];
-    if (e < 0) {
-      pos[k] = -1;
-      continue;
-    }
-    const size_t w = (size_t)e * stride + t / 32;
-    pos[k] = P.word_prefix[w] + __popc(P.masks[w] & ((1u << (t % 32)) - 1u));
+/* Entry (t, k)'s position among the rank's entries of its expert (-1 where it names none). */
+__device__ __forceinline__ void pos_entry(const ht_params &P, int64_t i, int t) {
+  const int e = hsec(P, P.hl.ids)[i];
+  int32_t v = -1;
+  if (e >= 0) {
+    const size_t w = (size_t)e * ((P.T + 31) / 32) + t / 32;
+    v = P.word_prefix[w] + __popc(P.masks[w] & ((1u << (t % 32)) - 1u));
   }
+  hsec(P, P.hl.pos)[i] = v;
 }
 
-__global__ void sy_ht_layout_pos(ht_params P) {
+__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_pos(ht_params P) {
   pdl_begin();
-  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < P.num_tokens; t += gridDim.x * blockDim.x) pos_token(P, t);
+  const int64_t n = (int64_t)P.num_tokens * P.K, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) pos_entry(P, i, (int)(i / P.K));
 }
 
 /* The exchange's put path (out of line; its arguments by value, so the kernel's parameters stay in the constant
@@ -130,10 +141,38 @@ __device__ __forceinline__ void exchange_failed(const ht_params &P, uint64_t n) 
   P.local->layouts = n;
 }
 
+/* rows[0..L) replaced by their exclusive prefix sum and rows[L] set to the total, by the block: a thread sums a
+ * contiguous run, the runs' sums are scanned by warps, then each thread writes its run's prefixes (a thread's serial
+ * walk over the L rows, a dependent shared load and store each, took ~9 us of the exchange at L = 256). The totals
+ * fit in int32: create refuses a configuration whose max_rows exceeds 2^31 - 1. Every thread calls it. */
+__device__ __forceinline__ void exclusive_scan(int32_t *rows, int L) {
+  __shared__ int32_t warp_sum[HT_WARPS];
+  const int per = (L + (int)blockDim.x - 1) / (int)blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int b = (int)threadIdx.x * per, end = b + per < L ? b + per : L;
+  int32_t run = 0;
+  for (int i = b; i < end; i++) run += rows[i];
+  int32_t incl = run;
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t o = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += o;
+  }
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  int32_t at = incl - run;
+  for (int j = 0; j < warp; j++) at += warp_sum[j];
+  for (int i = b; i < end; i++) {
+    const int32_t r = rows[i];
+    rows[i] = at;
+    at += r;
+  }
+  if (threadIdx.x == blockDim.x - 1) rows[L] = at; /* the last thread's prefix past its run: the total */
+  __syncthreads();
+}
+
 /* One block, shared memory: ok[W] and the offsets' [L + 1] rows. Threads stride over ranks for the waits and the
  * counters (a thread per rank) and over (rank, word) for the copies, so no thread walks L words alone (a load
  * then a store per word through pointers the compiler cannot prove apart: each waits for the last). Then the
- * offsets: each expert's rows summed over sources by a thread each, prefix-summed by thread 0 in shared memory. */
+ * offsets: each expert's rows summed over sources by a thread each, prefix-summed by the block in shared memory. */
 __global__ void sy_ht_layout_exchange(ht_params P) {
   pdl_begin();
   extern __shared__ __align__(16) char smem[];
@@ -202,16 +241,7 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
   }
   __syncthreads();
   int32_t *offsets = hsec(P, P.hl.offsets);
-  if (threadIdx.x == 0) {
-    int64_t at = 0;
-    for (int e = 0; e < L; e++) {
-      const int32_t r = rows[e];
-      rows[e] = (int32_t)at;
-      at += r;
-    }
-    rows[L] = (int32_t)at;
-  }
-  __syncthreads();
+  exclusive_scan(rows, L);
   for (int e = threadIdx.x; e <= L; e += blockDim.x) {
     offsets[e] = rows[e];
     if (P.host_counts) P.host_counts[L + e] = rows[e]; /* [2 L]: the rows needed */
