@@ -634,7 +634,7 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /*                                                                                                        */
 /* One step, every call collective (every rank makes the same sequence of calls on the object) and on one  */
 /* stream per rank:                                            */
-/*   sy_moe_ht_layout(ids) -> handle          the layout (one kernel, then a count exchange)               */
+/*   sy_moe_ht_layout(ids) -> handle          the layout: five small kernels, no host round trip           */
 /*   sy_moe_ht_dispatch(handle, x) -> rows    each local expert's rows contiguous, padded to the alignment */
 /*   ... expert GEMMs on rows -> y ...                                                                     */
 /*   sy_moe_ht_combine(handle, y) -> out      one bf16 row per token (sy_moe_ht_combine_add: out += that)  */

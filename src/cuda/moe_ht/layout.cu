@@ -12,7 +12,10 @@
  * Each kernel has at most the SM budget's blocks (config.num_sms, launch.cu), as the dispatch and combine do, its
  * threads striding over the entries or experts: a layout runs beside the expert GEMMs. count, prefix and pos run
  * HT_LTHREADS threads a block: at world 1 on 16 SMs a thread a token of 256-thread blocks left each SM eight warps
- * whose loads waited one after the other (count 13.5 us, prefix 11.7, pos 5.7 under Nsight Compute, run 54).
+ * whose loads waited one after the other (count 13.5 us, prefix 11.7, pos 5.7 under Nsight Compute, run 54). Each
+ * kernel triggers the next at its start (PDL), whose blocks then wait resident: a 1,024-thread block of one and of
+ * the next do not fit on one SM together (registers), so while count or prefix runs the layout may hold up to twice
+ * the budget's SMs, the waiting half idle.
  */
 #include "cuda/moe_ht/ht.cuh"
 

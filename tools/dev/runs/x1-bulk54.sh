@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# x1-bulk54.sh — ready for the next one-GPU call (not run yet; ~5 minutes). Issue 19's FP8 dispatch at world 1 (64.6-
-# 65.7% of the copy's rate against >= 70%, run 53): with the sinks' fields loaded ahead (SY_HT_STG) its warps wait on
+# x1-bulk54.sh — run 54, call 1 (~4 minutes; the patch +12.9% at 132 and 16 SMs: dropped). Issue 19's FP8
+# dispatch at world 1 (64.6-65.7% of the copy's rate against >= 70%, run 53): with the sinks' fields loaded ahead (SY_HT_STG) its warps wait on
 # the stores themselves — 14 passes x 8 rows x 2 store instructions a token. tools/dev/patches/ht-bulk-store.patch
 # (SY_HT_BULK, written after run 53's device time, compiled but never run): a warp quantises a token whose sinks are
 # all rows here into its own buffer of shared memory (16 x 7,424 bytes at hidden 7168) and one lane a row

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x1-power54.sh — ready for the next one-GPU call (not run yet; ~2 minutes). Why the overlapped step (way b) is slower
+# x1-power54.sh — run as part of x1-faults54.sh (run 54, call 2: b at a higher clock than s). Why the overlapped step (way b) is slower
 # than the step with no overlap on every SM (way s) at world 1 (run 53: +2.3% to +10.1%). Three candidates: the 16 SMs
 # the GEMMs give up (run 48: +1.2-3.4% on 116 SMs), HBM shared with GEMMs bound by the experts' weights, and the
 # power limit (the communication's HBM traffic beside the GEMMs lowers the clock they run at; run 47 saw b 30 MHz

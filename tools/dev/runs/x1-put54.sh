@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x1-put54.sh — ready for the next one-GPU call (not run yet; ~2 minutes). The review of SY_HT_STG (run 53) found its
+# x1-put54.sh — run as part of x1-faults54.sh (run 54, call 2: every test passed). The review of SY_HT_STG (run 53) found its
 # NVSHMEM put path (the staging buffer written by the st.global stores, then read by ht_put_warp after __syncwarp)
 # not run with it: test_gpu_moe_ht with SY_FORCE_PUT=1 at 3 ranks sharing the GPU (roles by warps and by blocks) and
 # at 2, and the FP8 wires quantised in the kernel from world 2 (SY_HT_PREQUANT=0: warp_quantise into ring slots and
