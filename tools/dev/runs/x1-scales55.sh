@@ -3,10 +3,11 @@
 # (65.4-65.5% of the copy's rate against >= 70%, run 54): since SY_HT_STG (run 53) its warps wait on the stores
 # themselves, and the bulk copies of the own rows lost (run 54: +12.9%). tools/dev/patches/ht-scale-lanes.patch
 # (SY_HT_SCALE_LANES, written after run 54's device time, compiled, not run): a pass's scales into its sinks by one
-# store instruction where a token has at most 8 sinks (lane j of each group stores sink j's, its sink's fields loaded
-# once a token), else one a round of 8 sinks, instead of one a sink by all 8 lanes of each group: 224 store
-# instructions a token at hidden 7168 with 8 rows -> 126, the same sectors. ptxas: the plain kernels spill 60 bytes
-# (52 before), the roles kernels 60 (40-52). Predicted: a few us at 132 SMs if the stores' issue is what the warps
+# store instruction where a token has 1 to 8 sinks (lane j of each group stores sink j's), else one a round of 8
+# sinks, instead of one a sink by all 8 lanes of each group: 224 store instructions a token at hidden 7168 with 8
+# rows -> 126, the same sectors. ptxas: the plain kernels spill 60 bytes (52 before), the roles kernels 44 (40-52).
+# A helper's review: the same bits for every n >= 1; its n = 0 case (a store into a stale sink, unreachable from
+# today's callers) fixed. Predicted: a few us at 132 SMs if the stores' issue is what the warps
 # wait on; nothing if it is the sectors. p = the patch, h = this tree. Tests with p at 1 rank, 3 sharing the GPU
 # with the FP8 quantised in the kernel (ring slots as sinks) and through the put path; then the FP8 dispatch at 132
 # SMs h p p h and at 16 SMs p h; BF16 (no scales) once each as a control.
