@@ -80,6 +80,15 @@ __global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_count(ht_params P) {
   }
 }
 
+/* The sum of v over lanes 0..lane of the warp (every lane calls it). */
+__device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane) {
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t o = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += o;
+  }
+  return v;
+}
+
 /* Expert e's mask words' popcounts, prefix-summed by a warp, 32 words a round. */
 __device__ __forceinline__ void prefix_expert(const ht_params &P, int e, int lane) {
   const int words = (P.num_tokens + 31) / 32, stride = (P.T + 31) / 32;
@@ -89,11 +98,7 @@ __device__ __forceinline__ void prefix_expert(const ht_params &P, int e, int lan
   for (int base = 0; base < words; base += 32) {
     const int w = base + lane;
     const int v = w < words ? __popc(mask[w]) : 0;
-    int incl = v;
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += o;
-    }
+    const int incl = warp_inclusive_sum(v, lane);
     if (w < words) prefix[w] = carry + incl - v;
     carry += __shfl_sync(0xffffffffu, incl, 31);
   }
@@ -154,11 +159,7 @@ __device__ __forceinline__ void exclusive_scan(int32_t *rows, int L) {
   const int b = (int)threadIdx.x * per, end = b + per < L ? b + per : L;
   int32_t run = 0;
   for (int i = b; i < end; i++) run += rows[i];
-  int32_t incl = run;
-  for (int d = 1; d < 32; d <<= 1) {
-    const int32_t o = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += o;
-  }
+  const int32_t incl = warp_inclusive_sum(run, lane);
   if (lane == 31) warp_sum[warp] = incl;
   __syncthreads();
   int32_t at = incl - run;
