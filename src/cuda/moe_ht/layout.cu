@@ -58,9 +58,9 @@ __device__ __forceinline__ void count_entry(const ht_params &P, int64_t i, int t
 }
 
 /* The layout's kernels hold at most the SM budget's blocks (launch.cu), so each strides over its entries or experts;
- * consecutive threads take consecutive entries (the ids' loads, the handle's stores coalesce). */
-/* With the tallies in shared memory (ht_tally_words; launch.cu gives the bytes) a block's entries add there and the
- * block adds each non-zero tally into global memory once: the global counters of one expert, or of one channel to one
+ * consecutive threads take consecutive entries (the ids' loads, the handle's stores coalesce). With the tallies in
+ * shared memory (ht_tally_words; launch.cu gives the bytes) a block's entries add there and the block adds each
+ * non-zero tally into global memory once: the global counters of one expert, or of one channel to one
  * rank, otherwise take an atomic from every entry naming them (at world 1, 4,096 tokens: 256 a channel). */
 __global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_count(ht_params P) {
   extern __shared__ int32_t tally[];
