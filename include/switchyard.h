@@ -634,7 +634,7 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /*                                                                                                        */
 /* One step, every call collective (every rank makes the same sequence of calls on the object) and on one  */
 /* stream per rank:                                            */
-/*   sy_moe_ht_layout(ids) -> handle          the layout: five small kernels, no host round trip           */
+/*   sy_moe_ht_layout(ids) -> handle          the layout: one kernel, no host round trip                   */
 /*   sy_moe_ht_dispatch(handle, x) -> rows    each local expert's rows contiguous, padded to the alignment */
 /*   ... expert GEMMs on rows -> y ...                                                                     */
 /*   sy_moe_ht_combine(handle, y) -> out      one bf16 row per token (sy_moe_ht_combine_add: out += that)  */
@@ -687,9 +687,11 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /*                                                                                                        */
 /* SM budget: every kernel of these calls, the layout's included, holds at most config.num_sms SMs       */
 /* (default 16; an odd count is rounded down, and 2 at least: a sending and a receiving block), so expert */
-/* GEMMs can run beside them on the other SMs; the long kernels (dispatch, combine, their backwards, the  */
-/* FP8 quantisation) let the stream's next kernel start only when they end, so it does not wait on SMs    */
-/* outside the budget meanwhile.                                                                          */
+/* GEMMs can run beside them on the other SMs; the kernels (the layout, dispatch, combine, their          */
+/* backwards, the FP8 quantisation) let the stream's next kernel start only as they end, so it does not   */
+/* wait on SMs outside the budget meanwhile. The layout's blocks must be resident together (it is one     */
+/* kernel with grid barriers): layouts of several objects at once on several streams whose budgets add up */
+/* past the SMs left free wait for each other, and end in SY_ERR_TIMEOUT.                                 */
 /* The budget's use: from world 2 with at most 16 SMs a block runs both halves of its channel on its      */
 /* warps, above that a block runs one half (SY_HT_ROLES). For scale, 4 x H100, world 4, 4,096 tokens,     */
 /* BF16: the four calls took 4.7 ms together at 16 SMs, 4.0 at 24, 3.5 at 32, 2.9 at 64                   */
@@ -812,7 +814,8 @@ SY_API sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_h
  * by every later call of the step (keep it until the step's last backward call). host_counts: NULL (worst
  * case), or host memory for 2 x L + 1 int32: the rows of each local expert (counts), then each expert's
  * first row (offsets, contiguous layout), then the rows needed; the call returns once they are known.
- * An id outside [-1, num_experts) or repeated is SY_ERR_INVALID_ARG (cuda: asynchronous; the entry counts as -1). */
+ * An id outside [-1, num_experts) or repeated is SY_ERR_INVALID_ARG naming the first such (token, k) (cuda:
+ * asynchronously; the bad entries count as -1). */
 SY_API sy_status_t sy_moe_ht_layout(sy_moe_ht_t moe, const void *expert_ids, sy_index_type_t id_type, int num_tokens,
                                     void *handle, int32_t *host_counts, cudaStream_t stream);
 /* tokens: [num_tokens][hidden] bf16 (E4M3 bytes with SY_MOE_WIRE_FP8_GIVEN); token_scales: fp32

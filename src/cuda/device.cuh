@@ -129,6 +129,12 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v
   return old;
 }
 
+__device__ __forceinline__ uint64_t atom_add_acq_rel_gpu(uint64_t *p, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ bool aborted(const dev_ctx &ctx) { return *(volatile int *)&ctx.state->abort != 0; }
 
 /* Waits until *counter >= expected (acquire, system scope). Returns true on success; false on timeout (error

@@ -33,8 +33,11 @@ SY_CUDA_OP(OP_MOE_COMBINE_ARGS, "moe combine_recv",
            "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (peer = -1: num_tokens, "
            "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)")
 SY_CUDA_OP(OP_MOE_HT_IDS, "moe_ht layout",
-           "moe_ht layout: an expert id outside [-1, num_experts) or repeated within its token (peer = the token, "
-           "expected = k, saw = the id); the entry was treated as -1")
+           "moe_ht layout: an expert id outside [-1, num_experts) or repeated within its token, the first such in "
+           "(token, k) order (peer = the token, expected = k, saw = the id); the bad entries were treated as -1")
+SY_CUDA_OP(OP_MOE_HT_LAYOUT_SYNC, "moe_ht layout",
+           "moe_ht layout (a block waiting at the layout kernel's grid barrier for its other blocks; peer = the "
+           "block, expected/saw = arrivals)")
 SY_CUDA_OP(OP_MOE_HT_EXCHANGE, "moe_ht layout",
            "moe_ht layout (waiting for a rank's counts, or for its ack of the "
            "previous layout's; expected/saw = layout numbers)")

@@ -62,6 +62,10 @@ __device__ __forceinline__ void pdl_begin() {
  * behind a 4.8 ms combine held the expert GEMMs back for all of it). */
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+/* The other half of pdl_begin, for a kernel that called pdl_wait: the stream's next kernel may launch once every
+ * block of this one has called it or exited (the layout kernel, after its last phase). */
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 } // namespace sy
 
 #endif

@@ -62,6 +62,11 @@ static const ht_case_t cases[] = {
      * 32 SMs: a channel's roles on two blocks, 16: on one block's warps (from world 2) */
     {"bf16 1500 budgets of 32",48, 8, 128, 1500, SY_MOE_WIRE_BF16,     16,  32, 0, 0, 0, WL_ROUTE_RANDOM,    0, 20, 0, 6},
     {"fp8 1500 budgets of 16", 48, 8, 128, 1500, SY_MOE_WIRE_FP8,      1,   16, 0, 1, 0, WL_ROUTE_RANDOM,    0, 21, 0, 4},
+    /* 8,208 experts: the layout's count tallies past its shared memory (E + W x channels > 8,192 words) in global
+     * memory; divisible by 1 to 4 ranks */
+    {"bf16 8208 experts",      8208, 4, 128, 40, SY_MOE_WIRE_BF16,     1,   4,  0, 1, 0, WL_ROUTE_RANDOM,    0, 22, 0, 0},
+    /* one SM: the layout kernel a single block (its exchange after prefix and pos, on the same block) */
+    {"fp8 one SM",             48, 4, 256,  40, SY_MOE_WIRE_FP8,       16,  1,  0, 1, 0, WL_ROUTE_RANDOM,    0, 23, 0, 0},
 };
 /* clang-format on */
 
@@ -69,10 +74,13 @@ static const ht_case_t cases[] = {
  * each over new inputs: round ROUNDS + i's routing and payload for round 0's num_tokens */
 enum { ROUNDS = 3, REPLAYS = 2 };
 
+/* The most local experts of a case (the "8208 experts" case at world 1). */
+enum { MAX_L = 8208 };
+
 /* One rank's outputs of one round (host memory). */
 typedef struct {
   uint8_t *tokens, *scales, *src, *weights, *out, *values, *out2, *out3, *grad_rows, *grad_w;
-  int32_t offsets[1025], counts[1024], host[2049];
+  int32_t offsets[MAX_L + 1], counts[MAX_L], host[2 * MAX_L + 1];
 } ht_result_t;
 
 typedef struct {
@@ -398,6 +406,10 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     if (rank == 0) printf("  %-26s skipped: %d experts do not divide among %d ranks\n", c->name, c->E, world);
     return;
   }
+  if (c->E / world > MAX_L) { /* the results' arrays (ht_result_t) */
+    GT_FAIL("%s: %d local experts, more than the test's MAX_L %d", c->name, c->E / world, MAX_L);
+    return;
+  }
   ht_run_t R;
   memset(&R, 0, sizeof R);
   R.c = c;
@@ -450,7 +462,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     ht_inputs_t in;
     make_inputs(&R, round, rank, &in);
     load_round(&R, 0, &in, &b);
-    int32_t host[2049];
+    int32_t host[2 * MAX_L + 1];
     run_round(&R, moe, in.n, &b, c->exact ? host : NULL, stream);
     GT_CUDA(cudaStreamSynchronize(stream));
     ht_result_t got;
@@ -547,28 +559,42 @@ static void disagreeing_roles(sy_comm_t comm, int rank, int world) {
 }
 
 /* Bad expert ids on the cuda backend, on every rank (an error of one rank would leave the ranks' collective frees at
- * destroy unmatched): an even rank's token 2 names one expert at k = 0 and k = 1 (repeated), an odd rank's token 5
- * names expert E at k = 0 (outside [-1, E)). The layout reports SY_ERR_INVALID_ARG asynchronously, naming the token
- * (peer), k (expected) and the id (saw); destroy still works. The test's last step: the error stays with the
- * communicator. */
+ * destroy unmatched), several a rank over 3,000 tokens (12,000 entries: every block of the layout's count takes
+ * some): an even rank's token 1700 repeats its k = 0 expert at k = 2 and names expert E at k = 3, token 2900
+ * repeats at k = 1; an odd rank's token 800 names E + 7 at k = 3, token 2500 names E at k = 0. The layout reports
+ * SY_ERR_INVALID_ARG asynchronously, naming the first bad entry in (token, k) order, as the host backend's check does
+ * — the token (peer), k (expected) and the id (saw) — whichever thread found it first; destroy still works. The
+ * test's last step: the error stays with the communicator. */
 static void bad_ids(sy_comm_t comm, int rank, cudaStream_t stream) {
-  const sy_moe_ht_config_t cfg = config_of(&cases[0], 8);
-  const int T = 8, K = cfg.top_k, E = cfg.num_experts;
+  const int T = 3000;
+  const sy_moe_ht_config_t cfg = config_of(&cases[0], T);
+  const int K = cfg.top_k, E = cfg.num_experts;
+  const size_t ids_bytes = (size_t)T * K * sizeof(int32_t);
+  int32_t *ids = (int32_t *)malloc(ids_bytes);
+  if (!ids) {
+    GT_FAIL("bad ids: no host memory");
+    return;
+  }
   sy_moe_ht_t moe = NULL;
   GT_OK(sy_moe_ht_create(comm, &cfg, &moe));
   sy_moe_ht_sizes_t z = SY_MOE_HT_SIZES_INIT;
   GT_OK(sy_moe_ht_sizes(moe, &z));
-  int32_t ids[8 * 32];
   for (int t = 0; t < T; t++)
     for (int k = 0; k < K; k++) ids[t * K + k] = (t * 5 + k * 7) % E; /* distinct within a token: 7k mod E, E = 48 */
   int bad_t, bad_k;
   int64_t bad_id;
-  if (rank % 2 == 0) ids[2 * K + 1] = ids[2 * K], bad_t = 2, bad_k = 1, bad_id = ids[2 * K];
-  else ids[5 * K] = E, bad_t = 5, bad_k = 0, bad_id = E;
+  if (rank % 2 == 0) {
+    ids[2900 * K + 1] = ids[2900 * K];
+    ids[1700 * K + 3] = E;
+    ids[1700 * K + 2] = ids[1700 * K], bad_t = 1700, bad_k = 2, bad_id = ids[1700 * K];
+  } else {
+    ids[2500 * K] = E;
+    ids[800 * K + 3] = E + 7, bad_t = 800, bad_k = 3, bad_id = E + 7;
+  }
   void *dids = NULL, *handle = NULL;
-  GT_CUDA(cudaMalloc(&dids, sizeof ids));
+  GT_CUDA(cudaMalloc(&dids, ids_bytes));
   GT_CUDA(cudaMalloc(&handle, z.handle_bytes));
-  GT_CUDA(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemcpy(dids, ids, ids_bytes, cudaMemcpyHostToDevice));
   GT_OK(sy_moe_ht_layout(moe, dids, SY_INDEX_INT32, T, handle, NULL, stream));
   GT_CUDA(cudaStreamSynchronize(stream));
   sy_status_t async = SY_SUCCESS;
@@ -581,7 +607,8 @@ static void bad_ids(sy_comm_t comm, int rank, cudaStream_t stream) {
   GT_OK(sy_moe_ht_destroy(moe));
   cudaFree(dids);
   cudaFree(handle);
-  if (rank == 0) printf("  %-26s ok (%s)\n", "bad ids reported", detail);
+  free(ids);
+  if (rank == 0) printf("  %-26s ok (%s)\n", "first bad id reported", detail);
 }
 
 int main(void) {
@@ -593,12 +620,17 @@ int main(void) {
   cudaStream_t stream;
   GT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const char *only = getenv("SY_TEST_CASE"); /* one case by its index */
-  if (!only) bad_role_warps(comm, rank);
-  if (!only) disagreeing_roles(comm, rank, world);
-  for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-      if (!only || (size_t)atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream, arena);
-  if (!only) bad_ids(comm, rank, stream); /* last: it leaves the communicator in error */
+  const int num_cases = (int)(sizeof cases / sizeof cases[0]);
+  if (only && (atoi(only) < 0 || atoi(only) >= num_cases)) /* a run of nothing must not pass */
+    GT_FAIL("SY_TEST_CASE=%s: no such case (0 to %d)", only, num_cases - 1);
+  else {
+    if (!only) bad_role_warps(comm, rank);
+    if (!only) disagreeing_roles(comm, rank, world);
+    for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
+      for (int i = 0; i < num_cases; i++)
+        if (!only || atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream, arena);
+    if (!only) bad_ids(comm, rank, stream); /* last: it leaves the communicator in error */
+  }
   cudaStreamDestroy(stream);
   GT_OK(sy_comm_destroy(comm));
   return gt_finish("test_gpu_moe_ht");

@@ -38,15 +38,19 @@
 
 namespace sy {
 
-constexpr int HT_THREADS = 256; /* the layout's zero and exchange kernels: 8 warps */
-constexpr int HT_WARPS = HT_THREADS / 32;
-constexpr int HT_LTHREADS = 1024; /* the layout's count, prefix and pos kernels: a thread an entry, a warp an expert */
-/* The count kernel's tallies in shared memory (the experts' counts [E], then the send counts [W][C]), summed into
+constexpr int HT_LTHREADS = 1024; /* the layout kernel: a thread an entry, a warp an expert */
+/* The layout's count tallies in shared memory (the experts' counts [E], then the send counts [W][C]), summed into
  * global memory once a block, where they fit in this many words (else its atomics go to global memory). */
 constexpr int HT_TALLY_WORDS = 8192;
 __host__ __device__ inline int ht_tally_words(int E, int W, int C) {
   const long long n = (long long)E + (long long)W * C;
   return n <= HT_TALLY_WORDS ? (int)n : 0;
+}
+/* The layout kernel's dynamic shared memory: the count's tallies, then (on the exchange's block) ok[W] and the
+ * offsets' rows[L + 1]. */
+__host__ __device__ inline size_t ht_layout_smem(int E, int W, int C, int L) {
+  const size_t tally = (size_t)ht_tally_words(E, W, C) * 4, exchange = ((size_t)W + (size_t)L + 1) * 4;
+  return tally > exchange ? tally : exchange;
 }
 constexpr int HT_DTHREADS = 512; /* the data kernels (dispatch, combine): 16 warps, one block an SM */
 constexpr int HT_DWARPS = HT_DTHREADS / 32;
@@ -68,7 +72,10 @@ struct ht_local {
   uint32_t own_done;   /* blocks of the running call that have ended */
   uint32_t disp_done;  /* with a receive arena: units of the running dispatch that have ended */
   uint64_t dispatches; /* with a receive arena: dispatch calls done (the inboxes' call numbers) */
-  uint64_t pad_[3];
+  uint64_t lbar;       /* the layout kernel's grid barrier: the running layout's arrivals (0 between layouts) */
+  uint32_t ldone;      /* the layout kernel's blocks that have ended (0 between layouts) */
+  uint32_t lfail;      /* a block of the running layout failed a barrier (0 between layouts) */
+  uint64_t pad_[1];
   /* then sent[W][C] and consumed[W][C], uint64 */
 };
 
@@ -83,7 +90,7 @@ struct ht_params {
   size_t stage_bytes;        /* a slot: msg_bytes - payload_offset of payload, then 32 headers of payload_offset */
   uint32_t *masks;           /* layout scratch: [E][ceil(max_tokens / 32)] token bits per expert */
   int32_t *word_prefix;      /* [E][ceil(max_tokens / 32)] */
-  int32_t *expert_count;     /* [E] this rank's entries per expert */
+  int32_t *expert_count;     /* [E] this rank's entries per expert; [E]: the first bad entry (layout.cu) */
   char *handle;
   sy_moe_ht_handle_layout_t hl;
   int32_t *host_counts; /* device alias of the mapped [2 L + 1] (exact mode), else NULL */
@@ -378,18 +385,10 @@ sy_status_t sy__cuda_moe_ht_combine_backward(sy_comm_t comm, struct sy_moe_ht *m
 }
 
 /* kernels (layout.cu, dispatch.cu, combine.cu) */
-/* The layout's scratch cleared before count: n[i] 4-byte words at w[i] (one kernel, not memsets: a memset node adds
- * ~1.8 us to a graph launch's host time, a kernel node a few hundredths; bench/NOTES.md, "Host time of a replayed
- * step"). */
-struct ht_zero_params {
-  uint32_t *w[3];
-  size_t n[3];
-};
-__global__ void sy_ht_layout_zero(ht_zero_params Z);
-__global__ void sy_ht_layout_count(sy::ht_params P);
-__global__ void sy_ht_layout_prefix(sy::ht_params P);
-__global__ void sy_ht_layout_pos(sy::ht_params P);
-__global__ void sy_ht_layout_exchange(sy::ht_params P);
+/* The layout (layout.cu): one kernel of at most the SM budget's blocks of HT_LTHREADS threads; its dynamic shared
+ * memory is ht_layout_smem's. Its scratch is cleared by its own first phase (not memsets: a memset node adds ~1.8 us
+ * to a graph launch's host time, a kernel node a few hundredths; bench/NOTES.md, "Host time of a replayed step"). */
+__global__ void sy_ht_layout(const __grid_constant__ sy::ht_params P);
 __global__ void sy_ht_dispatch(const __grid_constant__ sy::ht_params P);
 /* The same with the rows' FP8 scales stored under an L2 evict_last policy (SY_HT_SCALE_HINT; rows.cuh: sink_scale). */
 __global__ void sy_ht_dispatch_hint(const __grid_constant__ sy::ht_params P);

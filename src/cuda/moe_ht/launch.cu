@@ -2,7 +2,7 @@
  * launch.cu — the host side of the MoE high-throughput kernels: create (the workspace, the device-local state,
  * the layout scratch, the mapped counts of the exact mode, the put path's staging where some peer is not
  * load/store reachable or SY_FORCE_PUT is set),
- * destroy, and the launches (layout: five kernels and, in the exact mode, the bounded host wait; dispatch and
+ * destroy, and the launches (layout: one kernel and, in the exact mode, the bounded host wait; dispatch and
  * combine: one kernel each).
  */
 #include <math.h>
@@ -47,6 +47,7 @@ struct ht_gpu {
   int send_warps;         /* then the dispatch kernel's role 0 warps (SY_HT_SEND_WARPS), */
   int expert_warps;       /* the combine kernel's (SY_HT_EXPERT_WARPS) */
   int blocks;             /* the data kernels' grid: C by warps, 2 C by blocks */
+  int layout_resident;    /* the layout kernel's blocks the GPU holds at once (its grid barriers need them all) */
   uint32_t role_state, pipe_role_state; /* by warps: role 0's per-peer state in the dispatch's, the combine's smem */
   char probe_path[256];
 };
@@ -122,9 +123,9 @@ static uint64_t *probe_of(const ht_gpu *g, int kernel) {
 static cuda_state *state_of(sy_comm_t comm) { return (cuda_state *)comm->backend_state; }
 static size_t align_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-/* The exchange kernel's shared memory: ok[W], then the offsets' [L + 1] (layout.cu). */
-static size_t exchange_smem(sy_comm_t comm, const struct sy_moe_ht *moe) {
-  return ((size_t)comm->world_size + (size_t)moe->local_experts + 1) * 4;
+/* The layout kernel's dynamic shared memory (ht_layout_smem: the tallies, or the exchange's ok[W] and rows[L + 1]). */
+static size_t layout_smem(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g) {
+  return ht_layout_smem(moe->config.num_experts, comm->world_size, g->wl.channels, moe->local_experts);
 }
 
 /* The dispatch's split of a channel's own tokens (their rows here) between its two blocks, in 1/1024 for the
@@ -170,7 +171,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   const size_t words = ((size_t)c->max_tokens + 31) / 32;
   g->mask_bytes = align_up(E * words * 4, 256);
   const size_t local_bytes =
-      align_up(sizeof(ht_local), 256) + align_up(2 * W * C * 8, 256) + 2 * g->mask_bytes + align_up(E * 4, 256);
+      align_up(sizeof(ht_local), 256) + align_up(2 * W * C * 8, 256) + 2 * g->mask_bytes + align_up((E + 1) * 4, 256);
   SY_CUDA_CHECK(cudaMalloc((void **)&g->local_blob, local_bytes));
   SY_CUDA_CHECK(cudaMemset(g->local_blob, 0, local_bytes));
   char *p = g->local_blob;
@@ -248,7 +249,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
     return SY_ERR_UNSUPPORTED;
   }
   SY_CHECK(raise_smem_limit(combine_fn, g->pipe_smem));
-  const size_t xsmem = exchange_smem(comm, moe);
+  const size_t xsmem = layout_smem(comm, moe, g);
   if (xsmem > 200 * 1024) {
     SY_WARN(
         "sy_moe_ht_create: %d local experts on %d ranks need %zu bytes of the layout's shared memory (at most "
@@ -256,7 +257,15 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
         moe->local_experts, comm->world_size, xsmem, 200 * 1024);
     return SY_ERR_UNSUPPORTED;
   }
-  SY_CHECK(raise_smem_limit((const void *)sy_ht_layout_exchange, xsmem));
+  SY_CHECK(raise_smem_limit((const void *)sy_ht_layout, xsmem));
+  int per_sm = 0;
+  SY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sy_ht_layout, HT_LTHREADS, xsmem));
+  g->layout_resident = per_sm * sms;
+  if (g->layout_resident < 1) {
+    SY_WARN("sy_moe_ht_create: the layout kernel (%d threads, %zu bytes of shared memory) fits on no SM", HT_LTHREADS,
+            xsmem);
+    return SY_ERR_UNSUPPORTED;
+  }
   return SY_SUCCESS;
 }
 
@@ -479,30 +488,16 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
     P.host_counts = g->mapped_counts_dev;
     P.host_stamp = g->mapped_stamp_dev;
   }
-  const int N = call->num_tokens;
-  ht_zero_params Z;
-  Z.w[0] = g->masks, Z.n[0] = g->mask_bytes / 4;
-  Z.w[1] = (uint32_t *)g->expert_count, Z.n[1] = (size_t)moe->config.num_experts;
-  Z.w[2] = (uint32_t *)((char *)call->handle + g->hl.send_chan);
-  Z.n[2] = (size_t)comm->world_size * (size_t)moe->config.num_sms;
-  const size_t most = Z.n[0] > Z.n[1] ? Z.n[0] : Z.n[1];
-  /* every kernel within the SM budget (config.num_sms), as the dispatch and combine are: a layout runs beside the
-   * expert GEMMs, which hold the other SMs */
-  const int budget = moe->call_sms;
-  const int zblocks = (int)((most > Z.n[2] ? most : Z.n[2]) / (4 * HT_THREADS) + 1);
-  SY_CHECK(launch_pdl(sy_ht_layout_zero, zblocks < budget ? zblocks : budget, HT_THREADS, 0, stream, Z));
-  if (N > 0) {
-    const int64_t entries = (int64_t)N * moe->config.top_k, per = HT_LTHREADS / 32;
-    const int blocks =
-        (int)((entries + HT_LTHREADS - 1) / HT_LTHREADS < budget ? (entries + HT_LTHREADS - 1) / HT_LTHREADS : budget);
-    const int eblocks =
-        (moe->config.num_experts + per - 1) / per < budget ? (moe->config.num_experts + per - 1) / per : budget;
-    const size_t tally = (size_t)ht_tally_words(P.E, P.world_size, P.C) * sizeof(int32_t);
-    SY_CHECK(launch_pdl(sy_ht_layout_count, blocks, HT_LTHREADS, tally, stream, P));
-    SY_CHECK(launch_pdl(sy_ht_layout_prefix, eblocks, HT_LTHREADS, 0, stream, P));
-    SY_CHECK(launch_pdl(sy_ht_layout_pos, blocks, HT_LTHREADS, 0, stream, P));
-  }
-  SY_CHECK(launch_pdl(sy_ht_layout_exchange, 1, HT_THREADS, exchange_smem(comm, moe), stream, P));
+  /* one kernel (layout.cu) within the SM budget (config.num_sms or the call's), as the dispatch and combine are: a
+   * layout runs beside the expert GEMMs, which hold the other SMs. A block a 1,024 entries or 32 experts, and one
+   * more for the exchange, at least one */
+  const int64_t entries = (int64_t)call->num_tokens * moe->config.top_k, per = HT_LTHREADS / 32;
+  int64_t need = (entries + HT_LTHREADS - 1) / HT_LTHREADS;
+  if ((moe->config.num_experts + per - 1) / per > need) need = (moe->config.num_experts + per - 1) / per;
+  if (need + 1 < moe->call_sms) need = need + 1;
+  else need = moe->call_sms;
+  const int blocks = (int)(need < g->layout_resident ? need : g->layout_resident); /* resident at once */
+  SY_CHECK(launch_pdl(sy_ht_layout, blocks, HT_LTHREADS, layout_smem(comm, moe, g), stream, P));
   if (!call->host_counts) return SY_SUCCESS;
   return wait_counts(comm, moe, g, before, call->host_counts);
 }

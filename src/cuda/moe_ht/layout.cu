@@ -1,37 +1,66 @@
 /*
- * layout.cu — sy_moe_ht_layout on the GPU: five small kernels, no host round trip.
- *   zero      the scratch below and the handle's send counts cleared (sy_ht_layout_zero)
- *   count     a thread an entry (token, k): its id checked (a bad one reported and counted as -1) and copied into
+ * layout.cu — sy_moe_ht_layout on the GPU: one kernel (sy_ht_layout), no host round trip. Its blocks (at most the
+ * SM budget's, config.num_sms or the call's, and at most what the GPU holds at once: launch.cu) go through its
+ * phases with grid barriers (layout_sync: a counter in ht_local, a bounded wait, the counter back to 0 when the last
+ * block ends) after zero, after count, and among the prefix blocks after prefix:
+ *   zero      the scratch below and the handle's send counts cleared
+ *   count     a thread an entry (token, k): its id checked (a bad one marked and counted as -1) and copied into
  *             the handle, its token's bit set in the expert's token mask, the expert's entry count, and per
  *             destination rank (a token once per rank: at the first k naming that rank) the channel's send count
- *   prefix    a warp an expert: the popcounts of its mask words, prefix-summed (word_prefix)
+ *   then, at once, on the last block (x):
+ *   exchange  to each rank its counts (after that rank's ack of the previous layout), from each rank its counts
+ *             (then the ack), the offsets, the handle's header, and the exact mode's host copy
+ *   and on the others (all blocks where there is one):
+ *   prefix    a warp an expert: the popcounts of its mask words, prefix-summed (word_prefix); the first bad entry
+ *             count marked reported
  *   pos       a thread an entry: its position = word_prefix + the popcount of the earlier bits of its word — how
  *             many earlier tokens of this rank name the same expert
- *   exchange  one block: to each rank its counts (after that rank's ack of the previous layout), from each
- *             rank its counts (then the ack), the offsets, the handle's header, and the exact mode's host copy
- * Each kernel has at most the SM budget's blocks (config.num_sms, launch.cu), as the dispatch and combine do, its
- * threads striding over the entries or experts: a layout runs beside the expert GEMMs. count, prefix and pos run
- * HT_LTHREADS threads a block: at world 1 on 16 SMs a thread a token of 256-thread blocks left each SM eight warps
- * whose loads waited one after the other (count 13.5 us, prefix 11.7, pos 5.7 under Nsight Compute, run 54). Each
- * kernel triggers the next at its start (PDL), whose blocks then wait resident: a 1,024-thread block of one and of
- * the next do not fit on one SM together (registers), so while count or prefix runs the layout may hold up to twice
- * the budget's SMs, the waiting half idle.
+ * So the exchange's waits on the peers overlap prefix and pos, and the layout holds no more SMs than its budget:
+ * as five kernels under programmatic dependent launch (runs 46-54) each kernel's successor waited resident beside
+ * it, up to twice the budget's SMs. Blocks of HT_LTHREADS threads: at world 1 on 16 SMs a thread a token of
+ * 256-thread blocks left each SM eight warps whose loads waited one after the other (run 54). The stream's next
+ * kernel is let launch when every block has passed its last phase (pdl_trigger), not at the start. The grid
+ * barriers need every block resident at once (one an SM): the layouts of several objects on several streams whose
+ * blocks together exceed the SMs that kernels of their own kind leave free wait for each other until the timeout.
+ * A block whose barrier failed (timeout or abort, reported) skips its later phases; the handle is then marked
+ * unwritten when the last block ends, even where the exchange itself succeeded.
  */
 #include "cuda/moe_ht/ht.cuh"
 
 using namespace sy;
 
-__global__ void sy_ht_layout_zero(ht_zero_params Z) {
-  pdl_begin();
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (int i = 0; i < 3; i++)
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < Z.n[i]; j += stride) Z.w[i][j] = 0;
+/* The scratch that count adds into (the first num_tokens' mask words of each expert, the experts' counts and the
+ * first-bad mark, the handle's send counts), cleared by the grid. */
+__device__ __forceinline__ void zero_phase(const ht_params &P) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t used = ((size_t)P.num_tokens + 31) / 32, words = ((size_t)P.T + 31) / 32;
+  for (size_t j = i0; j < (size_t)P.E * used; j += stride) P.masks[j / used * words + j % used] = 0;
+  for (size_t j = i0; j <= (size_t)P.E; j += stride) P.expert_count[j] = 0;
+  int32_t *send_chan = hsec(P, P.hl.send_chan);
+  for (size_t j = i0; j < (size_t)P.world_size * P.C; j += stride) send_chan[j] = 0;
 }
 
-/* Entry (t, k): an id outside [-1, E), or equal to the id at an earlier k of its token, is reported and counted
- * as -1 (an earlier id outside [-1, E) counts as -1 there too: it repeats nothing). The token's send count to the
- * expert's rank is taken at the first k naming an expert of that rank (an earlier repeat names the same rank as the
- * id it repeats). The earlier ids are loaded again: their lines are in L1, the neighbouring threads' entries. The
+/* Grid barrier: every block's earlier writes (each thread's, by the block barrier and the release) before any
+ * block's later reads; `target` = the arrivals so far in this call, this one included. Thread 0 waits, bounded
+ * (wait_geq's rules: the communicator's timeout and abort). The blocks are at most the SM budget's, one an SM, so
+ * they are resident together unless other kernels hold SMs, which end without waiting for this one. */
+__device__ __forceinline__ bool layout_sync(const ht_params &P, uint64_t target) {
+  __shared__ int ok;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atom_add_acq_rel_gpu(&P.local->lbar, (uint64_t)1);
+    ok = wait_geq(P.ctx, &P.local->lbar, target, OP_MOE_HT_LAYOUT_SYNC, (int)blockIdx.x, 0);
+  }
+  __syncthreads();
+  return ok != 0;
+}
+
+/* Entry (t, k): an id outside [-1, E), or equal to the id at an earlier k of its token, is counted as -1 (an
+ * earlier id outside [-1, E) counts as -1 there too: it repeats nothing) and marked in expert_count[E] by the key
+ * N K - i, so that the largest key names the first bad entry in (t, k) order — the one the host backend's check
+ * names — whichever thread comes first (prefix reports it; 0 = none; N K < 2^31 by create's max_rows bound). The
+ * token's send count to the expert's rank is taken at the first k naming an expert of that rank (an earlier repeat
+ * names the same rank as the id it repeats). The earlier ids are loaded again: their lines are in L1, the neighbouring threads' entries. The
  * counts go to the block's tallies in shared memory where it has them (tally: [E] then [W][C]), else to global. */
 __device__ __forceinline__ void count_entry(const ht_params &P, int64_t i, int t, int k, int32_t *tally) {
   const int64_t e = ht_id(P, t, k);
@@ -43,7 +72,7 @@ __device__ __forceinline__ void count_entry(const ht_params &P, int64_t i, int t
     bad |= f == e;
     first_of_rank &= (int)f / P.L != r;
   }
-  if (bad) report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_IDS, t, 0, (uint64_t)k, (uint64_t)e);
+  if (bad) atomicMax((unsigned *)(P.expert_count + P.E), (unsigned)((int64_t)P.num_tokens * P.K - i));
   hsec(P, P.hl.ids)[i] = bad ? -1 : (int32_t)e;
   if (bad || e < 0) return;
   atomicOr(P.masks + (size_t)e * ((P.T + 31) / 32) + t / 32, 1u << (t % 32));
@@ -57,16 +86,14 @@ __device__ __forceinline__ void count_entry(const ht_params &P, int64_t i, int t
   else atomicAdd(hsec(P, P.hl.send_chan) + (size_t)r * P.C + c, 1);
 }
 
-/* The layout's kernels hold at most the SM budget's blocks (launch.cu), so each strides over its entries or experts;
+/* The layout holds at most the SM budget's blocks (launch.cu), so each phase strides over its entries or experts;
  * consecutive threads take consecutive entries (the ids' loads, the handle's stores coalesce). With the tallies in
  * shared memory (ht_tally_words; launch.cu gives the bytes) a block's entries add there and the block adds each
  * non-zero tally into global memory once: the global counters of one expert, or of one channel to one
  * rank, otherwise take an atomic from every entry naming them (at world 1, 4,096 tokens: 256 a channel). */
-__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_count(ht_params P) {
-  extern __shared__ int32_t tally[];
+__device__ __forceinline__ void count_phase(const ht_params &P, int32_t *tally) {
   const int words = ht_tally_words(P.E, P.world_size, P.C);
   for (int j = threadIdx.x; j < words; j += blockDim.x) tally[j] = 0;
-  pdl_begin();
   __syncthreads();
   const int64_t n = (int64_t)P.num_tokens * P.K, stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -104,10 +131,18 @@ __device__ __forceinline__ void prefix_expert(const ht_params &P, int e, int lan
   }
 }
 
-__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_prefix(ht_params P) {
-  pdl_begin();
+/* prefix on blocks [0, blocks): a warp an expert. */
+__device__ __forceinline__ void prefix_phase(const ht_params &P, int blocks) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) { /* the first bad entry, count's mark (count_entry) */
+    const unsigned key = ((const unsigned *)P.expert_count)[P.E];
+    if (key) {
+      const int64_t i = (int64_t)P.num_tokens * P.K - key;
+      const int t = (int)(i / P.K), k = (int)(i % P.K);
+      report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_IDS, t, 0, (uint64_t)k, (uint64_t)ht_id(P, t, k));
+    }
+  }
   const int per_block = (int)blockDim.x / 32, lane = threadIdx.x & 31;
-  for (int e = blockIdx.x * per_block + (int)threadIdx.x / 32; e < P.E; e += gridDim.x * per_block)
+  for (int e = blockIdx.x * per_block + (int)threadIdx.x / 32; e < P.E; e += blocks * per_block)
     prefix_expert(P, e, lane); /* warp-uniform: its shuffles agree */
 }
 
@@ -122,9 +157,9 @@ __device__ __forceinline__ void pos_entry(const ht_params &P, int64_t i, int t) 
   hsec(P, P.hl.pos)[i] = v;
 }
 
-__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout_pos(ht_params P) {
-  pdl_begin();
-  const int64_t n = (int64_t)P.num_tokens * P.K, stride = (int64_t)gridDim.x * blockDim.x;
+/* pos on blocks [0, blocks). */
+__device__ __forceinline__ void pos_phase(const ht_params &P, int blocks) {
+  const int64_t n = (int64_t)P.num_tokens * P.K, stride = (int64_t)blocks * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) pos_entry(P, i, (int)(i / P.K));
 }
 
@@ -154,7 +189,7 @@ __device__ __forceinline__ void exchange_failed(const ht_params &P, uint64_t n) 
  * walk over the L rows, a dependent shared load and store each, took ~9 us of the exchange at L = 256). The totals
  * fit in int32: create refuses a configuration whose max_rows exceeds 2^31 - 1. Every thread calls it. */
 __device__ __forceinline__ void exclusive_scan(int32_t *rows, int L) {
-  __shared__ int32_t warp_sum[HT_WARPS];
+  __shared__ int32_t warp_sum[HT_LTHREADS / 32];
   const int per = (L + (int)blockDim.x - 1) / (int)blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int b = (int)threadIdx.x * per, end = b + per < L ? b + per : L;
   int32_t run = 0;
@@ -177,9 +212,7 @@ __device__ __forceinline__ void exclusive_scan(int32_t *rows, int L) {
  * counters (a thread per rank) and over (rank, word) for the copies, so no thread walks L words alone (a load
  * then a store per word through pointers the compiler cannot prove apart: each waits for the last). Then the
  * offsets: each expert's rows summed over sources by a thread each, prefix-summed by the block in shared memory. */
-__global__ void sy_ht_layout_exchange(ht_params P) {
-  pdl_begin();
-  extern __shared__ __align__(16) char smem[];
+__device__ __forceinline__ void exchange_phase(const ht_params &P, char *smem) {
   const uint64_t n = P.local->layouts + 1;
   const int W = P.world_size, L = P.L, C = P.C, me = P.ctx.rank;
   const int xw = (int)P.wl.xdata_words, words = L + C + 1; /* a rank's counts: L experts, C channels, total */
@@ -266,4 +299,46 @@ __global__ void sy_ht_layout_exchange(ht_params P) {
     *P.host_stamp = n;
     __threadfence_system();
   }
+}
+
+/* A layout whose barrier failed (reported): its exchange did not run; mark the handle unwritten and advance the
+ * layout number, as a failed exchange does. */
+__device__ __forceinline__ void layout_failed(const ht_params &P) { exchange_failed(P, P.local->layouts + 1); }
+
+__global__ void __launch_bounds__(HT_LTHREADS) sy_ht_layout(const __grid_constant__ ht_params P) {
+  extern __shared__ __align__(16) char smem[];
+  pdl_wait(); /* the previous kernel (a combine reading this handle, say) has ended */
+  const uint32_t G = gridDim.x, x = G - 1, work = G > 1 ? G - 1 : 1; /* x: the exchange's block */
+  zero_phase(P);
+  bool ok = layout_sync(P, G);
+  if (ok) {
+    count_phase(P, (int32_t *)smem);
+    ok = layout_sync(P, 2 * (uint64_t)G);
+  }
+  if (!ok) {
+    if (blockIdx.x == x) layout_failed(P);
+  } else if (G > 1 && blockIdx.x == x) {
+    exchange_phase(P, smem);
+  } else {
+    prefix_phase(P, (int)work);
+    ok = layout_sync(P, 2 * (uint64_t)G + work);
+    if (ok) pos_phase(P, (int)work);
+    if (G == 1 && !ok) layout_failed(P);
+    else if (G == 1) {
+      __syncthreads();
+      exchange_phase(P, smem);
+    }
+  }
+  pdl_trigger();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (!ok) P.local->lfail = 1u; /* before this block's release below */
+  if (atom_add_acq_rel_gpu(&P.local->ldone, 1u) != G - 1) return;
+  /* the last block: every block is past its barriers, and x's header (stored before its release) is seen here */
+  if (P.local->lfail) {
+    ((sy_moe_ht_handle_header_t *)P.handle)->magic = 0; /* a block skipped prefix or pos */
+    P.local->lfail = 0;
+  }
+  P.local->lbar = 0;
+  P.local->ldone = 0;
 }
