@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x1-scales55.sh — ready for the next one-GPU call (not run yet; ~5 minutes). Issue 19's FP8 dispatch at world 1
+# x1-scales55.sh — run 55's first one-GPU call (~4 minutes; ran 2026-11-29: −0.2% to −1.4%, not kept; history run 55). Issue 19's FP8 dispatch at world 1
 # (65.4-65.5% of the copy's rate against >= 70%, run 54): since SY_HT_STG (run 53) its warps wait on the stores
 # themselves, and the bulk copies of the own rows lost (run 54: +12.9%). tools/dev/patches/ht-scale-lanes.patch
 # (SY_HT_SCALE_LANES, written after run 54's device time, compiled, not run): a pass's scales into its sinks by one
