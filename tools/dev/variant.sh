@@ -90,6 +90,19 @@ test_ht() {
   env "$@" timeout 150 "$d/bin/syrun" -n "$r" $g "$d/tests/gpu/test_gpu_moe_ht" >"/tmp/t_$name.txt" 2>&1
   echo "test_gpu_moe_ht $name: n=$r $g $* rc=$? ($(grep -c ' ok ' "/tmp/t_$name.txt") cases ok)" >>"$s"
 }
+#   sanitize_ht DIR TOOL CAP NAME [ENV...]  compute-sanitizer's TOOL over DIR's test_gpu_moe_ht at world 1 with ENV (any
+#                        VAR=VALUE, e.g. SY_TEST_CASE=9), capped at CAP s; its log $OUT/san_NAME.log, and
+#                        a line with its exit code, tools/dev/sanitizer-summary.py's total and the cases' "ok" count,
+#                        appended to $s (as tools/gpu-check.sh's sanitize steps; x1-check55*.sh).
+sanitize_ht() {
+  local d=$1 tool=$2 cap=$3 name=$4 t0=$SECONDS
+  shift 4
+  env SY_TEST_SHARED_GPU=0 "$@" timeout "$cap" "$d/bin/syrun" -n 1 --timeout $((cap - 5)) \
+    /usr/local/cuda/bin/compute-sanitizer --tool "$tool" --print-limit 0 "$d/tests/gpu/test_gpu_moe_ht" \
+    >"$OUT/san_$name.log" 2>&1
+  echo "== $tool $name $* rc=$? ($((SECONDS - t0)) s): $(python3 tools/dev/sanitizer-summary.py --total \
+    "$OUT/san_$name.log"), $(grep -c ' ok ' "$OUT/san_$name.log") cases ok" >>"$s"
+}
 #   dev_start NAME       a device script's start: NVLink multicast off, $s = $OUT/NAME (the summary), the GPU's name as
 #                        its first line, n = the GPUs (at most 4).
 dev_start() {

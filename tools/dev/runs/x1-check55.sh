@@ -6,7 +6,8 @@
 # 8,208 (a case with more fails by name). Tests (n) at 1, 2, 3 and 4 ranks, the put path at 3, SY_PDL=0 at 1; then
 # compute-sanitizer at world 1 (as gpu-check's sanitize steps; the new layout kernel never ran under it): memcheck
 # over the whole test, racecheck and synccheck on the cases whose layout tallies in shared memory (9: 300 tokens)
-# and in global memory (22: 8,208 experts), initcheck on case 0; each capped.
+# and in global memory (22: 8,208 experts), initcheck on case 0; each capped. (When it ran, its own copy of
+# sanitize_ht printed the cases' ok count on a line of its own.)
 . tools/dev/variant.sh # build_tree, dev_start, test_ht
 dev_start summary.txt
 build_tree /tmp/n . ""
@@ -19,18 +20,9 @@ test_ht /tmp/n put3 3 "--gpus 0,0,0" SY_FORCE_PUT=1
 test_ht /tmp/n pdl0 1 "" SY_PDL=0
 grep -E "wrong|WRONG|FAIL|differ|rror|8208|first bad" /tmp/t_*.txt | cut -c1-200 | head -16 >>$s
 echo "tests done at $SECONDS s" >>$s
-san=/usr/local/cuda/bin/compute-sanitizer
-sanit() { # TOOL CAP NAME [ENV...]
-  local tool=$1 cap=$2 name=$3 t0=$SECONDS
-  shift 3
-  env SY_TEST_SHARED_GPU=0 "$@" timeout $cap /tmp/n/bin/syrun -n 1 --timeout $((cap - 5)) $san --tool $tool \
-    --print-limit 0 /tmp/n/tests/gpu/test_gpu_moe_ht >$OUT/san_$name.log 2>&1
-  echo "== $tool $name $* rc=$? ($((SECONDS - t0)) s): $(python3 tools/dev/sanitizer-summary.py --total $OUT/san_$name.log)" >>$s
-  grep -c " ok " $OUT/san_$name.log >>$s
-}
-sanit memcheck 150 memcheck_all
-sanit racecheck 60 racecheck_9 SY_TEST_CASE=9
-sanit racecheck 60 racecheck_22 SY_TEST_CASE=22
-[ $SECONDS -lt 420 ] && sanit synccheck 50 synccheck_22 SY_TEST_CASE=22
-[ $SECONDS -lt 470 ] && sanit initcheck 50 initcheck_0 SY_TEST_CASE=0
+sanitize_ht /tmp/n memcheck 150 memcheck_all
+sanitize_ht /tmp/n racecheck 60 racecheck_9 SY_TEST_CASE=9
+sanitize_ht /tmp/n racecheck 60 racecheck_22 SY_TEST_CASE=22
+[ $SECONDS -lt 420 ] && sanitize_ht /tmp/n synccheck 50 synccheck_22 SY_TEST_CASE=22
+[ $SECONDS -lt 470 ] && sanitize_ht /tmp/n initcheck 50 initcheck_0 SY_TEST_CASE=0
 cat $s

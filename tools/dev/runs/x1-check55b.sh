@@ -16,14 +16,6 @@ test_ht /tmp/n one4 4 "--gpus 0,0,0,0" SY_TEST_CASE=22
 test_ht /tmp/n none 1 "" SY_TEST_CASE=99
 grep -E "wrong|WRONG|FAIL|differ|rror|one SM|such case" /tmp/t_*.txt | cut -c1-200 | head -16 >>$s
 echo "tests done at $SECONDS s" >>$s
-san=/usr/local/cuda/bin/compute-sanitizer
-sanit() { # TOOL CAP NAME [ENV...]
-  local tool=$1 cap=$2 name=$3 t0=$SECONDS
-  shift 3
-  env SY_TEST_SHARED_GPU=0 "$@" timeout $cap /tmp/n/bin/syrun -n 1 --timeout $((cap - 5)) $san --tool $tool \
-    --print-limit 0 /tmp/n/tests/gpu/test_gpu_moe_ht >$OUT/san_$name.log 2>&1
-  echo "== $tool $name $* rc=$? ($((SECONDS - t0)) s): $(python3 tools/dev/sanitizer-summary.py --total $OUT/san_$name.log), $(grep -c ' ok ' $OUT/san_$name.log) cases ok" >>$s
-}
-for c in 21 22 9; do sanit racecheck 60 racecheck_$c SY_TEST_CASE=$c; done
-for c in 21 22 9; do [ $SECONDS -lt 450 ] && sanit synccheck 50 synccheck_$c SY_TEST_CASE=$c; done
+for c in 21 22 9; do sanitize_ht /tmp/n racecheck 60 racecheck_$c SY_TEST_CASE=$c; done
+for c in 21 22 9; do [ $SECONDS -lt 450 ] && sanitize_ht /tmp/n synccheck 50 synccheck_$c SY_TEST_CASE=$c; done
 cat $s
