@@ -42,8 +42,9 @@ __device__ __forceinline__ void zero_phase(const ht_params &P) {
 
 /* Grid barrier: every block's earlier writes (each thread's, by the block barrier and the release) before any
  * block's later reads; `target` = the arrivals so far in this call, this one included. Thread 0 waits, bounded
- * (wait_geq's rules: the communicator's timeout and abort). The blocks are at most the SM budget's, one an SM, so
- * they are resident together unless other kernels hold SMs, which end without waiting for this one. */
+ * (wait_geq's rules: the communicator's timeout and abort). The blocks are at most the SM budget's and what the GPU
+ * holds, one an SM, so they are resident together once the kernels holding other SMs end, which they do without
+ * waiting for this one (other objects' layouts aside: the header above). */
 __device__ __forceinline__ bool layout_sync(const ht_params &P, uint64_t target) {
   __shared__ int ok;
   __syncthreads();
