@@ -691,7 +691,9 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* backwards, the FP8 quantisation) let the stream's next kernel start only as they end, so it does not   */
 /* wait on SMs outside the budget meanwhile. The layout's blocks must be resident together (it is one     */
 /* kernel with grid barriers): layouts of several objects at once on several streams whose budgets add up */
-/* past the SMs left free wait for each other, and end in SY_ERR_TIMEOUT.                                 */
+/* past the SMs left free wait for each other, and end in SY_ERR_TIMEOUT. From world 2 a call's blocks    */
+/* wait on the peers' blocks, so its grid too must be resident at once: sy_moe_ht_create refuses a        */
+/* num_sms whose dispatch or combine grid the GPU cannot hold (SY_ERR_INVALID_ARG naming config->num_sms).*/
 /* The budget's use: from world 2 with at most 16 SMs a block runs both halves of its channel on its      */
 /* warps, above that a block runs one half (SY_HT_ROLES). For scale, 4 x H100, world 4, 4,096 tokens,     */
 /* BF16: the four calls took 4.7 ms together at 16 SMs, 4.0 at 24, 3.5 at 32, 2.9 at 64                   */

@@ -542,6 +542,22 @@ static void bad_role_warps(sy_comm_t comm, int rank) {
   if (rank == 0) printf("  %-26s ok\n", "bad role warps refused");
 }
 
+/* config.num_sms past what the GPU holds at once (1,024; an H200 has 132 SMs): from world 2 every create fails with
+ * SY_ERR_INVALID_ARG and no object (a call's blocks wait on the peers' blocks, so its grid must be resident
+ * together); at world 1, where no block waits on another, the object is made. */
+static void too_many_sms(sy_comm_t comm, int rank, int world) {
+  sy_moe_ht_config_t cfg = config_of(&cases[0], 64);
+  cfg.num_sms = 1024;
+  sy_moe_ht_t moe = NULL;
+  const sy_status_t st = sy_moe_ht_create(comm, &cfg, &moe);
+  if (world > 1 && (st != SY_ERR_INVALID_ARG || moe != NULL))
+    GT_FAIL("sy_moe_ht_create with num_sms 1024 at world %d, rank %d: %s (want SY_ERR_INVALID_ARG and no object)",
+            world, rank, sy_status_name(st));
+  if (world == 1 && st != SY_SUCCESS) GT_FAIL("sy_moe_ht_create with num_sms 1024 at world 1: %s", sy_status_name(st));
+  if (moe) GT_OK(sy_moe_ht_destroy(moe));
+  if (rank == 0) printf("  %-26s ok\n", world > 1 ? "num_sms past the GPU refused" : "num_sms 1024 at world 1");
+}
+
 /* Ranks that resolve SY_HT_ROLES differently (rank 0 by warps, the others by blocks) would size different
  * workspaces: the create fails on every rank with SY_ERR_MISMATCH, nothing created, the communicator still usable
  * (the cases after it create objects). Skipped at world 1 and where the caller set SY_HT_ROLES. */
@@ -626,6 +642,7 @@ int main(void) {
   else {
     if (!only) bad_role_warps(comm, rank);
     if (!only) disagreeing_roles(comm, rank, world);
+    if (!only) too_many_sms(comm, rank, world);
     for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
       for (int i = 0; i < num_cases; i++)
         if (!only || atoi(only) == i) run_case(comm, rank, world, &cases[i], seed, stream, arena);

@@ -249,6 +249,24 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
     return SY_ERR_UNSUPPORTED;
   }
   SY_CHECK(raise_smem_limit(combine_fn, g->pipe_smem));
+  /* From world 2 a channel's blocks wait on the peers' blocks (rings, inboxes), so a call's grid must be resident at
+   * once on every rank: a budget past what the GPU holds would end every call in SY_ERR_TIMEOUT. Refused here,
+   * naming the argument (every rank's create fails at the verdict). World 1 waits on no other block. */
+  if (W > 1) {
+    int per_d = 0, per_c = 0;
+    SY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_d, dispatch_fn(g, g->scale_hint != 0), HT_DTHREADS,
+                                                                g->smem));
+    SY_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_c, (ht_kernel)combine_fn, HT_DTHREADS, g->pipe_smem));
+    const int most = (per_d < per_c ? per_d : per_c) * sms;
+    if (g->blocks > most) {
+      SY_WARN(
+          "sy_moe_ht_create: config->num_sms=%d: its dispatch and combine run %d blocks at once and this GPU holds "
+          "%d of them (%d SMs); from world 2 every block of a call must be resident together (a smaller num_sms)",
+          c->num_sms, g->blocks, most, sms);
+      return SY_ERR_INVALID_ARG;
+    }
+  }
   const size_t xsmem = layout_smem(comm, moe, g);
   if (xsmem > 200 * 1024) {
     SY_WARN(

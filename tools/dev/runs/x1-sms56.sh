@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# x1-sms56.sh — ready for the next one-GPU call (not run; ~4 minutes). tools/dev/patches/ht-sms-check.patch (written
-# after run 55's device time, compiled, not run): sy_moe_ht_create refuses, from world 2, a config.num_sms whose
-# dispatch and combine grids the GPU cannot hold at once (occupancy x SMs), with SY_ERR_INVALID_ARG naming
-# config->num_sms — today such a budget makes every call wait for blocks that cannot start, ending in
-# SY_ERR_TIMEOUT after the bound. test_gpu_moe_ht's new first check (too_many_sms): num_sms 1,024 refused at world 2
-# to 4 (ranks sharing the GPU), made at world 1. p = the patch: the whole test at 1, 2, 3 and 4 ranks sharing the
-# GPU (every other case must still be made: the check must not refuse the cases' budgets of 1 to 32).
-. tools/dev/variant.sh # build_tree, dev_start, test_ht
+# x1-sms56.sh — run 56, call 1 (one GPU, ~5 minutes). (a) The tree with ht-sms-check.patch applied (sy_moe_ht_create
+# refuses, from world 2, a config.num_sms whose dispatch and combine grids the GPU cannot hold at once, naming
+# config->num_sms): test_gpu_moe_ht at 1, 2, 3 and 4 ranks sharing the GPU (its new first check too_many_sms; every
+# other case must still be made). (b) Whether the FP8 dispatch at world 1 on 132 SMs loses to its tail: a warp a
+# token, ~1.9 tokens a warp at 4,096 tokens (2,112 warps); if the share of the copy's rate rises with the tokens
+# (4,096 -> 8,192 -> 16,384), the kernel's last tokens (the ramp-down) cost part of the gap to 70%. BF16 beside.
+. tools/dev/variant.sh # build_tree, dev_start, test_ht, bench_tree
 dev_start summary.txt
-mkdir -p /tmp/pb && tar --exclude=./build -cf - . | tar -xf - -C /tmp/pb
-(cd /tmp/pb && patch -p1 <tools/dev/patches/ht-sms-check.patch >/dev/null) || echo "patch failed" >>$s
-build_tree /tmp/p /tmp/pb ""
+build_tree /tmp/m . ""
 echo "build done at $SECONDS s" >>$s
-test_ht /tmp/p w1 1 "" SY_HT_OWN_QUEUE=-1
-test_ht /tmp/p w2 2 "--gpus 0,0"
-test_ht /tmp/p w3 3 "--gpus 0,0,0"
-test_ht /tmp/p w4 4 "--gpus 0,0,0,0"
+test_ht /tmp/m w1 1 "" SY_HT_OWN_QUEUE=-1
+test_ht /tmp/m w2 2 "--gpus 0,0" SY_HT_OWN_QUEUE=-1
+test_ht /tmp/m w3 3 "--gpus 0,0,0" SY_HT_OWN_QUEUE=-1
+test_ht /tmp/m w4 4 "--gpus 0,0,0,0" SY_HT_OWN_QUEUE=-1
 grep -E "wrong|WRONG|FAIL|differ|rror|num_sms" /tmp/t_*.txt | cut -c1-220 | head -16 >>$s
+echo "tests done at $SECONDS s" >>$s
+for pass in 1 2; do
+  for t in 4096 8192 16384; do
+    for w in fp8 bf16; do
+      bench_tree /tmp/m "$w $t 132 (pass $pass)" 1 "dispatch" --tokens $t --wire $w --num-sms 132
+    done
+  done
+done
+echo "end at $SECONDS s" >>$s
 cat $s
