@@ -26,6 +26,13 @@
  *   and end in SY_ERR_TIMEOUT (sy_comm_async_error); and sy_mem_alloc, sy_mem_free and the attention and MoE
  *   create and destroy enter NVSHMEM's own collectives (nvshmem_align, nvshmem_free, nvshmem_barrier_all),
  *   which wait without this library's bound.
+ * - A collective call that one rank refuses for its own arguments (SY_ERR_INVALID_ARG, nothing enqueued) is, to
+ *   the other ranks, a call that rank did not make, as in the bullet above: their device-side waits end in
+ *   SY_ERR_TIMEOUT, and host-side exchanges pair with that rank's next collective. The MoE creates
+ *   (sy_moe_create, sy_moe_ht_create) are the exception: a rank that refuses its configuration still meets the
+ *   others in the creates' exchange, so every rank returns SY_ERR_INVALID_ARG at once (the others' log names
+ *   that rank), nothing is created and the communicator stays usable. A failed create or allocation sets its
+ *   output handle to NULL.
  * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
  *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), and so do
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.
@@ -804,8 +811,10 @@ SY_API sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t
 /* Gives back, in the order of `stream`, what sy_moe_ht_recv_alloc took for recv; then zeroes *recv. Pool NULL (the
  * receive arena): with stream NULL, on the host backend, or on a stream capturing a graph, at once (nothing enqueued
  * may still read or write the recv; a graph's replays do not give it back again); else when the stream gets there
- * (a host function; sy_moe_ht_destroy waits for those still to run, bounded). A recv it did
- * not fill for this object, or one changed since (its rows or a section), is SY_ERR_INVALID_ARG, nothing freed.
+ * (a host function; sy_moe_ht_destroy waits for those still to run, bounded). A recv it did not fill for this
+ * object, or one changed since so that it no longer matches the allocation at its expert_offsets (a section moved,
+ * or rows changed to a count whose sections have other sizes: each is rounded up to 256 bytes, so a small change of
+ * rows may not show), is SY_ERR_INVALID_ARG, nothing freed.
  * Free each recv once: a copy of one already freed may name a newer allocation the pool put at the same address,
  * which this call cannot tell apart (two threads freeing the same recv at once: one of them gets
  * SY_ERR_INVALID_ARG). Accepted after an error, as sy_pool_free is: memory can always be given back. */

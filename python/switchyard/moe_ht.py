@@ -275,8 +275,14 @@ class MoEHT(CommObject):
                  recv: HTRecv | None = None, expert_stride: int = 0, stream: Any = None) -> HTRecv:  # fmt: skip
         """Collective (sy_moe_ht_dispatch). tokens: bf16 [T, hidden] (E4M3 with wire "fp8_given", then
         token_scales f32 [T, hidden / 128]); weights: f32 [T, top_k] or None (rows get 0). T: the layout's.
-        recv: buffers to reuse, else alloc_recv(layout, expert_stride=...). Returns recv."""
+        recv: buffers to reuse (their expert_stride; a different expert_stride here is refused), else
+        alloc_recv(layout, expert_stride=...), whose buffers are not cleared: the rows past the layout's
+        (recv.expert_offsets[L] on; with expert_stride, each expert's rows past its count) hold whatever the memory
+        held, src included. Returns recv."""
         call = "MoEHT.dispatch"
+        if recv is not None and expert_stride not in (0, recv.expert_stride):
+            raise invalid("expert_stride", f"{expert_stride}, but recv was made with expert_stride "
+                                           f"{recv.expert_stride} (leave it out with recv)", call)  # fmt: skip
         n, where = self._check_layout(layout, call), self.comm._where
         given = self.wire == "fp8_given"
         _arrays.check(tokens, "tokens", call, "e4m3" if given else "bf16", shape=(n, self.hidden), device=where,

@@ -76,14 +76,30 @@ sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_
 
 /* Collective: every rank must configure alike. Compared over the host allgather before any backend reserves
  * anything, so that a rank whose configuration differs fails the create everywhere, with nothing created and the
- * communicator still usable. */
-static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_config_t *c, const char *fn) {
+ * communicator still usable. A rank whose own arguments were refused (`local`, already logged naming them) still
+ * makes the exchange, so that every rank fails with SY_ERR_INVALID_ARG at once instead of waiting for it. */
+typedef struct config_offer {
+  sy_moe_config_t c;
+  int refused; /* this rank's arguments were refused */
+} config_offer_t;
+
+static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_config_t *c, sy_status_t local, const char *fn) {
   const int W = comm->world_size;
-  sy_moe_config_t *all = calloc((size_t)W, sizeof *all);
-  if (!all) return SY_ERR_NO_MEMORY;
-  sy_status_t s = comm->ops->allgather_host(comm, c, all, sizeof *c);
+  config_offer_t mine, *all = calloc((size_t)W, sizeof *all);
+  if (!all) return SY_ERR_NO_MEMORY; /* the peers' exchange then fails or times out: a local failure */
+  memset(&mine, 0, sizeof mine);
+  mine.c = *c;
+  mine.refused = local != SY_SUCCESS;
+  sy_status_t s = comm->ops->allgather_host(comm, &mine, all, sizeof mine);
+  if (s == SY_SUCCESS && local != SY_SUCCESS) s = local;
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
-    const sy_moe_config_t *o = &all[r];
+    if (all[r].refused) {
+      SY_WARN("%s: rank %d refused its arguments (its log names them); nothing created", fn, r);
+      s = SY_ERR_INVALID_ARG;
+    }
+  }
+  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
+    const sy_moe_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
         o->num_experts != c->num_experts || o->wire != c->wire || o->flags != c->flags) {
       SY_WARN(
@@ -101,15 +117,17 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_config_t 
 sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_moe_t *moe_out) {
   static const char *fn = "sy_moe_create";
   SY_COMM_GUARD(comm, fn);
-  SY_ARG_CHECK(moe_out != NULL, fn, "moe is NULL");
-  *moe_out = NULL;
-  sy_moe_config_t config;
-  SY_CHECK(read_config(comm, config_in, &config, fn));
-  if (!comm->ops->moe_create) {
+  if (moe_out) *moe_out = NULL;
+  if (!comm->ops->moe_create) { /* alike on every rank */
     SY_WARN("%s: the %s backend has no MoE dispatch/combine yet (its kernels are not written)", fn, comm->ops->name);
     return SY_ERR_UNSUPPORTED;
   }
-  SY_CHECK(same_config_everywhere(comm, &config, fn));
+  /* this rank's own checks; a refusal still joins the ranks' exchange (same_config_everywhere) */
+  sy_moe_config_t config;
+  memset(&config, 0, sizeof config);
+  sy_status_t local = moe_out ? SY_SUCCESS : (sy__arg_error(fn, "moe is NULL"), SY_ERR_INVALID_ARG);
+  if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
+  SY_CHECK(same_config_everywhere(comm, &config, local, fn));
   struct sy_moe *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
   moe->comm = comm;

@@ -123,20 +123,33 @@ static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
 
 /* Collective: every rank must configure alike, compared over the host allgather before any backend reserves
  * anything (a rank whose configuration differs fails the create everywhere, nothing created). The roles' placement
- * (SY_HT_ROLES resolved) is compared too: it sets the workspace's channels, which every rank must share. */
+ * (SY_HT_ROLES resolved) is compared too: it sets the workspace's channels, which every rank must share. A rank
+ * whose own arguments were refused (`local`, already logged naming them) still makes the exchange, so that every
+ * rank fails the create with SY_ERR_INVALID_ARG at once and the communicator stays usable (without it the others
+ * would wait for that rank in the exchange until SY_BOOT_TIMEOUT_MS and record a timeout). */
 typedef struct config_offer {
   sy_moe_ht_config_t c;
   int roles;
+  int refused; /* this rank's arguments were refused */
 } config_offer_t;
 
-static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, const char *fn) {
+static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, sy_status_t local,
+                                          const char *fn) {
   const int W = comm->world_size;
   config_offer_t mine, *all = calloc((size_t)W, sizeof *all);
-  if (!all) return SY_ERR_NO_MEMORY;
+  if (!all) return SY_ERR_NO_MEMORY; /* the peers' exchange then fails or times out: a local failure */
   memset(&mine, 0, sizeof mine);
   mine.c = *c;
-  mine.roles = sy__moe_ht_roles(c, W);
+  mine.roles = local == SY_SUCCESS ? sy__moe_ht_roles(c, W) : 0;
+  mine.refused = local != SY_SUCCESS;
   sy_status_t s = comm->ops->allgather_host(comm, &mine, all, sizeof mine);
+  if (s == SY_SUCCESS && local != SY_SUCCESS) s = local;
+  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
+    if (all[r].refused) {
+      SY_WARN("%s: rank %d refused its arguments (its log names them); nothing created", fn, r);
+      s = SY_ERR_INVALID_ARG;
+    }
+  }
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
     const sy_moe_ht_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
@@ -169,12 +182,14 @@ static uint64_t arena_deadline_ns(const struct sy_moe_ht *moe);
 sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in, sy_moe_ht_t *moe_out) {
   static const char *fn = "sy_moe_ht_create";
   SY_COMM_GUARD(comm, fn);
-  SY_ARG_CHECK(moe_out != NULL, fn, "moe is NULL");
-  *moe_out = NULL;
+  if (moe_out) *moe_out = NULL;
+  SY_CHECK(backend_has(comm, comm->ops->moe_ht_create != NULL, fn)); /* alike on every rank */
+  /* this rank's own checks; a refusal still joins the ranks' exchange (same_config_everywhere) */
   sy_moe_ht_config_t config;
-  SY_CHECK(read_config(comm, config_in, &config, fn));
-  SY_CHECK(backend_has(comm, comm->ops->moe_ht_create != NULL, fn));
-  SY_CHECK(same_config_everywhere(comm, &config, fn));
+  memset(&config, 0, sizeof config);
+  sy_status_t local = moe_out ? SY_SUCCESS : (sy__arg_error(fn, "moe is NULL"), SY_ERR_INVALID_ARG);
+  if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
+  SY_CHECK(same_config_everywhere(comm, &config, local, fn));
   struct sy_moe_ht *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
   moe->comm = comm;

@@ -243,6 +243,8 @@ def check_bad_arguments(comm: sy.Comm) -> None:
     with pytest.raises(sy.InvalidArgError, match=r"weights: shape \[2, 3\], want \[2, 2\]"):
         moe.dispatch(layout, tok, np.zeros((2, 3), np.float32))
     recv = moe.dispatch(layout, tok)
+    with pytest.raises(sy.InvalidArgError, match=r"expert_stride: 4, but recv was made with expert_stride 0"):
+        moe.dispatch(layout, tok, recv=recv, expert_stride=4)  # refused before the call: both ranks in step
     with pytest.raises(sy.InvalidArgError, match=r"rows_in: shape"):
         moe.combine(layout, np.zeros((recv.rows + 1, 128), np.uint16), recv)
     with pytest.raises(sy.InvalidArgError, match=r"row_weights: dtype float64"):

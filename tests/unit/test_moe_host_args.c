@@ -107,19 +107,27 @@ static int untouched(bufs_t *b) {
     CHECK(untouched(b));                                                                         \
   } while (0)
 
+/* config_rejections on every rank (the creates are collective: a refused one still makes the ranks' exchange):
+ * rank 0 checks as REJECT does, the other ranks the status alone (one reader of the log's position). */
+#define REJECT_R(me, call, needle)               \
+  do {                                           \
+    if ((me) == 0) REJECT(call, needle);         \
+    else CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
+  } while (0)
+
 /* ---- configurations ------------------------------------------------------------------------------------------- */
 
-static void config_rejections(sy_comm_t comm) {
+static void config_rejections(sy_comm_t comm, int me) {
   const sy_moe_config_t good = case_config(&small);
   size_t bytes = 0;
   sy_moe_t moe = (sy_moe_t)&bytes; /* must be cleared on rejection */
   bufs_t bufs, *b = &bufs;
   bufs_alloc(&small, b);
-  REJECT(sy_moe_workspace_size(NULL, &good, &bytes), "comm is NULL");
-  REJECT(sy_moe_workspace_size(comm, &good, NULL), "bytes is NULL");
-  REJECT(sy_moe_workspace_size(comm, NULL, &bytes), "config is NULL");
-  REJECT(sy_moe_create(comm, &good, NULL), "moe is NULL");
-  REJECT(sy_moe_create(comm, NULL, &moe), "config is NULL");
+  REJECT_R(me, sy_moe_workspace_size(NULL, &good, &bytes), "comm is NULL");
+  REJECT_R(me, sy_moe_workspace_size(comm, &good, NULL), "bytes is NULL");
+  REJECT_R(me, sy_moe_workspace_size(comm, NULL, &bytes), "config is NULL");
+  REJECT_R(me, sy_moe_create(comm, &good, NULL), "moe is NULL");
+  REJECT_R(me, sy_moe_create(comm, NULL, &moe), "config is NULL");
   CHECK(moe == NULL);
   static const struct {
     int field, value;
@@ -145,17 +153,18 @@ static void config_rejections(sy_comm_t comm) {
     if (bad[i].field == 4) c.num_experts = bad[i].value;
     if (bad[i].field == 5) c.wire = (sy_moe_wire_t)bad[i].value;
     if (bad[i].field == 6) c.flags = (unsigned)bad[i].value;
-    REJECT(sy_moe_workspace_size(comm, &c, &bytes), bad[i].needle);
+    REJECT_R(me, sy_moe_workspace_size(comm, &c, &bytes), bad[i].needle);
     moe = (sy_moe_t)&bytes;
-    REJECT(sy_moe_create(comm, &c, &moe), bad[i].needle);
+    REJECT_R(me, sy_moe_create(comm, &c, &moe), bad[i].needle);
     CHECK(moe == NULL);
   }
   /* A token names top_k distinct experts: more than num_experts is named with both fields. */
   sy_moe_config_t c = good;
   c.top_k = 8, c.num_experts = 4;
-  REJECT(sy_moe_workspace_size(comm, &c, &bytes), "config->top_k=8 exceeds config->num_experts=4");
+  REJECT_R(me, sy_moe_workspace_size(comm, &c, &bytes), "config->top_k=8 exceeds config->num_experts=4");
   moe = (sy_moe_t)&bytes;
-  REJECT(sy_moe_create(comm, &c, &moe), "config->top_k=8 exceeds config->num_experts=4: a token names top_k distinct");
+  REJECT_R(me, sy_moe_create(comm, &c, &moe),
+           "config->top_k=8 exceeds config->num_experts=4: a token names top_k distinct");
   CHECK(moe == NULL);
   c = good; /* the edges that are fine */
   c.wire = SY_MOE_WIRE_BF16;
@@ -321,7 +330,7 @@ static void per_expert_args(int me, sy_comm_t comm) {
 static void args_rank(int me, sy_comm_t comm, void *arg) {
   const moe_case_t *c = &small;
   const sy_moe_config_t config = case_config(c);
-  if (me == 0) config_rejections(comm);
+  config_rejections(comm, me); /* every rank: a refused create still makes the ranks' exchange (collective) */
   sy_moe_t moe = NULL;
   /* Ranks that disagree: nothing created anywhere, the communicator still usable. */
   sy_moe_config_t other = config;
@@ -424,6 +433,32 @@ static void timeout_rank(int me, sy_comm_t comm, void *arg) {
   inputs_free(c, &wi);
 }
 
+/* One rank refuses its own arguments (a bad top_k, then moe NULL), the other's are good: the create fails on every
+ * rank with SY_ERR_INVALID_ARG at once (the refusing rank still makes the ranks' exchange; before, the ranks' next
+ * exchanges paired the wrong calls), the good rank's log names the refusing rank, and the communicator stays
+ * usable: the next create, good everywhere, succeeds. */
+static void one_refuses_rank(int me, sy_comm_t comm, void *arg) {
+  const sy_moe_config_t good = case_config(&small);
+  sy_moe_config_t bad = good;
+  bad.top_k = 0;
+  sy_moe_t moe = NULL;
+  CHECK_STATUS(sy_moe_create(comm, me == 0 ? &bad : &good, &moe), SY_ERR_INVALID_ARG);
+  CHECK(moe == NULL);
+  CHECK_STATUS(sy_moe_create(comm, &good, me == 1 ? NULL : &moe), SY_ERR_INVALID_ARG);
+  CHECK(moe == NULL);
+  sy_status_t async = SY_ERR_INTERNAL;
+  CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
+  CHECK_EQ_INT(async, SY_SUCCESS);
+  char *text = check_read_file(check_log_path); /* the whole log: both ranks read it at once here */
+  const char *named = me == 0 ? "[rank 0] sy warn: sy_moe_create: rank 1 refused its arguments (its log names them)"
+                              : "[rank 1] sy warn: sy_moe_create: rank 0 refused its arguments (its log names them)";
+  CHECK(text && strstr(text, named));
+  free(text);
+  CHECK_OK(sy_moe_create(comm, &good, &moe));
+  CHECK_OK(sy_moe_destroy(moe));
+  (void)arg;
+}
+
 int main(void) {
   seed_from_env();
   char dir[] = "/tmp/sy_test_moe_args_XXXXXX";
@@ -435,6 +470,9 @@ int main(void) {
 
   run_ranks(2, args_rank, NULL);
   run_ranks(1, unsupported_rank, NULL);
+  setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression may wait this long in an exchange, not 60 s */
+  run_ranks(2, one_refuses_rank, NULL);
+  unsetenv("SY_BOOT_TIMEOUT_MS");
   shared_t sh = {0};
   run_ranks_timeout(2, 300, timeout_rank, &sh);
 

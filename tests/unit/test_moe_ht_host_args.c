@@ -19,6 +19,7 @@
 #include "moe_ht_test.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FP8 SY_MOE_WIRE_FP8
@@ -159,17 +160,25 @@ static int log_has_all(const char *const *needles, int n, int line) {
     CHECK_OK(sy_comm_barrier(comm, NULL));                              \
   } while (0)
 
+/* config_rejections on every rank (the creates are collective: a refused one still makes the ranks' exchange):
+ * rank 0 checks as REJECT does, the other ranks the status alone (one reader of the log's position). */
+#define REJECT_R(me, call, needle)               \
+  do {                                           \
+    if ((me) == 0) REJECT(call, needle);         \
+    else CHECK_STATUS(call, SY_ERR_INVALID_ARG); \
+  } while (0)
+
 /* ---- configurations -------------------------------------------------------------------------------------------- */
 
-static void config_rejections(sy_comm_t comm, bufs_t *b) {
+static void config_rejections(sy_comm_t comm, bufs_t *b, int me) {
   const sy_moe_ht_config_t good = ht_config(&small);
   size_t bytes = 0;
   sy_moe_ht_t moe = (sy_moe_ht_t)&bytes; /* must be cleared on rejection */
-  REJECT(sy_moe_ht_workspace_size(NULL, &good, &bytes), "comm is NULL");
-  REJECT(sy_moe_ht_workspace_size(comm, &good, NULL), "bytes is NULL");
-  REJECT(sy_moe_ht_workspace_size(comm, NULL, &bytes), "config is NULL");
-  REJECT(sy_moe_ht_create(comm, &good, NULL), "moe is NULL");
-  REJECT(sy_moe_ht_create(comm, NULL, &moe), "config is NULL");
+  REJECT_R(me, sy_moe_ht_workspace_size(NULL, &good, &bytes), "comm is NULL");
+  REJECT_R(me, sy_moe_ht_workspace_size(comm, &good, NULL), "bytes is NULL");
+  REJECT_R(me, sy_moe_ht_workspace_size(comm, NULL, &bytes), "config is NULL");
+  REJECT_R(me, sy_moe_ht_create(comm, &good, NULL), "moe is NULL");
+  REJECT_R(me, sy_moe_ht_create(comm, NULL, &moe), "config is NULL");
   CHECK(moe == NULL);
   static const struct {
     int field, value;
@@ -212,14 +221,14 @@ static void config_rejections(sy_comm_t comm, bufs_t *b) {
     if (bad[i].field == 6) c.expert_alignment = v;
     if (bad[i].field == 7) c.num_sms = v;
     if (bad[i].field == 8) c.flags = (unsigned)v;
-    REJECT(sy_moe_ht_workspace_size(comm, &c, &bytes), bad[i].needle);
+    REJECT_R(me, sy_moe_ht_workspace_size(comm, &c, &bytes), bad[i].needle);
     moe = (sy_moe_ht_t)&bytes;
-    REJECT(sy_moe_ht_create(comm, &c, &moe), bad[i].needle);
+    REJECT_R(me, sy_moe_ht_create(comm, &c, &moe), bad[i].needle);
     CHECK(moe == NULL);
   }
   sy_moe_ht_config_t c = good;
   c.top_k = 8; /* num_experts 4 */
-  REJECT(sy_moe_ht_create(comm, &c, &moe), "config->top_k=8 exceeds config->num_experts=4");
+  REJECT_R(me, sy_moe_ht_create(comm, &c, &moe), "config->top_k=8 exceeds config->num_experts=4");
   c = good; /* the edges that are fine */
   c.wire = SY_MOE_WIRE_BF16, c.hidden = 136, c.top_k = 32, c.num_experts = 32;
   c.expert_alignment = 1024, c.num_sms = 1024;
@@ -571,8 +580,8 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
   CHECK_OK(sy_moe_ht_destroy(m32));
   bufs_t bufs, *b = &bufs;
   bufs_alloc(x.moe, c, b);
+  config_rejections(comm, b, me); /* every rank: a refused create still makes the ranks' exchange (collective) */
   if (me == 0) {
-    config_rejections(comm, b);
     sy_moe_ht_sizes_t z = SY_MOE_HT_SIZES_INIT;
     REJECT(sy_moe_ht_sizes(NULL, &z), "sy_moe_ht_sizes: invalid argument: moe is NULL");
     REJECT(sy_moe_ht_sizes(x.moe, NULL), "sizes is NULL");
@@ -814,6 +823,38 @@ static void objects_rank(int me, sy_comm_t comm, void *arg) {
   (void)arg;
 }
 
+/* One rank refuses its own arguments (a bad top_k, then moe NULL), the other's are good: the create fails on every
+ * rank with SY_ERR_INVALID_ARG at once (the refusing rank still makes the ranks' exchange; before, the other waited
+ * there until SY_BOOT_TIMEOUT_MS and recorded a timeout), the good rank's log names the refusing rank, and the
+ * communicator stays usable: the next create, good everywhere, succeeds. */
+static void one_refuses_rank(int me, sy_comm_t comm, void *arg) {
+  const sy_moe_ht_config_t good = ht_config(&small);
+  sy_moe_ht_config_t bad = good;
+  bad.top_k = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  sy_moe_ht_t moe = NULL;
+  CHECK_STATUS(sy_moe_ht_create(comm, me == 0 ? &bad : &good, &moe), SY_ERR_INVALID_ARG);
+  CHECK(moe == NULL);
+  CHECK_STATUS(sy_moe_ht_create(comm, &good, me == 1 ? NULL : &moe), SY_ERR_INVALID_ARG);
+  CHECK(moe == NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  if (took > 2.0) fprintf(stderr, "rank %d: the refused creates took %.1f s (want at once)\n", me, took);
+  CHECK(took <= 2.0);
+  sy_status_t async = SY_ERR_INTERNAL;
+  CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
+  CHECK_EQ_INT(async, SY_SUCCESS);
+  char *text = check_read_file(check_log_path); /* the whole log: both ranks read it at once here */
+  const char *named = me == 0 ? "[rank 0] sy warn: sy_moe_ht_create: rank 1 refused its arguments (its log names them)"
+                              : "[rank 1] sy warn: sy_moe_ht_create: rank 0 refused its arguments (its log names them)";
+  CHECK(text && strstr(text, named));
+  free(text);
+  CHECK_OK(sy_moe_ht_create(comm, &good, &moe));
+  CHECK_OK(sy_moe_ht_destroy(moe));
+  (void)arg;
+}
+
 typedef struct timeout_shared {
   int rank0_failed;
 } timeout_shared_t;
@@ -859,6 +900,9 @@ int main(void) {
   run_ranks(2, arena_rank, NULL);
   run_ranks(1, unsupported_rank, NULL);
   run_ranks(2, objects_rank, NULL);
+  setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression waits this long in the exchange, not 60 s */
+  run_ranks(2, one_refuses_rank, NULL);
+  unsetenv("SY_BOOT_TIMEOUT_MS");
   timeout_shared_t sh = {0};
   run_ranks_timeout(2, 300, timeout_rank, &sh);
 
