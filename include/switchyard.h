@@ -28,11 +28,11 @@
  *   which wait without this library's bound.
  * - A collective call that one rank refuses for its own arguments (SY_ERR_INVALID_ARG, nothing enqueued) is, to
  *   the other ranks, a call that rank did not make, as in the bullet above: their device-side waits end in
- *   SY_ERR_TIMEOUT, and host-side exchanges pair with that rank's next collective. The MoE creates
- *   (sy_moe_create, sy_moe_ht_create) are the exception: a rank that refuses its configuration still meets the
- *   others in the creates' exchange, so every rank returns SY_ERR_INVALID_ARG at once (the others' log names
- *   that rank), nothing is created and the communicator stays usable. A failed create or allocation sets its
- *   output handle to NULL.
+ *   SY_ERR_TIMEOUT, and host-side exchanges pair with that rank's next collective. The object creates
+ *   (sy_attn_create, sy_moe_create, sy_moe_ht_create) are the exception: a rank that refuses its arguments still
+ *   meets the others in the create's first exchange, so every rank returns SY_ERR_INVALID_ARG at once (the
+ *   others' log names that rank), nothing is created and the communicator stays usable. A failed create or
+ *   allocation sets its output handle to NULL.
  * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
  *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), and so do
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.

@@ -462,6 +462,32 @@ static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
   free(in);
 }
 
+/* One rank refuses its own arguments (max_replicas past the world, then attn NULL), the other's are good: the
+ * create fails on every rank with SY_ERR_INVALID_ARG at once (the refusing rank still makes the ranks' verdict;
+ * before, the other went on into the backend's exchanges and paired them with the refusing rank's next
+ * collective), the good rank's log names the refusing rank, and the communicator stays usable. */
+static void one_refuses_rank(int me, sy_comm_t comm, void *arg) {
+  sy_attn_config_t good = SY_ATTN_CONFIG_INIT, bad;
+  good.max_tokens = 8, good.max_replicas = 2, good.max_kv_grad_row_bytes = GRB;
+  bad = good, bad.max_replicas = 3;
+  sy_attn_t attn = NULL;
+  CHECK_STATUS(sy_attn_create(comm, me == 0 ? &bad : &good, &attn), SY_ERR_INVALID_ARG);
+  CHECK(attn == NULL);
+  CHECK_STATUS(sy_attn_create(comm, &good, me == 1 ? NULL : &attn), SY_ERR_INVALID_ARG);
+  CHECK(attn == NULL);
+  sy_status_t async = SY_ERR_INTERNAL;
+  CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
+  CHECK_EQ_INT(async, SY_SUCCESS);
+  char *text = check_read_file(check_log_path); /* the whole log: both ranks read it at once here */
+  const char *named = me == 0 ? "[rank 0] sy warn: sy_attn_create: rank 1 refused its arguments (its log names them)"
+                              : "[rank 1] sy warn: sy_attn_create: rank 0 refused its arguments (its log names them)";
+  CHECK(text && strstr(text, named));
+  free(text);
+  CHECK_OK(sy_attn_create(comm, &good, &attn));
+  CHECK_OK(sy_attn_destroy(attn));
+  (void)arg;
+}
+
 int main(void) {
   seed_from_env();
   char dir[] = "/tmp/sy_test_attn_args_XXXXXX";
@@ -491,6 +517,9 @@ int main(void) {
       free(text);
     }
   }
+  setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression may wait this long in an exchange, not 60 s */
+  run_ranks(2, one_refuses_rank, NULL);
+  unsetenv("SY_BOOT_TIMEOUT_MS");
   unsetenv("SY_DEBUG_FILE");
   sy__log_reset();
   unlink(check_log_path);

@@ -175,10 +175,11 @@ static void test_slow_copy(int attn) {
 /* ---- collectives out of order ------------------------------------------------------------------------- */
 
 enum { OP_BARRIER, OP_ALLOC, OP_FREE, OP_ALLTOALL, OP_ALLGATHER, OP_ATTN_CREATE, OP_MOE_CREATE, OP_COUNT };
-/* What the host backend calls each in its line: sy_moe_create opens with the host allgather of its
- * configuration (core/moe.c), so against sy_comm_allgather_host it is that allgather, checked by its size. */
-static const char *const host_names[OP_COUNT] = {"barrier",        "mem_alloc",   "mem_free",      "alltoallv",
-                                                 "allgather_host", "attn_create", "allgather_host"};
+/* What the host backend calls each in its line: sy_attn_create and sy_moe_create open with the host allgather of
+ * their verdicts and configurations (core/attn.c, core/moe.c), so against sy_comm_allgather_host each is that
+ * allgather, checked by its size. */
+static const char *const host_names[OP_COUNT] = {"barrier",        "mem_alloc",      "mem_free",      "alltoallv",
+                                                 "allgather_host", "allgather_host", "allgather_host"};
 
 typedef struct mixed_run {
   int op[2];
@@ -258,7 +259,8 @@ static void test_out_of_order(void) {
   run_mixed(OP_ALLTOALL, OP_ALLTOALL, 1, group++);
 }
 
-/* An attention call against an all-to-all, after a matched create; the line goes to the log of both ranks. */
+/* An attention call against an all-to-all, after a matched plan, create and allocation (collectives 0-3, the
+ * create's verdict among them); the line goes to the log of both ranks. */
 static void fn_attn_vs_alltoall(rank_ctx_t *ctx) {
   const int me = ctx->rank;
   int num_seqs[2] = {1, 1}, q_to[1] = {1};
@@ -308,8 +310,8 @@ static void test_attn_vs_alltoall(void) {
   for (int r = 0; text && r < 2; r++) {
     char want[200];
     snprintf(want, sizeof want,
-             "[rank %d] sy warn: collectives out of order in host group 2500: rank 0 calls attn (collective 3); rank 1 "
-             "calls alltoallv (collective 3); nothing done",
+             "[rank %d] sy warn: collectives out of order in host group 2500: rank 0 calls attn (collective 4); rank 1 "
+             "calls alltoallv (collective 4); nothing done",
              r);
     CHECK(strstr(text, want) != NULL);
     if (!strstr(text, want)) fprintf(stderr, "log lacks \"%s\"; it says:\n%s\n", want, text);
