@@ -166,36 +166,6 @@ sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *confi
   return SY_SUCCESS;
 }
 
-/* Collective: every rank's verdict on its own arguments (`local`, already logged naming them), over the host
- * allgather before anything is reserved, so that a rank that refused them fails the create everywhere with
- * SY_ERR_INVALID_ARG at once, nothing created and the communicator still usable (without it the others would go on
- * into the staging's allocation and the backend's exchanges, and pair them with that rank's next collective). The
- * configuration travels with the verdict: it gives the exchange a size of its own, so that the host backend tells
- * it from a sy_comm_allgather_host of a few bytes called at the same point. */
-typedef struct create_offer {
-  sy_attn_config_t c;
-  int refused;
-} create_offer_t;
-
-static sy_status_t verdict_everywhere(sy_comm_t comm, const sy_attn_config_t *c, sy_status_t local, const char *fn) {
-  const int W = comm->world_size;
-  create_offer_t mine, *all = calloc((size_t)W, sizeof *all);
-  if (!all) return SY_ERR_NO_MEMORY; /* the peers' exchange then fails or times out: a local failure */
-  memset(&mine, 0, sizeof mine);
-  mine.c = *c;
-  mine.refused = local != SY_SUCCESS;
-  sy_status_t s = comm->ops->allgather_host(comm, &mine, all, sizeof mine);
-  if (s == SY_SUCCESS && local != SY_SUCCESS) s = local;
-  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
-    if (all[r].refused) {
-      SY_WARN("%s: rank %d refused its arguments (its log names them); nothing created", fn, r);
-      s = SY_ERR_INVALID_ARG;
-    }
-  }
-  free(all);
-  return s;
-}
-
 sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy_attn_t *attn_out) {
   static const char *fn = "sy_attn_create";
   SY_COMM_GUARD(comm, fn);
@@ -209,7 +179,13 @@ sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy
   memset(&config, 0, sizeof config);
   sy_status_t local = attn_out ? SY_SUCCESS : (sy__arg_error(fn, "attn is NULL"), SY_ERR_INVALID_ARG);
   if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
-  SY_CHECK(verdict_everywhere(comm, &config, local, fn));
+  /* every rank's verdict on its own arguments first (sy__create_exchange): a refusal fails the create everywhere at
+   * once; the configuration travels with it, which gives the exchange a size of its own (the host backend tells it
+   * from a sy_comm_allgather_host of a few bytes called at the same point) */
+  sy_attn_config_t *all = calloc((size_t)comm->world_size, sizeof *all);
+  sy_status_t verdict = all ? sy__create_exchange(comm, &config, sizeof config, local, all, fn) : SY_ERR_NO_MEMORY;
+  free(all);
+  SY_CHECK(verdict);
   struct sy_attn *attn = calloc(1, sizeof *attn);
   if (!attn) return SY_ERR_NO_MEMORY; /* the peers time out in the collective below, as for any local failure */
   attn->comm = comm;

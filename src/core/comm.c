@@ -240,6 +240,30 @@ sy_status_t sy_comm_allgather_host(sy_comm_t comm, const void *send, void *recv,
   return st;
 }
 
+sy_status_t sy__create_exchange(sy_comm_t comm, const void *mine, size_t bytes, sy_status_t local, void *all,
+                                const char *fn) {
+  const size_t W = (size_t)comm->world_size, slot = (bytes + sizeof(int32_t) + 7) / 8 * 8; /* bytes, then the verdict */
+  char *buf = calloc(W + 1, slot);
+  if (!buf) return SY_ERR_NO_MEMORY; /* the peers' exchange then fails or times out: a local failure */
+  char *own = buf + W * slot;
+  const int32_t refused = local != SY_SUCCESS;
+  memcpy(own, mine, bytes);
+  memcpy(own + bytes, &refused, sizeof refused);
+  sy_status_t s = comm->ops->allgather_host(comm, own, buf, slot);
+  if (s == SY_SUCCESS && local != SY_SUCCESS) s = local;
+  for (size_t r = 0; s == SY_SUCCESS && r < W; r++) {
+    int32_t theirs;
+    memcpy(&theirs, buf + r * slot + bytes, sizeof theirs);
+    if (theirs) {
+      SY_WARN("%s: rank %zu refused its arguments (its log names them); nothing created", fn, r);
+      s = SY_ERR_INVALID_ARG;
+    }
+  }
+  for (size_t r = 0; s == SY_SUCCESS && r < W; r++) memcpy((char *)all + r * bytes, buf + r * slot, bytes);
+  free(buf);
+  return s;
+}
+
 /* ---- signals, barrier ----------------------------------------------------------------------------------- */
 
 sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn) {

@@ -209,6 +209,15 @@ sy_status_t sy__comm_health(sy_comm_t comm);
 /* A backend's failure of a collective call is the communicator's (a peer may be left waiting): timeouts,
  * mismatches, aborts, CUDA and NVSHMEM errors become sticky. Returns st. */
 sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn);
+/* The first exchange of an object's create (core/attn.c, core/moe.c, core/moe_ht.c), over the host allgather
+ * before anything is reserved: each rank's `bytes` at `mine` (its configuration) and its verdict on its own
+ * arguments (`local`, already logged by this rank where it refused them). Returns `local` where this rank refused
+ * them, SY_ERR_INVALID_ARG (logged, naming the rank) where another rank did, else what the exchange returned, with
+ * every rank's bytes in `all` (world_size x bytes, rank r's at r x bytes) on success. A rank that refused still
+ * makes the exchange, so every rank fails the create at once and the communicator stays usable: one that returned
+ * before it would leave the others waiting in it until SY_BOOT_TIMEOUT_MS, or pair it with its next collective. */
+sy_status_t sy__create_exchange(sy_comm_t comm, const void *mine, size_t bytes, sy_status_t local, void *all,
+                                const char *fn);
 /* Rejects the legacy default stream (NULL) on the cuda backend, naming the function (exec/stream.c). */
 sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
 

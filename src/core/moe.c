@@ -74,32 +74,17 @@ sy_status_t sy_moe_workspace_size(sy_comm_t comm, const sy_moe_config_t *config_
   return SY_SUCCESS;
 }
 
-/* Collective: every rank must configure alike. Compared over the host allgather before any backend reserves
- * anything, so that a rank whose configuration differs fails the create everywhere, with nothing created and the
- * communicator still usable. A rank whose own arguments were refused (`local`, already logged naming them) still
- * makes the exchange, so that every rank fails with SY_ERR_INVALID_ARG at once instead of waiting for it. */
-typedef struct config_offer {
-  sy_moe_config_t c;
-  int refused; /* this rank's arguments were refused */
-} config_offer_t;
-
+/* Collective: every rank must configure alike. Compared over the create's first exchange (sy__create_exchange,
+ * which also carries each rank's verdict on its own arguments, `local`) before any backend reserves anything, so
+ * that a rank whose configuration differs, or that refused its arguments, fails the create everywhere, with nothing
+ * created and the communicator still usable. */
 static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_config_t *c, sy_status_t local, const char *fn) {
   const int W = comm->world_size;
-  config_offer_t mine, *all = calloc((size_t)W, sizeof *all);
+  sy_moe_config_t *all = calloc((size_t)W, sizeof *all);
   if (!all) return SY_ERR_NO_MEMORY; /* the peers' exchange then fails or times out: a local failure */
-  memset(&mine, 0, sizeof mine);
-  mine.c = *c;
-  mine.refused = local != SY_SUCCESS;
-  sy_status_t s = comm->ops->allgather_host(comm, &mine, all, sizeof mine);
-  if (s == SY_SUCCESS && local != SY_SUCCESS) s = local;
+  sy_status_t s = sy__create_exchange(comm, c, sizeof *c, local, all, fn);
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
-    if (all[r].refused) {
-      SY_WARN("%s: rank %d refused its arguments (its log names them); nothing created", fn, r);
-      s = SY_ERR_INVALID_ARG;
-    }
-  }
-  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
-    const sy_moe_config_t *o = &all[r].c;
+    const sy_moe_config_t *o = &all[r];
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
         o->num_experts != c->num_experts || o->wire != c->wire || o->flags != c->flags) {
       SY_WARN(

@@ -121,16 +121,14 @@ static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
   return SY_ERR_UNSUPPORTED;
 }
 
-/* Collective: every rank must configure alike, compared over the host allgather before any backend reserves
- * anything (a rank whose configuration differs fails the create everywhere, nothing created). The roles' placement
- * (SY_HT_ROLES resolved) is compared too: it sets the workspace's channels, which every rank must share. A rank
- * whose own arguments were refused (`local`, already logged naming them) still makes the exchange, so that every
- * rank fails the create with SY_ERR_INVALID_ARG at once and the communicator stays usable (without it the others
- * would wait for that rank in the exchange until SY_BOOT_TIMEOUT_MS and record a timeout). */
+/* Collective: every rank must configure alike, compared over the create's first exchange (sy__create_exchange,
+ * which also carries each rank's verdict on its own arguments, `local`) before any backend reserves anything: a rank
+ * whose configuration differs, or that refused its arguments, fails the create everywhere, nothing created, the
+ * communicator still usable. The roles' placement (SY_HT_ROLES resolved) is compared too: it sets the workspace's
+ * channels, which every rank must share. */
 typedef struct config_offer {
   sy_moe_ht_config_t c;
   int roles;
-  int refused; /* this rank's arguments were refused */
 } config_offer_t;
 
 static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, sy_status_t local,
@@ -141,15 +139,7 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
   memset(&mine, 0, sizeof mine);
   mine.c = *c;
   mine.roles = local == SY_SUCCESS ? sy__moe_ht_roles(c, W) : 0;
-  mine.refused = local != SY_SUCCESS;
-  sy_status_t s = comm->ops->allgather_host(comm, &mine, all, sizeof mine);
-  if (s == SY_SUCCESS && local != SY_SUCCESS) s = local;
-  for (int r = 0; s == SY_SUCCESS && r < W; r++) {
-    if (all[r].refused) {
-      SY_WARN("%s: rank %d refused its arguments (its log names them); nothing created", fn, r);
-      s = SY_ERR_INVALID_ARG;
-    }
-  }
+  sy_status_t s = sy__create_exchange(comm, &mine, sizeof mine, local, all, fn);
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
     const sy_moe_ht_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
