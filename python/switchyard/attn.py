@@ -338,8 +338,8 @@ class Attn(CommObject):
     _destroy = "sy_attn_destroy"
 
     def __init__(self, comm: Comm, *, max_tokens: int, max_replicas: int = 1, max_kv_grad_row_bytes: int = 0):
-        config = AttnConfig(ctypes.sizeof(AttnConfig), max_tokens, max_replicas, max_kv_grad_row_bytes)
-        self._create(comm, "sy_attn_create", ctypes.byref(config))
+        self._create_config(comm, "sy_attn_create", lambda: AttnConfig(ctypes.sizeof(AttnConfig), max_tokens,
+                                                                        max_replicas, max_kv_grad_row_bytes))
         self.max_kv_grad_row_bytes = max_kv_grad_row_bytes
 
     # ---- helpers ------------------------------------------------------------------------------------------

@@ -334,6 +334,20 @@ class CommObject:
         self._handle = handle.value
         comm._objects.append(self)
 
+    def _create_config(self, comm: Comm, create: str, build: Callable[[], Any]) -> None:
+        """_create for the creates whose first exchange carries every rank's verdict on its own arguments
+        (sy_attn_create, sy_moe_create, sy_moe_ht_create; switchyard.h's conventions): build() makes the C config.
+        Where it refuses this rank's arguments (raises), the rank still makes the create's exchange, with a NULL
+        config the library refuses, so that every rank's create fails at once and the communicator stays usable
+        (the others would otherwise wait for this rank in the exchange); then build's error is raised."""
+        try:
+            config = build()
+        except Exception:
+            if isinstance(comm, Comm) and comm._handle and comm.world_size > 1:  # (its log line: "config is NULL")
+                getattr(lib, create)(comm._handle, None, ctypes.byref(ctypes.c_void_p()))
+            raise
+        self._create(comm, create, ctypes.byref(config))
+
     @property
     def handle(self) -> int:
         """The C handle (for ctypes callers); raises once closed."""

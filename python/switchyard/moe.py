@@ -75,8 +75,9 @@ class MoE(CommObject):
     ):
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire, self.per_expert = wire, per_expert
-        self._config = _config(max_tokens, hidden, top_k, num_experts, wire, per_expert)
-        self._create(comm, "sy_moe_create", ctypes.byref(self._config))
+        # a refusal in _config still meets the other ranks' creates (_create_config)
+        self._create_config(comm, "sy_moe_create", lambda: _config(max_tokens, hidden, top_k, num_experts, wire,
+                                                                   per_expert))  # fmt: skip
         sizes = MoeRecvSizes(ctypes.sizeof(MoeRecvSizes))
         check(lib.sy_moe_recv_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_recv_sizes", comm._handle)
         self.local_experts: int = sizes.local_experts

@@ -90,20 +90,22 @@ class MoEHT(CommObject):
         scales_row_major: bool = False,
         recv_arena_bytes: int = 0,
     ):
-        if wire not in WIRES:
-            raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT")
-        if scales_row_major and wire == "bf16":
-            raise invalid("scales_row_major", "True with the 'bf16' wire, which has no scales", "MoEHT")
+        def build() -> MoeHtConfig:  # a refusal here still meets the other ranks' creates (_create_config)
+            if wire not in WIRES:
+                raise invalid("wire", f"{wire!r}, want one of {sorted(WIRES)}", "MoEHT")
+            if scales_row_major and wire == "bf16":
+                raise invalid("scales_row_major", "True with the 'bf16' wire, which has no scales", "MoEHT")
+            if not isinstance(recv_arena_bytes, int) or not 0 <= recv_arena_bytes < 2**64:
+                raise invalid("recv_arena_bytes", f"{recv_arena_bytes!r}, want an int in [0, 2**64)", "MoEHT")
+            return MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
+                               expert_alignment, num_sms, SCALES_ROW_MAJOR if scales_row_major else 0,
+                               recv_arena_bytes)  # fmt: skip
+
         self.max_tokens, self.hidden, self.top_k, self.num_experts = max_tokens, hidden, top_k, num_experts
         self.wire = wire
         self.scales_row_major = bool(scales_row_major)
-        if not isinstance(recv_arena_bytes, int) or not 0 <= recv_arena_bytes < 2**64:
-            raise invalid("recv_arena_bytes", f"{recv_arena_bytes!r}, want an int in [0, 2**64)", "MoEHT")
         self.recv_arena_bytes = recv_arena_bytes
-        config = MoeHtConfig(ctypes.sizeof(MoeHtConfig), max_tokens, hidden, top_k, num_experts, WIRES[wire],
-                             expert_alignment, num_sms, SCALES_ROW_MAJOR if scales_row_major else 0,
-                             recv_arena_bytes)  # fmt: skip
-        self._create(comm, "sy_moe_ht_create", ctypes.byref(config))
+        self._create_config(comm, "sy_moe_ht_create", build)
         sizes = MoeHtSizes(ctypes.sizeof(MoeHtSizes))
         check(lib.sy_moe_ht_sizes(self._handle, ctypes.byref(sizes)), "sy_moe_ht_sizes", comm._handle)
         self.local_experts: int = sizes.local_experts

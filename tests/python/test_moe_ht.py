@@ -7,6 +7,8 @@ functions: test_moe_ht_autograd.py."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import reference as ref
@@ -281,6 +283,26 @@ def check_bad_arguments(comm: sy.Comm) -> None:
 
 def test_bad_arguments_host() -> None:
     on_host(2, check_bad_arguments)
+
+
+def check_one_refuses(comm: sy.Comm) -> float:
+    """Rank 0's arguments are refused in Python (wire), rank 1's are good: both raise at once (rank 0 still meets
+    rank 1 in the create's exchange, with a config the library refuses), and the communicator stays usable."""
+    t0 = time.monotonic()
+    good = dict(max_tokens=4, hidden=128, top_k=2, num_experts=4)
+    for cls, bad in ((sy.MoEHT, {"wire": "fp4"}), (sy.MoE, {"wire": "fp4"}), (sy.MoEHT, {"top_k": 0})):
+        with pytest.raises(sy.InvalidArgError):
+            cls(comm, **{**good, **(bad if comm.rank == 0 else {})})
+    took = time.monotonic() - t0
+    sy.MoEHT(comm, **good).close()
+    sy.MoE(comm, **good).close()
+    return took
+
+
+def test_one_rank_refuses_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SY_BOOT_TIMEOUT_MS", "10000")  # a regression waits this long in an exchange, not 60 s
+    took = on_host(2, check_one_refuses)
+    assert max(took) < 5.0, took
 
 
 @gpu
