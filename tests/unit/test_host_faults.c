@@ -259,8 +259,9 @@ static void test_out_of_order(void) {
   run_mixed(OP_ALLTOALL, OP_ALLTOALL, 1, group++);
 }
 
-/* An attention call against an all-to-all, after a matched plan, create and allocation (collectives 0-3, the
- * create's verdict among them); the line goes to the log of both ranks. */
+/* An attention call against an all-to-all, after the group's start, a matched create (its verdict, then its own
+ * exchange) and an allocation (collectives 0-3; the plan is built locally); the line goes to the log of both
+ * ranks. */
 static void fn_attn_vs_alltoall(rank_ctx_t *ctx) {
   const int me = ctx->rank;
   int num_seqs[2] = {1, 1}, q_to[1] = {1};
