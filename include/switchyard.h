@@ -238,8 +238,9 @@ SY_API sy_status_t sy_signal_wait(sy_comm_t comm, uint64_t *signal, uint64_t val
  * - send: device memory of this rank (any, symmetric or not; see "Buffers" in the attention section for peers
  *   beyond one node); when it lies in a symmetric allocation, every [send_offsets[p], +send_bytes[p]) must lie
  *   inside that allocation. Send ranges may overlap. recv: a symmetric allocation (sy_mem_alloc), every
- *   non-empty [recv_offsets[p], +recv_bytes[p]) inside it; the receive ranges must not overlap. The offset of an
- *   empty range is not looked at, and with nothing to receive recv may be NULL.
+ *   non-empty [recv_offsets[p], +recv_bytes[p]) inside it; the receive ranges must not overlap each other nor any
+ *   send range (no in-place all-to-all: SY_ERR_INVALID_ARG naming both). The offset of an empty range is not
+ *   looked at, and with nothing to receive recv may be NULL.
  * - The four arrays are host arrays of world_size entries, read during the call (captured by value in a
  *   graph). Any byte counts and offsets; 16-byte aligned ones take the fast path. A count, an offset plus its
  *   count, or the sum of one side's counts that does not fit a size_t is rejected (SY_ERR_INVALID_ARG, naming

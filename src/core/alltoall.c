@@ -60,10 +60,13 @@ static sy_status_t check_send(sy_comm_t comm, const void *send, const size_t *by
 }
 
 /* The receive side: recv a symmetric allocation holding every non-empty range, the ranges apart from each other.
- * Empty ranges are not placed anywhere: their offsets are not looked at. */
-static sy_status_t check_recv(sy_comm_t comm, void *recv, const size_t *bytes, const size_t *offsets, const char *fn) {
+ * Empty ranges are not placed anywhere: their offsets are not looked at. *n: the non-empty ranges, left in
+ * comm->a2a_scratch as {offset, bytes, peer} sorted by offset (for check_apart). */
+static sy_status_t check_recv(sy_comm_t comm, void *recv, const size_t *bytes, const size_t *offsets, int *n_out,
+                              const char *fn) {
   const int world = comm->world_size;
   size_t total;
+  *n_out = 0;
   SY_CHECK(check_sizes("recv", bytes, offsets, world, &total, fn));
   if (total == 0) return SY_SUCCESS; /* no sum wrapped, so every count is 0: nothing is written */
   SY_ARG_CHECK(recv != NULL, fn, "recv is NULL while %zu bytes are to be received", total);
@@ -87,6 +90,32 @@ static sy_status_t check_recv(sy_comm_t comm, void *recv, const size_t *bytes, c
                  "receive ranges of peers %zu and %zu overlap (recv_offsets %zu + %zu > %zu)", ranges[3 * (i - 1) + 2],
                  ranges[3 * i + 2], ranges[3 * (i - 1)], ranges[3 * (i - 1) + 1], ranges[3 * i]);
   }
+  *n_out = n;
+  return SY_SUCCESS;
+}
+
+/* No byte is both sent and received (an in-place all-to-all: a peer's rows would land where this rank's own
+ * unsent rows are still read): each non-empty send range against the n sorted receive ranges check_recv left in
+ * comm->a2a_scratch, by a binary search for the first one ending past its start. */
+static sy_status_t check_apart(sy_comm_t comm, const void *send, const size_t *bytes, const size_t *offsets,
+                               const void *recv, int n, const char *fn) {
+  const size_t *ranges = comm->a2a_scratch;
+  const uintptr_t r0 = (uintptr_t)recv;
+  for (int p = 0; n > 0 && p < comm->world_size; p++) {
+    if (!bytes[p]) continue;
+    const uintptr_t s0 = (uintptr_t)send + offsets[p], s1 = s0 + bytes[p];
+    int lo = 0, hi = n; /* the first receive range whose end is past s0 (the ranges' ends ascend) */
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (r0 + ranges[3 * mid] + ranges[3 * mid + 1] <= s0) lo = mid + 1;
+      else hi = mid;
+    }
+    SY_ARG_CHECK(lo == n || r0 + ranges[3 * lo] >= s1, fn,
+                 "send_offsets[%d]=%zu + send_bytes[%d]=%zu overlaps the receive range of peer %zu (recv_offsets %zu + "
+                 "%zu): send and recv must not overlap (no in-place all-to-all)",
+                 p, offsets[p], p, bytes[p], lo < n ? ranges[3 * lo + 2] : 0, lo < n ? ranges[3 * lo] : 0,
+                 lo < n ? ranges[3 * lo + 1] : 0);
+  }
   return SY_SUCCESS;
 }
 
@@ -94,7 +123,9 @@ static sy_status_t check_recv(sy_comm_t comm, void *recv, const size_t *bytes, c
 static sy_status_t run_alltoallv(sy_comm_t comm, const sy_a2a_args_t *args, cudaStream_t stream, const char *fn) {
   SY_CHECK(sy__check_stream(comm, stream, fn));
   SY_CHECK(check_send(comm, args->send, args->send_bytes, args->send_offsets, fn));
-  SY_CHECK(check_recv(comm, args->recv, args->recv_bytes, args->recv_offsets, fn));
+  int n = 0;
+  SY_CHECK(check_recv(comm, args->recv, args->recv_bytes, args->recv_offsets, &n, fn));
+  SY_CHECK(check_apart(comm, args->send, args->send_bytes, args->send_offsets, args->recv, n, fn));
   return comm->ops->alltoallv(comm, args, stream);
 }
 

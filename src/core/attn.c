@@ -199,7 +199,7 @@ sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy
 fail_staging:
   /* The backends decide create together, so every rank frees here together (after an error sy_mem_free
    * returns it at once and the staging goes with the communicator). */
-  if (attn->staging) sy_mem_free(comm, attn->staging);
+  if (attn->staging) sy__mem_free_within(comm, attn->staging); /* keeps sy_last_error: the failure's */
 fail:
   free(attn);
   return st;
@@ -231,9 +231,11 @@ static sy_status_t check_call(sy_attn_t attn, sy_attn_plan_t plan, cudaStream_t 
                "plan was built for rank %d of %d on the %s backend; this communicator is rank %d of %d on %s",
                plan->rank, plan->world_size, sy_backend_name(plan->backend), comm->rank, comm->world_size,
                sy_backend_name(comm->backend));
-  SY_ARG_CHECK(plan->num_tokens <= attn->config.max_tokens, fn,
-               "plan has %lld tokens on this rank, more than config.max_tokens=%lld", (long long)plan->num_tokens,
-               (long long)attn->config.max_tokens);
+  /* the plan's most tokens on any rank, not this rank's: the same on every rank (plans of other descriptions are a
+   * mismatch), so every rank refuses together instead of the others waiting for this one */
+  SY_ARG_CHECK(plan->max_num_tokens <= attn->config.max_tokens, fn,
+               "plan gives a rank %lld tokens (this rank %lld), more than config.max_tokens=%lld",
+               (long long)plan->max_num_tokens, (long long)plan->num_tokens, (long long)attn->config.max_tokens);
   SY_ARG_CHECK(plan->max_replicas <= attn->config.max_replicas, fn,
                "plan has max_replicas=%d, more than config.max_replicas=%d", plan->max_replicas,
                attn->config.max_replicas);

@@ -200,6 +200,10 @@ struct sy_comm {
 /* Symmetric-allocation registry (mem/symm.c), shared by both backends for argument checks. */
 sy_status_t sy__symm_add(sy_comm_t comm, void *ptr, size_t bytes);
 sy_status_t sy__symm_remove(sy_comm_t comm, void *ptr);
+/* sy_mem_free from inside another public call (a create's failure path): collective as it is, nothing freed after
+ * a recorded error (the memory goes with the communicator), and the call's sy_last_error kept (sy_mem_free would
+ * open a call of its own and clear it). */
+sy_status_t sy__mem_free_within(sy_comm_t comm, void *ptr);
 /* The allocation holding [ptr, ptr + bytes), or NULL. bytes may be 0 (then ptr itself must be inside). */
 const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t bytes);
 

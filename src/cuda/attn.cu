@@ -474,7 +474,7 @@ extern "C" sy_status_t sy__cuda_attn_create(sy_comm_t comm, struct sy_attn *attn
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
     if (g->local) cudaFree(g->local);
-    sy_mem_free(comm, g->ctrl);
+    sy__mem_free_within(comm, g->ctrl); /* keeps the create's sy_last_error */
     free(g);
     return cuda_error(err, "attention control state", __FILE__, __LINE__);
   }

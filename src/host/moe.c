@@ -160,7 +160,7 @@ sy_status_t sy__host_moe_create(sy_comm_t comm, struct sy_moe *moe) {
   st = sy__host_barrier(comm);
   if (st == SY_SUCCESS && peers != SY_SUCCESS) st = SY_ERR_INTERNAL; /* every host rank is addressable */
   if (st != SY_SUCCESS) {
-    if (comm->error == SY_SUCCESS) sy_mem_free(comm, hm->ws);
+    sy__mem_free_within(comm, hm->ws); /* keeps the create's sy_last_error */
     state_free(hm);
     return st;
   }

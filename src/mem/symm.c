@@ -75,6 +75,14 @@ sy_status_t sy_mem_free(sy_comm_t comm, void *ptr) {
   return sy__symm_remove(comm, ptr);
 }
 
+sy_status_t sy__mem_free_within(sy_comm_t comm, void *ptr) {
+  if (sy__comm_health(comm) != SY_SUCCESS) return SY_SUCCESS; /* as sy_mem_free's guard: it goes with the comm */
+  const sy_symm_block_t *b = sy__symm_find(comm, ptr, 0);
+  if (!b || b->ptr != ptr) return SY_ERR_INTERNAL;
+  SY_CHECK(comm->ops->mem_free(comm, ptr));
+  return sy__symm_remove(comm, ptr);
+}
+
 sy_status_t sy_comm_peer_ptr(sy_comm_t comm, const void *ptr, int peer, void **peer_ptr) {
   static const char *fn = "sy_comm_peer_ptr";
   SY_COMM_GUARD(comm, fn); /* after an error no peer is to be touched, so none is handed out */

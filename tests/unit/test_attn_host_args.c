@@ -257,7 +257,9 @@ static void q_forward_args(int me, bufs_t *b, const objs_t *x) {
   REJECTED(sy_attn_q_forward(NULL, plan, b->q, RB, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, NULL, b->q, RB, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, other, b->q, RB, q_recv, NULL));
-  if (me == 0) REJECTED(sy_attn_q_forward(x->few_tokens, plan, b->q, RB, q_recv, NULL));
+  /* the plan's busiest rank (rank 0, 8 tokens) past max_tokens=4: refused on both ranks, not only on rank 0 (the
+   * other would wait for it) */
+  REJECTED(sy_attn_q_forward(x->few_tokens, plan, b->q, RB, q_recv, NULL));
   REJECTED(sy_attn_q_forward(x->few_replicas, plan, b->q, RB, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, plan, b->q, 0, q_recv, NULL));
   REJECTED(sy_attn_q_forward(attn, plan, NULL, RB, q_recv, NULL));
@@ -429,7 +431,7 @@ static void mismatch_rank(int me, sy_comm_t comm, void *arg) {
   sy_attn_plan_t plan = NULL;
   CHECK_OK(sy_attn_plan_create(comm, &f.desc, &plan));
   sy_attn_config_t config = SY_ATTN_CONFIG_INIT;
-  config.max_tokens = 8;
+  config.max_tokens = 64; /* room for either description's busiest rank: the calls check the plan's most tokens */
   config.max_replicas = 2;
   sy_attn_t attn = NULL;
   CHECK_OK(sy_attn_create(comm, &config, &attn));
@@ -488,6 +490,20 @@ static void one_refuses_rank(int me, sy_comm_t comm, void *arg) {
   (void)arg;
 }
 
+/* Ranks whose configurations differ (max_kv_grad_row_bytes): the create fails with SY_ERR_MISMATCH on every rank,
+ * and sy_last_error says why (the staging freed on the way out used to clear it). */
+static void create_mismatch_rank(int me, sy_comm_t comm, void *arg) {
+  sy_attn_config_t config = SY_ATTN_CONFIG_INIT;
+  config.max_tokens = 8, config.max_replicas = 2, config.max_kv_grad_row_bytes = me == 0 ? GRB : 2 * GRB;
+  sy_attn_t attn = NULL;
+  CHECK_STATUS(sy_attn_create(comm, &config, &attn), SY_ERR_MISMATCH);
+  CHECK(attn == NULL);
+  if (!strstr(sy_last_error(), "nothing created"))
+    fprintf(stderr, "rank %d: sy_last_error: '%s'\n", me, sy_last_error());
+  CHECK(strstr(sy_last_error(), "nothing created") != NULL);
+  (void)arg;
+}
+
 int main(void) {
   seed_from_env();
   char dir[] = "/tmp/sy_test_attn_args_XXXXXX";
@@ -519,6 +535,7 @@ int main(void) {
   }
   setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression may wait this long in an exchange, not 60 s */
   run_ranks(2, one_refuses_rank, NULL);
+  run_ranks(2, create_mismatch_rank, NULL);
   unsetenv("SY_BOOT_TIMEOUT_MS");
   unsetenv("SY_DEBUG_FILE");
   sy__log_reset();

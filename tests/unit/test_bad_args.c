@@ -325,6 +325,12 @@ static void *two_rank_main(void *arg) {
     REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, bytes, overlap, NULL),
            "receive ranges of peers 0 and 1 overlap");
     REJECT(sy_alltoallv(comm, send, bytes, zeros, recv, bytes, zeros, NULL), "overlap");
+    /* in place: a send range over a receive range (sent bytes would be overwritten by a peer's while read) */
+    size_t lo_hi[2] = {0, 16}, hi_lo[2] = {16, 0}, edge[2] = {32, 48};
+    REJECT(sy_alltoall(comm, recv, recv, 16, NULL), "overlaps the receive range of peer 0");
+    REJECT(sy_alltoallv(comm, recv, bytes, hi_lo, recv, bytes, lo_hi, NULL),
+           "send_offsets[0]=16 + send_bytes[0]=16 overlaps the receive range of peer 1 (recv_offsets 16 + 16)");
+    REJECT(sy_alltoallv(comm, recv + 40, bytes, zeros, recv, bytes, edge, NULL), "no in-place all-to-all");
     REJECT(sy_alltoall(comm, send, recv, SIZE_MAX / 2 + 1, NULL), "bytes_per_rank");
     REJECT(sy_alltoall(comm, send, recv, RECV_BYTES / 2 + 1, NULL), "runs past");
     /* Counts whose sum wraps are named, whichever side: no check is skipped because a sum came out small. */

@@ -161,7 +161,7 @@ static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
   if (g->mapped) cudaFreeHost(g->mapped);
-  if (free_ws && g->ws) sy_mem_free(comm, g->ws);
+  if (free_ws && g->ws) sy__mem_free_within(comm, g->ws); /* a create's failure: its sy_last_error kept */
   free(g);
 }
 
