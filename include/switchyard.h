@@ -28,14 +28,19 @@
  *   which wait without this library's bound.
  * - A collective call that one rank refuses for its own arguments (SY_ERR_INVALID_ARG, nothing enqueued) is, to
  *   the other ranks, a call that rank did not make, as in the bullet above: their device-side waits end in
- *   SY_ERR_TIMEOUT, and host-side exchanges pair with that rank's next collective. The object creates
+ *   SY_ERR_TIMEOUT, and host-side exchanges (on the host backend, every call) pair with that rank's next
+ *   collective: SY_ERR_MISMATCH if it is another operation, the next call's data if it is the same one, or
+ *   SY_ERR_TIMEOUT if it makes none within the bound. The object creates
  *   (sy_attn_create, sy_moe_create, sy_moe_ht_create) are the exception: a rank that refuses its arguments still
  *   meets the others in the create's first exchange, so every rank returns SY_ERR_INVALID_ARG at once (the
  *   others' log names that rank), nothing is created and the communicator stays usable. A failed create or
  *   allocation sets its output handle to NULL.
  * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
  *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), and so do
- *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls.
+ *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls. The first wait to time out returns
+ *   SY_ERR_TIMEOUT; the others it ends (the abort) may return SY_ERR_ABORTED, while sy_comm_async_error reports
+ *   the timeout on every rank that recorded it. Ranks whose arguments disagree at an object's create or at
+ *   sy_mem_alloc get SY_ERR_MISMATCH with nothing made, and the communicator goes on (not recorded).
  * - After a recorded error the communicator does no more work: every call that would move data, wait, allocate,
  *   build or enqueue anything returns the recorded error. What still answers: the destroy calls
  *   (sy_comm_destroy, sy_attn_destroy, sy_attn_plan_destroy, sy_moe_destroy, sy_moe_ht_destroy), the frees
