@@ -10,6 +10,10 @@
  *                the receiver posts with plain stores and no fence, and the sender knows the mail is whole
  *                when all four words carry n)
  *   a2a_data[s]  at rank r: pieces of the current call that arrived from s (ADDed by s, reset by r)
+ *   abort_from   at rank r (one word): 0, or 1 + a rank s whose wait timed out and which told r so
+ *                (device.cuh: report_error_ctx_at); the first such word stays where s reaches r by
+ *                load/store, a later one may overwrite it where only by puts
+ *   abort_mail[s] at rank r: that wait's fields, written by s before abort_from
  * Counters only grow, except a2a_data, which the receiver resets after consuming a call; the sender of the
  * next call writes only after the receiver's next mail, so the reset cannot race.
  */
@@ -68,6 +72,12 @@ struct error_slot {
   uint64_t call, expected, seen, waited_ns;
 };
 
+/* A timed-out wait as its rank tells its peers: the error_slot's fields of that wait, as words (puts of values
+ * need no source buffer): call, expected, seen, waited_ns, (op << 32) | (uint32_t)peer. */
+struct abort_mail {
+  uint64_t word[5];
+};
+
 /* Device memory, local to this rank. */
 struct dev_state {
   int abort;         /* raised by the first failed wait; every wait checks it */
@@ -77,6 +87,12 @@ struct dev_state {
   unsigned a2a_blocks_done;
   unsigned trace_next;    /* next free trace_event */
   ticket_queue a2a_queue; /* the all-to-all's pieces in the ticket order (exec/work_queue.cuh) */
+  /* What telling the peers of a timeout needs (device.cuh: report_error_ctx_at), set at init: kept here rather than
+   * passed from the context, so that the waits' cold call takes fewer arguments (its stack and the kernels' spills) */
+  uint64_t timeout_ns;
+  uint64_t *abort_from;    /* this rank's address of the control region's abort_from (the same offset at every peer) */
+  abort_mail *abort_mails; /* likewise abort_mail[0] */
+  int rank, world_size, force_put;
 };
 
 struct a2a_mail {
@@ -85,7 +101,7 @@ struct a2a_mail {
 
 /* Symmetric control region; world_size entries each, laid out by ctrl_layout(). */
 struct ctrl_layout {
-  size_t barrier, a2a_data, a2a_mail, total;
+  size_t barrier, a2a_data, a2a_mail, abort_from, abort_mail, total;
 };
 ctrl_layout make_ctrl_layout(int world_size);
 

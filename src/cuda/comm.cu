@@ -40,6 +40,10 @@ ctrl_layout make_ctrl_layout(int world_size) {
   off += w * sizeof(uint64_t);
   l.a2a_mail = off;
   off += w * sizeof(a2a_mail);
+  l.abort_from = off;
+  off += sizeof(uint64_t);
+  l.abort_mail = off;
+  off += w * sizeof(abort_mail);
   l.total = (off + 255) & ~(size_t)255;
   return l;
 }
@@ -402,6 +406,21 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
     SY_WARN("cannot reserve %zu bytes of symmetric control memory", st->ctx.layout.total);
     s = SY_ERR_NO_MEMORY;
     goto fail;
+  }
+  { /* what a timeout needs to be told to the peers (device.cuh: report_error_ctx_at) */
+    dev_state init;
+    memset(&init, 0, sizeof init);
+    init.timeout_ns = st->ctx.timeout_ns;
+    init.abort_from = (uint64_t *)(st->ctx.ctrl + st->ctx.layout.abort_from);
+    init.abort_mails = (abort_mail *)(st->ctx.ctrl + st->ctx.layout.abort_mail);
+    init.rank = comm->rank;
+    init.world_size = comm->world_size;
+    init.force_put = force_put;
+    err = cudaMemcpy(st->ctx.state, &init, sizeof init, cudaMemcpyHostToDevice);
+    if (err != cudaSuccess) {
+      s = cuda_error(err, "device state", __FILE__, __LINE__);
+      goto fail;
+    }
   }
   for (int p = 0; p < comm->world_size && comm->world_size <= DEV_PEER_TAB; p++)
     st->ctx.peer_ctrl[p] = p == comm->rank ? st->ctx.ctrl : force_put ? NULL : (char *)nvshmem_ptr(st->ctx.ctrl, p);

@@ -1,6 +1,7 @@
 /*
  * device.cuh — device-side pieces every kernel of the cuda backend shares: the bounded wait (poll a
- * counter, check %globaltimer every few thousand polls, give up on timeout or on the abort flag), the error
+ * counter, check %globaltimer every few thousand polls, give up on timeout or on the abort flag, and tell the peers
+ * of a timeout), the error
  * report into the host-mapped slot the host polls, acquire/release accesses at system scope, and the
  * block-wide copy used for direct NVLink stores.
  */
@@ -69,16 +70,18 @@ __device__ __forceinline__ void red_add_relaxed_sys(uint64_t *p, uint64_t v) {
 }
 
 /* Records the first error of this communicator: arbitration in device memory (atomics on host-mapped memory
- * are not native over PCIe), then the fields and last the status into the host-mapped slot. A timeout also
- * raises abort, so every other wait gives up; a disagreement between two ranks (a mismatch) does not: the
- * call still serves every other peer, which would otherwise time out. The body is out of line, as every cold
- * path on a kernel's way should be: a never-taken branch over inlined code costs the taken jump around it an
- * instruction fetch (bench/NOTES.md, "instruction fetch"). It takes the context's fields, not the
- * context: the address of a kernel parameter would cost a local copy at the kernel's start. */
-static __device__ __noinline__ void report_error_at(dev_state *state, error_slot *eslot, int rank, uint64_t timeout_ns,
+ * are not native over PCIe), then the fields and last the status into the host-mapped slot. Returns whether this
+ * call's error was the first. A timeout also raises abort, so every other wait gives up; a disagreement between
+ * two ranks (a mismatch) does not: the call still serves every other peer, which would otherwise time out. The
+ * body is out of line, as every cold path on a kernel's way should be: a never-taken branch over inlined code
+ * costs the taken jump around it an instruction fetch (bench/NOTES.md, "instruction fetch"). It takes the
+ * context's fields, not the context: the address of a kernel parameter would cost a local copy at the kernel's
+ * start. */
+static __device__ __noinline__ bool report_error_at(dev_state *state, error_slot *eslot, int rank, uint64_t timeout_ns,
                                                     int status, int op, int peer, uint64_t call, uint64_t expected,
                                                     uint64_t seen) {
-  if (atomicCAS(&state->error_claimed, 0, 1) == 0) {
+  const bool first = atomicCAS(&state->error_claimed, 0, 1) == 0;
+  if (first) {
     volatile error_slot *slot = eslot;
     slot->op = op;
     slot->peer = peer;
@@ -92,11 +95,58 @@ static __device__ __noinline__ void report_error_at(dev_state *state, error_slot
     __threadfence_system();
   }
   if (status == SY_ERR_TIMEOUT) atomicExch(&state->abort, 1);
+  return first;
+}
+
+/* report_error_at, and where it recorded this rank's first error and that error is a timeout, the timeout told to
+ * every peer (their control regions' abort_mail[rank], then abort_from): each peer's next poll that checks the
+ * abort (aborted()) records the same timeout as its own error and gives up, as the host backend's group abort
+ * does. Without it a peer waits out its own bound, and a peer whose wait is on a rank that stopped on the timeout
+ * (not on the rank that failed) names that rank instead. Load/store where the peer is reachable so (the record,
+ * a system fence, a compare-and-swap that keeps the first), puts of values otherwise (the record, a fence, the
+ * word): nothing here waits for a peer, so a dead peer cannot hold it. What it needs besides the error is in
+ * dev_state (set at init). */
+static __device__ __noinline__ void report_error_ctx_at(dev_state *state, error_slot *eslot, int status, int op,
+                                                        int peer, uint64_t call, uint64_t expected, uint64_t seen) {
+  const int rank = state->rank;
+  if (!report_error_at(state, eslot, rank, state->timeout_ns, status, op, peer, call, expected, seen)) return;
+  if (status != SY_ERR_TIMEOUT) return;
+  const uint64_t w[5] = {call, expected, seen, state->timeout_ns,
+                         ((uint64_t)(uint32_t)op << 32) | (uint32_t)peer};
+  abort_mail *mail = state->abort_mails + rank; /* our record, at each peer */
+  uint64_t *from = state->abort_from;
+  for (int p = 0; p < state->world_size; p++) {
+    if (p == rank) continue;
+    abort_mail *m = state->force_put ? nullptr : (abort_mail *)nvshmem_ptr(mail, p);
+    uint64_t *f = state->force_put ? nullptr : (uint64_t *)nvshmem_ptr(from, p);
+    if (m && f) {
+      volatile uint64_t *d = m->word;
+      for (int k = 0; k < 5; k++) d[k] = w[k];
+      __threadfence_system();
+      atomicCAS_system((unsigned long long *)f, 0ull, (unsigned long long)rank + 1);
+    } else {
+      for (int k = 0; k < 5; k++) nvshmem_uint64_p(mail->word + k, w[k], p);
+      nvshmem_fence();
+      nvshmem_uint64_p(from, (uint64_t)rank + 1, p);
+    }
+  }
 }
 
 __device__ __forceinline__ void report_error(const dev_ctx &ctx, int status, int op, int peer, uint64_t call,
                                              uint64_t expected, uint64_t seen) {
-  report_error_at(ctx.state, ctx.slot, ctx.rank, ctx.timeout_ns, status, op, peer, call, expected, seen);
+  report_error_ctx_at(ctx.state, ctx.slot, status, op, peer, call, expected, seen);
+}
+
+/* A peer's timeout arrived (abort_from = 1 + its rank): recorded as this rank's error, the peer's fields as they
+ * came (the same detail as on that rank, as the host backend's ranks adopt the group's first timeout), and the
+ * abort raised. Out of line: cold. */
+static __device__ __noinline__ bool adopt_timeout_at(dev_state *state, error_slot *eslot, uint64_t from) {
+  __threadfence_system(); /* abort_from before the record it follows */
+  const volatile uint64_t *w = state->abort_mails[from - 1].word;
+  const uint64_t call = w[0], expected = w[1], seen = w[2], waited_ns = w[3], op_peer = w[4];
+  report_error_at(state, eslot, (int)(from - 1), waited_ns, SY_ERR_TIMEOUT, (int)(op_peer >> 32),
+                  (int)(int32_t)(uint32_t)op_peer, call, expected, seen);
+  return true;
 }
 
 /* Thread 0 of a block marks a phase boundary; costs one branch when tracing is off (the body out of line). */
@@ -135,7 +185,12 @@ __device__ __forceinline__ uint64_t atom_add_acq_rel_gpu(uint64_t *p, uint64_t v
   return old;
 }
 
-__device__ __forceinline__ bool aborted(const dev_ctx &ctx) { return *(volatile int *)&ctx.state->abort != 0; }
+/* Another wait of this communicator failed, or a peer's wait timed out and told this rank (adopted here). */
+__device__ __forceinline__ bool aborted(const dev_ctx &ctx) {
+  if (*(volatile int *)&ctx.state->abort != 0) return true;
+  const uint64_t from = *(volatile uint64_t *)(ctx.ctrl + ctx.layout.abort_from);
+  return from != 0 && adopt_timeout_at(ctx.state, ctx.slot, from);
+}
 
 /* Waits until *counter >= expected (acquire, system scope). Returns true on success; false on timeout (error
  * reported) or when another wait of this communicator already failed (abort). One thread calls it. */
