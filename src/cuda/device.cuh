@@ -111,8 +111,7 @@ static __device__ __noinline__ void report_error_ctx_at(dev_state *state, error_
   const int rank = state->rank;
   if (!report_error_at(state, eslot, rank, state->timeout_ns, status, op, peer, call, expected, seen)) return;
   if (status != SY_ERR_TIMEOUT) return;
-  const uint64_t w[5] = {call, expected, seen, state->timeout_ns,
-                         ((uint64_t)(uint32_t)op << 32) | (uint32_t)peer};
+  const uint64_t w[5] = {call, expected, seen, state->timeout_ns, ((uint64_t)(uint32_t)op << 32) | (uint32_t)peer};
   abort_mail *mail = state->abort_mails + rank; /* our record, at each peer */
   uint64_t *from = state->abort_from;
   for (int p = 0; p < state->world_size; p++) {
