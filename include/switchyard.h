@@ -40,9 +40,10 @@
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls. The first wait to time out returns
  *   SY_ERR_TIMEOUT; the others it ends (the abort) may return SY_ERR_ABORTED, while sy_comm_async_error reports
  *   the timeout on every rank that recorded it. A timeout on one rank also ends the peers' waits: at their next
- *   check of the abort (every 1,024 polls on the cuda backend; at once on the host backend) each records that
- *   timeout, with the detail of the rank where it happened, as its own SY_ERR_TIMEOUT. A rank that is not waiting
- *   learns of it at its next wait. Ranks whose arguments disagree at an object's create or at
+ *   check of the abort (every 1,024 polls on the cuda backend; at once on the host backend) each rank without an
+ *   earlier error records that timeout as its own SY_ERR_TIMEOUT, with the detail of the rank where it happened
+ *   (on the cuda backend followed by the peer this rank was waiting on). A rank learns of it at its next wait
+ *   that has to poll; its sy_comm_destroy checks for it. Ranks whose arguments disagree at an object's create or at
  *   sy_mem_alloc get SY_ERR_MISMATCH with nothing made, and the communicator goes on (not recorded).
  * - After a recorded error the communicator does no more work: every call that would move data, wait, allocate,
  *   build or enqueue anything returns the recorded error. What still answers: the destroy calls

@@ -13,7 +13,7 @@
  *   abort_from   at rank r (one word): 0, or 1 + a rank s whose wait timed out and which told r so
  *                (device.cuh: report_error_ctx_at); the first such word stays where s reaches r by
  *                load/store, a later one may overwrite it where only by puts
- *   abort_mail[s] at rank r: that wait's fields, written by s before abort_from
+ *   abort_mail[s] at rank r: that wait's fields, written by s (self-validating words: no order with abort_from)
  * Counters only grow, except a2a_data, which the receiver resets after consuming a call; the sender of the
  * next call writes only after the receiver's next mail, so the reset cannot race.
  */
@@ -67,20 +67,23 @@ static_assert(sizeof(trace_event) == 32, "trace_event is 32 bytes");
 
 /* Host-mapped (cudaHostAllocMapped): written by the device once, read by the host without synchronising. */
 struct error_slot {
-  int status; /* 0, or a sy_status_t; written last */
-  int op, peer, rank;
+  int status;         /* 0, or a sy_status_t; written last */
+  int op, peer, rank; /* rank: where the error happened (another rank's: a timeout it told this one) */
   uint64_t call, expected, seen, waited_ns;
+  int own_op, own_peer; /* a told timeout: the wait of this rank it ended (0 and -1 where none) */
 };
 
-/* A timed-out wait as its rank tells its peers: the error_slot's fields of that wait, as words (puts of values
- * need no source buffer): call, expected, seen, waited_ns, (op << 32) | (uint32_t)peer. */
+/* A timed-out wait as its rank s tells its peers: the error_slot's fields of that wait — call, expected, seen,
+ * waited_ns, (op << 32) | (uint32_t)peer — each as two self-validating words, (value << 32) | (s + 1) and
+ * (value's high half) | (s + 1), put as values (no source buffer) in any order (device.cuh: report_error_ctx_at). */
 struct abort_mail {
-  uint64_t word[5];
+  uint64_t word[2 * 5];
 };
 
 /* Device memory, local to this rank. */
 struct dev_state {
   int abort;         /* raised by the first failed wait; every wait checks it */
+  int told;          /* this rank's first timeout was told to the peers, or a peer's was adopted here */
   int error_claimed; /* first-error arbitration */
   uint64_t barrier_calls;
   uint64_t a2a_calls;

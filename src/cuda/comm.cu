@@ -78,9 +78,13 @@ static sy_status_t cuda_poll_error(sy_comm_t comm, char *detail, size_t detail_b
   int status = slot->status;
   if (status == 0) return SY_SUCCESS;
   __sync_synchronize();
-  snprintf(detail, detail_bytes, "%s: rank %d call %llu: peer %d: expected %llu, saw %llu (bound %.0f ms)",
-           op_name(slot->op), slot->rank, (unsigned long long)slot->call, slot->peer,
-           (unsigned long long)slot->expected, (unsigned long long)slot->seen, slot->waited_ns / 1e6);
+  int n = snprintf(detail, detail_bytes, "%s: rank %d call %llu: peer %d: expected %llu, saw %llu (bound %.0f ms)",
+                   op_name(slot->op), slot->rank, (unsigned long long)slot->call, slot->peer,
+                   (unsigned long long)slot->expected, (unsigned long long)slot->seen, slot->waited_ns / 1e6);
+  /* a peer's timeout told to this rank (device.cuh: adopt_timeout_at): the wait of this rank it ended */
+  if (slot->rank != comm->rank && n >= 0 && (size_t)n < detail_bytes && slot->own_peer >= 0)
+    snprintf(detail + n, detail_bytes - (size_t)n, "; this rank was waiting on peer %d (%s)", slot->own_peer,
+             op_trace(slot->own_op));
   return (sy_status_t)status;
 }
 
@@ -115,7 +119,17 @@ static sy_status_t cuda_destroy(sy_comm_t comm) {
   /* After a timeout a peer may be gone (killed, crashed, stuck). NVSHMEM's teardown (nvshmem_free, then
    * nvshmem_finalize) opens with a barrier of every rank that nothing bounds, so this rank releases only what is
    * its own and leaves the symmetric heap and NVSHMEM to the process's exit. */
-  const bool peer_may_be_gone = sy__comm_health(comm) == SY_ERR_TIMEOUT;
+  bool peer_may_be_gone = sy__comm_health(comm) == SY_ERR_TIMEOUT;
+  if (!peer_may_be_gone && comm->world_size > 1) {
+    /* a timeout this rank saw but did not record first (another error came before it), or one a peer told this rank
+     * while it waited for nothing more: that peer skips the teardown too (a copy fails: assume the worst) */
+    int abort = 0;
+    uint64_t from = 0;
+    if (cudaMemcpy(&abort, &st->ctx.state->abort, sizeof abort, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(&from, st->ctx.ctrl + st->ctx.layout.abort_from, sizeof from, cudaMemcpyDeviceToHost) != cudaSuccess)
+      abort = 1;
+    peer_may_be_gone = abort != 0 || from != 0;
+  }
   if (peer_may_be_gone)
     SY_WARN(
         "destroy after a timeout: not waiting for the peers (one may be gone); the symmetric heap and NVSHMEM "

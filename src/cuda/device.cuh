@@ -79,10 +79,12 @@ __device__ __forceinline__ void red_add_relaxed_sys(uint64_t *p, uint64_t v) {
  * start. */
 static __device__ __noinline__ bool report_error_at(dev_state *state, error_slot *eslot, int rank, uint64_t timeout_ns,
                                                     int status, int op, int peer, uint64_t call, uint64_t expected,
-                                                    uint64_t seen) {
+                                                    uint64_t seen, int own_op = 0, int own_peer = -1) {
   const bool first = atomicCAS(&state->error_claimed, 0, 1) == 0;
   if (first) {
     volatile error_slot *slot = eslot;
+    slot->own_op = own_op;
+    slot->own_peer = own_peer;
     slot->op = op;
     slot->peer = peer;
     slot->rank = rank;
@@ -98,20 +100,28 @@ static __device__ __noinline__ bool report_error_at(dev_state *state, error_slot
   return first;
 }
 
-/* report_error_at, and where it recorded this rank's first error and that error is a timeout, the timeout told to
- * every peer (their control regions' abort_mail[rank], then abort_from): each peer's next poll that checks the
- * abort (aborted()) records the same timeout as its own error and gives up, as the host backend's group abort
- * does. Without it a peer waits out its own bound, and a peer whose wait is on a rank that stopped on the timeout
- * (not on the rank that failed) names that rank instead. Load/store where the peer is reachable so (the record,
- * a system fence, a compare-and-swap that keeps the first), puts of values otherwise (the record, a fence, the
- * word): nothing here waits for a peer, so a dead peer cannot hold it. What it needs besides the error is in
+/* report_error_at, and where the error is the first timeout this rank records, that timeout told to every peer
+ * (their control regions' abort_mail[rank], then abort_from): each peer's next abort check (aborted()) records it
+ * as its own error and gives up, as the host backend's group abort does. Without it a peer waits out its own
+ * bound, and a peer whose wait is on a rank that stopped on the timeout (not on the rank that failed) names that
+ * rank instead. The record is self-validating (each word's low 32 bits carry 1 + this rank, as the mail of the
+ * all-to-all carries the call), so neither side needs an order between the record and the flag: where the peer is
+ * reachable by load/store, volatile stores and a compare-and-swap that keeps the first flag; otherwise puts of
+ * values and a signal. No fence or quiet: over a remote transport those wait for every outstanding put, a dead
+ * peer's included. Told once (state->told; a told rank does not pass it on). What it needs besides the error is in
  * dev_state (set at init). */
 static __device__ __noinline__ void report_error_ctx_at(dev_state *state, error_slot *eslot, int status, int op,
                                                         int peer, uint64_t call, uint64_t expected, uint64_t seen) {
   const int rank = state->rank;
-  if (!report_error_at(state, eslot, rank, state->timeout_ns, status, op, peer, call, expected, seen)) return;
-  if (status != SY_ERR_TIMEOUT) return;
-  const uint64_t w[5] = {call, expected, seen, state->timeout_ns, ((uint64_t)(uint32_t)op << 32) | (uint32_t)peer};
+  report_error_at(state, eslot, rank, state->timeout_ns, status, op, peer, call, expected, seen);
+  if (status != SY_ERR_TIMEOUT || atomicCAS(&state->told, 0, 1) != 0) return;
+  const uint64_t v[5] = {call, expected, seen, state->timeout_ns, ((uint64_t)(uint32_t)op << 32) | (uint32_t)peer};
+  const uint64_t tag = (uint32_t)(rank + 1);
+  uint64_t w[2 * 5];
+  for (int i = 0; i < 5; i++) {
+    w[2 * i] = (v[i] << 32) | tag;
+    w[2 * i + 1] = (v[i] & 0xFFFFFFFF00000000ull) | tag;
+  }
   abort_mail *mail = state->abort_mails + rank; /* our record, at each peer */
   uint64_t *from = state->abort_from;
   for (int p = 0; p < state->world_size; p++) {
@@ -120,13 +130,12 @@ static __device__ __noinline__ void report_error_ctx_at(dev_state *state, error_
     uint64_t *f = state->force_put ? nullptr : (uint64_t *)nvshmem_ptr(from, p);
     if (m && f) {
       volatile uint64_t *d = m->word;
-      for (int k = 0; k < 5; k++) d[k] = w[k];
-      __threadfence_system();
+      for (int k = 0; k < 2 * 5; k++) d[k] = w[k];
+      __threadfence_system(); /* this thread's stores only: waits for no peer */
       atomicCAS_system((unsigned long long *)f, 0ull, (unsigned long long)rank + 1);
     } else {
-      for (int k = 0; k < 5; k++) nvshmem_uint64_p(mail->word + k, w[k], p);
-      nvshmem_fence();
-      nvshmem_uint64_p(from, (uint64_t)rank + 1, p);
+      for (int k = 0; k < 2 * 5; k++) nvshmem_uint64_p(mail->word + k, w[k], p);
+      nvshmemx_signal_op(from, (uint64_t)rank + 1, NVSHMEM_SIGNAL_SET, p);
     }
   }
 }
@@ -136,15 +145,24 @@ __device__ __forceinline__ void report_error(const dev_ctx &ctx, int status, int
   report_error_ctx_at(ctx.state, ctx.slot, status, op, peer, call, expected, seen);
 }
 
-/* A peer's timeout arrived (abort_from = 1 + its rank): recorded as this rank's error, the peer's fields as they
- * came (the same detail as on that rank, as the host backend's ranks adopt the group's first timeout), and the
- * abort raised. Out of line: cold. */
-static __device__ __noinline__ bool adopt_timeout_at(dev_state *state, error_slot *eslot, uint64_t from) {
-  __threadfence_system(); /* abort_from before the record it follows */
-  const volatile uint64_t *w = state->abort_mails[from - 1].word;
-  const uint64_t call = w[0], expected = w[1], seen = w[2], waited_ns = w[3], op_peer = w[4];
-  report_error_at(state, eslot, (int)(from - 1), waited_ns, SY_ERR_TIMEOUT, (int)(op_peer >> 32),
-                  (int)(int32_t)(uint32_t)op_peer, call, expected, seen);
+/* A peer's timeout arrived (abort_from = 1 + its rank): once its record is whole, recorded as this rank's error —
+ * the peer's fields as they came (the same detail as on that rank, as the host backend's ranks adopt the group's
+ * first timeout) and the wait it ended here (own_op, own_peer: what this rank was waiting for, which names the
+ * failed rank where the peer's wait named this one) — and the abort raised. Returns false while the record is not
+ * whole yet (the wait polls on and checks again). Out of line: cold. */
+static __device__ __noinline__ bool adopt_timeout_at(dev_state *state, error_slot *eslot, uint64_t from, int own_op,
+                                                     int own_peer) {
+  if (from > (uint64_t)state->world_size) return false; /* not a rank: never written so */
+  const volatile uint64_t *m = state->abort_mails[from - 1].word;
+  uint64_t v[5];
+  for (int i = 0; i < 5; i++) {
+    const uint64_t lo = m[2 * i], hi = m[2 * i + 1];
+    if ((uint32_t)lo != (uint32_t)from || (uint32_t)hi != (uint32_t)from) return false;
+    v[i] = (lo >> 32) | (hi & 0xFFFFFFFF00000000ull);
+  }
+  state->told = 1; /* a told rank does not pass it on */
+  report_error_at(state, eslot, (int)(from - 1), v[3], SY_ERR_TIMEOUT, (int)(v[4] >> 32), (int)(int32_t)(uint32_t)v[4],
+                  v[0], v[1], v[2], own_op, own_peer);
   return true;
 }
 
@@ -184,11 +202,12 @@ __device__ __forceinline__ uint64_t atom_add_acq_rel_gpu(uint64_t *p, uint64_t v
   return old;
 }
 
-/* Another wait of this communicator failed, or a peer's wait timed out and told this rank (adopted here). */
-__device__ __forceinline__ bool aborted(const dev_ctx &ctx) {
+/* Another wait of this communicator failed, or a peer's wait timed out and told this rank (adopted here, with the
+ * wait that asks: op and peer, or 0 and -1 outside a wait on one peer). */
+__device__ __forceinline__ bool aborted(const dev_ctx &ctx, int op = 0, int peer = -1) {
   if (*(volatile int *)&ctx.state->abort != 0) return true;
   const uint64_t from = *(volatile uint64_t *)(ctx.ctrl + ctx.layout.abort_from);
-  return from != 0 && adopt_timeout_at(ctx.state, ctx.slot, from);
+  return from != 0 && adopt_timeout_at(ctx.state, ctx.slot, from, op, peer);
 }
 
 /* Waits until *counter >= expected (acquire, system scope). Returns true on success; false on timeout (error
@@ -202,7 +221,7 @@ __device__ inline bool wait_geq(const dev_ctx &ctx, const uint64_t *counter, uin
     seen = ld_acquire_sys(counter);
     if (seen >= expected) return true;
     if ((polls & 1023u) == 0) {
-      if (aborted(ctx)) return false;
+      if (aborted(ctx, op, peer)) return false;
       if (global_timer_ns() - start > ctx.timeout_ns) {
         report_error(ctx, SY_ERR_TIMEOUT, op, peer, call, expected, seen);
         return false;
@@ -223,7 +242,7 @@ __device__ inline uint64_t wait_geq_seen(const dev_ctx &ctx, const uint64_t *cou
     seen = ld_acquire_sys(counter);
     if (seen >= expected) return seen;
     if ((polls & 1023u) == 0) {
-      if (aborted(ctx)) return seen;
+      if (aborted(ctx, op, peer)) return seen;
       if (global_timer_ns() - start > ctx.timeout_ns) {
         report_error(ctx, SY_ERR_TIMEOUT, op, peer, call, expected, seen);
         return seen;
@@ -316,7 +335,7 @@ __device__ inline bool wait_mail_words(const dev_ctx &ctx, const uint64_t *words
     }
     if (whole) break;
     if ((polls & 1023u) == 1023u) {
-      if (aborted(ctx)) return false;
+      if (aborted(ctx, op, p)) return false;
       const uint64_t now = global_timer_ns();
       if (!start) start = now;
       else if (now - start > ctx.timeout_ns) {
@@ -361,7 +380,7 @@ __device__ inline bool wait_mail(const dev_ctx &ctx, const a2a_mail *mail, int p
     }
     if (whole) break;
     if ((polls & 1023u) == 1023u) {
-      if (aborted(ctx)) return false;
+      if (aborted(ctx, op, p)) return false;
       const uint64_t now = global_timer_ns();
       if (!start) start = now;
       else if (now - start > ctx.timeout_ns) {

@@ -4,7 +4,8 @@
  * on it in an earlier call: one that got its part from the victim before the kill goes on to its next call and
  * waits there for that survivor; run 56 met it once in attn-qkv-forward), and exit cleanly (destroy returns, exit
  * status 0); syrun must report the dead rank. Ranks share one GPU (syrun --gpus 0,0,0). A survivor may report
- * another survivor's timeout, told to it (the detail names that rank: device.cuh, report_error_ctx_at): then its
+ * another survivor's timeout, told to it (the detail names that rank, then the peer this rank was waiting on:
+ * device.cuh, report_error_ctx_at and adopt_timeout_at): then the peer it was waiting on is the one it names, and its
  * own wait may have been shorter than the bound, but not longer than it plus the slack.
  *
  * One program, two roles:
@@ -286,6 +287,8 @@ static int survive(op_state_t *s, const scenario_t *sc) {
     say("detail %s", detail);
     at = strstr(detail, ": rank "); /* the rank whose wait timed out: this one, or a peer that told it */
     say("origin %d", at ? atoi(at + 7) : -1);
+    at = strstr(detail, "this rank was waiting on peer "); /* a told timeout: the wait here that it ended */
+    say("own %d", at ? atoi(at + 30) : -1);
     printf("[test rank %d] call %d: %s after %.3f s: %s\n", s->rank, call, sy_status_name(async), waited, detail);
     /* Sticky: a later call returns the same error. */
     sy_status_t later = sy_comm_barrier(s->comm, s->stream);
@@ -345,13 +348,19 @@ static char *slurp(const char *path) {
 
 /* One survivor's verdict file against what it must say; appends the reasons it fails to why, and what it waited
  * and how long destroy took to summary. */
-/* The call a survivor's verdict says failed and the peer it names (-1 and -2 where it has none). */
-static void failed_at(const char *text, int *call, int *peer) {
+/* The call a survivor's verdict says failed and the peer it names (-1 and -2 where it has none): for a timeout told
+ * by another survivor, the peer this rank was waiting on when it was told (where the detail gives one), which names
+ * the dead rank even where the teller's wait named this rank. */
+static void failed_at(const char *text, int r, int *call, int *peer) {
   char status[64], async[64];
   double waited;
+  int origin = -1, own = -1;
   *call = -1, *peer = -2;
   const char *at = text ? strstr(text, "failed call ") : NULL;
   if (at) sscanf(at, "failed call %d status %63s async %63s peer %d waited %lf", call, status, async, peer, &waited);
+  if (text && (at = strstr(text, "origin "))) sscanf(at, "origin %d", &origin);
+  if (text && (at = strstr(text, "own "))) sscanf(at, "own %d", &own);
+  if (origin >= 0 && origin != r && own >= 0) *peer = own;
 }
 
 /* Survivor r's verdict. It must name the dead rank, or else a survivor q that named the dead rank and failed in an
@@ -367,6 +376,7 @@ static void check_survivor(const scenario_t *sc, int r, const char *text, const 
   if (at) sscanf(at, "failed call %d status %63s async %63s peer %d waited %lf", &call, status, async, &peer, &waited);
   if ((at = strstr(text, "origin "))) sscanf(at, "origin %d", &origin);
   const int told = origin >= 0 && origin != r; /* another survivor's timeout, told to r */
+  failed_at(text, r, &call, &peer);            /* a told rank: the peer it was waiting on, where known */
   const int chain = peer >= 0 && peer < WORLD && peer != sc->victim && peer != r && named[peer] == sc->victim &&
                     calls[peer] >= 0 && calls[peer] < call;
   if ((at = strstr(text, "later "))) sscanf(at, "later %63s", later);
@@ -453,7 +463,7 @@ static int run_scenario(const scenario_t *sc, const char *self, const char *syru
     char path[320];
     snprintf(path, sizeof path, "%s/rank.%d", dir, r);
     char *text = slurp(path);
-    failed_at(r == sc->victim ? NULL : text, &calls[r], &named[r]);
+    failed_at(r == sc->victim ? NULL : text, r, &calls[r], &named[r]);
     free(text);
   }
   for (int r = 0; r < WORLD; r++) {
