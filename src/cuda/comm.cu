@@ -81,10 +81,16 @@ static sy_status_t cuda_poll_error(sy_comm_t comm, char *detail, size_t detail_b
   int n = snprintf(detail, detail_bytes, "%s: rank %d call %llu: peer %d: expected %llu, saw %llu (bound %.0f ms)",
                    op_name(slot->op), slot->rank, (unsigned long long)slot->call, slot->peer,
                    (unsigned long long)slot->expected, (unsigned long long)slot->seen, slot->waited_ns / 1e6);
-  /* a peer's timeout told to this rank (device.cuh: adopt_timeout_at): the wait of this rank it ended */
-  if (slot->rank != comm->rank && n >= 0 && (size_t)n < detail_bytes && slot->own_peer >= 0)
-    snprintf(detail + n, detail_bytes - (size_t)n, "; this rank was waiting on peer %d (%s)", slot->own_peer,
-             op_trace(slot->own_op));
+  /* a peer's timeout told to this rank (device.cuh: adopt_timeout_at): the wait of this rank it ended, where that
+   * was a wait on another rank (not a signal of its own, not the layout's barrier among its own blocks); appended
+   * whole or not at all */
+  if (slot->rank != comm->rank && n >= 0 && slot->own_peer >= 0 && slot->own_peer < comm->world_size &&
+      slot->own_peer != comm->rank && slot->own_op != OP_MOE_HT_LAYOUT_SYNC) {
+    char more[96];
+    const int m =
+        snprintf(more, sizeof more, "; this rank was waiting on peer %d (%s)", slot->own_peer, op_trace(slot->own_op));
+    if (m > 0 && (size_t)n + (size_t)m < detail_bytes) memcpy(detail + n, more, (size_t)m + 1);
+  }
   return (sy_status_t)status;
 }
 

@@ -160,7 +160,7 @@ static __device__ __noinline__ bool adopt_timeout_at(dev_state *state, error_slo
     if ((uint32_t)lo != (uint32_t)from || (uint32_t)hi != (uint32_t)from) return false;
     v[i] = (lo >> 32) | (hi & 0xFFFFFFFF00000000ull);
   }
-  state->told = 1; /* a told rank does not pass it on */
+  atomicExch(&state->told, 1); /* a told rank does not pass it on */
   report_error_at(state, eslot, (int)(from - 1), v[3], SY_ERR_TIMEOUT, (int)(v[4] >> 32), (int)(int32_t)(uint32_t)v[4],
                   v[0], v[1], v[2], own_op, own_peer);
   return true;

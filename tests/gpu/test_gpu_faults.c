@@ -348,9 +348,9 @@ static char *slurp(const char *path) {
 
 /* One survivor's verdict file against what it must say; appends the reasons it fails to why, and what it waited
  * and how long destroy took to summary. */
-/* The call a survivor's verdict says failed and the peer it names (-1 and -2 where it has none): for a timeout told
- * by another survivor, the peer this rank was waiting on when it was told (where the detail gives one), which names
- * the dead rank even where the teller's wait named this rank. */
+/* The call a survivor's verdict says failed and the peer it names (-1 and -2 where it has none). For a timeout told
+ * by another survivor whose wait named this rank r (r in an earlier call, waiting on the dead rank, timed out later
+ * than the teller), the peer r was waiting on when it was told, where the detail gives one. */
 static void failed_at(const char *text, int r, int *call, int *peer) {
   char status[64], async[64];
   double waited;
@@ -358,9 +358,10 @@ static void failed_at(const char *text, int r, int *call, int *peer) {
   *call = -1, *peer = -2;
   const char *at = text ? strstr(text, "failed call ") : NULL;
   if (at) sscanf(at, "failed call %d status %63s async %63s peer %d waited %lf", call, status, async, peer, &waited);
-  if (text && (at = strstr(text, "origin "))) sscanf(at, "origin %d", &origin);
-  if (text && (at = strstr(text, "own "))) sscanf(at, "own %d", &own);
-  if (origin >= 0 && origin != r && own >= 0) *peer = own;
+  if (text && (at = strstr(text, "\norigin "))) sscanf(at + 1, "origin %d", &origin);
+  if (text && (at = strstr(text, "\nown "))) sscanf(at + 1, "own %d", &own);
+  /* the teller's wait named this rank (it waited on r while r waited on the dead rank): r's own wait says more */
+  if (origin >= 0 && origin != r && own >= 0 && *peer == r) *peer = own;
 }
 
 /* Survivor r's verdict. It must name the dead rank, or else a survivor q that named the dead rank and failed in an
@@ -374,7 +375,7 @@ static void check_survivor(const scenario_t *sc, int r, const char *text, const 
   double waited = -1, took = -1;
   const char *at = strstr(text, "failed call ");
   if (at) sscanf(at, "failed call %d status %63s async %63s peer %d waited %lf", &call, status, async, &peer, &waited);
-  if ((at = strstr(text, "origin "))) sscanf(at, "origin %d", &origin);
+  if ((at = strstr(text, "\norigin "))) sscanf(at + 1, "origin %d", &origin);
   const int told = origin >= 0 && origin != r; /* another survivor's timeout, told to r */
   failed_at(text, r, &call, &peer);            /* a told rank: the peer it was waiting on, where known */
   const int chain = peer >= 0 && peer < WORLD && peer != sc->victim && peer != r && named[peer] == sc->victim &&
