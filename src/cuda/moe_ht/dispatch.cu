@@ -302,7 +302,12 @@ __device__ void grad_write(const ht_params &P, const char *g, int row, int n) {
 #define SY_HT_SEND_ATTR __noinline__
 #define SY_HT_OWN_ATTR
 #endif
-template <bool HINT, int QPIPE>
+/* The sinks' stores (rows.cuh: SY_HT_STG, SY_HT_STG_ROLES): weak st.global in the kernels whose roles are blocks (RM
+ * false), generic in those with both roles in a block. */
+template <bool RM>
+constexpr bool ht_stg = RM ? SY_HT_STG_ROLES != 0 : SY_HT_STG != 0;
+
+template <bool HINT, int QPIPE, bool STG>
 __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, const int *dst, const uint64_t *slot,
                                            int nd, bool self, const int32_t *rowbase_me, ht_sink *sk) {
   const int lane = threadIdx.x & 31, me = P.ctx.rank, L = P.L;
@@ -349,14 +354,14 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
   if (ns == 0) {
   } else if (P.wire == SY_MOE_WIRE_BF16 || P.wire == SY_MOE_WIRE_FP8_GIVEN) {
     const size_t bytes = P.wire == SY_MOE_WIRE_BF16 ? (size_t)P.hidden * 2 : (size_t)P.hidden;
-    warp_copy<false>((const char *)P.tokens + (size_t)t * bytes, bytes, sk, ns);
+    warp_copy<false, STG>((const char *)P.tokens + (size_t)t * bytes, bytes, sk, ns);
     if (P.wire == SY_MOE_WIRE_FP8_GIVEN) {
       const int groups = P.hidden / SY_MOE_FP8_GROUP;
-      warp_copy_scales<false, HINT>(P.token_scales + (size_t)t * groups, groups, sk, ns);
+      warp_copy_scales<false, HINT, STG>(P.token_scales + (size_t)t * groups, groups, sk, ns);
     }
   } else {
-    warp_quantise<HINT, FP8_RECIP_INLINE, QPIPE>((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden,
-                                                 P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns);
+    warp_quantise<HINT, FP8_RECIP_INLINE, QPIPE, STG>((const uint16_t *)P.tokens + (size_t)t * P.hidden, P.hidden,
+                                                      P.wire == SY_MOE_WIRE_FP8_UE8M0, sk, ns);
   }
   if (grads && nself) grad_write<false>(P, (const char *)P.tokens + (size_t)t * P.hidden * 2, row, nself);
   if (!puts) return;
@@ -394,7 +399,7 @@ __device__ SY_HT_OWN_ATTR bool own_chunk(const ht_params &P, own_state &q, const
   if ((threadIdx.x & 31) == 0) t = ticket_draw(&P.local->own, q.base);
   t = __shfl_sync(0xffffffffu, t, 0);
   const bool got = t < (uint64_t)P.num_tokens;
-  if (got) send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
+  if (got) send_token<HINT, RM ? 0 : SY_HT_QPIPE, ht_stg<RM>>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
   const bool any = role_sync_or<RM>(P, got);
   if (!any && role_tid<RM>(P) == 0) q.left = 0;
   if (any && P.probe) probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
@@ -414,7 +419,7 @@ __device__ SY_HT_OWN_ATTR void own_drain(const ht_params &P, const own_state &q,
   t = __shfl_sync(0xffffffffu, t, 0);
   while (t < (uint64_t)P.num_tokens) {
     uint64_t next = lead ? ticket_draw(&P.local->own, q.base) : 0; /* in flight while this token's rows are written */
-    send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
+    send_token<HINT, RM ? 0 : SY_HT_QPIPE, ht_stg<RM>>(P, 0, (int)t, nullptr, nullptr, 0, true, rowbase_me, sk);
     t = __shfl_sync(0xffffffffu, next, 0);
   }
   role_sync<RM>(P);
@@ -544,8 +549,8 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
     if (failed) return;
     if (P.probe) probe_add<RM>(P, PR_WAIT, probe_now(P) - pt - (probe_get<RM>(P, PR_OWN) - own0)), pt = probe_now(P);
     for (int j = role_warp<RM>(P); j < nb; j += role_nwarps<RM>(P))
-      send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j], rows_ok && t0 + j >= mid,
-                                             rowbase_me, sk);
+      send_token<HINT, RM ? 0 : SY_HT_QPIPE, ht_stg<RM>>(P, c, t0 + j, B.dst[j], B.slot[j], B.ndst[j],
+                                                         rows_ok && t0 + j >= mid, rowbase_me, sk);
     role_sync<RM>(P);
     if (P.probe) {
       probe_add<RM>(P, PR_WORK, probe_now(P) - pt), pt = probe_now(P);
@@ -565,7 +570,7 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
 }
 
 /* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
-template <bool HINT>
+template <bool HINT, bool STG>
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
                              bool write, ht_sink *sk) {
   /* in place (the senders' payload already in the first row, which this rank's inbox entries announced: rows that
@@ -600,18 +605,18 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   }
   __syncwarp();
   const int r0 = __shfl_sync(0xffffffffu, row, 0);
-  if (!inplace) warp_copy<true>(m + P.wl.payload_offset, bytes, sk, n);
+  if (!inplace) warp_copy<true, STG>(m + P.wl.payload_offset, bytes, sk, n);
   else if (n > 1) /* the first row, written by the sender (ordered before the tail this warp's block acquired) */
-    warp_copy<true>((const char *)P.recv.tokens + (size_t)r0 * bytes, bytes, sk + 1, n - 1);
+    warp_copy<true, STG>((const char *)P.recv.tokens + (size_t)r0 * bytes, bytes, sk + 1, n - 1);
   if (!fp8) return;
   if (early) {
     for (int i = 0; i < n; i++) {
-      if (lane < groups) sink_scale<HINT>(sk[i], lane, sc0);
-      if (lane + 32 < groups) sink_scale<HINT>(sk[i], lane + 32, sc1);
+      if (lane < groups) sink_scale<HINT, STG>(sk[i], lane, sc0);
+      if (lane + 32 < groups) sink_scale<HINT, STG>(sk[i], lane + 32, sc1);
     }
     return;
   }
-  warp_copy_scales<true, HINT>((const float *)(m + P.wl.scales_offset), groups, sk, n);
+  warp_copy_scales<true, HINT, STG>((const float *)(m + P.wl.scales_offset), groups, sk, n);
 }
 
 /* The combine's backward: a warp turns one message (the owner's grad_out row) into the gradient of each row it
@@ -690,7 +695,8 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   const int mid = P.own_queue ? chan_begin(c, P.num_tokens, C) : own_mid(P, c);
   const uint64_t pt = probe_now(P);
   for (int t = chan_begin(c, P.num_tokens, C) + role_warp<RM>(P); rows_ok && t < mid; t += role_nwarps<RM>(P))
-    send_token<HINT, RM ? 0 : SY_HT_QPIPE>(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L, sk);
+    send_token<HINT, RM ? 0 : SY_HT_QPIPE, ht_stg<RM>>(P, c, t, nullptr, nullptr, 0, true, rowbase + (size_t)me * P.L,
+                                                       sk);
   if (P.probe) {
     role_sync<RM>(P);
     probe_add<RM>(P, PR_OWN, probe_now(P) - pt);
@@ -709,7 +715,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
       [&](int s, int j) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        if (P.mode == HT_DISPATCH) recv_message<HINT>(P, m, s, rowbase, rows, write, sk);
+        if (P.mode == HT_DISPATCH) recv_message<HINT, ht_stg<RM>>(P, m, s, rowbase, rows, write, sk);
         else if (write) recv_grad(P, m, rows);
       },
       [&](int s, int k) { /* the slots are read */
@@ -782,6 +788,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_quantise(ht_quant_params Q)
   const int groups = Q.hidden / SY_MOE_FP8_GROUP, warps = (int)gridDim.x * HT_DWARPS;
   for (int t = (int)(blockIdx.x * HT_DWARPS + threadIdx.x / 32); t < Q.num_tokens; t += warps) {
     const ht_sink s = {Q.q + (size_t)t * Q.hidden, Q.qs + (size_t)t * groups, 1};
-    warp_quantise<false, FP8_RECIP_AHEAD, SY_HT_QPIPE>(Q.tokens + (size_t)t * Q.hidden, Q.hidden, Q.ue8m0 != 0, &s, 1);
+    warp_quantise<false, FP8_RECIP_AHEAD, SY_HT_QPIPE, SY_HT_STG_ROLES != 0>(Q.tokens + (size_t)t * Q.hidden, Q.hidden,
+                                                                             Q.ue8m0 != 0, &s, 1);
   }
 }

@@ -33,14 +33,14 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
                  P.scales_row_major ? (int64_t)1 : (int64_t)P.recv.rows};
 }
 
-/* SY_HT_STG (build time, default 1): the quantisation's and the copies' stores into sinks as weak st.global with no
+/* SY_HT_STG (build time, default 1), for the dispatch kernels whose roles are blocks (world 1; from world 2 above 16
+ * SMs or with SY_HT_ROLES=0): the quantisation's and the copies' stores into sinks as weak st.global with no
  * memory clobber (st_global16, sink_scale), and a pass's scale stored by all 8 lanes of its group (the same value to
  * the same address: one store's worth of sectors) instead of one lane under a branch. A store through a generic
  * pointer may write shared memory for all the compiler knows, and the branch ends a block, so before it each sink's
  * fields were loaded from shared memory after the previous sink's stores: Nsight Compute found the FP8 dispatch's
  * warps at world 1 waiting on those loads most (bench/NOTES.md, run 53). Measured there (1 x H200, kernel us): the
- * FP8 dispatch at 132 SMs 113.2-113.3 -> 110.5-112.3, at 16 SMs 438.0 -> 430.5; BF16 level (163.4 / 163.7); from
- * world 2 (where the roles kernels now spill 52 bytes) not yet measured. 0: the form before. Every sink is global
+ * FP8 dispatch at 132 SMs 113.2-113.3 -> 110.5-112.3, at 16 SMs 438.0 -> 430.5; BF16 level (163.4 / 163.7). 0: the form before. Every sink is global
  * memory (rows, ring slots, staging, a peer's through nvshmem_ptr). The stores stay weak, as the generic ones were;
  * what publishes them comes after a barrier (__syncthreads, bar.sync asm with a memory clobber, __syncwarp), a fence
  * (asm with a memory clobber) or a call (ht_put_warp, out of line), all with side effects, which a volatile asm is
@@ -49,12 +49,22 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
 #ifndef SY_HT_STG
 #define SY_HT_STG 1
 #endif
-__device__ __forceinline__ void st_global16(void *p, uint4 v) {
-#if SY_HT_STG
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-#else
-  *(uint4 *)p = v;
+/* SY_HT_STG_ROLES (build time, default 0): the same choice for the kernels with both roles in a block (from world 2
+ * at <= 16 SMs) and for the quantisation ahead (sy_ht_quantise, the FP8 path from world 2). There the weak st.global
+ * form measured slower (2 x H200, 16 SMs, 4,096 tokens, kernel us; bench/NOTES.md, run 57): the BF16 dispatch
+ * 705.50 / 705.66 with it against 696.50 / 696.26 with generic stores, the FP8 dispatch 691.22 / 690.11 against
+ * 677.50 / 677.29. That was a build with SY_HT_STG=0 for every kernel; with these defaults each kernel's PTX is
+ * identical to the build measured faster at its world (the plain kernels to SY_HT_STG=1's, the roles kernels and
+ * the quantisation to SY_HT_STG=0's: nvcc 13.0). The kernels take it as the template parameter STG (dispatch.cu:
+ * ht_stg). */
+#ifndef SY_HT_STG_ROLES
+#define SY_HT_STG_ROLES 0
 #endif
+template <bool STG>
+__device__ __forceinline__ void st_global16(void *p, uint4 v) {
+  if constexpr (STG)
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+  else *(uint4 *)p = v;
 }
 
 /* Scale g of a sink. Group-major scales (recv.scales [hidden / 128][rows], the default) put a row's scales into
@@ -63,24 +73,18 @@ __device__ __forceinline__ void st_global16(void *p, uint4 v) {
  * made the kernel spill): strided scale stores go under an L2 evict_last policy, so that a sector stays in L2 until
  * its rows are all written instead of leaving it part-written (bench/NOTES.md: faster where the dispatch holds most
  * SMs, slower at 16). */
-template <bool HINT>
+template <bool HINT, bool STG>
 __device__ __forceinline__ void sink_scale(const ht_sink &s, int g, float v) {
   float *p = s.scale + (size_t)g * s.scale_stride;
   if (HINT && s.scale_stride != 1) {
     uint64_t pol;
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)); /* pure: the compiler may hoist it */
-#if SY_HT_STG
-    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol));
-#else
-    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol) : "memory");
-#endif
+    if constexpr (STG) asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol));
+    else asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(p), "f"(v), "l"(pol) : "memory");
     return;
   }
-#if SY_HT_STG
-  asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(v));
-#else
-  *p = v;
-#endif
+  if constexpr (STG) asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(v));
+  else *p = v;
 }
 
 constexpr int HT_MAX_SINKS = 64; /* a token's ring messages (<= top_k) and its rows here (<= top_k) */
@@ -93,7 +97,7 @@ __device__ __forceinline__ uint4 ld16(const void *p) {
 
 /* The whole warp: `bytes` (a multiple of 16) from src into each of the n sinks' bodies. CG: src was written in
  * this kernel (a ring slot), so its loads go past L1. */
-template <bool CG>
+template <bool CG, bool STG>
 __device__ __forceinline__ void warp_copy(const char *src, size_t bytes, const ht_sink *s, int n) {
   const size_t lane16 = (size_t)(threadIdx.x & 31) * 16;
   for (size_t base = lane16; base < bytes; base += HT_UNROLL * 512) {
@@ -105,17 +109,17 @@ __device__ __forceinline__ void warp_copy(const char *src, size_t bytes, const h
       char *d = s[i].body;
 #pragma unroll
       for (int u = 0; u < HT_UNROLL; u++)
-        if (base + u * 512 < bytes) st_global16(d + base + u * 512, v[u]);
+        if (base + u * 512 < bytes) st_global16<STG>(d + base + u * 512, v[u]);
     }
   }
 }
 
 /* The whole warp: `groups` fp32 scales from sc into each sink's scales. */
-template <bool CG, bool HINT>
+template <bool CG, bool HINT, bool STG>
 __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, const ht_sink *s, int n) {
   for (int g = threadIdx.x & 31; g < groups; g += 32) {
     const float v = CG ? __ldcg(sc + g) : __ldg(sc + g);
-    for (int i = 0; i < n; i++) sink_scale<HINT>(s[i], g, v);
+    for (int i = 0; i < n; i++) sink_scale<HINT, STG>(s[i], g, v);
   }
 }
 
@@ -132,7 +136,7 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
 #define SY_HT_QPIPE 1
 #endif
 constexpr int HT_QPASSES = 4;
-template <bool HINT, bool RECIP = FP8_RECIP_INLINE, int PIPE = 0>
+template <bool HINT, bool RECIP = FP8_RECIP_INLINE, int PIPE = 0, bool STG = SY_HT_STG>
 __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, bool ue8m0, const ht_sink *s, int n) {
   const int lane = threadIdx.x & 31;
   constexpr int N = PIPE > 0 ? PIPE : HT_QPASSES; /* 512-element vectors a pass */
@@ -159,9 +163,9 @@ __device__ __forceinline__ void warp_quantise(const uint16_t *src, int hidden, b
                                               const uint4 q = quantise16<RECIP>(r[u][0], r[u][1], ue8m0, &scale);
                                               if (el >= hidden) continue;
                                               for (int i = 0; i < n; i++) {
-                                                st_global16(s[i].body + el, q);
-                                                if (SY_HT_STG || (lane & 7) == 0)
-                                                  sink_scale<HINT>(s[i], el / SY_MOE_FP8_GROUP, scale);
+                                                st_global16<STG>(s[i].body + el, q);
+                                                if (STG || (lane & 7) == 0)
+                                                  sink_scale<HINT, STG>(s[i], el / SY_MOE_FP8_GROUP, scale);
                                               }
                                             }
   };
