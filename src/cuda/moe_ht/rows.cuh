@@ -54,9 +54,9 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
  * form measured slower (2 x H200, 16 SMs, 4,096 tokens, kernel us; bench/NOTES.md, run 57): the BF16 dispatch
  * 705.50 / 705.66 with it against 696.50 / 696.26 with generic stores, the FP8 dispatch 691.22 / 690.11 against
  * 677.50 / 677.29. That was a build with SY_HT_STG=0 for every kernel; with these defaults each kernel's PTX is
- * identical to the build measured faster at its world (the plain kernels to SY_HT_STG=1's, the roles kernels and
- * the quantisation to SY_HT_STG=0's: nvcc 13.0). The kernels take it as the template parameter STG (dispatch.cu:
- * ht_stg). */
+ * that of the same tree built the way measured faster at its world (the plain kernels SY_HT_STG=1, the roles
+ * kernels and the quantisation SY_HT_STG=0: nvcc 13.0). The kernels take it as the template parameter STG
+ * (dispatch.cu: ht_stg). */
 #ifndef SY_HT_STG_ROLES
 #define SY_HT_STG_ROLES 0
 #endif
