@@ -31,6 +31,24 @@ const char *op_name(int op) {
   }
 }
 
+/* The words of the error slot's peer, expected and seen fields in the detail (op_list.h: SY_CUDA_OP_LABELS). */
+static void op_labels(int op, const char **who, const char **expected, const char **saw) {
+  *who = "peer", *expected = "expected", *saw = "saw";
+  switch (op) {
+#define SY_CUDA_OP(id, trace_name, detail)
+#define SY_CUDA_OP_LABELS(id, w, e, s) \
+  case id:                             \
+    *who = w, *expected = e, *saw = s; \
+    break;
+#define SY_CUDA_PHASE(id, trace_name)
+#include "cuda/op_list.h"
+#undef SY_CUDA_OP
+#undef SY_CUDA_OP_LABELS
+#undef SY_CUDA_PHASE
+    default: break;
+  }
+}
+
 ctrl_layout make_ctrl_layout(int world_size) {
   ctrl_layout l;
   size_t w = (size_t)world_size, off = 0;
@@ -78,14 +96,30 @@ static sy_status_t cuda_poll_error(sy_comm_t comm, char *detail, size_t detail_b
   int status = slot->status;
   if (status == 0) return SY_SUCCESS;
   __sync_synchronize();
-  int n = snprintf(detail, detail_bytes, "%s: rank %d call %llu: peer %d: expected %llu, saw %llu (bound %.0f ms)",
-                   op_name(slot->op), slot->rank, (unsigned long long)slot->call, slot->peer,
-                   (unsigned long long)slot->expected, (unsigned long long)slot->seen, slot->waited_ns / 1e6);
+  /* "<op>: rank r call c: peer v: expected x, saw y (bound b ms)", the fields' words by operation (a bad id's
+   * "token t: k x, id y"), the bound only for a timeout */
+  const char *who, *expected, *saw, *own_who, *own_expected, *own_saw;
+  op_labels(slot->op, &who, &expected, &saw);
+  char at[48] = "";
+  if (who[0]) snprintf(at, sizeof at, "%s %d: ", who, slot->peer);
+  char bound[48] = "";
+  if (status == SY_ERR_TIMEOUT) snprintf(bound, sizeof bound, " (bound %.0f ms)", slot->waited_ns / 1e6);
+  /* an argument's fields are signed (an expert id below -1); a wait's counters unsigned */
+  char values[80];
+  if (strcmp(who, "peer") != 0)
+    snprintf(values, sizeof values, "%s %lld, %s %lld", expected, (long long)slot->expected, saw,
+             (long long)slot->seen);
+  else
+    snprintf(values, sizeof values, "%s %llu, %s %llu", expected, (unsigned long long)slot->expected, saw,
+             (unsigned long long)slot->seen);
+  int n = snprintf(detail, detail_bytes, "%s: rank %d call %llu: %s%s%s", op_name(slot->op), slot->rank,
+                   (unsigned long long)slot->call, at, values, bound);
   /* a peer's timeout told to this rank (device.cuh: adopt_timeout_at): the wait of this rank it ended, where that
-   * was a wait on another rank (not a signal of its own, not the layout's barrier among its own blocks); appended
-   * whole or not at all */
+   * was a wait on another rank (not a signal of its own, not the layout's barrier among its own blocks: an
+   * operation whose slot names a peer rank); appended whole or not at all */
+  op_labels(slot->own_op, &own_who, &own_expected, &own_saw);
   if (slot->rank != comm->rank && n >= 0 && slot->own_peer >= 0 && slot->own_peer < comm->world_size &&
-      slot->own_peer != comm->rank && slot->own_op != OP_MOE_HT_LAYOUT_SYNC) {
+      slot->own_peer != comm->rank && strcmp(own_who, "peer") == 0) {
     char more[96];
     const int m =
         snprintf(more, sizeof more, "; this rank was waiting on peer %d (%s)", slot->own_peer, op_trace(slot->own_op));

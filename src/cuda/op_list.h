@@ -5,7 +5,14 @@
  * which tools/gpu-check.sh and tools/trace-summary.py read back as "<op> <phase>").
  *
  * SY_CUDA_OP(id, trace name, what the error detail says)
+ * SY_CUDA_OP_LABELS(id, who, expected, saw): the words the detail gives the error slot's peer, expected and seen
+ * fields where they are not a peer rank and a wait's values ("peer v: expected x, saw y"): e.g. a bad expert id's
+ * "token t: k x, id y" (who "" leaves that field out). Optional for an includer: empty unless defined.
  */
+#ifndef SY_CUDA_OP_LABELS
+#define SY_CUDA_OP_LABELS(id, who, expected, saw)
+#define SY__CUDA_OP_LABELS_EMPTY
+#endif
 SY_CUDA_OP(OP_BARRIER, "barrier", "barrier")
 SY_CUDA_OP(OP_SIGNAL_WAIT, "signal_wait", "signal_wait")
 SY_CUDA_OP(OP_A2A_READY, "alltoallv", "alltoallv (waiting for the receiver to enter the call)")
@@ -22,34 +29,40 @@ SY_CUDA_OP(OP_ATTN_MISMATCH_RECV, "attn",
            "attention dispatch: the peer found its plan or call differs from this rank's and sent no rows "
            "(expected = this rank's call fingerprint)")
 SY_CUDA_OP(OP_MOE_IDS, "moe dispatch_send",
-           "moe dispatch_send: an expert id outside [-1, num_experts) or repeated within its token (peer = the "
-           "token, expected = k, saw = the id); the entry was treated as -1")
+           "moe dispatch_send: an expert id outside [-1, num_experts) or repeated within its token; the entry was "
+           "treated as -1")
+SY_CUDA_OP_LABELS(OP_MOE_IDS, "token", "k", "id")
 SY_CUDA_OP(OP_MOE_DISPATCH_SEND, "moe dispatch_send", "moe dispatch_send")
 SY_CUDA_OP(OP_MOE_DISPATCH_RECV, "moe dispatch_recv",
            "moe dispatch_recv (waiting for a source's tokens; expected/saw = call numbers)")
 SY_CUDA_OP(OP_MOE_COMBINE_SEND, "moe combine_send", "moe combine_send")
 SY_CUDA_OP(OP_MOE_COMBINE_RECV, "moe combine_recv", "moe combine_recv (waiting for an expert rank's outputs)")
 SY_CUDA_OP(OP_MOE_COMBINE_ARGS, "moe combine_recv",
-           "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (peer = -1: num_tokens, "
-           "else the index token * top_k + k of the id; expected = the dispatch's, saw = the combine's)")
+           "moe combine_recv: num_tokens or expert_ids differ from this rank's dispatch (entry -1: num_tokens, "
+           "else the id at token * top_k + k; expected = the dispatch's, saw = the combine's)")
+SY_CUDA_OP_LABELS(OP_MOE_COMBINE_ARGS, "entry", "expected", "saw")
 SY_CUDA_OP(OP_MOE_HT_IDS, "moe_ht layout",
            "moe_ht layout: an expert id outside [-1, num_experts) or repeated within its token, the first such in "
-           "(token, k) order (peer = the token, expected = k, saw = the id); the bad entries were treated as -1")
+           "(token, k) order; the bad entries were treated as -1")
+SY_CUDA_OP_LABELS(OP_MOE_HT_IDS, "token", "k", "id")
 SY_CUDA_OP(OP_MOE_HT_LAYOUT_SYNC, "moe_ht layout",
-           "moe_ht layout (a block waiting at the layout kernel's grid barrier for its other blocks; peer = the "
-           "block, expected/saw = arrivals)")
+           "moe_ht layout (a block waiting at the layout kernel's grid barrier for its other blocks; expected/saw = "
+           "arrivals)")
+SY_CUDA_OP_LABELS(OP_MOE_HT_LAYOUT_SYNC, "block", "expected", "saw")
 SY_CUDA_OP(OP_MOE_HT_EXCHANGE, "moe_ht layout",
            "moe_ht layout (waiting for a rank's counts, or for its ack of the "
            "previous layout's; expected/saw = layout numbers)")
 SY_CUDA_OP(OP_MOE_HT_HANDLE, "moe_ht",
            "moe_ht: the handle was not written by this object's layout, or num_tokens differs from its layout's "
            "(expected = the handle's num_tokens or object, saw = the call's)")
+SY_CUDA_OP_LABELS(OP_MOE_HT_HANDLE, "", "expected", "saw")
 SY_CUDA_OP(OP_MOE_HT_NOT_DISPATCHED, "moe_ht combine",
-           "moe_ht combine: no dispatch recorded rows in this handle, or it had another recv.expert_stride (peer = "
-           "whether one did; expected = its stride, saw = the call's)")
+           "moe_ht combine: no dispatch recorded rows in this handle, or it had another recv.expert_stride")
+SY_CUDA_OP_LABELS(OP_MOE_HT_NOT_DISPATCHED, "dispatched", "its stride", "the call's stride")
 SY_CUDA_OP(OP_MOE_HT_ROWS, "moe_ht dispatch",
-           "moe_ht dispatch: the layout needs more rows than recv.rows, or an expert more than recv.expert_stride "
-           "(peer = the local expert or -1; expected = the bound, saw = what is needed); no row was written")
+           "moe_ht dispatch: the layout needs more rows than recv.rows, or a local expert more than "
+           "recv.expert_stride (local expert -1: recv.rows); no row was written")
+SY_CUDA_OP_LABELS(OP_MOE_HT_ROWS, "local expert", "bound", "needed")
 SY_CUDA_OP(OP_MOE_HT_SEND, "moe_ht send", "moe_ht (a sender waiting for room in a receiver's ring)")
 SY_CUDA_OP(OP_MOE_HT_RECV, "moe_ht recv", "moe_ht (a receiver waiting for a sender's messages)")
 SY_CUDA_OP(
@@ -69,3 +82,8 @@ SY_CUDA_PHASE(PH_ROUTE, "route")           /* MoE dispatch: every unit's destina
 SY_CUDA_PHASE(PH_POST, "post-process")     /* MoE dispatch_recv: messages into the caller's expert buffers */
 SY_CUDA_PHASE(PH_REDUCE, "reduce")         /* MoE combine_recv: the sum per token */
 SY_CUDA_PHASE(PH_LOCAL, "local")           /* MoE one-call dispatch: own entries into the expert buffers */
+
+#ifdef SY__CUDA_OP_LABELS_EMPTY
+#undef SY_CUDA_OP_LABELS
+#undef SY__CUDA_OP_LABELS_EMPTY
+#endif

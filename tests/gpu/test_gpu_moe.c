@@ -304,8 +304,8 @@ static void run_bad_ids(sy_comm_t comm, int rank, int W, cudaStream_t stream) {
   sy_status_t async = SY_ERR_INTERNAL;
   char detail[256] = "", want3[64], want5[64];
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
-  snprintf(want3, sizeof want3, "peer 3: expected 1, saw 1 ");
-  snprintf(want5, sizeof want5, "peer 5: expected 2, saw %d ", c.E);
+  snprintf(want3, sizeof want3, "token 3: k 1, id 1");
+  snprintf(want5, sizeof want5, "token 5: k 2, id %d", c.E);
   if (rank == 0) {
     GT_CHECK(async == SY_ERR_INVALID_ARG);
     if (!strstr(detail, "an expert id outside") || (!strstr(detail, want3) && !strstr(detail, want5)))

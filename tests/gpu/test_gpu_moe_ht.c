@@ -616,7 +616,7 @@ static void bad_ids(sy_comm_t comm, int rank, cudaStream_t stream) {
   sy_status_t async = SY_SUCCESS;
   char detail[256] = "", want[96];
   GT_OK(sy_comm_async_error(comm, &async, detail, sizeof detail));
-  snprintf(want, sizeof want, "peer %d: expected %d, saw %lld", bad_t, bad_k, (long long)bad_id);
+  snprintf(want, sizeof want, "token %d: k %d, id %lld", bad_t, bad_k, (long long)bad_id);
   if (async != SY_ERR_INVALID_ARG || !strstr(detail, "moe_ht layout") || !strstr(detail, want))
     GT_FAIL("bad ids: rank %d: %s: '%s' (want SY_ERR_INVALID_ARG naming the layout and '%s')", rank,
             sy_status_name(async), detail, want);
