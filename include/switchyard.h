@@ -35,7 +35,9 @@
  *   meets the others in the create's first exchange, so every rank returns SY_ERR_INVALID_ARG at once (the
  *   others' log names that rank), nothing is created and the communicator stays usable. A failed create or
  *   allocation sets its output handle to NULL.
- * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms). A wait that
+ * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms; the host-side
+ *   exchanges of sy_comm_init and of the object creates, which ranks reach at their own host's pace, by
+ *   SY_BOOT_TIMEOUT_MS). A wait that
  *   nobody satisfies ends with SY_ERR_TIMEOUT: the communicator records it (sy_comm_async_error), and so do
  *   peers that disagree (SY_ERR_MISMATCH) and failed CUDA or NVSHMEM calls. The first wait to time out returns
  *   SY_ERR_TIMEOUT; the others it ends (the abort) may return SY_ERR_ABORTED, while sy_comm_async_error reports
@@ -621,7 +623,8 @@ SY_API sy_status_t sy_moe_recv_sizes(sy_moe_t moe, sy_moe_recv_sizes_t *sizes);
  * of the sizes sy_moe_recv_sizes gives. 0 <= num_tokens <= max_tokens. An id outside
  * [-1, num_experts) or repeated within a token is reported as SY_ERR_INVALID_ARG (asynchronously on the cuda
  * backend, through sy_comm_async_error; on the host backend the call is rejected before anything is sent).
- * Collective; every rank calls it, with any num_tokens (0 allowed, with NULL buffers). */
+ * Collective; every rank calls it, with any num_tokens (0 allowed: tokens, expert_ids and weights may then be
+ * NULL; recv may not, as the rank still receives from its peers). */
 SY_API sy_status_t sy_moe_dispatch(sy_moe_t moe, const void *tokens, int num_tokens, const void *expert_ids,
                                    sy_index_type_t id_type, const float *weights, const sy_moe_recv_t *recv,
                                    cudaStream_t stream);
@@ -632,7 +635,9 @@ SY_API sy_status_t sy_moe_dispatch_recv(sy_moe_t moe, const sy_moe_recv_t *recv,
 /* expert_out: bf16 [L][S][hidden], the experts' outputs in the dispatch's slots; expert_ids, weights and
  * num_tokens as given to the dispatch this combine answers (expert_ids in either index type; weights: see
  * "Routing weights" above: read here with SY_MOE_PER_EXPERT, not read in the default mode, which applied the
- * dispatch's on the experts' ranks). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. */
+ * dispatch's on the experts' ranks). out: bf16 [num_tokens][hidden]; a token with no expert gets zeros. With
+ * num_tokens 0, expert_ids, weights and out may be NULL; expert_out may not (this rank's experts still answer
+ * its peers). */
 SY_API sy_status_t sy_moe_combine(sy_moe_t moe, const void *expert_out, const void *expert_ids, sy_index_type_t id_type,
                                   const float *weights, int num_tokens, void *out, cudaStream_t stream);
 SY_API sy_status_t sy_moe_combine_send(sy_moe_t moe, const void *expert_out, cudaStream_t stream);
@@ -826,8 +831,8 @@ SY_API sy_status_t sy_moe_ht_recv_bytes(sy_comm_t comm, const sy_moe_ht_config_t
  * or rows changed to a count whose sections have other sizes: each is rounded up to 256 bytes, so a small change of
  * rows may not show), is SY_ERR_INVALID_ARG, nothing freed.
  * Free each recv once: a copy of one already freed may name a newer allocation the pool put at the same address,
- * which this call cannot tell apart (two threads freeing the same recv at once: one of them gets
- * SY_ERR_INVALID_ARG). Accepted after an error, as sy_pool_free is: memory can always be given back. */
+ * which this call cannot tell apart (two threads freeing the same recv from the receive arena at once: one of them
+ * gets SY_ERR_INVALID_ARG; a pool is one thread's at a time, as sy_pool_free is). Accepted after an error, as sy_pool_free is: memory can always be given back. */
 SY_API sy_status_t sy_moe_ht_recv_free(sy_moe_ht_t moe, sy_pool_t pool, sy_moe_ht_recv_t *recv, cudaStream_t stream);
 
 /* The layout of one step. expert_ids: [num_tokens][top_k] of id_type on the device (-1 = none; an id at most
@@ -968,14 +973,16 @@ typedef struct sy_host_pool_stats {
  * its host address). */
 SY_API sy_status_t sy_host_pool_create(sy_comm_t comm, const sy_host_pool_config_t *config, sy_host_pool_t *pool);
 /* Waits (bounded) for the slots given back on streams, then frees them; after a timeout it warns and leaks the
- * slots rather than free memory the GPU may still read (SY_ERR_TIMEOUT). Accepted after an error. */
+ * slots rather than free memory the GPU may still read (SY_ERR_TIMEOUT). Slots acquired and never released are
+ * freed with the pool (warned). Accepted after an error. */
 SY_API sy_status_t sy_host_pool_destroy(sy_host_pool_t pool);
 /* A free slot of slot_bytes. When every slot is in use it waits for one to come back, bounded by the
- * communicator's timeout (SY_ERR_TIMEOUT, nothing acquired). Never calls CUDA. */
+ * communicator's timeout (SY_ERR_TIMEOUT, *slot NULL; a wait of this rank's own, not recorded on the communicator).
+ * Never calls CUDA. */
 SY_API sy_status_t sy_host_pool_acquire(sy_host_pool_t pool, void **slot);
 /* Gives an acquired slot back once `stream` reaches this point (everything enqueued on it before is done with
- * the slot); stream NULL: at once (no GPU work uses it); cudaStreamLegacy is refused (SY_ERR_INVALID_ARG, the slot
- * still held), as everywhere in the library. Not graph-capturable: the slot would come back at every replay;
+ * the slot); stream NULL: at once (no GPU work uses it); on the cuda backend cudaStreamLegacy is refused
+ * (SY_ERR_INVALID_ARG, the slot still held), as everywhere in the library (the host backend ignores streams). Not graph-capturable: the slot would come back at every replay;
  * inside a capture it is refused (SY_ERR_INVALID_ARG). A slot not acquired: SY_ERR_INVALID_ARG. */
 SY_API sy_status_t sy_host_pool_release(sy_host_pool_t pool, void *slot, cudaStream_t stream);
 /* stats->size must be set (SY_HOST_POOL_STATS_INIT). */

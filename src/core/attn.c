@@ -45,18 +45,18 @@ static sy_status_t plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, 
 
 sy_status_t sy_attn_plan_create(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_attn_plan_t *plan_out) {
   static const char *fn = "sy_attn_plan_create";
+  if (plan_out) *plan_out = NULL; /* first: a refusal of any argument leaves no stale handle */
   SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
-  *plan_out = NULL;
   return plan_create(comm, desc, NULL, NULL, NULL, plan_out, fn);
 }
 
 sy_status_t sy_attn_plan_create_async(sy_comm_t comm, const sy_attn_plan_desc_t *desc, sy_pool_t pool,
                                       sy_host_pool_t staging, cudaStream_t stream, sy_attn_plan_t *plan_out) {
   static const char *fn = "sy_attn_plan_create_async";
+  if (plan_out) *plan_out = NULL; /* first: a refusal of any argument leaves no stale handle */
   SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(plan_out != NULL, fn, "plan is NULL");
-  *plan_out = NULL;
   SY_ARG_CHECK(!pool || sy__pool_comm(pool) == comm, fn, "pool was made on another communicator");
   SY_ARG_CHECK(!staging || sy__host_pool_comm(staging) == comm, fn, "staging was made on another communicator");
   SY_CHECK(sy__check_stream(comm, stream, fn));
@@ -168,8 +168,9 @@ sy_status_t sy_attn_workspace_size(sy_comm_t comm, const sy_attn_config_t *confi
 
 sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy_attn_t *attn_out) {
   static const char *fn = "sy_attn_create";
+  if (attn_out)
+    *attn_out = NULL; /* first: a refusal of any argument, the communicator's included, leaves no stale handle */
   SY_COMM_GUARD(comm, fn);
-  if (attn_out) *attn_out = NULL;
   if (!comm->ops->attn_create || !comm->ops->attn_run) { /* alike on every rank */
     SY_WARN("%s: the %s backend has no attention dispatch", fn, comm->ops->name);
     return SY_ERR_UNSUPPORTED;

@@ -94,6 +94,7 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
                "config->allgather is set but config->rank=-1: a caller's bootstrap needs the rank and world_size it "
                "gathers over");
 
+  if (config.rank >= 0) sy__log_set_rank(config.rank); /* the lines below are this rank's (SY_DEBUG_FILE's %r) */
   sy_resolved_config_t rc;
   memset(&rc, 0, sizeof rc);
   SY_CHECK(resolve_backend(config.backend, &rc.backend));
@@ -262,6 +263,15 @@ sy_status_t sy__create_exchange(sy_comm_t comm, const void *mine, size_t bytes, 
   for (size_t r = 0; s == SY_SUCCESS && r < W; r++) memcpy((char *)all + r * bytes, buf + r * slot, bytes);
   free(buf);
   return s;
+}
+
+sy_status_t sy__heap_verdict(sy_comm_t comm, size_t bytes, const char *fn) {
+  if (bytes <= comm->heap_bytes) return SY_SUCCESS;
+  SY_WARN(
+      "%s: the object's symmetric memory (%zu bytes: its workspace size) exceeds the symmetric heap (%zu bytes); "
+      "raise SY_HEAP_SIZE or config.heap_bytes at sy_comm_init",
+      fn, bytes, comm->heap_bytes);
+  return SY_ERR_NO_MEMORY;
 }
 
 /* ---- signals, barrier ----------------------------------------------------------------------------------- */

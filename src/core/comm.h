@@ -222,6 +222,10 @@ sy_status_t sy__comm_record(sy_comm_t comm, sy_status_t st, const char *fn);
  * before it would leave the others waiting in it until SY_BOOT_TIMEOUT_MS, or pair it with its next collective. */
 sy_status_t sy__create_exchange(sy_comm_t comm, const void *mine, size_t bytes, sy_status_t local, void *all,
                                 const char *fn);
+/* A create's verdict on its symmetric memory: SY_ERR_NO_MEMORY (logged, naming SY_HEAP_SIZE) where `bytes` exceed
+ * this rank's heap, so that the create's exchange fails every rank together instead of sy_mem_alloc refusing on
+ * one rank alone (the others then waited in its exchange). */
+sy_status_t sy__heap_verdict(sy_comm_t comm, size_t bytes, const char *fn);
 /* Rejects the legacy default stream (NULL) on the cuda backend, naming the function (exec/stream.c). */
 sy_status_t sy__check_stream(sy_comm_t comm, cudaStream_t stream, const char *fn);
 

@@ -4,7 +4,9 @@
  * Columns: name, type, default, what it does.
  */
 SY_ENV_ID_(SY_DEBUG, SY_ENV_STRING, "WARN", "log level: NONE, WARN, INFO or TRACE")
-SY_ENV_ID_(SY_DEBUG_FILE, SY_ENV_STRING, "", "write the log here instead of stderr; %h host, %p pid, %r rank")
+SY_ENV_ID_(
+    SY_DEBUG_FILE, SY_ENV_STRING, "",
+    "write the log here instead of stderr; %h host, %p pid, %r rank (a file per rank, host-backend threads included)")
 SY_ENV_ID_(SY_BACKEND, SY_ENV_STRING, "auto", "backend when the config says auto: auto, cuda or host")
 SY_ENV_ID_(SY_TIMEOUT_MS, SY_ENV_INT, "5000", "bound on every wait for a peer, in milliseconds")
 SY_ENV_ID_(SY_BOOT_TIMEOUT_MS, SY_ENV_INT, "60000", "bound on the rendezvous at init, in milliseconds")

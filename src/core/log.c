@@ -2,6 +2,8 @@
  * log.c — one log for the library: SY_DEBUG picks the level, SY_DEBUG_FILE the destination (%h host,
  * %p pid, %r rank). Lines: "[rank N] sy warn: message". Thread-safe; each thread has its own rank (the host
  * backend runs ranks as threads) and its own last failure's message (sy_last_error; log.h says what fills it).
+ * A destination with %r is a file per rank, opened at the rank's first line: the line's rank, or before this thread
+ * has one, the launcher's (SY_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK), else -1.
  */
 #include "internal.h"
 
@@ -14,7 +16,13 @@
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_level = -1; /* -1: not read yet */
-static FILE *log_file;
+static FILE *log_file;     /* NULL with a per-rank destination (rank_files) */
+static char *log_pattern;  /* SY_DEBUG_FILE with %r, else NULL */
+static struct rank_file {
+  int rank;
+  FILE *f;
+} * rank_files;
+static int rank_file_count;
 static _Thread_local int log_rank = -1;
 static _Thread_local char last_error[1024]; /* a message as logged, without the "[rank N] sy warn: " prefix */
 
@@ -28,7 +36,20 @@ void sy__api_enter(int rank) {
   last_error[0] = '\0';
 }
 
-static void expand_path(const char *pattern, char *out, size_t out_bytes) {
+/* The launcher's rank of this process, or -1 (the variables of boot/launch.c, in its order). */
+static int launcher_rank(void) {
+  static const char *names[] = {"SY_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    if (!v || !*v) continue;
+    char *end;
+    const long r = strtol(v, &end, 10);
+    return *end == '\0' && r >= 0 && r <= 1 << 30 ? (int)r : -1;
+  }
+  return -1;
+}
+
+static void expand_path(const char *pattern, int rank, char *out, size_t out_bytes) {
   size_t n = 0;
   for (const char *p = pattern; *p && n + 1 < out_bytes; p++) {
     if (p[0] == '%' && p[1]) {
@@ -36,7 +57,7 @@ static void expand_path(const char *pattern, char *out, size_t out_bytes) {
       p++;
       if (*p == 'h') gethostname(piece, sizeof piece - 1);
       else if (*p == 'p') snprintf(piece, sizeof piece, "%d", (int)getpid());
-      else if (*p == 'r') snprintf(piece, sizeof piece, "%d", log_rank);
+      else if (*p == 'r') snprintf(piece, sizeof piece, "%d", rank);
       else snprintf(piece, sizeof piece, "%%%c", *p);
       size_t len = strlen(piece);
       if (n + len >= out_bytes) break;
@@ -62,10 +83,18 @@ static void log_init_locked(void) {
   }
   const char *file = getenv("SY_DEBUG_FILE");
   if (log_file && log_file != stderr) fclose(log_file);
+  for (int i = 0; i < rank_file_count; i++)
+    if (rank_files[i].f != stderr) fclose(rank_files[i].f);
+  free(rank_files);
+  rank_files = NULL, rank_file_count = 0;
+  free(log_pattern);
+  log_pattern = NULL;
   log_file = stderr;
-  if (file && *file) {
+  if (file && *file && strstr(file, "%r") && (log_pattern = strdup(file)) != NULL) {
+    log_file = NULL; /* a file per rank, at its first line */
+  } else if (file && *file) {
     char path[1024];
-    expand_path(file, path, sizeof path);
+    expand_path(file, log_rank, path, sizeof path);
     FILE *f = fopen(path, "a");
     if (f) {
       setvbuf(f, NULL, _IOLBF, 0);
@@ -94,6 +123,27 @@ int sy__log_enabled(sy_log_level_t level) {
   return level != SY_LOG_NONE && (int)level <= current;
 }
 
+/* Called with log_lock held: where a line of `rank` goes (per-rank destinations; stderr where a file cannot be
+ * opened or remembered). */
+static FILE *rank_file_locked(int rank) {
+  if (rank < 0) rank = launcher_rank();
+  for (int i = 0; i < rank_file_count; i++)
+    if (rank_files[i].rank == rank) return rank_files[i].f;
+  char path[1024];
+  expand_path(log_pattern, rank, path, sizeof path);
+  FILE *f = fopen(path, "a");
+  if (f) setvbuf(f, NULL, _IOLBF, 0);
+  else fprintf(stderr, "sy warn: cannot open SY_DEBUG_FILE=%s; logging to stderr\n", path);
+  struct rank_file *grown = realloc(rank_files, (size_t)(rank_file_count + 1) * sizeof *grown);
+  if (!grown) {
+    if (f) fclose(f);
+    return stderr;
+  }
+  rank_files = grown;
+  rank_files[rank_file_count++] = (struct rank_file){rank, f ? f : stderr};
+  return f ? f : stderr;
+}
+
 static void log_line(sy_log_level_t level, sy_record_t record, const char *file, int line, const char *fmt,
                      va_list ap) {
   const int enabled = sy__log_enabled(level);
@@ -107,13 +157,14 @@ static void log_line(sy_log_level_t level, sy_record_t record, const char *file,
   char prefix[32] = "";
   if (log_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", log_rank);
   pthread_mutex_lock(&log_lock);
+  FILE *out = log_file ? log_file : rank_file_locked(log_rank);
   if (level == SY_LOG_TRACE) {
     const char *base = strrchr(file, '/');
-    fprintf(log_file, "%ssy %s: %s (%s:%d)\n", prefix, names[level], msg, base ? base + 1 : file, line);
+    fprintf(out, "%ssy %s: %s (%s:%d)\n", prefix, names[level], msg, base ? base + 1 : file, line);
   } else {
-    fprintf(log_file, "%ssy %s: %s\n", prefix, names[level], msg);
+    fprintf(out, "%ssy %s: %s\n", prefix, names[level], msg);
   }
-  fflush(log_file);
+  fflush(out);
   pthread_mutex_unlock(&log_lock);
 }
 

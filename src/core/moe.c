@@ -35,7 +35,9 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_config_t *in, sy_moe
   SY_ARG_CHECK(config->max_tokens >= 1, fn, "config->max_tokens=%d must be >= 1", config->max_tokens);
   SY_ARG_CHECK(
       config->wire == SY_MOE_WIRE_FP8 || config->wire == SY_MOE_WIRE_FP8_UE8M0 || config->wire == SY_MOE_WIRE_BF16, fn,
-      "config->wire=%d is not a sy_moe_wire_t (SY_MOE_WIRE_FP8, _FP8_UE8M0, _BF16)", (int)config->wire);
+      "config->wire=%d is not a wire of the low-latency mode (SY_MOE_WIRE_FP8, _FP8_UE8M0, _BF16%s)", (int)config->wire,
+      config->wire == SY_MOE_WIRE_FP8_GIVEN ? "; SY_MOE_WIRE_FP8_GIVEN is the high-throughput mode's: sy_moe_ht_create"
+                                            : "");
   const int multiple = config->wire == SY_MOE_WIRE_BF16 ? 8 : SY_MOE_FP8_GROUP;
   SY_ARG_CHECK(config->hidden >= 1 && config->hidden % multiple == 0, fn,
                "config->hidden=%d is not a positive multiple of %d (%s)", config->hidden, multiple,
@@ -101,8 +103,9 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_config_t 
 
 sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_moe_t *moe_out) {
   static const char *fn = "sy_moe_create";
+  if (moe_out)
+    *moe_out = NULL; /* first: a refusal of any argument, the communicator's included, leaves no stale handle */
   SY_COMM_GUARD(comm, fn);
-  if (moe_out) *moe_out = NULL;
   if (!comm->ops->moe_create) { /* alike on every rank */
     SY_WARN("%s: the %s backend has no MoE dispatch/combine yet (its kernels are not written)", fn, comm->ops->name);
     return SY_ERR_UNSUPPORTED;
@@ -112,6 +115,9 @@ sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_m
   memset(&config, 0, sizeof config);
   sy_status_t local = moe_out ? SY_SUCCESS : (sy__arg_error(fn, "moe is NULL"), SY_ERR_INVALID_ARG);
   if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
+  sy_moe_layout_t layout;
+  if (local == SY_SUCCESS && sy__moe_layout(&config, comm->world_size, &layout) == SY_SUCCESS)
+    local = sy__heap_verdict(comm, layout.total, fn); /* a heap too small on any rank: every rank fails, together */
   SY_CHECK(same_config_everywhere(comm, &config, local, fn));
   struct sy_moe *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
@@ -261,7 +267,10 @@ static sy_status_t check_recv(sy_moe_t moe, const sy_moe_recv_t *recv, const cha
 static sy_status_t check_combine_recv(sy_moe_t moe, const sy_moe_dispatch_args_t *a, const void *out, const char *fn) {
   SY_CHECK(check_num_tokens(moe, a->num_tokens, fn));
   SY_CHECK(check_index_type(a->id_type, fn));
-  if (a->num_tokens == 0) return SY_SUCCESS;
+  /* The host backend knows this rank's dispatch here (num_tokens 0 included: a combine of 0 tokens after a dispatch
+   * of some is refused before anything is sent); the cuda backend's kernel checks on the device. */
+  if (a->num_tokens == 0)
+    return moe->comm->ops->moe_check_combine ? moe->comm->ops->moe_check_combine(moe->comm, moe, a, fn) : SY_SUCCESS;
   SY_ARG_CHECK(a->expert_ids != NULL, fn, "expert_ids is NULL while num_tokens=%d", a->num_tokens);
   SY_ARG_CHECK(a->weights != NULL || weights_at_dispatch(moe), fn,
                "weights is NULL while num_tokens=%d: SY_MOE_PER_EXPERT reads the routing weights at combine, where "
@@ -275,7 +284,6 @@ static sy_status_t check_combine_recv(sy_moe_t moe, const sy_moe_dispatch_args_t
                "out=%p and expert_ids=%p overlap", out, a->expert_ids);
   SY_ARG_CHECK(!overlap(out, out_bytes, a->weights, entries * 4), fn, "out=%p and weights=%p overlap", out,
                (const void *)a->weights); /* NULL here unless this call reads them */
-  /* The host backend knows this rank's dispatch here; the cuda backend's kernel checks on the device. */
   if (moe->comm->ops->moe_check_combine) SY_CHECK(moe->comm->ops->moe_check_combine(moe->comm, moe, a, fn));
   return SY_SUCCESS;
 }

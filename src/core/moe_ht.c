@@ -171,14 +171,17 @@ static uint64_t arena_deadline_ns(const struct sy_moe_ht *moe);
 
 sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in, sy_moe_ht_t *moe_out) {
   static const char *fn = "sy_moe_ht_create";
+  if (moe_out)
+    *moe_out = NULL; /* first: a refusal of any argument, the communicator's included, leaves no stale handle */
   SY_COMM_GUARD(comm, fn);
-  if (moe_out) *moe_out = NULL;
   SY_CHECK(backend_has(comm, comm->ops->moe_ht_create != NULL, fn)); /* alike on every rank */
   /* this rank's own checks; a refusal still joins the ranks' exchange (same_config_everywhere) */
   sy_moe_ht_config_t config;
   memset(&config, 0, sizeof config);
   sy_status_t local = moe_out ? SY_SUCCESS : (sy__arg_error(fn, "moe is NULL"), SY_ERR_INVALID_ARG);
   if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
+  if (local == SY_SUCCESS) /* a heap too small on any rank: every rank fails, together */
+    local = sy__heap_verdict(comm, workspace_bytes(comm, &config), fn);
   SY_CHECK(same_config_everywhere(comm, &config, local, fn));
   struct sy_moe_ht *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
@@ -353,6 +356,7 @@ int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes
 sy_status_t sy_moe_ht_recv_alloc(sy_moe_ht_t moe, sy_pool_t pool, int rows, int expert_stride, sy_moe_ht_recv_t *recv,
                                  cudaStream_t stream) {
   static const char *fn = "sy_moe_ht_recv_alloc";
+  if (recv) memset(recv, 0, sizeof *recv); /* first: a refusal of any argument leaves no stale buffers in recv */
   SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
   SY_COMM_GUARD(moe->comm, fn);
   SY_ARG_CHECK(pool != NULL || moe->arena != NULL, fn,

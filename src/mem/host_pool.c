@@ -109,6 +109,8 @@ sy_status_t sy_host_pool_create(sy_comm_t comm, const sy_host_pool_config_t *con
     if (!p->base) st = SY_ERR_NO_MEMORY;
   }
   if (st != SY_SUCCESS) {
+    SY_WARN("sy_host_pool_create: %d slots of %zu bytes (%zu bytes%s): out of host memory", c.slots, c.slot_bytes,
+            bytes, p->backend == SY_BACKEND_CUDA ? " pinned" : "");
     p->base = NULL; /* nothing was allocated */
     free_memory(p);
     return st;
@@ -139,12 +141,17 @@ sy_status_t sy_host_pool_destroy(sy_host_pool_t pool) {
         pending, (unsigned long long)pool->timeout_ms);
     return SY_ERR_TIMEOUT;
   }
+  int held = 0;
+  for (int i = 0; i < pool->slots; i++) held += pool->state[i] == SLOT_HELD;
+  if (held) /* the host's own: freed all the same, but the caller may still hold the pointers */
+    SY_WARN("sy_host_pool_destroy: %d slots acquired and never released are freed with the pool", held);
   free_memory(pool);
   return SY_SUCCESS;
 }
 
 sy_status_t sy_host_pool_acquire(sy_host_pool_t pool, void **slot) {
   static const char *fn = "sy_host_pool_acquire";
+  if (slot) *slot = NULL; /* first: a refusal or a timeout leaves no stale slot */
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
   SY_COMM_GUARD(pool->comm, fn);
   SY_ARG_CHECK(slot != NULL, fn, "slot is NULL");

@@ -119,6 +119,7 @@ sy_status_t sy_pool_destroy(sy_pool_t pool) {
 
 sy_status_t sy_pool_alloc(sy_pool_t pool, size_t bytes, void **ptr, cudaStream_t stream) {
   static const char *fn = "sy_pool_alloc";
+  if (ptr) *ptr = NULL; /* first: a refusal of any argument, the communicator's included, leaves no stale pointer */
   SY_ARG_CHECK(pool != NULL, fn, "pool is NULL");
   SY_COMM_GUARD(pool->comm, fn);
   SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");

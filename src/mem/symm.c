@@ -46,9 +46,9 @@ const sy_symm_block_t *sy__symm_find(sy_comm_t comm, const void *ptr, size_t byt
 
 sy_status_t sy_mem_alloc(sy_comm_t comm, size_t bytes, void **ptr) {
   static const char *fn = "sy_mem_alloc";
+  if (ptr) *ptr = NULL; /* first: a refusal of any argument, the communicator's included, leaves no stale pointer */
   SY_COMM_GUARD(comm, fn);
   SY_ARG_CHECK(ptr != NULL, fn, "ptr is NULL");
-  *ptr = NULL;
   SY_ARG_CHECK(bytes > 0, fn, "bytes=0");
   SY_ARG_CHECK(bytes <= comm->heap_bytes, fn,
                "bytes=%zu exceeds the symmetric heap (%zu bytes; raise SY_HEAP_SIZE "

@@ -292,6 +292,7 @@ static void sticky_rank_checks(int me, sy_comm_t comm, unsigned char *recv) {
   CHECK_STATUS(sy_comm_peer_ptr(comm, recv, 1 - me, &p), SY_ERR_MISMATCH);
   CHECK(p == (void *)&value); /* untouched */
   CHECK_STATUS(sy_mem_alloc(comm, 64, &p), SY_ERR_MISMATCH);
+  CHECK(p == NULL); /* a failed allocation sets its output to NULL (switchyard.h), the guard's refusal included */
   CHECK_STATUS(sy_comm_barrier(comm, NULL), SY_ERR_MISMATCH);
   CHECK_STATUS(sy_comm_allgather_host(comm, &value, recv, sizeof value), SY_ERR_MISMATCH);
   CHECK_STATUS(sy_alltoall(comm, recv, recv + 64, 16, NULL), SY_ERR_MISMATCH);

@@ -7,6 +7,7 @@
 #include "core/internal.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +278,58 @@ static void test_log_file(void) {
   CHECK_EQ_INT(rmdir(dir), 0);
 }
 
+/* A rank as a thread (the host backend's ranks): its lines into its own file. */
+static void *log_as_rank(void *arg) {
+  const int rank = (int)(intptr_t)arg;
+  sy__log_set_rank(rank);
+  for (int i = 0; i < 50; i++) SY_WARN("line %d of rank %d", i, rank);
+  return NULL;
+}
+
+/* %r with ranks as threads: a file per rank, each with its own rank's lines only; a line before any rank is
+ * known goes to the launcher's rank's file (a reviewer found every thread's lines in the first one's file, and a
+ * line before sy_comm_init set the rank in a file "-1"). */
+static void test_log_file_per_rank(void) {
+  char dir[] = "/tmp/sy_test_env_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char pattern[128], path[3][160];
+  snprintf(pattern, sizeof pattern, "%s/log.%%r.txt", dir);
+  for (int r = 0; r < 2; r++) snprintf(path[r], sizeof path[r], "%s/log.%d.txt", dir, r);
+  snprintf(path[2], sizeof path[2], "%s/log.5.txt", dir);
+  const int saved_rank = sy__log_get_rank();
+  setenv("SY_DEBUG", "WARN", 1);
+  setenv("SY_DEBUG_FILE", pattern, 1);
+  setenv("SY_RANK", "5", 1);
+  sy__log_reset();
+  sy__log_set_rank(-1);
+  SY_WARN("a line before the rank is known");
+  pthread_t t[2];
+  for (int r = 0; r < 2; r++) CHECK_EQ_INT(pthread_create(&t[r], NULL, log_as_rank, (void *)(intptr_t)r), 0);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  unsetenv("SY_RANK");
+  unsetenv("SY_DEBUG_FILE");
+  unsetenv("SY_DEBUG");
+  sy__log_reset(); /* closes the files, back to stderr */
+  sy__log_set_rank(saved_rank);
+  for (int r = 0; r < 2; r++) {
+    char *text = check_read_file(path[r]);
+    CHECK(text != NULL);
+    if (!text) continue;
+    char want[64], other[64];
+    snprintf(want, sizeof want, "[rank %d] sy warn: line 49 of rank %d\n", r, r);
+    snprintf(other, sizeof other, "[rank %d]", 1 - r);
+    CHECK(strstr(text, want) != NULL);
+    CHECK(strstr(text, other) == NULL);
+    CHECK(strstr(text, "before the rank") == NULL);
+    free(text);
+  }
+  char *text = check_read_file(path[2]);
+  CHECK(text != NULL && strstr(text, "sy warn: a line before the rank is known\n") != NULL);
+  free(text);
+  for (int r = 0; r < 3; r++) CHECK_EQ_INT(unlink(path[r]), 0);
+  CHECK_EQ_INT(rmdir(dir), 0);
+}
+
 int main(void) {
   test_parse_int();
   test_parse_size();
@@ -285,5 +338,6 @@ int main(void) {
   test_typed_values();
   test_log_levels();
   test_log_file();
+  test_log_file_per_rank();
   return check_report();
 }

@@ -277,6 +277,9 @@ static void reject_before_combine_send(sy_moe_t moe, bufs_t *b, int n, const int
   REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n - 1, b->out, NULL),
          "num_tokens=3 but this rank's dispatch of call 1 had 4 tokens");
   REJECT(sy_moe_combine(moe, b->y, bad_ids, it, b->cw, n, b->out, NULL), "expert_ids[0][1]=");
+  /* num_tokens 0 (no buffers needed) after a dispatch of n: refused before sending too (a review found it sent) */
+  REJECT(sy_moe_combine(moe, b->y, NULL, it, NULL, 0, NULL, NULL),
+         "num_tokens=0 but this rank's dispatch of call 1 had 4");
   REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n, NULL, NULL), "out is NULL");
 }
 
@@ -290,6 +293,7 @@ static void reject_before_combine_recv(sy_moe_t moe, bufs_t *b, int n, const int
   REJECT(sy_moe_combine(moe, b->y, b->ids, it, b->cw, n, b->out, NULL), want);
   REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, n - 1, b->out, NULL), "num_tokens=3 but");
   REJECT(sy_moe_combine_recv(moe, b->ids, it, b->cw, -1, b->out, NULL), "num_tokens=-1");
+  REJECT(sy_moe_combine_recv(moe, NULL, it, NULL, 0, NULL, NULL), "num_tokens=0 but");
   REJECT(sy_moe_combine_recv(moe, bad_ids, it, b->cw, n, b->out, NULL), "but this rank's dispatch of call 1 had");
   REJECT(sy_moe_combine_recv(moe, NULL, it, b->cw, n, b->out, NULL), "expert_ids is NULL");
   REJECT(sy_moe_combine_recv(moe, b->ids, (sy_index_type_t)-1, b->cw, n, b->out, NULL), "id_type=-1");
@@ -459,6 +463,55 @@ static void one_refuses_rank(int me, sy_comm_t comm, void *arg) {
   (void)arg;
 }
 
+/* A heap too small for the object on one rank only: before, sy_mem_alloc refused it there alone (naming its own
+ * `bytes`) while the other rank waited in the allocation's exchange, and both communicators ended in
+ * SY_ERR_MISMATCH. Now the create's exchange carries that verdict: the small rank SY_ERR_NO_MEMORY naming
+ * SY_HEAP_SIZE, the other SY_ERR_INVALID_ARG at once, nothing created, the communicators usable. */
+typedef struct heap_rank {
+  int rank, group;
+  size_t heap;
+  pthread_t thread;
+} heap_rank_t;
+
+static void *heap_rank_main(void *p) {
+  heap_rank_t *h = p;
+  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
+  config.backend = SY_BACKEND_HOST;
+  config.rank = h->rank;
+  config.world_size = 2;
+  config.host_group = h->group;
+  config.heap_bytes = h->heap;
+  sy_comm_t comm = NULL;
+  CHECK_OK(sy_comm_init(&comm, &config));
+  if (!comm) return NULL;
+  const sy_moe_config_t good = case_config(&small);
+  sy_moe_t moe = (sy_moe_t)&config; /* must come back NULL */
+  CHECK_STATUS(sy_moe_create(comm, &good, &moe), h->rank == 0 ? SY_ERR_NO_MEMORY : SY_ERR_INVALID_ARG);
+  CHECK(moe == NULL);
+  if (h->rank == 0) CHECK(check_log_has("exceeds the symmetric heap", __LINE__));
+  CHECK_OK(sy_comm_barrier(comm, NULL)); /* still usable */
+  CHECK_OK(sy_comm_destroy(comm));
+  return NULL;
+}
+
+static void heap_too_small_on_one_rank(void) {
+  const sy_moe_config_t good = case_config(&small);
+  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
+  config.backend = SY_BACKEND_HOST;
+  config.rank = 0;
+  config.world_size = 1;
+  config.host_group = 4099;
+  sy_comm_t one = NULL;
+  CHECK_OK(sy_comm_init(&one, &config));
+  if (!one) return;
+  size_t ws = 0; /* the world-2 workspace is larger than the world-1 one: a heap of the latter is too small */
+  CHECK_OK(sy_moe_workspace_size(one, &good, &ws));
+  CHECK_OK(sy_comm_destroy(one));
+  heap_rank_t h[2] = {{0, 4098, ws, 0}, {1, 4098, (size_t)1 << 32, 0}};
+  for (int r = 0; r < 2; r++) CHECK_EQ_INT(pthread_create(&h[r].thread, NULL, heap_rank_main, &h[r]), 0);
+  for (int r = 0; r < 2; r++) pthread_join(h[r].thread, NULL);
+}
+
 int main(void) {
   seed_from_env();
   char dir[] = "/tmp/sy_test_moe_args_XXXXXX";
@@ -472,6 +525,7 @@ int main(void) {
   run_ranks(1, unsupported_rank, NULL);
   setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression may wait this long in an exchange, not 60 s */
   run_ranks(2, one_refuses_rank, NULL);
+  heap_too_small_on_one_rank();
   unsetenv("SY_BOOT_TIMEOUT_MS");
   shared_t sh = {0};
   run_ranks_timeout(2, 300, timeout_rank, &sh);

@@ -463,23 +463,24 @@ static void wire_args(ctx_t *x, bufs_t *b) {
   }
 }
 
-/* sy_moe_ht_recv_alloc / _free (local: rank 0 alone): every bad argument rejected naming it, *recv and the pool
- * untouched; a good allocation's sections in order, 256-byte aligned, apart, sized for the wire; freed once; a recv
+/* sy_moe_ht_recv_alloc / _free (local: rank 0 alone): every bad argument rejected naming it, *recv zeroed and the
+ * pool untouched; a good allocation's sections in order, 256-byte aligned, apart, sized for the wire; freed once; a recv
  * it did not fill (another live allocation at expert_offsets) or one changed since refused, nothing freed. */
 static void recv_pool_args(ctx_t *x, bufs_t *b) {
   sy_pool_t pool = NULL;
   CHECK_OK(sy_pool_create(x->comm, NULL, &pool));
   if (!pool) return;
-  sy_moe_ht_recv_t r, before;
+  sy_moe_ht_recv_t r;
   memset(&r, 0x5a, sizeof r);
-  before = r;
   REJECT(sy_moe_ht_recv_alloc(NULL, pool, 4, 0, &r, NULL), "sy_moe_ht_recv_alloc: invalid argument: moe is NULL");
   REJECT(sy_moe_ht_recv_alloc(x->moe, NULL, 4, 0, &r, NULL), "sy_moe_ht_recv_alloc: invalid argument: pool is NULL");
   REJECT(sy_moe_ht_recv_alloc(x->moe, pool, 4, 0, NULL, NULL), "sy_moe_ht_recv_alloc: invalid argument: recv is NULL");
   REJECT(sy_moe_ht_recv_alloc(x->moe, pool, -1, 0, &r, NULL), "rows=-1 is negative");
   REJECT(sy_moe_ht_recv_alloc(x->moe, pool, 4, -2, &r, NULL), "expert_stride=-2 is negative");
   REJECT(sy_moe_ht_recv_alloc(x->moe, pool, 4, 3, &r, NULL), "expert_stride=3 x 2 local experts exceeds rows=4");
-  CHECK(!memcmp(&r, &before, sizeof r));
+  sy_moe_ht_recv_t zero; /* a refused allocation leaves no stale buffers in recv (switchyard.h's conventions) */
+  memset(&zero, 0, sizeof zero);
+  CHECK(!memcmp(&r, &zero, sizeof r));
   sy_pool_stats_t ps = SY_POOL_STATS_INIT;
   CHECK_OK(sy_pool_stats(pool, &ps));
   CHECK_EQ_INT(ps.allocs, 0);
@@ -698,7 +699,9 @@ static void arena_rank(int me, sy_comm_t comm, void *arg) {
   memset(&full, 0x5a, sizeof full);
   const sy_moe_ht_recv_t before = full;
   CHECK_STATUS(sy_moe_ht_recv_alloc(moe, NULL, 1, 0, &full, NULL), SY_ERR_NO_MEMORY);
-  CHECK(!memcmp(&full, &before, sizeof full));
+  sy_moe_ht_recv_t zero;
+  memset(&zero, 0, sizeof zero);
+  CHECK(!memcmp(&full, &zero, sizeof full) && memcmp(&before, &zero, sizeof full));
   CHECK_OK(sy_comm_barrier(comm, NULL));
   const char *no_gap[1] = {
       "1 rows need 1536 bytes of the receive arena, which has no such gap (6144 of 6528 bytes in use by 3 recvs)"};
