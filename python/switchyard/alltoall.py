@@ -10,6 +10,7 @@ first, as torch.cuda.graph's users do anyway).
 from __future__ import annotations
 
 import ctypes
+import operator
 from typing import Any, Sequence
 
 from . import _arrays
@@ -28,10 +29,24 @@ def _check_send(comm: Comm, send: Any, call: str) -> str:
     return _arrays.kind_of(send, _ANY)
 
 
+def _check_out(comm: Comm, out: Any, send: Any, kind: str, shape: tuple, call: str) -> bool:
+    """Checks out (None: none); returns whether the library writes it in place (a symmetric tensor of comm)."""
+    if out is None:
+        return False
+    _arrays.check(out, "out", call, kind, shape=shape, device=comm._where)
+    if comm.is_symmetric(out):
+        return True
+    if _arrays.is_torch(out) != _arrays.is_torch(send):  # refused here: the copy into out would fail after the call
+        raise invalid("out", f"a {type(out).__name__} for a {type(send).__name__} send: the copy into out needs both "
+                      "torch tensors or both numpy arrays (or out a symmetric tensor of comm)", call)  # fmt: skip
+    return False
+
+
 def alltoall(comm: Comm, send: Any, *, out: Any = None, stream: Any = None) -> Any:
     """Collective, stream-ordered, graph-capturable once warmed up (sy_alltoall). send: [world_size * n, ...]
-    (any dtype, contiguous, on the communicator's device): rows [p*n, (p+1)*n) go to rank p, where they arrive as
-    rows [r*n, (r+1)*n) of the result (r: this rank). Returns `out` (same shape and dtype as send; written in
+    (dtype bf16, f16, f32, f64, i32, i64, u8 or e4m3, numpy holding bf16 as uint16 and e4m3 as uint8 bits;
+    contiguous, on the communicator's device): rows [p*n, (p+1)*n) go to rank p, where they arrive as rows [r*n,
+    (r+1)*n) of the result (r: this rank). Returns `out` (same shape and dtype as send; written in
     place without a copy when it is a symmetric tensor of comm) or a new tensor."""
     call = "switchyard.alltoall"
     kind = _check_send(comm, send, call)
@@ -39,9 +54,7 @@ def alltoall(comm: Comm, send: Any, *, out: Any = None, stream: Any = None) -> A
     if send.shape[0] % world:
         raise invalid("send", f"{send.shape[0]} rows do not split over world_size={world}", call)
     size = _arrays.nbytes(send)
-    if out is not None:
-        _arrays.check(out, "out", call, kind, shape=send.shape, device=comm._where)
-    direct = out is not None and comm.is_symmetric(out)
+    direct = _check_out(comm, out, send, kind, tuple(send.shape), call)
     result = out if out is not None else _arrays.empty(send.shape, kind, send)
     if size == 0:
         return result
@@ -97,10 +110,12 @@ def alltoallv(
         for d in send.shape[1:]:
             row_bytes *= int(d)
     shape = (sum(recvs),) + tuple(send.shape[1:])
-    if out is not None:
-        _arrays.check(out, "out", call, kind, shape=shape, device=comm._where)
-    direct = out is not None and comm.is_symmetric(out)
+    direct = _check_out(comm, out, send, kind, shape, call)
     result = out if out is not None else _arrays.empty(shape, kind, send)
+    if max_recv_rows is not None:
+        if isinstance(max_recv_rows, bool) or not hasattr(type(max_recv_rows), "__index__"):
+            raise invalid("max_recv_rows", f"{max_recv_rows!r}, want an int (rows) or None", call)
+        max_recv_rows = operator.index(max_recv_rows)
     if max_recv_rows is None:
         mine = sum(recvs).to_bytes(8, "little")
         max_recv_rows = max(int.from_bytes(b, "little") for b in comm.allgather_host(mine))

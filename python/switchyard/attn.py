@@ -364,7 +364,7 @@ class Attn(CommObject):
                 raise invalid("out", f"shape {list(out.shape)}: want at least {rows} rows of {list(tail)}", call)
             if not self.comm.is_symmetric(out):
                 raise invalid("out", "must be a symmetric tensor of the communicator (Comm.empty)", call)
-            return _arrays.ptr(out), out, True
+            return _arrays.ptr(out), out[:rows], True  # the rows received, as without out (out may hold more)
         per_row = _arrays._NUMPY[kind].itemsize
         for d in tail:
             per_row *= int(d)

@@ -34,19 +34,25 @@ class _Dispatch(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tokens: Any, weights: Any, moe: MoEHT, layout: Layout, expert_stride: int) -> Any:
         recv = moe.dispatch(layout, tokens, weights, expert_stride=expert_stride)
-        ctx.moe, ctx.layout, ctx.recv = moe, layout, recv
-        ctx.has_weights = weights is not None
+        # no output on ctx: ctx belongs to the outputs' grad_fn, so output -> grad_fn -> ctx -> output would be a
+        # cycle through C++ that Python's gc cannot see (every step's receive buffers kept); save_for_backward keeps
+        # outputs without one, and the combine of the backward reads only the header (src, offsets, counts)
+        ctx.moe, ctx.layout, ctx.has_weights = moe, layout, weights is not None
+        ctx.rows, ctx.expert_stride = recv.rows, recv.expert_stride
+        ctx.save_for_backward(recv.src, recv.expert_offsets, recv.expert_counts)
         ctx.mark_non_differentiable(recv.src, recv.expert_offsets, recv.expert_counts)
         return recv.tokens, recv.weights, recv.src, recv.expert_offsets, recv.expert_counts
 
     @staticmethod
     def backward(ctx: Any, grad_rows: Any, grad_row_weights: Any, *_: Any) -> Any:
-        moe, layout, recv = ctx.moe, ctx.layout, ctx.recv
+        moe, layout = ctx.moe, ctx.layout
+        src, offsets, counts = ctx.saved_tensors
+        recv = HTRecv(None, None, src, None, offsets, counts, ctx.rows, ctx.expert_stride)
         if grad_rows is None:
-            grad_rows = torch.zeros_like(recv.tokens)
+            grad_rows = torch.zeros((ctx.rows, moe.hidden), dtype=torch.bfloat16, device=src.device)
         row_values = None
         if ctx.has_weights:
-            row_values = grad_row_weights if grad_row_weights is not None else torch.zeros_like(recv.weights)
+            row_values = grad_row_weights if grad_row_weights is not None else torch.zeros(ctx.rows, device=src.device)
             row_values = row_values.contiguous()
         result = moe.combine(layout, grad_rows.contiguous(), recv, row_values=row_values)
         grad_x, grad_w = result if ctx.has_weights else (result, None)

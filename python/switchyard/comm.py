@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from . import _arrays, _lib
 from ._lib import ALLGATHER_FN, BACKEND_NAMES, BACKENDS, CommConfig, lib
-from .errors import AbortedError, Error, TimeoutError, callback_failed, check, invalid
+from .errors import AbortedError, Error, InvalidArgError, TimeoutError, callback_failed, check, invalid
 
 T = TypeVar("T")
 _groups = itertools.count(1 << 24)  # host groups of host_ranks (a value a caller is unlikely to pick)
@@ -147,7 +147,7 @@ class Comm:
     def handle(self) -> int:
         """The sy_comm_t (for ctypes callers); raises once closed."""
         if not self._handle:
-            raise Error("Comm", "the communicator is closed", status=-1)
+            raise InvalidArgError("Comm", "the communicator is closed")
         return self._handle
 
     def async_error(self) -> tuple[str | None, str]:
@@ -310,8 +310,10 @@ class Comm:
         if held is not None and held[1] >= size:
             return held[0]
         if held is not None:
+            # forgotten before it is freed: when the free or the new allocation fails, no later call may be handed
+            # the freed address (which the heap may give out again); the next call of the name allocates afresh
+            del self._scratch[name], self._symmetric[held[0]]
             check(lib.sy_mem_free(self.handle, held[0]), "sy_mem_free", self._handle)
-            del self._symmetric[held[0]]
         address = self._alloc(size)
         self._scratch[name] = (address, size)
         return address
@@ -352,7 +354,7 @@ class CommObject:
     def handle(self) -> int:
         """The C handle (for ctypes callers); raises once closed."""
         if not self._handle:
-            raise Error(type(self).__name__, "the object is closed", status=-1)
+            raise InvalidArgError(type(self).__name__, "the object is closed")
         return self._handle
 
     def close(self) -> None:

@@ -119,7 +119,7 @@ class MoEHT(CommObject):
         and the calls beside the GEMMs on few. Every rank sets the same before the same call."""
         if isinstance(num_sms, bool) or not isinstance(num_sms, int) or not -2**31 <= num_sms < 2**31:
             raise invalid("num_sms", f"{num_sms!r}, want an int (2 .. the object's num_sms, or 0)", "MoEHT.set_num_sms")
-        check(lib.sy_moe_ht_set_num_sms(self._handle, num_sms), "sy_moe_ht_set_num_sms", self.comm._handle)
+        check(lib.sy_moe_ht_set_num_sms(self.handle, num_sms), "sy_moe_ht_set_num_sms", self.comm._handle)
 
     def layout(self, expert_ids: Any, *, exact: bool = True, stream: Any = None) -> Layout:
         """Collective (sy_moe_ht_layout). expert_ids: int32/int64 [T, top_k] (-1: none; T <= max_tokens).

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import flavours, gpu, on_host, to_dev, to_np
+from conftest import TIMEOUT_MS, flavours, gpu, on_host, to_dev, to_np
 
 import switchyard as sy
+
+try:
+    import torch
+except ImportError:
+    torch = None
 
 
 def payload(src: int, dst: int, n: int, width: int) -> np.ndarray:
@@ -85,6 +90,15 @@ def check_bad_arguments(comm: sy.Comm) -> None:
         sy.alltoallv(comm, good, [1, 2], [2, 2])
     with pytest.raises(sy.InvalidArgError, match=r"max_recv_rows: 1 < sum\(recv_splits\) = 4"):
         sy.alltoallv(comm, good, [2, 2], [2, 2], max_recv_rows=1)
+    with pytest.raises(sy.InvalidArgError, match=r"max_recv_rows: 4.0, want an int"):
+        sy.alltoallv(comm, good, [2, 2], [2, 2], max_recv_rows=4.0)
+    if torch is not None:  # refused before the call, not after it (the copy into out)
+        with pytest.raises(sy.InvalidArgError, match=r"out: a Tensor for a ndarray send"):
+            sy.alltoall(comm, good, out=torch.zeros(tuple(good.shape), dtype=torch.int32))
+        with pytest.raises(sy.InvalidArgError, match=r"out: a ndarray for a Tensor send"):
+            sy.alltoallv(comm, torch.from_numpy(good), [2, 2], [2, 2], out=good.copy())
+        sym = comm.empty(tuple(good.shape), "i32", torch=True)  # received in place, no copy: any mix
+        assert sy.alltoall(comm, good, out=sym) is sym
     with pytest.raises(sy.InvalidArgError, match=r"dtype: 'x'"):
         comm.empty(4, "x")
     with pytest.raises(sy.InvalidArgError, match=r"tensor: .* is not a symmetric allocation"):
@@ -108,6 +122,34 @@ def check_mismatch(comm: sy.Comm) -> None:
 
 def test_mismatch_host() -> None:
     on_host(2, check_mismatch)
+
+
+def check_after_failed_grow(comm: sy.Comm) -> None:
+    """A scratch buffer whose grow failed is not used again: the grow frees the old buffer first, and a later call
+    (of a size the old one held, or larger) allocates afresh instead of handing the library the freed address."""
+    W, r = comm.world_size, comm.rank
+
+    def send_want(n: int) -> tuple[np.ndarray, np.ndarray]:
+        return (np.concatenate([payload(r, p, n, 4) for p in range(W)]),
+                np.concatenate([payload(s, r, n, 4) for s in range(W)]))  # fmt: skip
+
+    good, want = send_want(2)
+    np.testing.assert_array_equal(sy.alltoall(comm, good), want)
+    with pytest.raises(sy.InvalidArgError, match=r"exceeds the symmetric heap"):  # refused on every rank
+        sy.alltoall(comm, np.zeros((W, 1 << 20), np.int32))
+    np.testing.assert_array_equal(sy.alltoall(comm, good), want)
+    big, want_big = send_want(64)
+    np.testing.assert_array_equal(sy.alltoall(comm, big), want_big)
+
+    rows = [2] * W
+    np.testing.assert_array_equal(sy.alltoallv(comm, good, rows, rows, max_recv_rows=2 * W), want)
+    with pytest.raises(sy.MismatchError):  # the ranks disagree on the new size: nothing allocated
+        sy.alltoallv(comm, good, rows, rows, max_recv_rows=4 * W + r)
+    np.testing.assert_array_equal(sy.alltoallv(comm, good, rows, rows, max_recv_rows=2 * W), want)
+
+
+def test_after_failed_grow_host() -> None:
+    sy.host_ranks(2, check_after_failed_grow, timeout_ms=TIMEOUT_MS, heap_bytes=1 << 20)
 
 
 @gpu

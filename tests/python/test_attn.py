@@ -217,6 +217,35 @@ def test_bad_arguments_host() -> None:
     on_host(2, check_bad_arguments)
 
 
+def check_out_rows(comm: sy.Comm) -> None:
+    """With out (a symmetric tensor of the plan's max_* rows, more than this rank receives), each direction returns
+    the rows received, as it does without out."""
+    d = sy.Description([[4, 2], [3]], [[0, 1], [0]], [[[0], [1]], [[1]]], 1)
+    plan = sy.AttnPlan(comm, d)
+    attn = sy.Attn(comm, max_tokens=plan.max_num_tokens)
+    q = rows_of(comm.rank, plan.num_tokens, 2, 1)
+    kv = rows_of(comm.rank, plan.num_tokens, 2, 2)
+    q_out = comm.empty((plan.max_q_recv_rows, 2), "f32", torch=False)
+    kv_out = comm.empty((plan.max_kv_recv_rows, 2), "f32", torch=False)
+    back_out = comm.empty((plan.max_num_tokens, 2), "f32", torch=False)
+    rows = (plan.q_recv_rows, plan.kv_recv_rows, plan.num_tokens)
+    assert any(n < len(o) for n, o in zip(rows, (q_out, kv_out, back_out)))  # on every rank some out holds more
+
+    want = attn.q_forward(plan, q)
+    np.testing.assert_array_equal(attn.q_forward(plan, q, out=q_out), want)
+    want_q, want_kv = attn.qkv_forward(plan, q, kv)
+    got_q, got_kv = attn.qkv_forward(plan, q, kv, q_out=q_out, kv_out=kv_out)
+    np.testing.assert_array_equal(got_q, want_q)
+    np.testing.assert_array_equal(got_kv, want_kv)
+    np.testing.assert_array_equal(attn.q_reverse(plan, want, out=back_out), attn.q_reverse(plan, want))
+    attn.close()
+    plan.close()
+
+
+def test_out_rows_host() -> None:
+    on_host(2, check_out_rows)
+
+
 @gpu
 def test_attn_gpu(gpu_comm: sy.Comm) -> None:
     W = gpu_comm.world_size

@@ -85,7 +85,7 @@ def test_closed() -> None:
     def fn(comm):
         comm.close()
         comm.close()  # idempotent
-        with pytest.raises(sy.Error, match="the communicator is closed"):
+        with pytest.raises(sy.InvalidArgError, match="the communicator is closed"):
             comm.handle
         return repr(comm)
 

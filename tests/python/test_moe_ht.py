@@ -270,6 +270,8 @@ def check_bad_arguments(comm: sy.Comm) -> None:
     moe.combine(layout, np.zeros((recv.rows, 128), np.uint16), recv)
     moe.set_num_sms(0)
     moe.close()
+    with pytest.raises(sy.InvalidArgError, match=r"MoEHT: .*the object is closed"):
+        moe.set_num_sms(2)
     # the add's pipe table holds top_k + 1 rows: top_k 32 is refused by the library, naming the call
     wide = sy.MoEHT(comm, max_tokens=1, hidden=128, top_k=32, num_experts=32)
     wl = wide.layout(np.arange(32, dtype=np.int32).reshape(1, 32))

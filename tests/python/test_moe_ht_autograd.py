@@ -6,9 +6,13 @@ high-throughput calls) checked as adjoints in float64. The values are exact (sma
   <combine(y; w + d), G> - <combine(y; w), G> = <d, dL/dw>   (linear in w: the weights' gradient)
 and a layer's gradient, x -> dispatch -> 2 rows -> combine weighted by the routing weights, equals its closed
 form: dL/dx[t] = 2 (sum of t's weights) G[t], dL/dw[t][k] = <2 x[t], G[t]> (0 where k names no expert). Sums
-over ranks go through Comm.allgather_host. Host backend at 1-3 ranks; the cuda backend at the launcher's world."""
+over ranks go through Comm.allgather_host. A step's receive buffers are freed with it (no reference cycle through
+the graph). Host backend at 1-3 ranks; the cuda backend at the launcher's world."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -100,6 +104,32 @@ def check_bf16_only(comm: sy.Comm) -> None:
 
 def test_autograd_bf16_only_host() -> None:
     on_host(1, check_bf16_only)
+
+
+def check_buffers_freed(comm: sy.Comm) -> None:
+    """A step's receive buffers die with the step: nothing of the graph keeps the dispatch's outputs (an output on
+    the Function's ctx is a cycle through C++, output -> grad_fn -> ctx -> output, that gc never collects)."""
+    E, K, H, T = 2 * comm.world_size, 2, 128, 8
+    moe = sy.MoEHT(comm, max_tokens=T, hidden=H, top_k=K, num_experts=E)
+    ids_np, x_np, w_np, _ = inputs(comm.world_size, E, K, H, T, 7, comm.rank)
+    alive = []
+    for step in range(2):
+        layout = moe.layout(torch.from_numpy(ids_np))
+        x = torch.from_numpy(x_np).to(torch.bfloat16).requires_grad_()
+        w = torch.from_numpy(w_np).requires_grad_()
+        recv = autograd.dispatch(moe, layout, x, w)
+        out = autograd.combine(moe, layout, 2 * recv.tokens, recv, recv.weights)
+        out.float().sum().backward()
+        assert x.grad is not None and w.grad is not None
+        alive += [weakref.ref(a) for a in (recv.tokens, recv.weights, recv.src, recv.expert_offsets)]
+        del recv, out, layout, x, w
+        gc.collect()
+        assert [r() is None for r in alive] == [True] * len(alive), f"step {step}: receive buffers still alive"
+    moe.close()
+
+
+def test_autograd_frees_receive_buffers_host() -> None:
+    on_host(2, check_buffers_freed)
 
 
 @gpu
