@@ -534,8 +534,9 @@ SY_API sy_status_t sy_attn_placement_destroy(sy_attn_placement_t placement);
 /*                                                                                                        */
 /* Errors found on the device (cuda backend) are reported through sy_comm_async_error and are sticky like  */
 /* any asynchronous error: an id outside [-1, num_experts) or repeated within its token (the entry is      */
-/* treated as -1), a combine whose num_tokens or expert_ids differ from its dispatch's (the dispatch's are  */
-/* used). The host backend rejects such calls before anything is sent.                                   */
+/* treated as -1), a combine whose num_tokens or expert_ids differ from its dispatch's (the dispatch's ids  */
+/* are used, for the first min(num_tokens, the dispatch's) rows of out). The host backend rejects such     */
+/* calls before anything is sent.                                                                          */
 /*                                                                                                        */
 /* Limits of the cuda backend: about max_tokens x (top_k + 3) x 4 + num_experts x 4 bytes (the ids, the   */
 /* routing and the per-expert counts) must fit in one thread block's shared memory (sy_moe_create returns  */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # x2-sms58.sh — run 58, call 7 (two GPUs, ~4 minutes, what this session's device time left): moe-ht at world 2 by SM
-# budget (8, 24, 32, 64; call 1 measured 16: BF16 dispatch 698.2 / 698.9 us, FP8 681.1 / 681.2), 4,096 tokens, recv by
+# budget (8, 24, 32, 64; call 1 measured 16: BF16 dispatch kernel 695.0 / 695.2 us, FP8 677.2 / 677.2), 4,096 tokens, recv by
 # the caller, no NCCL: how the dispatch scales with SMs across a link (never measured at world 2). The first part of
 # x2-sweep59.sh.
 . tools/dev/variant.sh # dev_start, bench_tree
