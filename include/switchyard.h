@@ -33,7 +33,8 @@
  *   SY_ERR_TIMEOUT if it makes none within the bound. The object creates
  *   (sy_attn_create, sy_moe_create, sy_moe_ht_create) are the exception: a rank that refuses its arguments still
  *   meets the others in the create's first exchange, so every rank returns SY_ERR_INVALID_ARG at once (the
- *   others' log names that rank), nothing is created and the communicator stays usable. A failed create or
+ *   others' log names that rank), nothing is created and the communicator stays usable; so does a rank whose
+ *   symmetric heap cannot hold the object's workspace (SY_ERR_NO_MEMORY there, naming SY_HEAP_SIZE). A failed create or
  *   allocation sets its output handle to NULL.
  * - Every wait inside the library is bounded (SY_TIMEOUT_MS, or sy_comm_config_t.timeout_ms; the host-side
  *   exchanges of sy_comm_init and of the object creates, which ranks reach at their own host's pace, by
@@ -808,7 +809,7 @@ SY_API sy_status_t sy_moe_ht_set_num_sms(sy_moe_ht_t moe, int num_sms);
  * expert_stride. The exact size: host_counts[2 L] of sy_moe_ht_layout (the rows that layout needs); the bound:
  * sy_moe_ht_sizes's max_rows (contiguous layout) or L x expert_stride (masked). rows >= 0 (0: no row buffers,
  * tokens NULL), expert_stride >= 0 and L x expert_stride <= rows; the pool must be of the object's
- * communicator. Local. On failure nothing is allocated and *recv is left as it was.
+ * communicator. Local. On failure nothing is allocated and *recv is zeroed.
  * pool NULL: the same sections from the object's receive arena (config.recv_arena_bytes; first fit), for use on
  * `stream` or work ordered after it. Memory sy_moe_ht_recv_free gave back on a stream (cuda backend) serves that
  * stream's allocations at once (not the legacy default stream's or cudaStreamPerThread's: theirs wait like any

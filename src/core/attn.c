@@ -180,6 +180,9 @@ sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy
   memset(&config, 0, sizeof config);
   sy_status_t local = attn_out ? SY_SUCCESS : (sy__arg_error(fn, "attn is NULL"), SY_ERR_INVALID_ARG);
   if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
+  /* a heap too small for the staging on any rank: every rank fails, together (the cuda backend's control words, a
+   * few bytes a rank, are left to its own allocation) */
+  if (local == SY_SUCCESS) local = sy__heap_verdict(comm, staging_bytes(&config), fn);
   /* every rank's verdict on its own arguments first (sy__create_exchange): a refusal fails the create everywhere at
    * once; the configuration travels with it, which gives the exchange a size of its own (the host backend tells it
    * from a sy_comm_allgather_host of a few bytes called at the same point) */

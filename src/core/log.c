@@ -2,8 +2,9 @@
  * log.c — one log for the library: SY_DEBUG picks the level, SY_DEBUG_FILE the destination (%h host,
  * %p pid, %r rank). Lines: "[rank N] sy warn: message". Thread-safe; each thread has its own rank (the host
  * backend runs ranks as threads) and its own last failure's message (sy_last_error; log.h says what fills it).
- * A destination with %r is a file per rank, opened at the rank's first line: the line's rank, or before this thread
- * has one, the launcher's (SY_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK), else -1.
+ * A destination with %r is a file per rank, opened at the rank's first line: the line's rank, or for a thread that
+ * has none (a line before sy_comm_init, a CUDA host callback) the launcher's (SY_RANK, RANK, SLURM_PROCID,
+ * OMPI_COMM_WORLD_RANK, PMI_RANK), else the first rank any thread of the process set, else -1.
  */
 #include "internal.h"
 
@@ -24,9 +25,14 @@ static struct rank_file {
 } * rank_files;
 static int rank_file_count;
 static _Thread_local int log_rank = -1;
+static int first_rank = -1; /* the first rank any thread set: a rank-less line's file where no launcher names one */
 static _Thread_local char last_error[1024]; /* a message as logged, without the "[rank N] sy warn: " prefix */
 
-void sy__log_set_rank(int rank) { log_rank = rank; }
+void sy__log_set_rank(int rank) {
+  log_rank = rank;
+  int none = -1;
+  if (rank >= 0) __atomic_compare_exchange_n(&first_rank, &none, rank, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 int sy__log_get_rank(void) { return log_rank; }
 
 const char *sy_last_error(void) { return last_error; }
@@ -70,6 +76,16 @@ static void expand_path(const char *pattern, int rank, char *out, size_t out_byt
   out[n] = '\0';
 }
 
+/* Whether a destination names the rank (%r, not the literal "%%r"). */
+static int has_rank(const char *pattern) {
+  for (const char *p = pattern; *p; p++)
+    if (p[0] == '%' && p[1]) {
+      if (p[1] == 'r') return 1;
+      p++;
+    }
+  return 0;
+}
+
 /* Called with log_lock held. */
 static void log_init_locked(void) {
   const char *level = getenv("SY_DEBUG");
@@ -90,7 +106,7 @@ static void log_init_locked(void) {
   free(log_pattern);
   log_pattern = NULL;
   log_file = stderr;
-  if (file && *file && strstr(file, "%r") && (log_pattern = strdup(file)) != NULL) {
+  if (file && *file && has_rank(file) && (log_pattern = strdup(file)) != NULL) {
     log_file = NULL; /* a file per rank, at its first line */
   } else if (file && *file) {
     char path[1024];
@@ -127,6 +143,7 @@ int sy__log_enabled(sy_log_level_t level) {
  * opened or remembered). */
 static FILE *rank_file_locked(int rank) {
   if (rank < 0) rank = launcher_rank();
+  if (rank < 0) rank = __atomic_load_n(&first_rank, __ATOMIC_RELAXED);
   for (int i = 0; i < rank_file_count; i++)
     if (rank_files[i].rank == rank) return rank_files[i].f;
   char path[1024];
