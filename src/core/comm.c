@@ -43,8 +43,10 @@ sy_status_t sy__comm_health(sy_comm_t comm) {
 
 /* ---- init / destroy --------------------------------------------------------------------------------- */
 
-static sy_status_t resolve_backend(sy_backend_t requested, sy_backend_t *out) {
+/* why: where auto chose the host backend, the reason (no usable GPU), else "" */
+static sy_status_t resolve_backend(sy_backend_t requested, sy_backend_t *out, char *why, size_t why_bytes) {
   sy_backend_t backend = requested;
+  why[0] = '\0';
   if (backend == SY_BACKEND_AUTO) {
     const char *env = sy__env_str(SY_ENVID_SY_BACKEND);
     if (!strcasecmp(env, "cuda")) backend = SY_BACKEND_CUDA;
@@ -57,7 +59,10 @@ static sy_status_t resolve_backend(sy_backend_t requested, sy_backend_t *out) {
   if (backend == SY_BACKEND_AUTO) {
     char reason[256];
     backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
-    if (backend == SY_BACKEND_HOST) SY_INFO("backend auto: host (%s)", reason);
+    if (backend == SY_BACKEND_HOST) {
+      SY_INFO("backend auto: host (%s)", reason);
+      snprintf(why, why_bytes, "%s", reason);
+    }
   }
   *out = backend;
   return SY_SUCCESS;
@@ -97,7 +102,8 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   if (config.rank >= 0) sy__log_set_rank(config.rank); /* the lines below are this rank's (SY_DEBUG_FILE's %r) */
   sy_resolved_config_t rc;
   memset(&rc, 0, sizeof rc);
-  SY_CHECK(resolve_backend(config.backend, &rc.backend));
+  char auto_host[256];
+  SY_CHECK(resolve_backend(config.backend, &rc.backend, auto_host, sizeof auto_host));
   long long timeout_ms = 0, boot_timeout_ms = 0;
   SY_CHECK(sy__env_int(SY_ENVID_SY_TIMEOUT_MS, &timeout_ms));
   SY_CHECK(sy__env_int(SY_ENVID_SY_BOOT_TIMEOUT_MS, &boot_timeout_ms));
@@ -137,7 +143,8 @@ sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in)
   } else {
     SY_ARG_CHECK(rc.backend != SY_BACKEND_HOST, fn,
                  "config->rank=-1: the host backend runs ranks as threads, so each thread must pass its rank and "
-                 "world_size");
+                 "world_size%s%s%s",
+                 auto_host[0] ? " (the backend was auto and chose host: " : "", auto_host, auto_host[0] ? ")" : "");
     sy_launch_info_t info;
     SY_CHECK(sy__launch_info_from_env(&info));
     rc.rank = info.rank < 0 ? 0 : info.rank;
