@@ -1,24 +1,50 @@
 /*
  * sy-info — what this machine offers switchyard: the library version, the GPUs CUDA sees with their peer
  * reachability (load/store over NVLink or PCIe), the NVSHMEM and NCCL versions, and with -e every
- * environment variable switchyard reads (value set here, default, what it does).
+ * environment variable switchyard reads (value set here, default, what it does). SY_* variables set here that
+ * switchyard does not read are always listed.
  */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 
 static void print_env(void) {
+  int width = 0; /* the longest name's */
+  for (int i = 0; i < sy__env_count(); i++) {
+    const int len = (int)strlen(sy__env_def((sy_env_id_t)i)->name);
+    width = len > width ? len : width;
+  }
   printf("\nenvironment variables (set here / default):\n");
   for (int i = 0; i < sy__env_count(); i++) {
     const sy_env_def_t *d = sy__env_def((sy_env_id_t)i);
     const char *set = getenv(d->name);
     if (set && !strcmp(d->name, "SY_BOOT_SECRET")) set = "(set, hidden)"; /* a secret is never printed */
-    printf("  %-20s %-12s default %-8s %s\n", d->name, set ? set : "(unset)",
+    printf("  %-*s %-12s default %-8s %s\n", width, d->name, set ? set : "(unset)",
            *d->default_value ? d->default_value : "\"\"", d->doc);
+  }
+}
+
+/* SY_* variables set here that switchyard does not read (a mistyped name is otherwise ignored without a word), as
+ * python -m switchyard.info lists them; SY_BENCH_* are sy-bench's own (sy-bench -h). */
+static void print_unknown_env(void) {
+  int any = 0;
+  for (char **e = environ; *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (strncmp(*e, "SY_", 3) || !eq || !strncmp(*e, "SY_BENCH_", 9)) continue;
+    int known = 0;
+    for (int i = 0; i < sy__env_count() && !known; i++) {
+      const char *name = sy__env_def((sy_env_id_t)i)->name;
+      known = strlen(name) == (size_t)(eq - *e) && !strncmp(*e, name, (size_t)(eq - *e));
+    }
+    if (known) continue;
+    if (!any) printf("\nunknown variables (set here, not read by switchyard: mistyped?):\n");
+    any = 1;
+    printf("  %.*s\n", (int)(eq - *e), *e); /* no value: it may be a mistyped SY_BOOT_SECRET's */
   }
 }
 
@@ -80,5 +106,6 @@ int main(int argc, char **argv) {
   if (dladdr((void *)ncclGetVersion, &info) && info.dli_fname) printf("             %s\n", info.dli_fname);
   print_gpus();
   if (show_env) print_env();
+  print_unknown_env();
   return 0;
 }

@@ -84,6 +84,7 @@ typedef struct job {
   int exit_code;    /* -1 until a failure, timeout or signal decides it */
   int keep_going;   /* --keep-going: a failure is reported, the others run on */
   int stopping;     /* SIGTERM (or the forwarded signal) has gone out */
+  int stop_signal;  /* stopping: the signal that went out */
   int killed;       /* SIGKILL has gone out */
   uint64_t kill_at; /* stopping: when SIGKILL follows */
   uint64_t timeout_at;
@@ -292,6 +293,7 @@ static void signal_groups(job_t *job, int sig) {
 static void stop_all(job_t *job, int sig) {
   if (job->stopping) return;
   job->stopping = 1;
+  job->stop_signal = sig;
   job->kill_at = now_ms() + SYRUN_GRACE_MS;
   signal_groups(job, sig);
 }
@@ -366,6 +368,14 @@ static rank_proc_t *find_rank(job_t *job, pid_t pid) {
   return NULL;
 }
 
+/* Once stopping, whether a rank's end is the stop's consequence: killed by the signal syrun sent (or by SIGKILL once
+ * sent), or a shell's exit status for one (128 + it). Other ends (an exit status of its own, another signal) are
+ * the rank's own failures, reported like the first (which alone decides syrun's status). */
+static int stopped_by_us(const job_t *job, int status) {
+  const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status) > 128 ? WEXITSTATUS(status) - 128 : 0;
+  return sig && (sig == job->stop_signal || (sig == SIGKILL && job->killed));
+}
+
 static void reap(job_t *job) {
   int status;
   pid_t pid;
@@ -375,15 +385,16 @@ static void reap(job_t *job) {
     rank->running = 0;
     job->running--;
     int failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    if (!failed || job->stopping) continue; /* once stopping, later exits are its consequences */
+    if (!failed || (job->stopping && stopped_by_us(job, status))) continue;
     int r = (int)(rank - job->ranks);
     stream_read(job, rank, &rank->out, 1);
     stream_read(job, rank, &rank->err, 1);
     char what[64];
-    const int first = job->exit_code < 0, code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const int first = job->exit_code < 0 && !job->stopping,
+              code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (WIFEXITED(status)) snprintf(what, sizeof what, "exited with status %d", WEXITSTATUS(status));
     else snprintf(what, sizeof what, "was killed by signal %d", WTERMSIG(status));
-    if (first) job->exit_code = code;
+    if (first) job->exit_code = code; /* while stopping the code is already decided */
     const char *then = job->n == 1 || !first ? ""
                        : job->keep_going     ? "; the others run on (--keep-going)"
                                              : "; stopping the others";

@@ -13,7 +13,7 @@ import sys
 
 from . import _lib
 
-_ENV_ENTRY = re.compile(r'SY_ENV_ID_\((\w+),\s*\w+,\s*"([^"]*)",\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)', re.S)
+_ENV_ENTRY = re.compile(r'SY_ENV_ID_\(\s*(\w+),\s*\w+,\s*"([^"]*)",\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)', re.S)
 
 
 def env_variables() -> list[tuple[str, str, str]]:

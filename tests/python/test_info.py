@@ -28,6 +28,10 @@ def test_info_runs() -> None:
 def test_env_list_matches_library() -> None:
     names = [name for name, _, _ in info.env_variables()]
     assert "SY_DEBUG" in names and "SY_HEAP_SIZE" in names and len(names) == len(set(names))
+    # every entry, those clang-format broke after the parenthesis (SY_DEBUG_FILE) too
+    with open(os.path.join(_lib._here, "env_list.h")) as f:
+        assert len(names) == f.read().count("SY_ENV_ID_(")
+    assert "SY_DEBUG_FILE" in names
 
 
 def test_loaded_nvshmem_is_built_one() -> None:

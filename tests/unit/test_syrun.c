@@ -389,6 +389,31 @@ static void test_failures(void) {
   CHECK_EQ_INT(check_pids_gone(r.out), 2);
   free_result(&r);
 
+  /* Ranks that fail on their own while the others are being stopped are reported too (not those SIGTERM ends):
+   * rank 1 exits 4 once the SIGTERM comes, rank 2 dies of it; the status stays the first failure's. */
+  r = run_syrun(ARGS("-n", "3", "sh", "-c",
+                     "if [ $SY_RANK = 0 ]; then " AWAIT(
+                         2) "exit 3; fi; if [ $SY_RANK = 1 ]; then trap 'got=1' TERM; " READY
+                            "while [ -z \"$got\" ]; do sleep 0.05; done; exit 4; fi; " READY "exec sleep 30"),
+                NULL, 60);
+  CHECK_EQ_INT(r.code, 3);
+  CHECK_HAS(r.err, "syrun: rank 0 exited with status 3; stopping the others\n");
+  CHECK_HAS(r.err, "syrun: rank 1 exited with status 4\n");
+  CHECK(strstr(r.err, "rank 2") == NULL);
+  free_result(&r);
+
+  /* Every rank fails at once (none ended by the SIGTERM): each is reported, the status is the one first seen. */
+  r = run_syrun(ARGS("-n", "3", "sh", "-c", "trap '' TERM; " READY AWAIT(3) "exit $((SY_RANK + 3))"), NULL, 60);
+  CHECK(r.code >= 3 && r.code <= 5);
+  char first_line[80];
+  snprintf(first_line, sizeof first_line, "syrun: rank %d exited with status %d; stopping the others\n", r.code - 3,
+           r.code);
+  CHECK_HAS(r.err, first_line);
+  CHECK_HAS(r.err, "syrun: rank 0 exited with status 3");
+  CHECK_HAS(r.err, "syrun: rank 1 exited with status 4");
+  CHECK_HAS(r.err, "syrun: rank 2 exited with status 5");
+  free_result(&r);
+
   /* A rank killed by a signal: 128 + signal. SIGUSR1 ends a process without a core file. */
   r = run_syrun(
       ARGS("-n", "2", "sh", "-c", "if [ $SY_RANK = 0 ]; then " AWAIT(1) "kill -USR1 $$; fi; " READY "exec sleep 30"),

@@ -6,6 +6,7 @@
  *   sy-bench --backend host --world 4 alltoall
  *   sy-bench --backend host --world 3 --soak 30   # the soak mode (soak.c): every operation checked, memory watched
  */
+#include <errno.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "core/internal.h"
@@ -207,20 +209,20 @@ static void usage(FILE *f) {
       "usage: sy-bench [options] ENTRY\n"
       "  --backend auto|cuda|host  default auto: cuda when a GPU is visible\n"
       "  --world N                 host backend: ranks as threads (default 4)\n"
-      "  -b, --minbytes SIZE       smallest size per rank (default 64K)\n"
-      "  -e, --maxbytes SIZE       largest size per rank (default 512M on GPUs, 16M on the host)\n"
-      "  -f, --stepfactor N        size multiplier (default 2)\n"
+      "  -b, --minbytes SIZE       alltoall: smallest size per rank (default 64K)\n"
+      "  -e, --maxbytes SIZE       alltoall: largest size per rank (default 512M on GPUs, 16M on the host)\n"
+      "  -f, --stepfactor N        alltoall: size multiplier (default 2)\n"
       "  -n, --iters N             timed calls per size (default 20; the median is reported)\n"
       "  -w, --warmup N            untimed calls first (default 5), then more to fill 20 ms\n"
       "  -c, --check 0|1           check results against the CPU reference (default 1)\n"
       "      --no-nccl             skip the NCCL baseline\n"
       "      --soak-without-moe-ht the soak leaves the high-throughput MoE out\n"
       "      --json FILE           also write the rows as JSON\n"
-      "  -t, --min-tokens N        token-based entries: fewest tokens per rank (default 8K)\n"
-      "  -T, --max-tokens N        most tokens per rank (default 512K on GPUs, 32K on the host);\n"
+      "  -t, --min-tokens N        attn: fewest tokens per rank (default 8K)\n"
+      "  -T, --max-tokens N        attn: most tokens per rank (default 512K on GPUs, 32K on the host);\n"
       "                            moe-ll, moe-ht: keep the sizes of their lists inside [-t, -T]\n"
-      "      --tokens N[,N...]     moe-ll, moe-ht: tokens per rank to run (default 1,32,128,256;\n"
-      "                            moe-ht 4096,8192)\n"
+      "      --tokens N[,N...]     moe-ll, moe-ht, layer: tokens per rank to run (default 1,32,128,256;\n"
+      "                            moe-ht 4096,8192; layer 128,4096 on GPUs, 16,288 on the host)\n"
       "      --wire fp8|bf16       moe-ll, moe-ht: only that dispatch wire (default both)\n"
       "      --mode dedup|per-expert  moe-ll: only that mode (default both)\n"
       "      --alignment N         moe-ht: each local expert's rows padded to a multiple of N (default 128)\n"
@@ -274,6 +276,72 @@ static void usage(FILE *f) {
       "  SY_BENCH_LAYER_MARKS=FILE (layer: each way's wall-clock start and end appended to FILE, rank 0)\n"
       "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);
+}
+
+/* The options only some entries read, so that one given to another entry, which would ignore it, is refused. names:
+ * its spellings; entries: the entries that read it; sizes: an option of the sizes to run (the refusal says which
+ * options the entry takes for those). The others (--backend, --world, -n, -w, -c, --no-nccl, --json) apply to all. */
+static const struct entry_option {
+  const char *names[10];
+  const char *entries; /* as the message says them: "moe-ll, moe-ht and layer" */
+  int sizes;
+} entry_options[] = {
+    {{"-b", "--minbytes", "-e", "--maxbytes", "-f", "--stepfactor"}, "alltoall", 1},
+    {{"-t", "--min-tokens", "-T", "--max-tokens"}, "attn, moe-ll and moe-ht", 1},
+    {{"--tokens"}, "moe-ll, moe-ht and layer", 1},
+    {{"--wire"}, "moe-ll and moe-ht", 0},
+    {{"--mode"}, "moe-ll", 0},
+    {{"--alignment", "--routing", "--keep-experts", "--scales"}, "moe-ht", 0},
+    {{"--recv", "--num-sms"}, "moe-ht and layer", 0},
+    {{"--micro-batches", "--split", "--group-sum", "--end-sms", "--gemm-sms", "--layers", "--settle", "--ways",
+      "--gemm-beside", "--expert-weights"},
+     "layer",
+     0},
+    {{"--seed", "--soak-growth", "--soak-without-moe-ht"}, "soak", 0},
+};
+
+/* What an entry's sizes come from, for the refusal of another entry's size option. */
+static const char *entry_sizes(const char *entry) {
+  static const char *const sizes[][2] = {{"alltoall", "-b/-e/-f (bytes per rank)"},
+                                         {"attn", "-t/-T (tokens per rank)"},
+                                         {"moe-ll", "--tokens (kept inside -t/-T)"},
+                                         {"moe-ht", "--tokens (kept inside -t/-T)"},
+                                         {"layer", "--tokens"},
+                                         {"pool", "no size options"},
+                                         {"soak", "no size options (it draws its own shapes)"}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (!strcmp(entry, sizes[i][0])) return sizes[i][1];
+  return "no size options";
+}
+
+/* Whether `list` ("a, b and c") names `entry`. */
+static int names_entry(const char *list, const char *entry) {
+  const size_t len = strlen(entry);
+  for (const char *p = strstr(list, entry); p; p = strstr(p + 1, entry))
+    if ((p == list || p[-1] == ' ') && (!p[len] || p[len] == ',' || p[len] == ' ')) return 1;
+  return 0;
+}
+
+/* The row of entry_options that names option `a`, or -1 (an option every entry reads, or none). */
+static int entry_option_row(const char *a) {
+  for (int i = 0; i < (int)(sizeof entry_options / sizeof entry_options[0]); i++)
+    for (int k = 0; k < 10 && entry_options[i].names[k]; k++)
+      if (!strcmp(a, entry_options[i].names[k])) return i;
+  return -1;
+}
+
+/* The world of a launcher's variables (src/boot/launch.c's list), 0 when none is set; *var: the variable read. */
+static int launcher_world(const char **var) {
+  static const char *const names[] = {"SY_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+                                      "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    if (v && *v) {
+      *var = names[i];
+      return atoi(v);
+    }
+  }
+  return 0;
 }
 
 static const bench_entry_t *find_entry(const char *name) {
@@ -371,6 +439,11 @@ static void *rank_main(void *p) {
   sy_comm_rank(ctx.comm, &ctx.rank);
   sy_comm_size(ctx.comm, &ctx.world);
   sy_comm_backend(ctx.comm, &ctx.backend);
+  const char *heap_env = getenv("SY_HEAP_SIZE");
+  if (ctx.rank == 0 && cfg.heap_bytes && heap_env && *heap_env) /* the config's size wins over the variable */
+    fprintf(stderr,
+            "sy-bench: note: %s sizes its symmetric heap itself (%zu MiB a rank); SY_HEAP_SIZE=%s is not used\n",
+            opts->entry, cfg.heap_bytes >> 20, heap_env);
   int rc = 0;
   if (ctx.backend == SY_BACKEND_CUDA) {
     /* the communication's stream at the highest priority, as NCCL's and the library's own (layer: the GEMMs' stream
@@ -440,6 +513,17 @@ static int parse_double_arg(const char *flag, const char *text, double lo, int l
   return 0;
 }
 
+/* --json FILE: opened for appending (so nothing in it changes) while the options are read, so that a path that cannot
+ * be written fails now, with the reason, not after the run; a file this made is removed again. */
+static int test_open(const char *flag, const char *path) {
+  const int existed = access(path, F_OK) == 0;
+  FILE *f = fopen(path, "a");
+  if (!f) return fprintf(stderr, "sy-bench: %s %s: %s\n", flag, path, strerror(errno)) > 0;
+  fclose(f);
+  if (!existed) remove(path);
+  return 0;
+}
+
 /* "N" (even micro-batches) or "W,W,..." (one a weight) into opts->micro_batches and opts->mb_weights. */
 static int parse_micro_batches(const char *flag, const char *text, bench_opts_t *opts) {
   memset(opts->mb_weights, 0, sizeof opts->mb_weights);
@@ -468,6 +552,8 @@ static int parse_micro_batches(const char *flag, const char *text, bench_opts_t 
 static int parse_token_list(const char *flag, const char *text, bench_opts_t *opts) {
   char buf[256];
   if (strlen(text) >= sizeof buf) return fprintf(stderr, "sy-bench: %s: list too long\n", flag) > 0;
+  if (strstr(text, ",,") || text[0] == ',' || text[strlen(text) - 1] == ',')
+    return fprintf(stderr, "sy-bench: %s %s: an empty item\n", flag, text) > 0;
   strcpy(buf, text);
   opts->num_token_list = 0;
   for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
@@ -489,9 +575,14 @@ int main(int argc, char **argv) {
       NULL,   SY_BACKEND_AUTO,  4, 64 << 10, 0, 2,  20,   5, 1, 1,   NULL, 8192, 0, 0,   0, {0}, NULL, NULL, 0, 0,
       0x50a4, (size_t)32 << 20, 0, 0,        0, -1, NULL, 0, 0, {0}, 0,    0,    0, {0}, 0, -1,  0,    0,    0, 0};
   size_t tokens_arg = 0;
+  int world_given = 0, min_bytes_given = 0;
+  const char *launcher_var = NULL;
+  const char *given[sizeof entry_options / sizeof entry_options[0]] = {0}; /* an option of each row, as given */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
+    const int row = entry_option_row(a);
+    if (row >= 0) given[row] = a;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
@@ -516,15 +607,23 @@ int main(int argc, char **argv) {
       else if (!strcasecmp(v, "cuda")) opts.backend = SY_BACKEND_CUDA;
       else if (!strcasecmp(v, "host")) opts.backend = SY_BACKEND_HOST;
       else bad = fprintf(stderr, "sy-bench: --backend %s: want auto, cuda or host\n", v) > 0;
-    } else if (!strcmp(a, "--world")) bad = parse_int_arg(a, v, 1, &opts.world);
-    else if (!strcmp(a, "-b") || !strcmp(a, "--minbytes")) bad = parse_size_arg(a, v, &opts.min_bytes);
-    else if (!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) bad = parse_size_arg(a, v, &opts.max_bytes);
+    } else if (!strcmp(a, "--world")) {
+      bad = parse_int_arg(a, v, 1, &opts.world);
+      world_given = 1;
+    } else if (!strcmp(a, "-b") || !strcmp(a, "--minbytes")) {
+      bad = parse_size_arg(a, v, &opts.min_bytes);
+      min_bytes_given = 1;
+    } else if (!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) bad = parse_size_arg(a, v, &opts.max_bytes);
     else if (!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) bad = parse_int_arg(a, v, 2, &opts.step_factor);
     else if (!strcmp(a, "-n") || !strcmp(a, "--iters")) bad = parse_int_arg(a, v, 1, &opts.iters);
     else if (!strcmp(a, "-w") || !strcmp(a, "--warmup")) bad = parse_int_arg(a, v, 0, &opts.warmup);
-    else if (!strcmp(a, "-c") || !strcmp(a, "--check")) bad = parse_int_arg(a, v, 0, &opts.check);
-    else if (!strcmp(a, "--json")) opts.json_path = v;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--min-tokens")) {
+    else if (!strcmp(a, "-c") || !strcmp(a, "--check")) {
+      bad = parse_int_arg(a, v, 0, &opts.check) ||
+            (opts.check > 1 && fprintf(stderr, "sy-bench: %s %s: want 0 or 1\n", a, v) > 0);
+    } else if (!strcmp(a, "--json")) {
+      opts.json_path = v;
+      bad = test_open(a, v);
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--min-tokens")) {
       bad = parse_size_arg(a, v, &tokens_arg);
       opts.min_tokens = (int64_t)tokens_arg;
       opts.tokens_given |= BENCH_MIN_TOKENS_GIVEN;
@@ -614,14 +713,36 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* An option the entry does not read would be ignored: refused, naming what the entry takes instead. */
+  for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+    if (!given[i] || names_entry(entry_options[i].entries, opts.entry)) continue;
+    if (entry_options[i].sizes)
+      fprintf(stderr, "sy-bench: %s applies to %s, not %s; %s takes %s\n", given[i], entry_options[i].entries,
+              opts.entry, opts.entry, entry_sizes(opts.entry));
+    else fprintf(stderr, "sy-bench: %s applies to %s, not %s\n", given[i], entry_options[i].entries, opts.entry);
+    return 2;
+  }
   if (find_entry(opts.entry)->host_times && !getenv("SY_BENCH_TIMELINE")) setenv("SY_BENCH_NO_CUPTI", "1", 0);
   if (opts.backend == SY_BACKEND_AUTO) {
     const char *env = getenv("SY_BACKEND");
     char reason[256];
     if (env && !strcasecmp(env, "host")) opts.backend = SY_BACKEND_HOST;
     else if (env && !strcasecmp(env, "cuda")) opts.backend = SY_BACKEND_CUDA;
-    else opts.backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
+    else if (env && *env && strcasecmp(env, "auto")) { /* as the library's resolve_backend (src/core/comm.c) */
+      fprintf(stderr, "sy-bench: environment variable SY_BACKEND=%s is not auto, cuda or host\n", env);
+      return 2;
+    } else opts.backend = sy__cuda_available(reason, sizeof reason) ? SY_BACKEND_CUDA : SY_BACKEND_HOST;
   }
+  if (opts.backend == SY_BACKEND_HOST && launcher_world(&launcher_var) > 1) {
+    /* each process would run a host world of its own, --world threads, none of them the launcher's ranks */
+    fprintf(stderr,
+            "sy-bench: the host backend runs its ranks as threads of one process, but a launcher started this one "
+            "(%s=%s): run sy-bench without a launcher and pick the ranks with --world N\n",
+            launcher_var, getenv(launcher_var));
+    return 2;
+  }
+  if (opts.backend == SY_BACKEND_CUDA && world_given)
+    fprintf(stderr, "sy-bench: --world is ignored on the cuda backend (the ranks are the launcher's processes)\n");
   if (!opts.max_tokens) opts.max_tokens = opts.backend == SY_BACKEND_CUDA ? 512 * 1024 : 32 * 1024;
   /* -T alone below the default -t (moe-ll -T 128): the default gives way. */
   if (!(opts.tokens_given & BENCH_MIN_TOKENS_GIVEN) && opts.min_tokens > opts.max_tokens)
@@ -633,7 +754,9 @@ int main(int argc, char **argv) {
   }
   if (!opts.max_bytes) opts.max_bytes = opts.backend == SY_BACKEND_CUDA ? (size_t)512 << 20 : (size_t)16 << 20;
   if (opts.min_bytes > opts.max_bytes) {
-    fprintf(stderr, "sy-bench: --minbytes %zu is larger than --maxbytes %zu\n", opts.min_bytes, opts.max_bytes);
+    fprintf(stderr, "sy-bench: %s--minbytes %zu is larger than --maxbytes %zu%s\n",
+            min_bytes_given ? "" : "the default ", opts.min_bytes, opts.max_bytes,
+            min_bytes_given ? "" : " (give a smaller -b)");
     return 2;
   }
   if (opts.backend == SY_BACKEND_HOST || !strcmp(opts.entry, "soak")) opts.nccl = 0; /* the soak has no baseline */
@@ -662,7 +785,7 @@ int main(int argc, char **argv) {
   if (opts.json_path && json_rows) {
     FILE *f = fopen(opts.json_path, "w");
     if (!f) {
-      fprintf(stderr, "sy-bench: cannot write %s\n", opts.json_path);
+      fprintf(stderr, "sy-bench: cannot write %s: %s\n", opts.json_path, strerror(errno));
       status = 1;
     } else {
       fprintf(f, "{\n  \"entry\": \"%s\",\n  \"version\": \"%s\",\n  \"rows\": [\n%s\n  ]\n}\n", opts.entry,
