@@ -1,8 +1,8 @@
 /*
  * test_bench_options.c — the built sy-bench (SY_BIN_DIR/sy-bench) refuses, before it runs anything, what it would
  * otherwise ignore or find out only after the run: an option the chosen entry does not read, a bad SY_BACKEND, a
- * --json file it cannot write, the host backend under a launcher's world, -c beyond 0|1, an empty --tokens item;
- * each with exit 2 and a message that names the cause.
+ * --json file it cannot write, the host backend under a launcher's world, -c beyond 0|1, an empty --tokens item,
+ * an unknown option or entry (one line each); each with exit 2 and a message that names the cause.
  */
 #include "check.h"
 
@@ -48,5 +48,9 @@ int main(void) {
   REFUSED("", "--backend host -c 2 alltoall", "-c 2: want 0 or 1");
   REFUSED("", "--backend host -e 1K alltoall", "the default --minbytes 65536 is larger than --maxbytes 1024");
   REFUSED("", "--backend host --tokens 1,,32 moe-ll", "--tokens 1,,32: an empty item");
+  /* a mistake gets one line, not the whole usage; --name=value reads as --name value */
+  REFUSED("", "--bogus alltoall", "unknown option --bogus (sy-bench --help lists the options)");
+  REFUSED("", "nothing", "no entry named nothing; the entries: alltoall attn");
+  REFUSED("", "--backend=host --wire=fp8 alltoall", "--wire applies to moe-ll and moe-ht, not alltoall");
   return check_report();
 }

@@ -206,7 +206,7 @@ int bench_time(bench_ctx_t *ctx, bench_op_fn op, void *arg, bench_timing_t *out)
 static void usage(FILE *f) {
   fprintf(
       f,
-      "usage: sy-bench [options] ENTRY\n"
+      "usage: sy-bench [options] ENTRY   (an option's value follows it, or '=': --tokens=1,32)\n"
       "  --backend auto|cuda|host  default auto: cuda when a GPU is visible\n"
       "  --world N                 host backend: ranks as threads (default 4)\n"
       "  -b, --minbytes SIZE       alltoall: smallest size per rank (default 64K)\n"
@@ -578,6 +578,20 @@ int main(int argc, char **argv) {
   int world_given = 0, min_bytes_given = 0;
   const char *launcher_var = NULL;
   const char *given[sizeof entry_options / sizeof entry_options[0]] = {0}; /* an option of each row, as given */
+  /* --name=value as --name value */
+  char **args = calloc(2 * (size_t)argc + 1, sizeof *args);
+  if (!args) return fprintf(stderr, "sy-bench: out of memory\n"), 1;
+  int nargs = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *eq = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
+    if (!eq || i == 0) {
+      args[nargs++] = argv[i];
+      continue;
+    }
+    args[nargs++] = strndup(argv[i], (size_t)(eq - argv[i])); /* kept to the end of the process, as argv is */
+    args[nargs++] = (char *)eq + 1;
+  }
+  argc = nargs, argv = args;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
@@ -696,8 +710,7 @@ int main(int argc, char **argv) {
         bad = fprintf(stderr, "sy-bench: --mode %s: expected dedup or per-expert\n", v) > 0;
       opts.mode_only = v;
     } else {
-      fprintf(stderr, "sy-bench: unknown option %s\n", a);
-      usage(stderr);
+      fprintf(stderr, "sy-bench: unknown option %s (sy-bench --help lists the options)\n", a);
       return 2;
     }
     if (bad) return 2;
@@ -708,9 +721,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sy-bench: --soak runs the entry soak, not %s\n", opts.entry);
     return 2;
   }
-  if (!opts.entry || !find_entry(opts.entry)) {
-    if (opts.entry) fprintf(stderr, "sy-bench: no entry named %s\n", opts.entry);
+  if (!opts.entry) {
     usage(stderr);
+    return 2;
+  }
+  if (!find_entry(opts.entry)) {
+    fprintf(stderr, "sy-bench: no entry named %s; the entries:", opts.entry);
+    for (int e = 0; e < num_entries; e++) fprintf(stderr, " %s", entries[e].name);
+    fprintf(stderr, " (sy-bench --help says what each does)\n");
     return 2;
   }
   /* An option the entry does not read would be ignored: refused, naming what the entry takes instead. */
