@@ -36,6 +36,7 @@ typedef struct rank_ctx {
   rank_fn_t fn;
   void *arg;
   pthread_t thread;
+  size_t heap_bytes; /* 0: 4 GiB */
 } rank_ctx_t;
 
 static int next_group = 4100;
@@ -48,7 +49,7 @@ static inline void *rank_main(void *p) {
   config.world_size = ctx->world;
   config.host_group = ctx->group;
   config.timeout_ms = ctx->timeout_ms;
-  config.heap_bytes = (size_t)1 << 32; /* accounting only on the host backend */
+  config.heap_bytes = ctx->heap_bytes ? ctx->heap_bytes : (size_t)1 << 32; /* accounting only on the host backend */
   sy_comm_t comm = NULL;
   CHECK_OK(sy_comm_init(&comm, &config));
   if (!comm) return NULL;
@@ -57,18 +58,23 @@ static inline void *rank_main(void *p) {
   return NULL;
 }
 
-/* Runs fn on `world` ranks, each a thread with its own communicator of a fresh host group. */
-static inline void run_ranks_timeout(int world, uint64_t timeout_ms, rank_fn_t fn, void *arg) {
+/* Runs fn on `world` ranks, each a thread with its own communicator of a fresh host group; heaps: each rank's
+ * symmetric heap in bytes (NULL: 4 GiB each). */
+static inline void run_ranks_heaps(int world, uint64_t timeout_ms, const size_t *heaps, rank_fn_t fn, void *arg) {
   rank_ctx_t ctx[MAX_RANKS];
   const int group = __atomic_fetch_add(&next_group, 1, __ATOMIC_RELAXED);
   for (int r = 0; r < world; r++) {
-    ctx[r] = (rank_ctx_t){r, world, group, timeout_ms, fn, arg, 0};
+    ctx[r] = (rank_ctx_t){r, world, group, timeout_ms, fn, arg, 0, heaps ? heaps[r] : 0};
     if (pthread_create(&ctx[r].thread, NULL, rank_main, &ctx[r])) {
       fprintf(stderr, "pthread_create failed\n");
       exit(1);
     }
   }
   for (int r = 0; r < world; r++) pthread_join(ctx[r].thread, NULL);
+}
+
+static inline void run_ranks_timeout(int world, uint64_t timeout_ms, rank_fn_t fn, void *arg) {
+  run_ranks_heaps(world, timeout_ms, NULL, fn, arg);
 }
 
 static inline void run_ranks(int world, rank_fn_t fn, void *arg) { run_ranks_timeout(world, TEST_TIMEOUT_MS, fn, arg); }

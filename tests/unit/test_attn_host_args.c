@@ -507,38 +507,15 @@ static void create_mismatch_rank(int me, sy_comm_t comm, void *arg) {
 /* A heap too small for the staging on one rank only (a review found rank 0 refused alone in sy_mem_alloc and both
  * communicators failed, SY_ERR_MISMATCH): the create's exchange carries the verdict, the small rank gets
  * SY_ERR_NO_MEMORY naming SY_HEAP_SIZE, the other SY_ERR_INVALID_ARG, both at once, both communicators usable. */
-typedef struct heap_rank {
-  int rank;
-  size_t heap;
-  pthread_t thread;
-} heap_rank_t;
-
-static void *heap_rank_main(void *p) {
-  heap_rank_t *h = p;
-  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
-  config.backend = SY_BACKEND_HOST;
-  config.rank = h->rank;
-  config.world_size = 2;
-  config.host_group = 4097;
-  config.heap_bytes = h->heap;
-  sy_comm_t comm = NULL;
-  CHECK_OK(sy_comm_init(&comm, &config));
-  if (!comm) return NULL;
+static void heap_rank(int me, sy_comm_t comm, void *arg) {
   sy_attn_config_t ac = SY_ATTN_CONFIG_INIT;
   ac.max_tokens = 1024, ac.max_replicas = 2, ac.max_kv_grad_row_bytes = 1024; /* 2 MiB of staging */
-  sy_attn_t attn = (sy_attn_t)&config;                                        /* must come back NULL */
-  CHECK_STATUS(sy_attn_create(comm, &ac, &attn), h->rank == 0 ? SY_ERR_NO_MEMORY : SY_ERR_INVALID_ARG);
+  sy_attn_t attn = (sy_attn_t)&ac;                                            /* must come back NULL */
+  CHECK_STATUS(sy_attn_create(comm, &ac, &attn), me == 0 ? SY_ERR_NO_MEMORY : SY_ERR_INVALID_ARG);
   CHECK(attn == NULL);
-  if (h->rank == 0) CHECK(check_log_has("exceeds the symmetric heap", __LINE__));
+  if (me == 0) CHECK(check_log_has("exceeds the symmetric heap", __LINE__));
   CHECK_OK(sy_comm_barrier(comm, NULL)); /* still usable */
-  CHECK_OK(sy_comm_destroy(comm));
-  return NULL;
-}
-
-static void heap_too_small_on_one_rank(void) {
-  heap_rank_t h[2] = {{0, (size_t)1 << 20, 0}, {1, (size_t)1 << 30, 0}};
-  for (int r = 0; r < 2; r++) CHECK_EQ_INT(pthread_create(&h[r].thread, NULL, heap_rank_main, &h[r]), 0);
-  for (int r = 0; r < 2; r++) pthread_join(h[r].thread, NULL);
+  (void)arg;
 }
 
 int main(void) {
@@ -572,7 +549,8 @@ int main(void) {
   }
   setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression may wait this long in an exchange, not 60 s */
   run_ranks(2, one_refuses_rank, NULL);
-  heap_too_small_on_one_rank();
+  const size_t heaps[2] = {(size_t)1 << 20, (size_t)1 << 30};
+  run_ranks_heaps(2, TEST_TIMEOUT_MS, heaps, heap_rank, NULL);
   run_ranks(2, create_mismatch_rank, NULL);
   unsetenv("SY_BOOT_TIMEOUT_MS");
   unsetenv("SY_DEBUG_FILE");

@@ -467,31 +467,14 @@ static void one_refuses_rank(int me, sy_comm_t comm, void *arg) {
  * `bytes`) while the other rank waited in the allocation's exchange, and both communicators ended in
  * SY_ERR_MISMATCH. Now the create's exchange carries that verdict: the small rank SY_ERR_NO_MEMORY naming
  * SY_HEAP_SIZE, the other SY_ERR_INVALID_ARG at once, nothing created, the communicators usable. */
-typedef struct heap_rank {
-  int rank, group;
-  size_t heap;
-  pthread_t thread;
-} heap_rank_t;
-
-static void *heap_rank_main(void *p) {
-  heap_rank_t *h = p;
-  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
-  config.backend = SY_BACKEND_HOST;
-  config.rank = h->rank;
-  config.world_size = 2;
-  config.host_group = h->group;
-  config.heap_bytes = h->heap;
-  sy_comm_t comm = NULL;
-  CHECK_OK(sy_comm_init(&comm, &config));
-  if (!comm) return NULL;
+static void heap_rank(int me, sy_comm_t comm, void *arg) {
   const sy_moe_config_t good = case_config(&small);
-  sy_moe_t moe = (sy_moe_t)&config; /* must come back NULL */
-  CHECK_STATUS(sy_moe_create(comm, &good, &moe), h->rank == 0 ? SY_ERR_NO_MEMORY : SY_ERR_INVALID_ARG);
+  sy_moe_t moe = (sy_moe_t)&good; /* must come back NULL */
+  CHECK_STATUS(sy_moe_create(comm, &good, &moe), me == 0 ? SY_ERR_NO_MEMORY : SY_ERR_INVALID_ARG);
   CHECK(moe == NULL);
-  if (h->rank == 0) CHECK(check_log_has("exceeds the symmetric heap", __LINE__));
+  if (me == 0) CHECK(check_log_has("exceeds the symmetric heap", __LINE__));
   CHECK_OK(sy_comm_barrier(comm, NULL)); /* still usable */
-  CHECK_OK(sy_comm_destroy(comm));
-  return NULL;
+  (void)arg;
 }
 
 static void heap_too_small_on_one_rank(void) {
@@ -507,9 +490,8 @@ static void heap_too_small_on_one_rank(void) {
   size_t ws = 0; /* the world-2 workspace is larger than the world-1 one: a heap of the latter is too small */
   CHECK_OK(sy_moe_workspace_size(one, &good, &ws));
   CHECK_OK(sy_comm_destroy(one));
-  heap_rank_t h[2] = {{0, 4098, ws, 0}, {1, 4098, (size_t)1 << 32, 0}};
-  for (int r = 0; r < 2; r++) CHECK_EQ_INT(pthread_create(&h[r].thread, NULL, heap_rank_main, &h[r]), 0);
-  for (int r = 0; r < 2; r++) pthread_join(h[r].thread, NULL);
+  const size_t heaps[2] = {ws, (size_t)1 << 32};
+  run_ranks_heaps(2, TEST_TIMEOUT_MS, heaps, heap_rank, NULL);
 }
 
 int main(void) {
