@@ -68,7 +68,17 @@ static sy_status_t resolve_backend(sy_backend_t requested, sy_backend_t *out, ch
   return SY_SUCCESS;
 }
 
+static sy_status_t comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in);
+
+/* A failed init leaves the thread's log rank as it found it (init sets it early, for its own lines). */
 sy_status_t sy_comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in) {
+  const int rank = sy__log_get_rank();
+  const sy_status_t st = comm_init(comm_out, config_in);
+  if (st != SY_SUCCESS) sy__log_set_rank(rank);
+  return st;
+}
+
+static sy_status_t comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config_in) {
   static const char *fn = "sy_comm_init";
   sy__last_error_clear(); /* no rank yet: sy__log_set_rank below, once known */
   SY_ARG_CHECK(comm_out != NULL, fn, "comm is NULL");
