@@ -390,6 +390,8 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   SY_CHECK(sy__env_int(SY_ENVID_SY_A2A_BLOCKS, &blocks));
   SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CHUNK, &max_piece));
   SY_CHECK(sy__env_bool(SY_ENVID_SY_FORCE_PUT, &force_put));
+  int pdl = 1; /* read at each launch (exec/launch.cu: pdl_enabled); a malformed value stops init here, not later */
+  SY_CHECK(sy__env_bool(SY_ENVID_SY_PDL, &pdl));
   size_t ce_min = 0;
   SY_CHECK(sy__env_size(SY_ENVID_SY_A2A_CE, &ce_min));
   if (blocks < 0 || max_piece < 16) {
