@@ -578,8 +578,9 @@ int main(int argc, char **argv) {
   int world_given = 0, min_bytes_given = 0;
   const char *launcher_var = NULL;
   const char *given[sizeof entry_options / sizeof entry_options[0]] = {0}; /* an option of each row, as given */
-  /* --name=value as --name value */
-  char **args = calloc(2 * (size_t)argc + 1, sizeof *args);
+  /* --name=value as --name value (in `args`, static: reachable to the end, as argv is) */
+  static char **args;
+  args = calloc(2 * (size_t)argc + 1, sizeof *args);
   if (!args) return fprintf(stderr, "sy-bench: out of memory\n"), 1;
   int nargs = 0;
   for (int i = 0; i < argc; i++) {
