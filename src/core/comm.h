@@ -92,10 +92,14 @@ struct sy_moe_ht {
 /* Where the cuda backend's high-throughput data kernels run a channel's two roles (SY_HT_ROLES resolved for this
  * configuration and world size; cuda/moe_ht/ht.cuh): 1 on one block's warps at once, 0 on two blocks. The
  * workspace's channels follow it (sy__moe_ht_ws_layout), so the size query and the create read the same. Auto (-1):
- * 1 from world size 2 with at most SY_HT_ROLES_AUTO_SMS SMs. Measured at world 4 (bench/NOTES.md, runs 39 and 40):
- * by warps 13-14% faster over the four calls at 16 SMs; at 24 and 32 equal over the four (the dispatch kernel faster,
- * the combine kernel 14-20% slower) and 3-7% slower for the dispatch and combine together; at 48 and 64 slower. */
-#define SY_HT_ROLES_AUTO_SMS 16
+ * 1 at world size 2 with at most SY_HT_ROLES_AUTO_SMS_W2 SMs, from world size 3 with at most SY_HT_ROLES_AUTO_SMS.
+ * Measured at world 4 (4 x H100; bench/NOTES.md, runs 39 and 40): by warps 13-14% faster over the four calls at 16
+ * SMs; at 24 and 32 equal over the four (the dispatch kernel faster, the combine kernel 14-20% slower) and 3-7%
+ * slower for the dispatch and combine together; at 48 and 64 slower. At world 2 (2 x H200, run 59) by warps is
+ * faster over the four calls at 24 (-13%), 32 (-11%) and 48 (-6%; the combine +2%) and 2% slower at 64 (the combine
+ * +12%). World 3 and 8: not measured, world 4's rule. */
+#define SY_HT_ROLES_AUTO_SMS    16
+#define SY_HT_ROLES_AUTO_SMS_W2 48
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size);
 /* Whether [p, p + bytes) lies in the object's receive arena (core/moe_ht.c). */
 int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes);

@@ -101,7 +101,8 @@ int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size) {
   long long roles = -1;
   if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS) roles = -1; /* create fails on it (cuda backend) */
   if (roles >= 0) return roles > 0;
-  return world_size > 1 && c->num_sms <= SY_HT_ROLES_AUTO_SMS;
+  if (world_size < 2) return 0;
+  return c->num_sms <= (world_size == 2 ? SY_HT_ROLES_AUTO_SMS_W2 : SY_HT_ROLES_AUTO_SMS);
 }
 
 sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config_in, size_t *bytes) {

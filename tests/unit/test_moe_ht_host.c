@@ -14,8 +14,9 @@
  *    <combine(y; w + d), g> - <combine(y; w), g> = sum d x token_values (the gradient carried back);
  *  - the same step with the receive buffers from a pool (sy_moe_ht_recv_alloc, sized by host_counts in the exact
  *    mode): the same bits;
- *  - where the cuda backend runs a channel's two roles (SY_HT_ROLES: auto by warps from world 2 up to
- *    SY_HT_ROLES_AUTO_SMS SMs, 0 and 1 forcing it) and the workspace's channels that follow.
+ *  - where the cuda backend runs a channel's two roles (SY_HT_ROLES: auto by warps at world 2 up to
+ *    SY_HT_ROLES_AUTO_SMS_W2 SMs, from world 3 up to SY_HT_ROLES_AUTO_SMS, 0 and 1 forcing it) and the workspace's
+ *    channels that follow.
  * SY_TEST_SEED overrides the seed; a failure prints it.
  */
 #include "core/internal.h" /* sy__moe_ht_roles */
@@ -585,6 +586,11 @@ static void test_roles(void) {
       {NULL, 4, 2, 1},
       {NULL, 4, SY_HT_ROLES_AUTO_SMS, 1},
       {NULL, 4, SY_HT_ROLES_AUTO_SMS + 1, 0},
+      {NULL, 3, SY_HT_ROLES_AUTO_SMS + 1, 0},
+      {NULL, 2, SY_HT_ROLES_AUTO_SMS + 1, 1},
+      {NULL, 2, SY_HT_ROLES_AUTO_SMS_W2, 1},
+      {NULL, 2, SY_HT_ROLES_AUTO_SMS_W2 + 1, 0},
+      {NULL, 2, 132, 0},
       {NULL, 8, 132, 0},
       {"-1", 4, 16, 1},
       {"-1", 4, 24, 0},

@@ -549,8 +549,10 @@ static int op_c(bench_ctx_t *ctx, void *arg) {
   return sy_graph_cache_run(r->cache, r->b->T, ctx->stream) != SY_SUCCESS;
 }
 
-/* Median host time of enqueuing op (the stream drained after each, outside the timing). */
-static double enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
+/* Median host time of enqueuing op (the stream drained after each, outside the timing). SY_BENCH_ENQUEUE_FILE=FILE
+ * (rank 0): each sample, in run order, appended to FILE as a line "shape tokens way us us ..." (label: way) — is a
+ * slow median every sample's, or a few slow ones? */
+static double enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg, const char *label) {
   const int n = ctx->opts->iters;
   double *t = calloc((size_t)n, sizeof *t);
   if (!t) return -1;
@@ -559,6 +561,14 @@ static double enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg) {
     if (op(ctx, arg)) return free(t), -1;
     t[i] = (bench_now_s() - t0) * 1e6;
     if (ctx->backend == SY_BACKEND_CUDA) cudaStreamSynchronize(ctx->stream);
+  }
+  const char *path = ctx->rank == 0 ? getenv("SY_BENCH_ENQUEUE_FILE") : NULL;
+  FILE *f = path ? fopen(path, "a") : NULL;
+  if (f) {
+    fprintf(f, "%s", label);
+    for (int i = 0; i < n; i++) fprintf(f, " %.2f", t[i]);
+    fprintf(f, "\n");
+    fclose(f);
   }
   const double m = bench_median(t, n);
   free(t);
@@ -640,7 +650,9 @@ int layer_run_shape(layer_bench_t *b, const layer_parts_t *p, double *us, double
     FILE *f = marks ? fopen(marks, "a") : NULL;
     if (f) fprintf(f, "%s %d %s %.3f %.3f\n", p->shape, b->T, ways[i].name, w0, wall_s()), fclose(f);
     us[i] = t_run[j] = t.time_us;
-    enq[i] = e_run[j] = rc ? -1 : enqueue_us(ctx, ways[i].op, &run);
+    char label[96];
+    snprintf(label, sizeof label, "%s %d %s", p->shape, b->T, ways[i].name);
+    enq[i] = e_run[j] = rc ? -1 : enqueue_us(ctx, ways[i].op, &run, label);
     if (rc || !ways[i].checked || !ctx->opts->check) continue;
     const long long w = layer_check(b, b->gpu ? 4 : 16, p->check == 2);
     if (w)

@@ -49,8 +49,8 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
 #ifndef SY_HT_STG
 #define SY_HT_STG 1
 #endif
-/* SY_HT_STG_ROLES (build time, default 0): the same choice for the kernels with both roles in a block (from world 2
- * at <= 16 SMs) and for the quantisation ahead (sy_ht_quantise, the FP8 path from world 2). There the weak st.global
+/* SY_HT_STG_ROLES (build time, default 0): the same choice for the kernels with both roles in a block (SY_HT_ROLES,
+ * from world 2) and for the quantisation ahead (sy_ht_quantise, the FP8 path from world 2). There the weak st.global
  * form measured slower (2 x H200, 16 SMs, 4,096 tokens, kernel us; bench/NOTES.md, run 57): the BF16 dispatch
  * 705.50 / 705.66 with it against 696.50 / 696.26 with generic stores, the FP8 dispatch 691.22 / 690.11 against
  * 677.50 / 677.29. That was a build with SY_HT_STG=0 for every kernel; with these defaults each kernel's PTX is
@@ -130,7 +130,7 @@ __device__ __forceinline__ void warp_copy_scales(const float *sc, int groups, co
  * first quantisation, none during the stores. Measured at world 1 (bench/NOTES.md, run 52): PIPE 1 takes the FP8
  * dispatch at 132 SMs from 115.3-116.7 to 111.7-112.6 us, at 16 SMs 439.5-440.3 to 435.9-438.2, quantised ahead
  * (sy_ht_quantise) 541.4-541.6 to 531.9-532.4; PIPE 2 measured no better and spills more. Kernels with both
- * roles in a block (from world 2 at <= 16 SMs, where the tokens are quantised ahead by default) keep PIPE 0, which
+ * roles in a block (SY_HT_ROLES, from world 2, where the tokens are quantised ahead by default) keep PIPE 0, which
  * spills less there. SY_HT_QPIPE (build time): the PIPE of the other kernels, 0 for the form before. */
 #ifndef SY_HT_QPIPE
 #define SY_HT_QPIPE 1
