@@ -9,6 +9,14 @@
  *   then 8 kernels on 2 branches with what the layer's decode graph has beside (its census, SY_DEBUG=INFO: 8
  *   kernels, 2-4 memsets from cuBLASLt): 1, 2 or 4 memset nodes, and kernels launched with a 2-block cluster
  *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/glp tools/dev/graph-launch-probe.cu && /tmp/glp
+ * Built by CMake as build/bin/sy-graph-launch-probe, linked with the library. Its first argument picks what runs
+ * beside the timing (run 59: the decode step's replay was slow in about half the processes, every sample alike, while
+ * this probe's bare graphs never were; two threads of the slow processes spun at 100%, the main one and presumably
+ * NVSHMEM's proxy):
+ *   (none)  the shapes above
+ *   quick   only 8 kernels on 2 branches, PDL on, 16-byte parameters (one line; for many processes in a row)
+ *   spin    quick, with a second thread spinning on a host word the whole time (any busy thread beside?)
+ *   sy      quick, after sy_comm_init on the cuda backend at world 1 (NVSHMEM initialised, its threads running)
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -20,6 +28,15 @@
 #include <vector>
 
 #include "probe_check.cuh"
+
+#include <pthread.h>
+#include <string.h>
+
+#include <atomic>
+
+#ifdef SY_PROBE_WITH_LIBRARY
+#include "switchyard.h"
+#endif
 
 template <int BYTES>
 struct blob {
@@ -106,7 +123,30 @@ static double replay_us(int kernels, int branches, bool pdl, cudaStream_t s0, cu
   return t[t.size() / 2];
 }
 
-int main() {
+static std::atomic<int> g_stop{0};
+static void *spin(void *) {
+  while (!g_stop.load(std::memory_order_relaxed)) {
+  }
+  return nullptr;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  const bool quick = !strcmp(mode, "quick") || !strcmp(mode, "spin") || !strcmp(mode, "sy");
+  if (*mode && !quick) return fprintf(stderr, "usage: %s [quick|spin|sy]\n", argv[0]), 2;
+  pthread_t spinner;
+  if (!strcmp(mode, "spin") && pthread_create(&spinner, nullptr, spin, nullptr))
+    return fprintf(stderr, "pthread_create failed\n"), 1;
+  if (!strcmp(mode, "sy")) {
+#ifdef SY_PROBE_WITH_LIBRARY
+    sy_comm_t comm;
+    sy_comm_config_t config = SY_COMM_CONFIG_INIT;
+    config.backend = SY_BACKEND_CUDA, config.rank = 0, config.world_size = 1;
+    if (sy_comm_init(&comm, &config) != SY_SUCCESS) return fprintf(stderr, "sy_comm_init: %s\n", sy_last_error()), 1;
+#else
+    return fprintf(stderr, "built without the library (SY_PROBE_WITH_LIBRARY): no 'sy' mode\n"), 2;
+#endif
+  }
   cudaStream_t s0, s1;
   int lo = 0, hi = 0;
   CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -114,6 +154,12 @@ int main() {
   CK(cudaStreamCreateWithPriority(&s1, cudaStreamNonBlocking, lo));
   int *out;
   CK(cudaMalloc(&out, 256));
+  if (quick) {
+    printf("%s: 8 kernels on 2 branches, PDL on: %.2f us a replay\n", mode, replay_us<16>(8, 2, true, s0, s1, out));
+    g_stop = 1;
+    if (!strcmp(mode, "spin")) pthread_join(spinner, nullptr);
+    return 0; /* sy: the communicator lives to the exit (the probe measures, then leaves) */
+  }
   printf("%8s %9s %7s %4s %10s\n", "kernels", "branches", "params", "pdl", "replay_us");
   for (int kernels : {2, 8, 32})
     for (int branches : {1, 2})
