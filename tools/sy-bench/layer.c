@@ -229,7 +229,17 @@ static int setup_prefill(layer_bench_t *b) {
   }
   b->end_sms = b->by_experts ? ctx->opts->end_sms : 0;
   if (b->end_sms > b->sms) cfg.num_sms = b->end_sms; /* the most a call takes; the others b->sms (budget) */
-  if (sy_moe_ht_create(ctx->comm, &cfg, &b->moe) != SY_SUCCESS) return 1;
+  const sy_status_t st = sy_moe_ht_create(ctx->comm, &cfg, &b->moe);
+  if (st != SY_SUCCESS) { /* e.g. the receive arena past the heap: say what it needs and where to set it */
+    size_t need = 0;
+    sy_moe_ht_workspace_size(ctx->comm, &cfg, &need);
+    fprintf(stderr,
+            "sy-bench layer: rank %d: sy_moe_ht_create (%d tokens, num_sms %d%s): %s (%s); its workspace: %.1f MiB of "
+            "symmetric memory (SY_HEAP_SIZE)\n",
+            ctx->rank, b->T, cfg.num_sms, cfg.recv_arena_bytes ? ", the receive arena in it" : "",
+            sy_status_name(st), sy_status_string(st), (double)need / (1 << 20));
+    return 1;
+  }
   if (sy_moe_ht_set_num_sms(b->moe, b->sms) != SY_SUCCESS) return 1;
   sy_moe_ht_sizes_t sizes = SY_MOE_HT_SIZES_INIT;
   if (sy_moe_ht_sizes(b->moe, &sizes) != SY_SUCCESS) return 1;
