@@ -1,13 +1,15 @@
 /*
  * moe_layer.c — an MoE layer's forward from a user's side over the high-throughput mode: the layout, the dispatch
  * into each local expert's contiguous rows (exact counts on the host), one GEMM per expert with cuBLAS on its rows,
- * and the weighted combine back to the tokens. Expert e multiplies by W_e = s_e I (s_e = 1 + e / 8), so the result
- * is easy to check: out[t] = sum_k w_k s_(e_k) x[t]. The dispatch's receive buffers come from the object's receive
+ * and the weighted combine back to the tokens. Expert e multiplies by W_e = s_e I + S / 4 (s_e = 1 + e / 8, S the
+ * cyclic shift: row h has 1 at column h + 1), so the result is easy to check and tells x W from x W^T:
+ * out[t][j] = sum_k w_k s_(e_k) x[t][j] + x[t][j - 1] / 4 (the weights sum to 1; j - 1 cyclic). The dispatch's receive buffers come from the object's receive
  * arena (config.recv_arena_bytes), where the senders store each token's first row straight into its place (the
  * dispatch's first copy in place; plain device memory from a pool or cudaMalloc works too). Run it on GPUs:
  * `build/bin/syrun -n 2 build/bin/sy-example-layer` (ranks may share a GPU: `--gpus 0,0`); without a GPU,
  * `build/bin/sy-example-layer --host 3` runs the same calls on the host backend, 3 ranks as threads of this process,
- * with host memory for every buffer and the experts' GEMMs as C loops (a smaller layer there: 128 tokens of 256).
+ * with host memory for every buffer and the experts' GEMMs as C loops (a smaller layer there: 128 tokens, hidden 256,
+ * against 512 and 1,024 on GPUs).
  * Exits 0 when every token came back within bf16 rounding. sy-bench layer times the same step with its
  * communication beside the GEMMs (two micro-batches, a CUDA graph).
  */
@@ -44,14 +46,17 @@ static int alloc(int host, void **p, size_t bytes) {
   if (host) return (*p = malloc(bytes)) == NULL;
   return cudaMalloc(p, bytes) != cudaSuccess;
 }
+/* A copy from pageable host memory may return before the DMA lands, and the work below runs on a non-blocking
+ * stream, which does not wait for cudaMemcpy's legacy stream: the uploads are complete when this returns. */
 static int copy(int host, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
   if (host) return memcpy(dst, src, bytes), 0;
-  return cudaMemcpy(dst, src, bytes, kind) != cudaSuccess;
+  return cudaMemcpy(dst, src, bytes, kind) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
 }
 
 /* The host backend's expert: y = x W on n rows (row-major, bf16 in and out, fp32 sums), as the cuBLAS call below. */
-static void gemm_host(const uint16_t *W, const uint16_t *x, uint16_t *y, int n, int H) {
+static int gemm_host(const uint16_t *W, const uint16_t *x, uint16_t *y, int n, int H) {
   float *acc = malloc((size_t)H * sizeof *acc);
+  if (!acc) return 1;
   for (int r = 0; r < n; r++) {
     for (int j = 0; j < H; j++) acc[j] = 0;
     for (int h = 0; h < H; h++) {
@@ -62,6 +67,7 @@ static void gemm_host(const uint16_t *W, const uint16_t *x, uint16_t *y, int n, 
     for (int j = 0; j < H; j++) y[(size_t)r * H + j] = float_to_bf16(acc[j]);
   }
   free(acc);
+  return 0;
 }
 
 /* One rank's part; host: the host backend's rank (a thread). */
@@ -83,9 +89,10 @@ static int run(sy_comm_t comm, int host) {
   const int T = config.max_tokens, H = config.hidden, K = config.top_k, L = sizes.local_experts;
 
   /* This rank's tokens, their top-k distinct experts and weights 1/k. */
-  uint16_t *x_h = malloc((size_t)T * H * 2);
-  int32_t *ids_h = malloc((size_t)T * K * 4);
+  uint16_t *x_h = malloc((size_t)T * H * 2), *out_h = malloc((size_t)T * H * 2), *W_h = calloc((size_t)H * H, 2);
+  int32_t *ids_h = malloc((size_t)T * K * 4), *counts = malloc((2 * (size_t)L + 1) * 4);
   float *w_h = malloc((size_t)T * K * 4);
+  if (!x_h || !out_h || !W_h || !ids_h || !counts || !w_h) return fprintf(stderr, "out of host memory\n"), 1;
   for (int t = 0; t < T; t++) {
     for (int h = 0; h < H; h++) x_h[(size_t)t * H + h] = float_to_bf16((float)((rank * 31 + t * 7 + h) % 61) / 61);
     for (int k = 0; k < K; k++) ids_h[t * K + k] = (rank + t + k * 3) % config.num_experts, w_h[t * K + k] = 1.0f / K;
@@ -101,7 +108,6 @@ static int run(sy_comm_t comm, int host) {
   CHECK(copy(host, w, w_h, (size_t)T * K * 4, cudaMemcpyHostToDevice));
 
   /* 1. The layout, with the exact counts on the host: each local expert's rows and first row. */
-  int32_t *counts = malloc((2 * (size_t)L + 1) * 4);
   CHECK(sy_moe_ht_layout(moe, ids, SY_INDEX_INT32, T, handle, counts, stream));
   const int rows = counts[2 * L];
   sy_moe_ht_recv_t recv = {0}; /* tokens, src, weights, expert offsets and counts for those rows, from the arena */
@@ -118,12 +124,11 @@ static int run(sy_comm_t comm, int host) {
     CHECK(cublasCreate(&blas));
     CHECK(cublasSetStream(blas, stream));
   }
-  uint16_t *W_h = calloc((size_t)H * H, 2);
   void *W;
   CHECK(alloc(host, &W, (size_t)L * H * H * 2));
   for (int e = 0; e < L; e++) {
     const float s = 1.0f + (float)(rank * L + e) / 8;
-    for (int h = 0; h < H; h++) W_h[(size_t)h * H + h] = float_to_bf16(s);
+    for (int h = 0; h < H; h++) W_h[(size_t)h * H + h] = float_to_bf16(s), W_h[(size_t)h * H + (h + 1) % H] = 0x3e80;
     CHECK(copy(host, (char *)W + (size_t)e * H * H * 2, W_h, (size_t)H * H * 2, cudaMemcpyHostToDevice));
   }
   const float one = 1.0f, zero = 0.0f;
@@ -133,7 +138,7 @@ static int run(sy_comm_t comm, int host) {
     const uint16_t *We = (const uint16_t *)((char *)W + (size_t)e * H * H * 2);
     const uint16_t *xe = (const uint16_t *)((char *)recv.tokens + (size_t)first * H * 2);
     uint16_t *ye = (uint16_t *)((char *)y + (size_t)first * H * 2);
-    if (host) gemm_host(We, xe, ye, n, H);
+    if (host) CHECK(gemm_host(We, xe, ye, n, H));
     else
       CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, H, n, H, &one, We, CUDA_R_16BF, H, xe, CUDA_R_16BF, H, &zero,
                          ye, CUDA_R_16BF, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -147,14 +152,14 @@ static int run(sy_comm_t comm, int host) {
   CHECK(sy_comm_async_error(comm, &async, detail, sizeof detail)); /* a timed-out wait would show here */
   if (async != SY_SUCCESS) return fprintf(stderr, "rank %d: %s: %s\n", rank, sy_status_name(async), detail), 1;
 
-  uint16_t *out_h = malloc((size_t)T * H * 2);
   CHECK(copy(host, out_h, out, (size_t)T * H * 2, cudaMemcpyDeviceToHost));
   int bad = 0;
   for (int t = 0; t < T; t++) {
     float scale = 0; /* sum_k w_k s_(e_k) */
     for (int k = 0; k < K; k++) scale += w_h[t * K + k] * (1.0f + (float)ids_h[t * K + k] / 8);
     for (int h = 0; h < H; h++) {
-      const float want = scale * bf16_to_float(x_h[(size_t)t * H + h]);
+      const float want =
+          scale * bf16_to_float(x_h[(size_t)t * H + h]) + bf16_to_float(x_h[(size_t)t * H + (h + H - 1) % H]) / 4;
       bad += fabsf(bf16_to_float(out_h[(size_t)t * H + h]) - want) > 0.02f * (fabsf(want) + 0.01f);
     }
   }
@@ -192,11 +197,12 @@ static void *host_main(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--host")) { /* ranks as threads, no GPU needed */
-    const int world = atoi(argv[2]);
-    if (world < 1 || world > 64) return fprintf(stderr, "--host %s: want 1 to 64 ranks\n", argv[2]), 2;
+    char *end;
+    const long world = strtol(argv[2], &end, 10);
+    if (*end || world < 1 || world > 64) return fprintf(stderr, "--host %s: want 1 to 64 ranks\n", argv[2]), 2;
     host_rank_t r[64];
     for (int i = 0; i < world; i++) {
-      r[i] = (host_rank_t){i, world, 0, 0};
+      r[i] = (host_rank_t){i, (int)world, 0, 0};
       if (pthread_create(&r[i].thread, NULL, host_main, &r[i])) return fprintf(stderr, "pthread_create failed\n"), 1;
     }
     int rc = 0;

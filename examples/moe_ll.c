@@ -32,9 +32,11 @@ static int alloc(int host, void **p, size_t bytes) {
   if (host) return (*p = malloc(bytes)) == NULL;
   return cudaMalloc(p, bytes) != cudaSuccess;
 }
+/* A copy from pageable host memory may return before the DMA lands, and the calls below run on a non-blocking
+ * stream, which does not wait for cudaMemcpy's legacy stream: the uploads are complete when this returns. */
 static int copy(int host, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
   if (host) return memcpy(dst, src, bytes), 0;
-  return cudaMemcpy(dst, src, bytes, kind) != cudaSuccess;
+  return cudaMemcpy(dst, src, bytes, kind) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
 }
 
 /* One rank's part; host: the host backend's rank (a thread). */

@@ -718,14 +718,14 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* past the SMs left free wait for each other, and end in SY_ERR_TIMEOUT. From world 2 a call's blocks    */
 /* wait on the peers' blocks, so its grid too must be resident at once: sy_moe_ht_create refuses a        */
 /* num_sms whose dispatch or combine grid the GPU cannot hold (SY_ERR_INVALID_ARG naming config->num_sms).*/
-/* The budget's use: a block runs both halves of its channel on its warps at world 2 with at most 48 SMs  */
-/* and from world 3 with at most 16, otherwise a block runs one half (SY_HT_ROLES). For scale, 4 x H100,  */
-/* world 4, 4,096 tokens, BF16: the four calls took 4.7 ms together at 16 SMs, 4.0 at 24, 3.5 at 32, 2.9  */
-/* at 64 (bench/RESULTS.md, run 40); 2 x H200, world 2: 3.6 ms at 16 SMs (run 57), 2.5 at 24, 2.0 at 32,  */
-/* 1.6 at 48, 1.4 at 64 (run 59). A call may hold fewer (sy_moe_ht_set_num_sms): e.g. a step's first      */
-/* dispatch and last combine on every SM and the calls beside the GEMMs on 16 (1 x H200, world 1, 4,096   */
-/* tokens, 4 expert groups: the step -2.1% to -2.5% forward, -3.4% to -4.6% backward; bench/RESULTS.md,   */
-/* run 52).                                                                                               */
+/* The budget's use: a block runs both halves of its channel on its warps at world 2 with config.num_sms  */
+/* at most 48 and from world 3 with at most 16 (whatever the calls' budgets below it), otherwise a block  */
+/* runs one half (SY_HT_ROLES). For scale, 4 x H100, world 4, 4,096 tokens, BF16: the four calls took 4.7 */
+/* ms together at 16 SMs, 4.0 at 24, 3.5 at 32, 2.9 at 64 (bench/RESULTS.md, run 40); 2 x H200, world 2:  */
+/* 3.6 ms at 16 SMs (run 57), 2.5 at 24, 2.0 at 32, 1.6 at 48, 1.4 at 64 (run 59). A call may hold fewer  */
+/* (sy_moe_ht_set_num_sms): e.g. a step's first dispatch and last combine on every SM and the calls       */
+/* beside the GEMMs on 16 (1 x H200, world 1, 4,096 tokens, 4 expert groups: the step -2.1% to -2.5%      */
+/* forward, -3.4% to -4.6% backward; bench/RESULTS.md, run 52).                                           */
 /* ---------------------------------------------------------------------------------------------------- */
 typedef struct sy_moe_ht *sy_moe_ht_t;
 

@@ -69,9 +69,9 @@ SY_ENV_ID_(SY_HT_OWNER_AHEAD, SY_ENV_BOOL, "1",
 SY_ENV_ID_(SY_HT_ROLES, SY_ENV_INT, "-1",
            "high-throughput MoE data kernels: a channel's two roles (the dispatch's senders and receivers, the "
            "combine's experts' side and owners) on one block's warps at once, as many channels as SMs (1), or on two "
-           "blocks of their own, half as many channels (0); -1: 1 from world size 2 with at most 16 SMs (at world "
-           "4 faster at 16 SMs, not at 24 to 64; by warps the rings take twice the symmetric memory), else 0 "
-           "(bench/NOTES.md)")
+           "blocks of their own, half as many channels (0); -1: 1 at world size 2 with config.num_sms at most 48 "
+           "and from world size 3 with at most 16 (at world 4 faster at 16 SMs, not at 24 to 64; at world 2 faster "
+           "at 24 to 48, not at 64; by warps the rings take twice the symmetric memory), else 0 (bench/NOTES.md)")
 SY_ENV_ID_(SY_HT_SEND_WARPS, SY_ENV_INT, "6",
            "high-throughput MoE dispatch kernel (the dispatch and the combine's backward) with SY_HT_ROLES=1: the "
            "sending warps of a block's 16, 2 to 14; the rest receive (6 measured best of 4-8 for the two calls "

@@ -59,7 +59,8 @@ static const ht_case_t cases[] = {
     {"fp8 budgets 6 of 16",    48, 8, 512,  33, SY_MOE_WIRE_FP8,       16,  16, 0, 1, 1, WL_ROUTE_RANDOM,    0, 18, 0, 6},
     {"ue8m0 masked budgets",   24, 4, 256,  20, SY_MOE_WIRE_FP8_UE8M0, 128, 12, 1, 0, 0, WL_ROUTE_SAME_RANK, 0, 19, 0, 5},
     /* ~95 tokens a channel: from world 2 the rings (64 slots) fill while the blocks serve several channels in turn;
-     * 32 SMs: a channel's roles on two blocks, 16: on one block's warps (from world 2) */
+     * 32 SMs: a channel's roles on two blocks from world 3 (on one block's warps at world 2, where gpu-check's
+     * SY_HT_ROLES=0 pass runs them on two), 16: on one block's warps (from world 2) */
     {"bf16 1500 budgets of 32",48, 8, 128, 1500, SY_MOE_WIRE_BF16,     16,  32, 0, 0, 0, WL_ROUTE_RANDOM,    0, 20, 0, 6},
     {"fp8 1500 budgets of 16", 48, 8, 128, 1500, SY_MOE_WIRE_FP8,      1,   16, 0, 1, 0, WL_ROUTE_RANDOM,    0, 21, 0, 4},
     /* 8,208 experts: the layout's count tallies past its shared memory (E + W x channels > 8,192 words) in global

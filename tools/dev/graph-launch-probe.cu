@@ -19,23 +19,22 @@
  *   sy      quick, after sy_comm_init on the cuda backend at world 1 (NVSHMEM initialised, its threads running)
  */
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "probe_check.cuh"
 
-#include <pthread.h>
-#include <string.h>
-
-#include <atomic>
-
 #ifdef SY_PROBE_WITH_LIBRARY
 #include "switchyard.h"
+static sy_comm_t comm; /* mode sy: destroyed once the timing is printed */
 #endif
 
 template <int BYTES>
@@ -133,13 +132,12 @@ static void *spin(void *) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   const bool quick = !strcmp(mode, "quick") || !strcmp(mode, "spin") || !strcmp(mode, "sy");
-  if (*mode && !quick) return fprintf(stderr, "usage: %s [quick|spin|sy]\n", argv[0]), 2;
+  if (argc > 2 || (*mode && !quick)) return fprintf(stderr, "usage: %s [quick|spin|sy]\n", argv[0]), 2;
   pthread_t spinner;
   if (!strcmp(mode, "spin") && pthread_create(&spinner, nullptr, spin, nullptr))
     return fprintf(stderr, "pthread_create failed\n"), 1;
   if (!strcmp(mode, "sy")) {
 #ifdef SY_PROBE_WITH_LIBRARY
-    sy_comm_t comm;
     sy_comm_config_t config = SY_COMM_CONFIG_INIT;
     config.backend = SY_BACKEND_CUDA, config.rank = 0, config.world_size = 1;
     if (sy_comm_init(&comm, &config) != SY_SUCCESS) return fprintf(stderr, "sy_comm_init: %s\n", sy_last_error()), 1;
@@ -156,9 +154,14 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&out, 256));
   if (quick) {
     printf("%s: 8 kernels on 2 branches, PDL on: %.2f us a replay\n", mode, replay_us<16>(8, 2, true, s0, s1, out));
+    fflush(stdout);
     g_stop = 1;
     if (!strcmp(mode, "spin")) pthread_join(spinner, nullptr);
-    return 0; /* sy: the communicator lives to the exit (the probe measures, then leaves) */
+#ifdef SY_PROBE_WITH_LIBRARY
+    if (comm && sy_comm_destroy(comm) != SY_SUCCESS)
+      return fprintf(stderr, "sy_comm_destroy: %s\n", sy_last_error()), 1;
+#endif
+    return 0;
   }
   printf("%8s %9s %7s %4s %10s\n", "kernels", "branches", "params", "pdl", "replay_us");
   for (int kernels : {2, 8, 32})

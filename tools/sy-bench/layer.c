@@ -236,8 +236,8 @@ static int setup_prefill(layer_bench_t *b) {
     fprintf(stderr,
             "sy-bench layer: rank %d: sy_moe_ht_create (%d tokens, num_sms %d%s): %s (%s); its workspace: %.1f MiB of "
             "symmetric memory (SY_HEAP_SIZE)\n",
-            ctx->rank, b->T, cfg.num_sms, cfg.recv_arena_bytes ? ", the receive arena in it" : "",
-            sy_status_name(st), sy_status_string(st), (double)need / (1 << 20));
+            ctx->rank, b->T, cfg.num_sms, cfg.recv_arena_bytes ? ", the receive arena in it" : "", sy_status_name(st),
+            sy_status_string(st), (double)need / (1 << 20));
     return 1;
   }
   if (sy_moe_ht_set_num_sms(b->moe, b->sms) != SY_SUCCESS) return 1;

@@ -550,8 +550,8 @@ static int op_c(bench_ctx_t *ctx, void *arg) {
 }
 
 /* Median host time of enqueuing op (the stream drained after each, outside the timing). SY_BENCH_ENQUEUE_FILE=FILE
- * (rank 0): each sample, in run order, appended to FILE as a line "shape tokens way us us ..." (label: way) — is a
- * slow median every sample's, or a few slow ones? */
+ * (rank 0): each sample, in run order, appended to FILE as a line "shape tokens way us us ..." (label: the caller's
+ * "shape tokens way") — is a slow median every sample's, or a few slow ones? */
 static double enqueue_us(bench_ctx_t *ctx, bench_op_fn op, void *arg, const char *label) {
   const int n = ctx->opts->iters;
   double *t = calloc((size_t)n, sizeof *t);

@@ -273,7 +273,7 @@ static void usage(FILE *f) {
       "  default of pool and layer, whose host times CUPTI adds to), SY_BENCH_TIMELINE=FILE (each timed pass's\n"
       "  last call's kernels appended to FILE, %%r the rank: start, end, stream, grid, block, shared memory,\n"
       "  name), SY_BENCH_GEMM_WORKSPACE=MiB (layer: cuBLASLt's workspace; default 0 for decode, 32 for prefill),\n"
-      "  SY_BENCH_LAYER_MARKS=FILE (layer: each way's wall-clock start and end appended to FILE, rank 0)\n"
+      "  SY_BENCH_LAYER_MARKS=FILE (layer: each way's wall-clock start and end appended to FILE, rank 0),\n"
       "  SY_BENCH_ENQUEUE_FILE=FILE (layer: each way's enqueue samples appended to FILE, rank 0)\n"
       "entries:\n");
   for (int i = 0; i < num_entries; i++) fprintf(f, "  %-12s %s\n", entries[i].name, entries[i].doc);

@@ -33,8 +33,8 @@ __device__ __forceinline__ ht_sink row_sink(const ht_params &P, int32_t row, siz
                  P.scales_row_major ? (int64_t)1 : (int64_t)P.recv.rows};
 }
 
-/* SY_HT_STG (build time, default 1), for the dispatch kernels whose roles are blocks (world 1; from world 2 above 16
- * SMs or with SY_HT_ROLES=0): the quantisation's and the copies' stores into sinks as weak st.global with no
+/* SY_HT_STG (build time, default 1), for the dispatch kernels whose roles are blocks (world 1; at world 2 above 48
+ * SMs, from world 3 above 16, or with SY_HT_ROLES=0): the quantisation's and the copies' stores into sinks as weak st.global with no
  * memory clobber (st_global16, sink_scale), and a pass's scale stored by all 8 lanes of its group (the same value to
  * the same address: one store's worth of sectors) instead of one lane under a branch. A store through a generic
  * pointer may write shared memory for all the compiler knows, and the branch ends a block, so before it each sink's

@@ -15,8 +15,12 @@ echo "build done at $SECONDS s" >>$s
 B=build/bin
 NOPROXY="NVSHMEM_DISABLE_LOCAL_ONLY_PROXY=1 NVSHMEM_REMOTE_TRANSPORT=none"
 for i in 1 2 3 4; do
-  for m in quick spin sy; do echo "probe $i $(timeout 60 $B/sy-graph-launch-probe $m 2>&1 | tail -1)" >>$s; done
-  echo "probe $i without the proxy: $(env $NOPROXY timeout 60 $B/sy-graph-launch-probe sy 2>&1 | tail -1)" >>$s
+  for m in quick spin sy; do
+    timeout 60 $B/sy-graph-launch-probe $m >/tmp/p.txt 2>&1
+    echo "probe $i rc=$? $(grep -E 'us a replay|rror|fail' /tmp/p.txt | head -2)" >>$s
+  done
+  env $NOPROXY timeout 60 $B/sy-graph-launch-probe sy >/tmp/p.txt 2>&1
+  echo "probe $i without the proxy rc=$? $(grep -E 'us a replay|rror|fail' /tmp/p.txt | head -2)" >>$s
 done
 echo "probes done at $SECONDS s" >>$s
 for i in 1 2 3 4 5 6 7 8; do
