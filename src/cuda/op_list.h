@@ -35,6 +35,14 @@ SY_CUDA_OP_LABELS(OP_MOE_IDS, "token", "k", "id")
 SY_CUDA_OP(OP_MOE_DISPATCH_SEND, "moe dispatch_send", "moe dispatch_send")
 SY_CUDA_OP(OP_MOE_DISPATCH_RECV, "moe dispatch_recv",
            "moe dispatch_recv (waiting for a source's tokens; expected/saw = call numbers)")
+SY_CUDA_OP(OP_MOE_SLOTS, "moe dispatch_recv",
+           "moe dispatch_recv: a local expert's rows past its slots (the library's own error: senders and receiver "
+           "disagree on the counts)")
+SY_CUDA_OP_LABELS(OP_MOE_SLOTS, "local expert", "slots", "rows")
+SY_CUDA_OP(OP_MOE_MESSAGES, "moe dispatch_recv",
+           "moe dispatch_recv: a source's message count past the most a source sends (the library's own error); its "
+           "messages were left out")
+SY_CUDA_OP_LABELS(OP_MOE_MESSAGES, "source", "most", "count")
 SY_CUDA_OP(OP_MOE_COMBINE_SEND, "moe combine_send", "moe combine_send")
 SY_CUDA_OP(OP_MOE_COMBINE_RECV, "moe combine_recv", "moe combine_recv (waiting for an expert rank's outputs)")
 SY_CUDA_OP(OP_MOE_COMBINE_ARGS, "moe combine_recv",

@@ -51,7 +51,8 @@ __device__ __forceinline__ void place_own(const moe_params &P, send_state &S, se
       const int4 en = S.own_list[i0 + threadIdx.x]; /* {token, message index, local expert << 5 | k, position} */
       const int e = en.z >> 5, k = en.z & 31, slot = first_slot[e] + en.w;
       const uint64_t at = (uint64_t)e * slots + (uint64_t)(slot < slots ? slot : 0);
-      if (slot >= slots) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, me, call, (uint64_t)slots, slot);
+      if (slot >= slots)
+        report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_SLOTS, e, call, (uint64_t)slots, (uint64_t)slot + 1);
       rows[threadIdx.x] = slot < slots ? (char *)P.recv.tokens + at * row_bytes : nullptr;
       scale_rows[threadIdx.x] = fp8 ? P.recv.scales + (uint64_t)e * P.scale_groups * slots + (uint64_t)slot : nullptr;
       if (slot < slots) {

@@ -209,7 +209,7 @@ __device__ __forceinline__ int wait_dispatch(const moe_params &P, int *start, in
         ok ? *(const volatile uint64_t *)(P.ws + counter_offset(P, parity, s, SY_MOE_COUNTER_MESSAGES)) : 0;
     if (count > (uint64_t)P.messages_per_source) {
       if (op == OP_MOE_DISPATCH_RECV)
-        report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, s, call, P.messages_per_source, count);
+        report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_MESSAGES, s, call, P.messages_per_source, count);
       count = 0;
     }
     if (s == own) *own_count = (int)count;

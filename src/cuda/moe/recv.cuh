@@ -29,8 +29,7 @@ __device__ __forceinline__ void first_slots(const moe_params &P, const int *star
       acc += c;
     }
     if (blockIdx.x == 0) P.recv.expert_counts[e] = acc;
-    if (acc > P.slots)
-      report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_DISPATCH_RECV, e, call, (uint64_t)P.slots, (uint64_t)acc);
+    if (acc > P.slots) report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_SLOTS, e, call, (uint64_t)P.slots, (uint64_t)acc);
   }
   __syncthreads();
 }
