@@ -707,7 +707,10 @@ SY_API sy_status_t sy_moe_combine_recv(sy_moe_t moe, const void *expert_ids, sy_
 /* Errors that only the handle or the peers reveal (the ids; a handle of another object, of no layout, or */
 /* of another layout call than the peers'; num_tokens not the layout's; rows that do not fit; a combine   */
 /* before any dispatch of the handle or with another expert_stride) are SY_ERR_INVALID_ARG: on the host   */
-/* backend on every rank, before anything is written; on the cuda backend asynchronously.                 */
+/* backend on every rank, before anything is written; on the cuda backend asynchronously. Ranks in calls  */
+/* of different objects of one configuration (two layers of one shape in another order on one rank): on   */
+/* the host backend SY_ERR_INVALID_ARG on every rank, nothing written; on the cuda backend each waits in  */
+/* its own object's exchange until the bound (SY_ERR_TIMEOUT).                                            */
 /*                                                                                                        */
 /* SM budget: every kernel of these calls, the layout's included, holds at most config.num_sms SMs       */
 /* (default 16; an odd count is rounded down, and 2 at least: a sending and a receiving block), so expert */
@@ -797,7 +800,7 @@ SY_API sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe);
 /* Local; answers after an error too. */
 SY_API sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes);
 /* The SM budget of this object's calls enqueued from now on (the layout, the dispatch, the combines, the combine's
- * backward): num_sms in [2, config.num_sms], or 0 for config.num_sms (the budget a new object starts with). So one
+ * backward): num_sms in [2, max(2, config.num_sms)], or 0 for config.num_sms (the budget a new object starts with). So one
  * object's calls can hold different budgets: e.g. a step's first dispatch and its last combine, which have no expert
  * GEMM beside them, on every SM, and the calls beside the GEMMs on few; config.num_sms sets the most (and the rings'
  * memory). Below config.num_sms each of a call's blocks serves several of the object's channels in turn, in the same

@@ -76,7 +76,9 @@ struct sy_moe_ht {
   sy_comm_t comm;
   sy_moe_ht_config_t config; /* defaults applied (ref/moe_ht_layout.h) */
   uint32_t id;               /* this process's creation number of the object, written into its handles */
-  int local_experts;         /* L */
+  uint64_t serial;   /* its creation number on the communicator (1, 2, ...), alike on every rank: the host backend's
+                    * calls tell ranks in different objects' calls apart by it (the ids differ between ranks) */
+  int local_experts; /* L */
   int max_rows;
   uint64_t layouts, dispatches; /* calls so far */
   int call_sms;                 /* the SM budget of the calls enqueued now (sy_moe_ht_set_num_sms; config.num_sms) */
@@ -197,7 +199,8 @@ struct sy_comm {
   char error_detail[256];
   sy_symm_block_t *symm; /* this rank's live symmetric allocations */
   int symm_count, symm_capacity;
-  size_t *a2a_scratch; /* 5 * world_size entries for argument checks (see comm.c) */
+  size_t *a2a_scratch;     /* 5 * world_size entries for argument checks (see comm.c) */
+  uint64_t moe_ht_created; /* sy_moe_ht_create's successes here: the last object's serial (alike on every rank) */
   void *backend_state;
 };
 

@@ -189,6 +189,7 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->comm = comm;
   moe->config = config;
   moe->id = __atomic_add_fetch(&next_object_id, 1, __ATOMIC_RELAXED);
+  moe->serial = comm->moe_ht_created + 1; /* the creates' verdicts are joint: every rank counts alike */
   moe->local_experts = config.num_experts / comm->world_size;
   moe->call_sms = config.num_sms;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
@@ -200,6 +201,7 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
     free(moe);
     return sy__comm_record(comm, st, fn);
   }
+  comm->moe_ht_created = moe->serial;
   *moe_out = moe;
   return SY_SUCCESS;
 }
@@ -263,8 +265,10 @@ sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes) {
 sy_status_t sy_moe_ht_set_num_sms(sy_moe_ht_t moe, int num_sms) {
   static const char *fn = "sy_moe_ht_set_num_sms";
   SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
-  SY_ARG_CHECK(num_sms == 0 || (num_sms >= 2 && num_sms <= moe->config.num_sms), fn,
-               "num_sms=%d outside [2, config.num_sms=%d] (0: config.num_sms)", num_sms, moe->config.num_sms);
+  const int most = moe->config.num_sms > 2 ? moe->config.num_sms : 2; /* the calls hold 2 at least */
+  SY_ARG_CHECK(num_sms == 0 || (num_sms >= 2 && num_sms <= most), fn,
+               "num_sms=%d outside [2, %d] (config.num_sms=%d, and 2 at least; 0: config.num_sms)", num_sms, most,
+               moe->config.num_sms);
   moe->call_sms = num_sms ? num_sms : moe->config.num_sms;
   return SY_SUCCESS;
 }
@@ -670,13 +674,17 @@ static sy_status_t combine(sy_moe_ht_t moe, const void *handle, int num_tokens, 
   SY_ARG_CHECK(!values || token_values != NULL || num_tokens == 0, fn,
                "token_values is NULL while row_values=%p and num_tokens=%d (pass both, or neither)",
                (const void *)row_values, num_tokens);
-  const span_t spans[6] = {{"out", out, T * H * 2, 1},
+  const size_t L = (size_t)moe->local_experts; /* the recv's sections the cuda backend may read */
+  const span_t spans[9] = {{"out", out, T * H * 2, 1},
                            {"token_values", token_values, T * (size_t)moe->config.top_k * 4, 1},
                            {"rows_in", rows_in, rows * H * 2, 0},
                            {"row_weights", row_weights, rows * 4, 0},
                            {"row_values", row_values, rows * 4, 0},
-                           {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0}};
-  SY_CHECK(check_overlaps(spans, 6, fn));
+                           {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0},
+                           {"recv->src", recv->src, rows * 8, 0},
+                           {"recv->expert_offsets", recv->expert_offsets, (L + 1) * 4, 0},
+                           {"recv->expert_counts", recv->expert_counts, L * 4, 0}};
+  SY_CHECK(check_overlaps(spans, 9, fn));
   /* the fields a call does not set are 0 */
   const sy_moe_ht_call_t call = {
       .handle = (void *)handle,
@@ -720,13 +728,17 @@ sy_status_t sy_moe_ht_combine_backward(sy_moe_ht_t moe, const void *handle, int 
                "rows_in is NULL while grad_row_weights=%p and recv->rows=%zu (the weights' gradient reads the "
                "combine's input)",
                (void *)grad_row_weights, rows);
-  const span_t spans[6] = {{"grad_rows", grad_rows, rows * H * 2, 1},
+  const size_t L = (size_t)moe->local_experts; /* the recv's sections the cuda backend may read */
+  const span_t spans[9] = {{"grad_rows", grad_rows, rows * H * 2, 1},
                            {"grad_row_weights", grad_row_weights, rows * 4, 1},
                            {"grad_out", grad_out, T * H * 2, 0},
                            {"rows_in", grad_row_weights ? rows_in : NULL, rows * H * 2, 0},
                            {"row_weights", row_weights, rows * 4, 0},
-                           {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0}};
-  SY_CHECK(check_overlaps(spans, 6, fn));
+                           {"handle", handle, sy__moe_ht_handle_layout(&moe->config, moe->comm->world_size).bytes, 0},
+                           {"recv->src", recv->src, rows * 8, 0},
+                           {"recv->expert_offsets", recv->expert_offsets, (L + 1) * 4, 0},
+                           {"recv->expert_counts", recv->expert_counts, L * 4, 0}};
+  SY_CHECK(check_overlaps(spans, 9, fn));
   /* the fields a call does not set are 0 */
   const sy_moe_ht_call_t call = {
       .handle = (void *)handle,

@@ -71,6 +71,7 @@ sy_status_t sy__host_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *moe) {
   }
   offer.status = hm && (moe->arena || !moe->arena_own) ? SY_SUCCESS : SY_ERR_NO_MEMORY; /* published too: one verdict */
   offer.config = moe->config;
+  offer.serial = moe->serial;
   sy_status_t st = sy__host_exchange_begin(comm, SY_HOST_OP_MOE_HT_CREATE, &offer);
   if (st == SY_SUCCESS) {
     const sy_status_t verdict = sy__host_moe_ht_verdict(comm, &offer, 0, "moe_ht_create");
@@ -106,6 +107,16 @@ sy_status_t sy__host_moe_ht_verdict(sy_comm_t comm, const ht_offer_t *mine, int 
       sy__comm_set_error(comm, SY_ERR_MISMATCH, "%s: ranks call objects of different configurations", fn);
       return SY_ERR_MISMATCH;
     }
+  }
+  for (int r = 0; r < world; r++) { /* alike configured, yet other objects (two layers of one shape) */
+    const ht_offer_t *o = sy__host_exchange_slot(comm, r);
+    if (o->serial == mine->serial) continue;
+    sy__arg_error(fn,
+                  "rank %d calls it on this communicator's moe_ht object #%llu, this rank on #%llu (objects of one "
+                  "configuration: are the ranks in different objects' calls, e.g. two layers in another order?); "
+                  "nothing written",
+                  r, (unsigned long long)o->serial, (unsigned long long)mine->serial);
+    return SY_ERR_INVALID_ARG;
   }
   for (int r = 0; r < world; r++) {
     const ht_offer_t *o = sy__host_exchange_slot(comm, r);
@@ -199,6 +210,7 @@ sy_status_t sy__host_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *moe, const 
   ht_offer_t offer;
   memset(&offer, 0, sizeof offer);
   offer.config = *c;
+  offer.serial = moe->serial;
   offer.num_tokens = call->num_tokens;
   offer.status = sy__moe_check_ids(fn, me, call->expert_ids, call->id_type, call->num_tokens, c->top_k, c->num_experts);
   if (offer.status == SY_SUCCESS) local_layout(moe, hm, call, W);

@@ -33,6 +33,7 @@ typedef struct host_moe_ht {
 typedef struct ht_offer {
   sy_status_t status;        /* this rank's own checks (it logged the argument) */
   sy_moe_ht_config_t config; /* the object's: ranks inside different objects' calls are told apart */
+  uint64_t serial;           /* the object's creation number on the communicator: the same, for objects alike */
   uint64_t layout;           /* calls with a handle: the layout call that wrote it */
   int num_tokens;
   const unsigned char *handle;  /* read by the peers: ids, pos, recv_rows (sections no call of theirs writes) */
@@ -41,8 +42,9 @@ typedef struct ht_offer {
 } ht_offer_t;
 
 /* The verdict every rank reaches from every offer: SY_ERR_MISMATCH (sticky) for ranks in calls of objects
- * configured differently; the first rank's failed status (logged by that rank, named by the others); with a
- * handle, SY_ERR_INVALID_ARG where the ranks' handles are of different layout calls. */
+ * configured differently; SY_ERR_INVALID_ARG for ranks in calls of different objects configured alike (nothing
+ * written); the first rank's failed status (logged by that rank, named by the others); with a handle,
+ * SY_ERR_INVALID_ARG where the ranks' handles are of different layout calls. */
 sy_status_t sy__host_moe_ht_verdict(sy_comm_t comm, const ht_offer_t *mine, int with_handle, const char *fn);
 
 /* This rank's handle: this object's (magic, object) and of num_tokens tokens; its header into *header. */

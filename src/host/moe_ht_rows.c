@@ -78,6 +78,7 @@ static sy_status_t check_combine(const struct sy_moe_ht *moe, const sy_moe_ht_ca
 static void offer_init(const struct sy_moe_ht *moe, const sy_moe_ht_call_t *call, ht_offer_t *offer) {
   memset(offer, 0, sizeof *offer);
   offer->config = moe->config;
+  offer->serial = moe->serial;
   offer->num_tokens = call->num_tokens;
   offer->handle = call->handle;
   offer->call = call;
@@ -98,6 +99,7 @@ static sy_status_t dispatch_source(sy_comm_t comm, const struct sy_moe_ht *moe, 
   int32_t *recv_rows = (int32_t *)(void *)((unsigned char *)call->handle + hm->hl.recv_rows);
   const int given = c->wire == SY_MOE_WIRE_FP8_GIVEN, fp8 = sy__moe_ht_fp8(c->wire);
   const size_t row_bytes = (size_t)H * sy__moe_ht_wire_elem(c->wire), groups = (size_t)H / SY_MOE_FP8_GROUP;
+  const int32_t *offsets = section(call->handle, hm->hl.offsets);
   memcpy(hm->first, hm->fill, (size_t)L * sizeof *hm->fill);
   int i = 0;
   for (int t = 0; t < o->num_tokens; t++) {
@@ -113,6 +115,8 @@ static sy_status_t dispatch_source(sy_comm_t comm, const struct sy_moe_ht *moe, 
       const int e = x - me * L;
       const int32_t row = hm->fill[e]++;
       if (pos[(size_t)t * K + k] != row - hm->first[e]) return internal(fn, "a position", s, t);
+      if (row >= expert_begin(offsets, recv->expert_stride, e + 1)) /* never past the expert's rows */
+        return internal(fn, "a row past its expert's", s, t);
       memcpy((unsigned char *)recv->tokens + (size_t)row * row_bytes, hm->wire, row_bytes);
       if (fp8) {
         float *sc = recv->scales + sy__moe_ht_scale_first(c, row);

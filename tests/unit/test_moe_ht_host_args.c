@@ -9,7 +9,8 @@
  *    a combine before any dispatch or with another stride) fails the call on every rank, nothing written, the
  *    failing rank's log naming the argument and the peer's naming that rank;
  *  - a rank with no tokens passes NULL buffers; ranks that configure differently get SY_ERR_MISMATCH with nothing
- *    created; ranks inside calls of differently configured objects get SY_ERR_MISMATCH; a backend without the
+ *    created; ranks inside calls of differently configured objects get SY_ERR_MISMATCH, of objects configured
+ *    alike SY_ERR_INVALID_ARG (nothing written, the communicator usable); a backend without the
  *    mode's entries gives SY_ERR_UNSUPPORTED naming it; a missing peer is a sticky SY_ERR_TIMEOUT after which
  *    destroy is still accepted;
  *  - the receive arena (config.recv_arena_bytes): ranks that reserve differently refused, recvs carved by first
@@ -591,9 +592,9 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
     /* the calls' SM budget: 2 .. config.num_sms (16 by default), 0 for config.num_sms */
     REJECT(sy_moe_ht_set_num_sms(NULL, 4), "sy_moe_ht_set_num_sms: invalid argument: moe is NULL");
     REJECT(sy_moe_ht_set_num_sms(x.moe, 1),
-           "sy_moe_ht_set_num_sms: invalid argument: num_sms=1 outside [2, "
-           "config.num_sms=16] (0: config.num_sms)");
-    REJECT(sy_moe_ht_set_num_sms(x.moe, 17), "num_sms=17 outside [2, config.num_sms=16]");
+           "sy_moe_ht_set_num_sms: invalid argument: num_sms=1 outside [2, 16] (config.num_sms=16, and 2 at least; "
+           "0: config.num_sms)");
+    REJECT(sy_moe_ht_set_num_sms(x.moe, 17), "num_sms=17 outside [2, 16]");
     REJECT(sy_moe_ht_set_num_sms(x.moe, -2), "num_sms=-2 outside");
     CHECK_OK(sy_moe_ht_set_num_sms(x.moe, 2));
     CHECK_OK(sy_moe_ht_set_num_sms(x.moe, 16));
@@ -826,6 +827,52 @@ static void objects_rank(int me, sy_comm_t comm, void *arg) {
   (void)arg;
 }
 
+/* Two objects of one configuration (two layers of one shape), the ranks in different objects' calls (another
+ * order of the layers on one rank): every call fails with SY_ERR_INVALID_ARG on every rank, nothing written (before,
+ * the host backend saw nothing amiss: a dispatch wrote past an exactly sized recv, a combine mixed the layers),
+ * and the communicator stays usable: the same calls in the same order succeed. */
+static void same_shape_objects_rank(int me, sy_comm_t comm, void *arg) {
+  const sy_moe_ht_config_t c = ht_config(&small);
+  sy_moe_ht_t moe[2] = {NULL, NULL};
+  CHECK_OK(sy_moe_ht_create(comm, &c, &moe[0]));
+  CHECK_OK(sy_moe_ht_create(comm, &c, &moe[1]));
+  sy_moe_ht_sizes_t z = SY_MOE_HT_SIZES_INIT;
+  CHECK_OK(sy_moe_ht_sizes(moe[0], &z));
+  void *handle[2] = {calloc(1, z.handle_bytes), calloc(1, z.handle_bytes)};
+  CHECK_STATUS(sy_moe_ht_layout(moe[me], NULL, SY_INDEX_INT32, 0, handle[me], NULL, NULL), SY_ERR_INVALID_ARG);
+  const char *needle[] = {"rank 1 calls it on this communicator's moe_ht object #2, this rank on #1"};
+  if (me == 0) CHECK(log_has_all(needle, 1, __LINE__)); /* one reader of the shared log */
+  sy_status_t async = SY_ERR_INTERNAL;
+  CHECK_OK(sy_comm_async_error(comm, &async, NULL, 0));
+  CHECK_EQ_INT(async, SY_SUCCESS); /* not sticky */
+  for (int i = 0; i < 2; i++) CHECK_OK(sy_moe_ht_layout(moe[i], NULL, SY_INDEX_INT32, 0, handle[i], NULL, NULL));
+  sy_moe_ht_recv_t recv = {0}; /* 0 rows: buffers the call checks, none it writes past */
+  int32_t offsets[8] = {0}, counts[8] = {0}, src[2] = {0};
+  float weights[1] = {0}, scales[1] = {0};
+  unsigned char tokens[16] = {0};
+  recv.expert_offsets = offsets, recv.expert_counts = counts, recv.src = src, recv.weights = weights;
+  recv.scales = scales, recv.tokens = tokens;
+  CHECK_STATUS(sy_moe_ht_dispatch(moe[me], handle[me], 0, NULL, NULL, NULL, &recv, NULL), SY_ERR_INVALID_ARG);
+  for (int i = 0; i < 2; i++) CHECK_OK(sy_moe_ht_dispatch(moe[i], handle[i], 0, NULL, NULL, NULL, &recv, NULL));
+  CHECK_OK(sy_moe_ht_destroy(moe[0]));
+  CHECK_OK(sy_moe_ht_destroy(moe[1]));
+  free(handle[0]), free(handle[1]);
+  (void)arg;
+}
+
+/* config.num_sms 1 (the calls hold 2 at least): the calls' budget may be set to those 2, not past them. */
+static void one_sm_rank(int me, sy_comm_t comm, void *arg) {
+  sy_moe_ht_config_t c = ht_config(&small);
+  c.num_sms = 1;
+  sy_moe_ht_t moe = NULL;
+  CHECK_OK(sy_moe_ht_create(comm, &c, &moe));
+  CHECK_OK(sy_moe_ht_set_num_sms(moe, 2));
+  CHECK_STATUS(sy_moe_ht_set_num_sms(moe, 3), SY_ERR_INVALID_ARG);
+  CHECK_OK(sy_moe_ht_set_num_sms(moe, 0));
+  CHECK_OK(sy_moe_ht_destroy(moe));
+  (void)me, (void)arg;
+}
+
 /* One rank refuses its own arguments (a bad top_k, then moe NULL), the other's are good: the create fails on every
  * rank with SY_ERR_INVALID_ARG at once (the refusing rank still makes the ranks' exchange; before, the other waited
  * there until SY_BOOT_TIMEOUT_MS and recorded a timeout), the good rank's log names the refusing rank, and the
@@ -903,6 +950,8 @@ int main(void) {
   run_ranks(2, arena_rank, NULL);
   run_ranks(1, unsupported_rank, NULL);
   run_ranks(2, objects_rank, NULL);
+  run_ranks(2, same_shape_objects_rank, NULL);
+  run_ranks(1, one_sm_rank, NULL);
   setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression waits this long in the exchange, not 60 s */
   run_ranks(2, one_refuses_rank, NULL);
   unsetenv("SY_BOOT_TIMEOUT_MS");
