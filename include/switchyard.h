@@ -180,7 +180,9 @@ typedef struct sy_comm_config {
 SY_API sy_status_t sy_comm_init(sy_comm_t *comm, const sy_comm_config_t *config);
 
 /* Collective. Frees everything the communicator holds, symmetric allocations included. Accepted after an
- * error; comm may be NULL (no-op). After SY_ERR_TIMEOUT a peer may be gone, so the cuda backend then does not
+ * error; comm may be NULL (no-op). Destroy the attention and MoE objects made on it first: one still alive is
+ * warned of, its destroy then frees only its own memory (the communicator's struct stays until the last such
+ * destroy), and its other calls are refused (SY_ERR_INVALID_ARG), as is sy_comm_destroy again meanwhile. After SY_ERR_TIMEOUT a peer may be gone, so the cuda backend then does not
  * wait for the peers: it frees this rank's own resources and leaves the symmetric heap and NVSHMEM to the
  * process's exit (a later sy_comm_init on the cuda backend in the same process returns SY_ERR_UNSUPPORTED). */
 SY_API sy_status_t sy_comm_destroy(sy_comm_t comm);

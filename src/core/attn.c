@@ -198,6 +198,7 @@ sy_status_t sy_attn_create(sy_comm_t comm, const sy_attn_config_t *config_in, sy
   sy_status_t st = SY_SUCCESS;
   if (attn->staging_bytes) SY_CHECK_GOTO(sy_mem_alloc(comm, attn->staging_bytes, &attn->staging), st, fail);
   SY_CHECK_GOTO(comm->ops->attn_create(comm, attn), st, fail_staging);
+  sy__comm_object_made(comm);
   *attn_out = attn;
   return SY_SUCCESS;
 fail_staging:
@@ -214,10 +215,13 @@ sy_status_t sy_attn_destroy(sy_attn_t attn) {
   if (!attn) return SY_SUCCESS;
   sy_comm_t comm = attn->comm;
   sy__api_enter(comm->rank);
-  if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
   sy_status_t st = SY_SUCCESS;
-  if (attn->staging && sy__comm_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
+  if (!comm->destroyed) { /* else the backend's part went with the communicator */
+    if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
+    if (attn->staging && sy__comm_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
+  }
   free(attn);
+  sy__comm_object_gone(comm);
   return st;
 }
 

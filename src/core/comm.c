@@ -199,13 +199,34 @@ static sy_status_t comm_init(sy_comm_t *comm_out, const sy_comm_config_t *config
   return SY_SUCCESS;
 }
 
-sy_status_t sy_comm_destroy(sy_comm_t comm) {
-  if (!comm) return SY_SUCCESS;
-  sy__api_enter(comm->rank);
-  sy_status_t st = comm->ops->destroy(comm);
+static void comm_free(sy_comm_t comm) {
   free(comm->a2a_scratch);
   free(comm->symm);
   free(comm);
+}
+
+void sy__comm_object_made(sy_comm_t comm) { comm->live_objects++; }
+
+void sy__comm_object_gone(sy_comm_t comm) {
+  if (--comm->live_objects == 0 && comm->destroyed) comm_free(comm);
+}
+
+sy_status_t sy_comm_destroy(sy_comm_t comm) {
+  if (!comm) return SY_SUCCESS;
+  sy__api_enter(comm->rank);
+  SY_ARG_CHECK(!comm->destroyed, "sy_comm_destroy", "comm=%p was destroyed already (its objects still alive)",
+               (void *)comm);
+  sy_status_t st = comm->ops->destroy(comm);
+  if (comm->live_objects > 0) { /* their destroys read this struct: it stays for them, and refuses everything else */
+    SY_WARN(
+        "sy_comm_destroy: %d attention or MoE objects made on this communicator are still alive (destroy "
+        "them before it): their destroys now free only their own memory, and their other calls are refused",
+        comm->live_objects);
+    sy__comm_set_error(comm, SY_ERR_INVALID_ARG, "the communicator was destroyed (sy_comm_destroy) before it");
+    comm->destroyed = 1;
+    return st;
+  }
+  comm_free(comm);
   return st;
 }
 

@@ -201,8 +201,14 @@ struct sy_comm {
   int symm_count, symm_capacity;
   size_t *a2a_scratch;     /* 5 * world_size entries for argument checks (see comm.c) */
   uint64_t moe_ht_created; /* sy_moe_ht_create's successes here: the last object's serial (alike on every rank) */
+  int live_objects; /* attention and MoE objects made here and not destroyed (their destroys read the communicator) */
+  int destroyed;    /* sy_comm_destroy ran while live_objects > 0: this struct stays for their destroys alone */
   void *backend_state;
 };
+/* An attention or MoE object made on comm (its create succeeded) / destroyed: the last one's destroy after
+ * sy_comm_destroy frees the communicator's struct (sy_comm_destroy left it for them). */
+void sy__comm_object_made(sy_comm_t comm);
+void sy__comm_object_gone(sy_comm_t comm);
 
 /* Symmetric-allocation registry (mem/symm.c), shared by both backends for argument checks. */
 sy_status_t sy__symm_add(sy_comm_t comm, void *ptr, size_t bytes);

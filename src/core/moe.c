@@ -132,6 +132,7 @@ sy_status_t sy_moe_create(sy_comm_t comm, const sy_moe_config_t *config_in, sy_m
     free(moe);
     return st;
   }
+  sy__comm_object_made(comm);
   *moe_out = moe;
   return SY_SUCCESS;
 }
@@ -141,9 +142,12 @@ sy_status_t sy_moe_destroy(sy_moe_t moe) {
   if (!moe) return SY_SUCCESS;
   sy_comm_t comm = moe->comm;
   sy__api_enter(comm->rank);
-  sy__comm_health(comm);
-  if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
+  if (!comm->destroyed) { /* else the backend's part went with the communicator */
+    sy__comm_health(comm);
+    if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
+  }
   free(moe);
+  sy__comm_object_gone(comm);
   return SY_SUCCESS;
 }
 

@@ -202,6 +202,7 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
     return sy__comm_record(comm, st, fn);
   }
   comm->moe_ht_created = moe->serial;
+  sy__comm_object_made(comm);
   *moe_out = moe;
   return SY_SUCCESS;
 }
@@ -211,7 +212,7 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   if (!moe) return SY_SUCCESS;
   sy_comm_t comm = moe->comm;
   sy__api_enter(comm->rank);
-  const int healthy = sy__comm_health(comm) == SY_SUCCESS;
+  const int healthy = !comm->destroyed && sy__comm_health(comm) == SY_SUCCESS;
   /* the frees' host functions still to run (bounded; not after an error, when a failed device may never run
    * them): their streams' work on the arena ends before them */
   const uint64_t deadline = arena_deadline_ns(moe);
@@ -220,7 +221,8 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   while (healthy && a->pending > 0 && sy__arena_wait(a, deadline)) {
   }
   sy__arena_unlock(a);
-  if (comm->ops->moe_ht_destroy) comm->ops->moe_ht_destroy(comm, moe); /* cuda: synchronises the device too */
+  if (!comm->destroyed && comm->ops->moe_ht_destroy) /* else the backend's part went with the communicator */
+    comm->ops->moe_ht_destroy(comm, moe);            /* cuda: synchronises the device too */
   if (moe->arena_own) free(moe->arena);
   sy__arena_lock(a);
   const int pending = a->pending;
@@ -230,10 +232,12 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
         "sy_moe_ht_destroy: %d receive-arena frees still wait for their streams (%s); the object's bookkeeping "
         "is left allocated for them",
         pending, healthy ? "the communicator's timeout passed" : "not waited for after an error");
+    sy__comm_object_gone(comm);
     return healthy ? SY_ERR_TIMEOUT : SY_SUCCESS;
   }
   sy__arena_fini(a);
   free(moe);
+  sy__comm_object_gone(comm);
   return SY_SUCCESS;
 }
 

@@ -860,6 +860,33 @@ static void same_shape_objects_rank(int me, sy_comm_t comm, void *arg) {
   (void)arg;
 }
 
+/* The communicator destroyed before its objects (a review found a use after free there): sy_comm_destroy warns and
+ * keeps the communicator's struct for the objects' destroys, their other calls are refused, a second destroy of
+ * the communicator too, and the last object's destroy frees it (ASan and LeakSanitizer in CI's build watch). Its
+ * own communicator (a host group of its own), not run_ranks' one. */
+static void comm_first_rank(int me, sy_comm_t outer, void *arg) {
+  sy_comm_config_t config = SY_COMM_CONFIG_INIT;
+  config.backend = SY_BACKEND_HOST;
+  config.rank = me, config.world_size = 2, config.host_group = 77001, config.timeout_ms = TEST_TIMEOUT_MS;
+  sy_comm_t comm = NULL;
+  CHECK_OK(sy_comm_init(&comm, &config));
+  if (!comm) return;
+  const sy_moe_ht_config_t c = ht_config(&small);
+  sy_moe_ht_t moe[2] = {NULL, NULL};
+  CHECK_OK(sy_moe_ht_create(comm, &c, &moe[0]));
+  CHECK_OK(sy_moe_ht_create(comm, &c, &moe[1]));
+  CHECK_OK(sy_moe_ht_destroy(moe[1])); /* one destroyed in order, one left */
+  CHECK_OK(sy_comm_destroy(comm));
+  const char *needle[] = {"sy_comm_destroy: 1 attention or MoE objects made on this communicator are still alive"};
+  if (me == 0) CHECK(log_has_all(needle, 1, __LINE__));
+  void *handle = calloc(1, 1 << 16);
+  CHECK_STATUS(sy_moe_ht_layout(moe[0], NULL, SY_INDEX_INT32, 0, handle, NULL, NULL), SY_ERR_INVALID_ARG);
+  CHECK_STATUS(sy_comm_destroy(comm), SY_ERR_INVALID_ARG);
+  CHECK_OK(sy_moe_ht_destroy(moe[0])); /* the last: frees the communicator's struct */
+  free(handle);
+  (void)outer, (void)arg;
+}
+
 /* config.num_sms 1 (the calls hold 2 at least): the calls' budget may be set to those 2, not past them. */
 static void one_sm_rank(int me, sy_comm_t comm, void *arg) {
   sy_moe_ht_config_t c = ht_config(&small);
@@ -952,6 +979,7 @@ int main(void) {
   run_ranks(2, objects_rank, NULL);
   run_ranks(2, same_shape_objects_rank, NULL);
   run_ranks(1, one_sm_rank, NULL);
+  run_ranks(2, comm_first_rank, NULL);
   setenv("SY_BOOT_TIMEOUT_MS", "10000", 1); /* a regression waits this long in the exchange, not 60 s */
   run_ranks(2, one_refuses_rank, NULL);
   unsetenv("SY_BOOT_TIMEOUT_MS");
