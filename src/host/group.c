@@ -367,8 +367,9 @@ static sy_status_t group_round(sy_comm_t comm, int round, const void *offer) {
   if (st != SY_SUCCESS && st != SY_ERR_MISMATCH) wait_copiers_locked(comm, g, timeout_ms);
   if (st == SY_ERR_ABORTED) adopt_abort_locked(comm, g);
   pthread_mutex_unlock(&g->lock);
-  if (st == SY_ERR_MISMATCH) {
-    SY_WARN("%s", detail);
+  if (st == SY_ERR_MISMATCH) { /* what the call returns: its line replaces the call's own checks' (a local refusal
+                                  * logged first, then the peers found in another collective) */
+    sy__log_as(SY_LOG_WARN, SY_RECORD_REPLACE, __FILE__, __LINE__, "%s", detail);
     sy__comm_set_error(comm, st, "%s", detail);
   } else if (st == SY_ERR_ABORTED) {
     SY_INFO("%s: group aborted while waiting in the %s round of collective %llu", sy__host_op_name(hs->op),
