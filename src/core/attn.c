@@ -215,11 +215,10 @@ sy_status_t sy_attn_destroy(sy_attn_t attn) {
   if (!attn) return SY_SUCCESS;
   sy_comm_t comm = attn->comm;
   sy__api_enter(comm->rank);
+  /* the backend's own memory, also after sy_comm_destroy (the symmetric parts went with the communicator) */
+  if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
   sy_status_t st = SY_SUCCESS;
-  if (!comm->destroyed) { /* else the backend's part went with the communicator */
-    if (comm->ops->attn_destroy) comm->ops->attn_destroy(comm, attn);
-    if (attn->staging && sy__comm_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
-  }
+  if (attn->staging && !comm->destroyed && sy__comm_health(comm) == SY_SUCCESS) st = sy_mem_free(comm, attn->staging);
   free(attn);
   sy__comm_object_gone(comm);
   return st;

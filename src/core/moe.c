@@ -142,10 +142,9 @@ sy_status_t sy_moe_destroy(sy_moe_t moe) {
   if (!moe) return SY_SUCCESS;
   sy_comm_t comm = moe->comm;
   sy__api_enter(comm->rank);
-  if (!comm->destroyed) { /* else the backend's part went with the communicator */
-    sy__comm_health(comm);
-    if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
-  }
+  sy__comm_health(comm); /* after sy_comm_destroy its recorded error: nothing polled */
+  /* the backend's own memory, also after sy_comm_destroy (the symmetric parts went with the communicator) */
+  if (comm->ops->moe_destroy) comm->ops->moe_destroy(comm, moe);
   free(moe);
   sy__comm_object_gone(comm);
   return SY_SUCCESS;

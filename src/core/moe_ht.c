@@ -221,8 +221,8 @@ sy_status_t sy_moe_ht_destroy(sy_moe_ht_t moe) {
   while (healthy && a->pending > 0 && sy__arena_wait(a, deadline)) {
   }
   sy__arena_unlock(a);
-  if (!comm->destroyed && comm->ops->moe_ht_destroy) /* else the backend's part went with the communicator */
-    comm->ops->moe_ht_destroy(comm, moe);            /* cuda: synchronises the device too */
+  /* the backend's own memory, also after sy_comm_destroy (the symmetric parts went with the communicator) */
+  if (comm->ops->moe_ht_destroy) comm->ops->moe_ht_destroy(comm, moe); /* cuda: synchronises the device too */
   if (moe->arena_own) free(moe->arena);
   sy__arena_lock(a);
   const int pending = a->pending;

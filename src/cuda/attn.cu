@@ -488,7 +488,7 @@ extern "C" void sy__cuda_attn_destroy(sy_comm_t comm, struct sy_attn *attn) {
   if (!g) return;
   cudaDeviceSynchronize();
   cudaFree(g->local);
-  sy_mem_free(comm, g->ctrl);
+  if (!comm->destroyed) sy_mem_free(comm, g->ctrl); /* else it went with the communicator */
   free(g);
   attn->backend_state = NULL;
 }

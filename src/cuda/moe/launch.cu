@@ -87,7 +87,7 @@ static void set_args(moe_params *P, const sy_moe_dispatch_args_t *a) {
 }
 
 static void free_gpu(sy_comm_t comm, moe_gpu *g, bool free_ws) {
-  if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
+  if (g->staging_registered && !comm->destroyed) nvshmemx_buffer_unregister(g->staging); /* NVSHMEM still up */
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
   if (free_ws && g->ws) sy__mem_free_within(comm, g->ws); /* a create's failure: its sy_last_error kept */

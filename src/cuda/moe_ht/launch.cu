@@ -157,7 +157,7 @@ static ht_kernel combine_fn_of(const ht_gpu *g) {
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->probe) cudaFree(g->probe);
   if (g->quant) cudaFree(g->quant);
-  if (g->staging_registered) nvshmemx_buffer_unregister(g->staging);
+  if (g->staging_registered && !comm->destroyed) nvshmemx_buffer_unregister(g->staging); /* NVSHMEM still up */
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
   if (g->mapped) cudaFreeHost(g->mapped);
