@@ -11,7 +11,8 @@
  *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/expand-ceiling tools/dev/expand-ceiling.cu && /tmp/expand-ceiling
  *   [tokens=4096] [bytes=14336] [K=8]; `gather [tokens] [bytes] [K]` (gather_main: K rows in, their weighted
  *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
- *   on two GPUs (peer_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
+ *   on two GPUs (peer_main); `pullx [tokens=4096] [bytes=14336]` on every GPU (up to 4) at once: the pull design's
+ *   ceiling (pullx_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
  *   (with bytes 7168: the FP8 rows): regs alone, then with each row's bytes / 128 fp32 scales written group-major
  *   (the high-throughput dispatch's recv.scales) and row-major, at 16 and 132 SMs (what the scales cost); group-major
  *   also under an L2 evict_last policy, with the rows' stores streaming (st.global.cs), and row-major then
@@ -24,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <string>
 
 #include "probe_check.cuh"
 
@@ -446,10 +449,258 @@ static int peer_main(int n, int bytes) {
   return 0;
 }
 
+
+/* ---- `pullx`: the receivers pull (issue 19's pull design, bench/NOTES.md run 40): every GPU at once, each message
+ * (a source GPU's token with >= 1 of its 8 experts on this GPU) loaded from the source's memory over NVLink, or from
+ * its own, and stored to its k rows here. A message: {source GPU, token, first of its rows in `rows`, k}. ---- */
+__global__ void __launch_bounds__(512) k_pull_regs(const char *const *srcs, const int4 *msg, const int *rows, int nmsg,
+                                                   int bytes, char *out) {
+  const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
+  for (int m = warp; m < nmsg; m += warps) {
+    const int4 g = msg[m];
+    const char *in = srcs[g.x] + (size_t)g.y * bytes;
+    const int d = lane < g.w ? rows[g.z + lane] : 0;
+    for (int base = lane * 16; base < bytes; base += 4 * 512) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (base + u * 512 < bytes) v[u] = __ldcg((const uint4 *)(in + base + u * 512));
+      for (int i = 0; i < g.w; i++) {
+        char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
+      }
+    }
+  }
+}
+
+/* P pipelines a block (lane 0 of warps 0..P-1), S stages of a whole row: a bulk load from the source, then the k bulk
+ * stores of the row here (k_tma's scheme over messages). */
+__global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *rows, int nmsg, int bytes, char *out,
+                           int P, int S) {
+  extern __shared__ __align__(128) char sm[];
+  __shared__ __align__(8) uint64_t bar[64];
+  const int w = threadIdx.x / 32;
+  if (w >= P || (threadIdx.x & 31)) return;
+  char *stage = sm + (size_t)w * S * bytes;
+  uint64_t *b = bar + w * S;
+  for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&b[s])) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  const int pipe = blockIdx.x * P + w, pipes = gridDim.x * P;
+  const int mine = pipe < nmsg ? (nmsg - pipe + pipes - 1) / pipes : 0;
+  auto load = [&](int j) {
+    const int s = j % S;
+    const int4 g = msg[pipe + j * pipes];
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&b[s])), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     saddr(stage + (size_t)s * bytes)),
+                 "l"(srcs[g.x] + (size_t)g.y * bytes), "r"(bytes), "r"(saddr(&b[s]))
+                 : "memory");
+  };
+  for (int j = 0; j < S && j < mine; j++) load(j);
+  for (int j = 0; j < mine; j++) {
+    const int s = j % S;
+    const int4 g = msg[pipe + j * pipes];
+    const uint32_t parity = (j / S) & 1;
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                     saddr(&b[s])),
+                 "r"(parity)
+                 : "memory");
+    for (int i = 0; i < g.w; i++)
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(out + (size_t)rows[g.z + i] *
+                                                                                       bytes),
+                   "r"(saddr(stage + (size_t)s * bytes)), "r"(bytes)
+                   : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    if (j >= 1 && j - 1 + S < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      load(j - 1 + S);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+static inline char pull_byte(int g, int t, int i) { return (char)(((uint32_t)(g * 131071 + t) * 2654435761u + i) >> 7); }
+
+/* `pullx [tokens=4096] [bytes=14336]`: G = the GPUs (up to 4) each with `tokens` tokens routed top-8 of 256 experts
+ * (seeded, uniform), experts split evenly; every GPU pulls its messages at once, on 16 / 24 / 32 / 132 SMs, by
+ * register loads and by bulk copies; `local` the same messages with every source replaced by the GPU's own memory
+ * (the expansion alone). Time = the slowest GPU's, best of 10 after 3 warm-ups. If pull ~ local, an SM's NVLink
+ * loads overlap its local stores and the pull design's bound is the stores' (bench/NOTES.md run 40). */
+static int pullx_main(int T, int bytes) {
+  int G = 0;
+  CK(cudaGetDeviceCount(&G));
+  if (G > 4) G = 4;
+  const int E = 256, K = 8, epg = E / G;
+  if (E % G) { printf("pullx: %d GPUs do not divide 256 experts\n", G); return 0; }
+  /* routing: e[s][t][k] */
+  int *route = (int *)malloc((size_t)G * T * K * 4);
+  srand(11);
+  for (int i = 0; i < G * T; i++)
+    for (int k = 0; k < K; k++) {
+      int x, dup;
+      do {
+        x = rand() % E, dup = 0;
+        for (int j = 0; j < k; j++) dup |= route[i * K + j] == x;
+      } while (dup);
+      route[i * K + k] = x;
+    }
+  char *src[4], *out[4];
+  const char **dsrc[4], **dsrc_local[4];
+  int4 *dmsg[4];
+  int *drows[4], nmsg[4], nrows[4];
+  int4 *hmsg[4];
+  int *hrows[4];
+  cudaStream_t st[4];
+  cudaEvent_t e0[4], e1[4];
+  for (int g = 0; g < G; g++) {
+    CK(cudaSetDevice(g));
+    for (int p = 0; p < G; p++)
+      if (p != g) {
+        int ok = 0;
+        CK(cudaDeviceCanAccessPeer(&ok, g, p));
+        if (!ok) { printf("pullx: GPU %d cannot reach GPU %d\n", g, p); return 0; }
+        CK(cudaDeviceEnablePeerAccess(p, 0));
+      }
+    CK(cudaMalloc(&src[g], (size_t)T * bytes));
+    char *h = (char *)malloc((size_t)T * bytes);
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < bytes; i++) h[(size_t)t * bytes + i] = pull_byte(g, t, i);
+    CK(cudaMemcpy(src[g], h, (size_t)T * bytes, cudaMemcpyHostToDevice));
+    free(h);
+    /* rows in (local expert, source, token) order; messages in (token, source) order */
+    int *cnt = (int *)calloc(epg + 1, 4);
+    for (int s = 0; s < G; s++)
+      for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+          const int x = route[((size_t)s * T + t) * K + k];
+          if (x / epg == g) cnt[x % epg + 1]++;
+        }
+    for (int x = 0; x < epg; x++) cnt[x + 1] += cnt[x];
+    nrows[g] = cnt[epg];
+    int *fill = (int *)malloc((size_t)G * T * K * 4); /* row of (s, t, k), -1 when not here */
+    for (int s = 0; s < G; s++)
+      for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+          const int x = route[((size_t)s * T + t) * K + k];
+          fill[((size_t)s * T + t) * K + k] = x / epg == g ? cnt[x % epg]++ : -1;
+        }
+    hmsg[g] = (int4 *)malloc((size_t)G * T * sizeof(int4));
+    hrows[g] = (int *)malloc((size_t)G * T * K * 4);
+    int m = 0, r = 0;
+    for (int t = 0; t < T; t++)
+      for (int s = 0; s < G; s++) {
+        const int r0 = r;
+        for (int k = 0; k < K; k++)
+          if (fill[((size_t)s * T + t) * K + k] >= 0) hrows[g][r++] = fill[((size_t)s * T + t) * K + k];
+        if (r > r0) hmsg[g][m++] = make_int4(s, t, r0, r - r0);
+      }
+    nmsg[g] = m;
+    free(fill), free(cnt);
+    CK(cudaMalloc(&out[g], (size_t)nrows[g] * bytes));
+    CK(cudaMalloc(&dmsg[g], (size_t)m * sizeof(int4)));
+    CK(cudaMemcpy(dmsg[g], hmsg[g], (size_t)m * sizeof(int4), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&drows[g], (size_t)r * 4));
+    CK(cudaMemcpy(drows[g], hrows[g], (size_t)r * 4, cudaMemcpyHostToDevice));
+    CK(cudaStreamCreateWithFlags(&st[g], cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e0[g]));
+    CK(cudaEventCreate(&e1[g]));
+    CK(cudaFuncSetAttribute(k_pull_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
+  }
+  for (int g = 0; g < G; g++) {
+    CK(cudaSetDevice(g));
+    const char *hs[4], *hl[4];
+    for (int p = 0; p < G; p++) hs[p] = src[p], hl[p] = src[g];
+    CK(cudaMalloc(&dsrc[g], G * sizeof(char *)));
+    CK(cudaMalloc(&dsrc_local[g], G * sizeof(char *)));
+    CK(cudaMemcpy(dsrc[g], hs, G * sizeof(char *), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsrc_local[g], hl, G * sizeof(char *), cudaMemcpyHostToDevice));
+  }
+  double deepep = 0, remote = 0;
+  for (int g = 0; g < G; g++) {
+    double d = (double)nmsg[g] * bytes, rm = 0;
+    for (int m = 0; m < nmsg[g]; m++) rm += hmsg[g][m].x != g ? bytes : 0;
+    deepep = d > deepep ? d : deepep, remote = rm > remote ? rm : remote;
+  }
+  printf("pullx: %d GPU(s), %d tokens of %d B a GPU, top-%d of %d: GPU 0 %d messages (%.1f MB, %.1f MB remote), "
+         "%d rows (%.1f MB stored)\n",
+         G, T, bytes, K, E, nmsg[0], (double)nmsg[0] * bytes / 1e6, remote / 1e6, nrows[0],
+         (double)nrows[0] * bytes / 1e6);
+  /* the sender's staging of its tokens into symmetric memory by a copy engine (the pull design's first step) */
+  {
+    CK(cudaSetDevice(0));
+    char *tmp;
+    CK(cudaMalloc(&tmp, (size_t)T * bytes));
+    const float us = best_us(st[0], e0[0], e1[0], [&] {
+      CK(cudaMemcpyAsync(tmp, src[0], (size_t)T * bytes, cudaMemcpyDeviceToDevice, st[0]));
+    });
+    printf("staging copy of %.1f MB (cudaMemcpyAsync, copy engine): %.1f us\n", (double)T * bytes / 1e6, us);
+    CK(cudaFree(tmp));
+  }
+  printf("%-6s %-6s %5s %3s %3s %10s %12s %12s %s\n", "kind", "from", "SMs", "P", "S", "us", "deepep GB/s",
+         "stored GB/s/SM", "ok");
+  auto run = [&](int tma, int local, int sms, int P, int S) {
+    float best = 1e30f;
+    for (int it = 0; it < 13; it++) {
+      for (int g = 0; g < G; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaEventRecord(e0[g], st[g]));
+        const char *const *sp = local ? dsrc_local[g] : dsrc[g];
+        if (tma)
+          k_pull_tma<<<sms, P * 32, (size_t)P * S * bytes, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g], P,
+                                                                    S);
+        else k_pull_regs<<<sms, 512, 0, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g]);
+        CK(cudaEventRecord(e1[g], st[g]));
+      }
+      float worst = 0;
+      for (int g = 0; g < G; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaEventSynchronize(e1[g]));
+        CK(cudaGetLastError());
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0[g], e1[g]));
+        worst = ms > worst ? ms : worst;
+      }
+      if (it >= 3 && worst < best) best = worst;
+    }
+    const char *ok = "-";
+    if (!local) { /* every row of GPU 0 against its source token's pattern */
+      CK(cudaSetDevice(0));
+      char *h = (char *)malloc((size_t)nrows[0] * bytes);
+      CK(cudaMemcpy(h, out[0], (size_t)nrows[0] * bytes, cudaMemcpyDeviceToHost));
+      bool good = true;
+      for (int m = 0; m < nmsg[0] && good; m++)
+        for (int i = 0; i < hmsg[0][m].w && good; i++) {
+          const char *row = h + (size_t)hrows[0][hmsg[0][m].z + i] * bytes;
+          for (int b = 0; b < bytes && good; b += 61) good = row[b] == pull_byte(hmsg[0][m].x, hmsg[0][m].y, b);
+        }
+      free(h);
+      ok = good ? "yes" : "NO";
+    }
+    const float us = best * 1000.0f;
+    printf("%-6s %-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n", tma ? "tma" : "regs", local ? "local" : "pull", sms,
+           tma ? std::to_string(P).c_str() : "-", tma ? std::to_string(S).c_str() : "-", us, deepep / us / 1e3,
+           (double)nrows[0] * bytes / us / 1e3 / sms, ok);
+  };
+  for (int sms : {16, 24, 32, 132}) {
+    for (int local = 0; local < 2; local++) run(0, local, sms, 0, 0);
+    const int cfg[][2] = {{4, 3}, {7, 2}, {2, 7}};
+    for (auto &c : cfg) {
+      if ((size_t)c[0] * c[1] * bytes > 220 * 1024) continue;
+      for (int local = 0; local < 2; local++) run(1, local, sms, c[0], c[1]);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && !strcmp(argv[1], "gather"))
     return gather_main(argc > 2 ? atoi(argv[2]) : 4096, argc > 3 ? atoi(argv[3]) : 14336, argc > 4 ? atoi(argv[4]) : 8);
+  if (argc > 1 && !strcmp(argv[1], "pullx"))
+    return pullx_main(argc > 2 ? atoi(argv[2]) : 4096, argc > 3 ? atoi(argv[3]) : 14336);
   if (argc > 1 && !strcmp(argv[1], "peer"))
     return peer_main(argc > 2 ? atoi(argv[2]) : 8192, argc > 3 ? atoi(argv[3]) : 14336);
   const int n = argc > 1 ? atoi(argv[1]) : 4096, bytes = argc > 2 ? atoi(argv[2]) : 14336,
