@@ -581,7 +581,7 @@ __device__ __forceinline__ void pull_bulk(const ht_params &P, const char *src, s
   __syncwarp(); /* the lanes' reads of the stage (stores by the lanes) are done */
   if (lane == 0) {
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("fence.proxy.async;" ::: "memory"); /* the lanes' reads of the stage, the tail's acquire: before */
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"((uint32_t)bytes) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(st),
                  "l"(src), "r"((uint32_t)bytes), "r"(b)
