@@ -330,7 +330,7 @@ __device__ SY_HT_SEND_ATTR void send_token(const ht_params &P, int c, int t, con
       ((int4 *)(m + 16))[i] = make_int4(e - dst[j] * L, pos[lane], __float_as_int(w), lane);
     }
     if (lane == 0) *(int4 *)m = make_int4(t, __popc(mask), 0, 0);
-    if ((pb && !P.pull) || (!pb && !puts)) { /* pulling, the receiver reads the payload from this rank's copy */
+    if (pb || !puts) {
       /* the payload: into the slot, or (in place) the receiver's row; the scales stay in the slot */
       char *row = pb && P.inplace ? inplace_row(P, pb, dst[j], mask, e, lane < P.K ? pos[lane] : 0) : nullptr;
       char *body = pb ? (row ? row : m + po) : stage;
@@ -569,56 +569,10 @@ __device__ void send_part(const ht_params &P, int c, char *smem, const int32_t *
   for (int d = role_tid<RM>(P); d < W; d += role_threads<RM>(P)) P.sent[(size_t)d * C + c] = base[d];
 }
 
-/* The pull by bulk copies (P.pull 2): a warp's stage (`bytes` of shared memory) loaded from src by one bulk copy
- * (its lane 0; the stage's earlier bulk stores have read it first), waited for by every lane on the warp's mbarrier
- * (phase: its uses so far, alike in every lane), then stored into the n sinks' bodies — by bulk stores (rows 16-byte
- * aligned; waited for before the stage's next load and at the role's end) or by the lanes. */
-template <bool STG>
-__device__ __forceinline__ void pull_bulk(const ht_params &P, const char *src, size_t bytes, char *stage, uint64_t *bar,
-                                          uint32_t &phase, const ht_sink *sk, int n) {
-  const int lane = threadIdx.x & 31;
-  const uint32_t st = (uint32_t)__cvta_generic_to_shared(stage), b = (uint32_t)__cvta_generic_to_shared(bar);
-  __syncwarp(); /* the lanes' reads of the stage (stores by the lanes) are done */
-  if (lane == 0) {
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    asm volatile("fence.proxy.async;" ::: "memory"); /* the lanes' reads of the stage, the tail's acquire: before */
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"((uint32_t)bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(st),
-                 "l"(src), "r"((uint32_t)bytes), "r"(b)
-                 : "memory");
-  }
-  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(b),
-               "r"(phase & 1u)
-               : "memory");
-  phase++;
-  if (P.pull_bulk_out) {
-    if (lane == 0) {
-      for (int i = 0; i < n; i++)
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(sk[i].body), "r"(st),
-                     "r"((uint32_t)bytes)
-                     : "memory");
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    }
-    return;
-  }
-  for (size_t base = (size_t)lane * 16; base < bytes; base += 512) {
-    const uint4 v = *(const uint4 *)(stage + base);
-    for (int i = 0; i < n; i++) st_global16<STG>(sk[i].body + base, v);
-  }
-}
-
-/* The pull by bulk copies: a warp's bulk stores complete (its lane 0), before the role ends. */
-__device__ __forceinline__ void pull_bulk_done() {
-  if ((threadIdx.x & 31) == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-  __syncwarp();
-}
-
-/* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight).
- * Pulling (P.pull), the payload and scales come from s's copy of its tokens (wl.pull) instead of the slot, through
- * `stage` where the warp has one (P.pull 2; else nullptr: loads). */
+/* A warp expands one message from source s into its rows (the payload, the scales, {s, token} and weight). */
 template <bool HINT, bool STG>
 __device__ void recv_message(const ht_params &P, const char *m, int s, const int32_t *rowbase, int32_t *rows_out,
-                             bool write, ht_sink *sk, char *stage, uint64_t *bar, uint32_t &phase) {
+                             bool write, ht_sink *sk) {
   /* in place (the senders' payload already in the first row, which this rank's inbox entries announced: rows that
    * fit and recv.tokens in the arena) */
   const bool inplace = P.inplace && P.inplace_off >= 0;
@@ -628,14 +582,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   /* the header, every entry slot (read only below n) and (FP8, up to 64 groups) the scales in one round trip */
   const int4 h = __ldcg((const int4 *)m); /* ring slots are rewritten within a kernel: past L1 */
   const int4 en = lane < P.kk ? __ldcg((const int4 *)(m + 16) + lane) : make_int4(0, 0, 0, 0);
-  const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
-  const char *pulled = nullptr; /* the payload in s's copy of its tokens */
   const float *msc = (const float *)(m + P.wl.scales_offset);
-  if (P.pull && write) {
-    const char *sp = ht_peer(P, s) + P.wl.pull;
-    pulled = sp + (size_t)h.x * bytes;
-    msc = (const float *)(sp + (size_t)P.T * P.hidden) + (size_t)h.x * groups;
-  }
   const bool early = groups <= 64;
   const float sc0 = early && lane < groups ? __ldcg(msc + lane) : 0.0f;
   const float sc1 = early && lane + 32 < groups ? __ldcg(msc + lane + 32) : 0.0f;
@@ -648,6 +595,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   }
   if (lane < P.kk) rows_out[lane] = lane < n && write ? row : -1;
   if (!write) return;
+  const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2;
   __syncwarp(); /* the previous message's sinks are read */
   if (lane < n) {
     P.recv.src[(size_t)row * 2] = s;
@@ -657,9 +605,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
   }
   __syncwarp();
   const int r0 = __shfl_sync(0xffffffffu, row, 0);
-  if (pulled && stage) pull_bulk<STG>(P, pulled, bytes, stage, bar, phase, sk, n);
-  else if (pulled) warp_copy<true, STG>(pulled, bytes, sk, n);
-  else if (!inplace) warp_copy<true, STG>(m + P.wl.payload_offset, bytes, sk, n);
+  if (!inplace) warp_copy<true, STG>(m + P.wl.payload_offset, bytes, sk, n);
   else if (n > 1) /* the first row, written by the sender (ordered before the tail this warp's block acquired) */
     warp_copy<true, STG>((const char *)P.recv.tokens + (size_t)r0 * bytes, bytes, sk + 1, n - 1);
   if (!fp8) return;
@@ -670,7 +616,7 @@ __device__ void recv_message(const ht_params &P, const char *m, int s, const int
     }
     return;
   }
-  warp_copy_scales<true, HINT, STG>(msc, groups, sk, n);
+  warp_copy_scales<true, HINT, STG>((const float *)(m + P.wl.scales_offset), groups, sk, n);
 }
 
 /* The combine's backward: a warp turns one message (the owner's grad_out row) into the gradient of each row it
@@ -727,7 +673,7 @@ __device__ void recv_outputs(const ht_params &P, int c) {
 
 template <bool HINT, bool RM>
 __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks,
-                          own_state &q, uint64_t *pull_bar, uint32_t &phase) {
+                          own_state &q) {
   const int W = P.world_size, C = P.C, me = P.ctx.rank;
   uint64_t *cons = (uint64_t *)smem;     /* [W] */
   int32_t *left = (int32_t *)(cons + W); /* [W] messages of this call still to come */
@@ -759,9 +705,6 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
   int32_t *take = mbase + W;  /* [W] messages this round takes from each source */
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   const int32_t *rowbase_me = rowbase + (size_t)me * P.L;
-  const int rw = role_warp<RM>(P); /* its stage for the pull by bulk copies, if it has one */
-  char *stage = P.pull == 2 && rw < P.pull_stages ? smem + P.pull_smem + (size_t)rw * P.pull_stage_bytes : nullptr;
-  uint64_t *bar = pull_bar + threadIdx.x / 32;
   serve_rounds<RM>(
       P, left, take,
       [&]() { return own_chunk<HINT, RM>(P, q, rowbase_me, sk); }, /* a round without messages: own rows */
@@ -772,8 +715,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
       [&](int s, int j) {
         const char *m = ring_slot(P, P.ws, s, c, cons[s] + j);
         int32_t *rows = recv_rows + (((size_t)s * P.T) + mbase[s] + done[s] + j) * P.kk;
-        if (P.mode == HT_DISPATCH)
-          recv_message<HINT, ht_stg<RM>>(P, m, s, rowbase, rows, write, sk, stage, bar, phase);
+        if (P.mode == HT_DISPATCH) recv_message<HINT, ht_stg<RM>>(P, m, s, rowbase, rows, write, sk);
         else if (write) recv_grad(P, m, rows);
       },
       [&](int s, int k) { /* the slots are read */
@@ -786,22 +728,7 @@ __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *
         report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, cons[s] + 1,
                      ld_acquire_sys(tail_word(P, P.ws, s, c)));
       });
-  if (stage) pull_bulk_done();
   for (int s = role_tid<RM>(P); s < W; s += role_threads<RM>(P)) P.consumed[(size_t)s * C + c] = cons[s];
-}
-
-/* Pulling, the sending role's thread 0 at its end: its receivers have taken every message it sent (their heads), so
- * they have read this rank's copy of the tokens, which the next dispatch overwrites before its kernel starts. Bounded;
- * after an abort or a failed wait (reported) it returns. */
-template <bool RM>
-__device__ void pull_drain(const ht_params &P) {
-  if (role_tid<RM>(P) != 0) return;
-  for (int c = role_chan<RM>(P); c < P.C; c += P.B)
-    for (int d = 0; d < P.world_size; d++) {
-      if (d == P.ctx.rank || aborted(P.ctx)) continue;
-      const uint64_t want = P.sent[(size_t)d * P.C + c];
-      if (!ht_wait(P, head_word(P, P.ws, d, c), want, OP_MOE_HT_SEND, d)) return;
-    }
 }
 
 /* Shared memory: [W] uint64 and 4 [W] int32 of per-peer state, then rowbase [W][L]; and each warp's sinks. The
@@ -817,27 +744,19 @@ __device__ __forceinline__ void dispatch_kernel(const ht_params &P) {
   if (P.inplace) inplace_publish(P, rowbase, rows_ok, inplace_call(P));
   probe_begin<RM>(P);
   __shared__ own_state qs[RM ? 2 : 1];
-  __shared__ __align__(8) uint64_t pull_bar[HT_DWARPS]; /* the pull by bulk copies: a warp's mbarrier */
-  uint32_t phase = 0;
-  if (P.pull == 2 && threadIdx.x < HT_DWARPS) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((uint32_t)__cvta_generic_to_shared(&pull_bar[threadIdx.x]))
-                 : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  own_begin(P, qs, RM ? 2 : 1, rows_ok); /* (its barrier orders the inits before any use) */
+  own_begin(P, qs, RM ? 2 : 1, rows_ok);
   /* from here on each role by itself (role_sync, never __syncthreads) */
   const int role = role_of<RM>(P);
   own_state &q = qs[RM ? role : 0];
   for (int c = role_chan<RM>(P); c < P.C; c += P.B) { /* its channels in turn (P.B < P.C: a call's smaller budget) */
     if (role == 0)                                    /* by warps, its per-peer state apart from role 1's */
       send_part<HINT, RM>(P, c, RM ? smem + P.role_state : smem, rowbase + (size_t)P.ctx.rank * P.L, rows_ok, sinks, q);
-    else recv_part<HINT, RM>(P, c, smem, rowbase, rows_ok, sinks, q, pull_bar, phase);
+    else recv_part<HINT, RM>(P, c, smem, rowbase, rows_ok, sinks, q);
     role_sync<RM>(P); /* the channel's per-peer state is read before the next one's is written */
   }
   ht_sink *sk = sinks + (threadIdx.x / 32) * HT_MAX_SINKS; /* the ring work is done: what the queue has left */
   own_drain<HINT, RM>(P, q, rowbase + (size_t)P.ctx.rank * P.L, sk);
   own_end<RM>(P);
-  if (P.pull && role == 0) pull_drain<RM>(P);
   if (P.inplace) inplace_end<RM>(P, inplace_call(P));
   probe_end<RM>(P);
   if (P.mode == HT_DISPATCH && role_unit<RM>(P) == P.B && role_tid<RM>(P) == 0) { /* for the combines' check */

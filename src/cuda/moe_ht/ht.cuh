@@ -108,11 +108,6 @@ struct ht_params {
   uint32_t role_state;  /* role_warps > 0: where role 0's per-peer state starts in the dynamic shared memory */
   uint64_t *probe;      /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   int inplace;          /* the dispatch of an object with a receive arena, world > 1: the inboxes (dispatch.cu) */
-  int pull;             /* the dispatch (SY_HT_PULL): the receivers pull each payload from its source's copy at
-                           wl.pull (1 by loads, 2 by bulk copies), the rings carry headers and entries (dispatch.cu) */
-  int pull_stages;      /* pull 2: the role's warps [0, pull_stages) each have a stage at pull_smem + w x bytes */
-  uint32_t pull_smem, pull_stage_bytes;
-  int pull_bulk_out;    /* pull 2: the stage goes to the rows by bulk stores (recv.tokens 16-byte aligned) */
   int64_t inplace_off;  /* then this rank's recv.tokens in its arena (bytes from the arena's start), or -1 */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */

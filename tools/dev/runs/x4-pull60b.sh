@@ -6,6 +6,8 @@
 # (1) test_gpu_moe_ht at 4 GPUs with SY_HT_PULL=1, 2, and 2 by blocks; at 3 ranks sharing GPU 0 with 2;
 # (2) moe-ht world 4, 4,096 tokens, 16 SMs, arena: push / pull 1 / pull 2, a b c c b a (every call's rows);
 # (3) 8,192 tokens and 24 / 32 SMs, push against pull 2; the issue-19 table with NCCL under pull 2.
+# Measured slower (bench/NOTES.md, run 60) and dropped after this call: to rerun, apply
+# tools/dev/patches/ht-pull.patch (against 328274f).
 . tools/dev/variant.sh # dev_start, bench_tree, test_ht
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
