@@ -116,6 +116,9 @@ for n in "${counts[@]}"; do
   # a channel's two roles on two blocks (the default at world 1), and on one block's warps with another split (the
   # default from world 2 is 6 / 8 warps of 16)
   SY_HT_ROLES=0 run test_gpu_moe_ht.blocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  # the dispatch pulled by the receivers (pull.cu; from world 2; push is the default), by warps and by blocks
+  SY_HT_PULL=1 run test_gpu_moe_ht.pull "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=1 SY_HT_ROLES=0 run test_gpu_moe_ht.pullblocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   SY_HT_ROLES=1 SY_HT_SEND_WARPS=4 SY_HT_EXPERT_WARPS=12 run test_gpu_moe_ht.warps "$n" \
     "$root/build/tests/gpu/test_gpu_moe_ht"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it

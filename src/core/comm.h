@@ -103,6 +103,11 @@ struct sy_moe_ht {
 #define SY_HT_ROLES_AUTO_SMS    16
 #define SY_HT_ROLES_AUTO_SMS_W2 48
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size);
+/* Whether the cuda backend's high-throughput dispatch pulls (SY_HT_PULL resolved; 0 at world size 1, where nothing
+ * crosses a rank): 1 the receivers pull (cuda/moe_ht/pull.cu), 0 the senders push through the rings. The workspace
+ * then holds each rank's tokens' copy (sy__moe_ht_ws_layout), so every rank must resolve it alike (compared at
+ * create). */
+int sy__moe_ht_pull(const sy_moe_ht_config_t *c, int world_size);
 /* Whether [p, p + bytes) lies in the object's receive arena (core/moe_ht.c). */
 int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes);
 

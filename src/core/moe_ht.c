@@ -94,7 +94,16 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
 static size_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c) {
   return comm->backend == SY_BACKEND_HOST
              ? 0
-             : sy__moe_ht_ws_layout(c, comm->world_size, sy__moe_ht_roles(c, comm->world_size)).bytes;
+             : sy__moe_ht_ws_layout(c, comm->world_size, sy__moe_ht_roles(c, comm->world_size),
+                                    sy__moe_ht_pull(c, comm->world_size))
+                   .bytes;
+}
+
+int sy__moe_ht_pull(const sy_moe_ht_config_t *c, int world_size) {
+  (void)c;
+  long long pull = 0;
+  if (sy__env_int(SY_ENVID_SY_HT_PULL, &pull) != SY_SUCCESS) pull = 0; /* create fails on it (cuda backend) */
+  return world_size >= 2 && pull > 0;
 }
 
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size) {
@@ -130,6 +139,7 @@ static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
 typedef struct config_offer {
   sy_moe_ht_config_t c;
   int roles;
+  int pull;
 } config_offer_t;
 
 static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, sy_status_t local,
@@ -140,6 +150,7 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
   memset(&mine, 0, sizeof mine);
   mine.c = *c;
   mine.roles = local == SY_SUCCESS ? sy__moe_ht_roles(c, W) : 0;
+  mine.pull = local == SY_SUCCESS ? sy__moe_ht_pull(c, W) : 0;
   sy_status_t s = sy__create_exchange(comm, &mine, sizeof mine, local, all, fn);
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
     const sy_moe_ht_config_t *o = &all[r].c;
@@ -161,6 +172,13 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
           fn, r, all[r].roles ? "on one block's warps" : "on two blocks",
           mine.roles ? "on one block's warps" : "on two blocks",
           getenv("SY_HT_ROLES") ? getenv("SY_HT_ROLES") : "(unset)");
+      s = SY_ERR_MISMATCH;
+    } else if (all[r].pull != mine.pull) {
+      SY_WARN(
+          "%s: rank %d's dispatch %s, this rank's %s (SY_HT_PULL=%s here): set SY_HT_PULL alike on every rank; "
+          "nothing created",
+          fn, r, all[r].pull ? "pulls" : "pushes", mine.pull ? "pulls" : "pushes",
+          getenv("SY_HT_PULL") ? getenv("SY_HT_PULL") : "(unset)");
       s = SY_ERR_MISMATCH;
     }
   }

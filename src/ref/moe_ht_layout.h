@@ -101,7 +101,7 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
 
 /* The symmetric workspace of the cuda backend (cuda/moe_ht/ht.cuh says what each part is): counters, the count
  * exchange, the receive arena's inboxes, W x C rings of SY_MOE_HT_RING_SLOTS messages, then the receive arena
- * (config.recv_arena_bytes); the host backend reserves none. channels C =
+ * (config.recv_arena_bytes), and with `pull` the tokens' copy the receivers pull from; the host backend reserves none. channels C =
  * max(1, num_sms / 2), or num_sms with `roles` (a channel's two roles on one block's warps: SY_HT_ROLES,
  * cuda/moe_ht/ht.cuh). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
  * hidden / 128 fp32 scales). */
@@ -109,12 +109,12 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
 #define SY_MOE_HT_RING_SLOTS 64
 #endif
 typedef struct sy_moe_ht_ws_layout {
-  size_t tail, head, stamp, ack, xdata, inbox, ring, arena, bytes;
+  size_t tail, head, stamp, ack, xdata, inbox, ring, arena, pull, pull_meta, pull_sync, bytes;
   size_t xdata_words, msg_bytes, payload_offset, scales_offset, inbox_bytes;
   int channels;
 } sy_moe_ht_ws_layout_t;
 
-SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, int world_size, int roles) {
+SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, int world_size, int roles, int pull) {
   sy_moe_ht_ws_layout_t w;
   const size_t W = (size_t)world_size, L = (size_t)(c->num_experts / world_size);
   const size_t kk = (size_t)c->top_k < L ? (size_t)c->top_k : L;
@@ -139,6 +139,17 @@ SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, in
   w.ring = at, at += W * C * SY_MOE_HT_RING_SLOTS * w.msg_bytes;
   at = (at + 255) / 256 * 256;
   w.arena = at, at += c->recv_arena_bytes;
+  at = (at + 255) / 256 * 256;
+  /* with `pull` (SY_HT_PULL; cuda/moe_ht/pull.cu): this rank's tokens as its receivers pull them, max_tokens rows of
+   * the bf16 row's bytes (the FP8 wires: E4M3 [max_tokens][hidden], then fp32 scales [max_tokens][hidden / 128]
+   * within that); its handle's ids and positions and the call's weights, [max_tokens][top_k] int32 / int32 / fp32; and
+   * the pull's counters: {uint64 call ready, int32 num_tokens, int32 weights given}, then done[W] uint64 (receiver d
+   * has read this rank's copy of call n) */
+  const size_t TK = (size_t)c->max_tokens * (size_t)c->top_k;
+  w.pull = at, at += pull ? (size_t)c->max_tokens * (size_t)c->hidden * 2 : 0;
+  at = (at + 255) / 256 * 256;
+  w.pull_meta = at, at += pull ? (3 * TK * 4 + 255) / 256 * 256 : 0;
+  w.pull_sync = at, at += pull ? 16 + W * 8 : 0;
   w.bytes = (at + 255) / 256 * 256;
   return w;
 }

@@ -575,6 +575,20 @@ static void disagreeing_roles(sy_comm_t comm, int rank, int world) {
   if (rank == 0) printf("  %-26s ok\n", "disagreeing roles refused");
 }
 
+/* The same for SY_HT_PULL (it adds the tokens' copy to the workspace): rank 0 pulls, the others push. */
+static void disagreeing_pull(sy_comm_t comm, int rank, int world) {
+  if (world < 2 || getenv("SY_HT_PULL")) return;
+  const sy_moe_ht_config_t cfg = config_of(&cases[0], 64);
+  setenv("SY_HT_PULL", rank == 0 ? "1" : "0", 1);
+  sy_moe_ht_t moe = NULL;
+  const sy_status_t st = sy_moe_ht_create(comm, &cfg, &moe);
+  if (st != SY_ERR_MISMATCH || moe != NULL)
+    GT_FAIL("sy_moe_ht_create with SY_HT_PULL=%s on rank %d: %s (want SY_ERR_MISMATCH and no object)",
+            rank == 0 ? "1" : "0", rank, sy_status_name(st));
+  unsetenv("SY_HT_PULL");
+  if (rank == 0) printf("  %-26s ok\n", "disagreeing pull refused");
+}
+
 /* Bad expert ids on the cuda backend, on every rank (an error of one rank would leave the ranks' collective frees at
  * destroy unmatched), several a rank over 3,000 tokens (12,000 entries: every block of the layout's count takes
  * some): an even rank's token 1700 repeats its k = 0 expert at k = 2 and names expert E at k = 3, token 2900
@@ -643,6 +657,7 @@ int main(void) {
   else {
     if (!only) bad_role_warps(comm, rank);
     if (!only) disagreeing_roles(comm, rank, world);
+    if (!only) disagreeing_pull(comm, rank, world);
     if (!only) too_many_sms(comm, rank, world);
     for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
       for (int i = 0; i < num_cases; i++)

@@ -611,7 +611,7 @@ static void test_roles(void) {
       fprintf(stderr, "test_roles: SY_HT_ROLES=%s world %d num_sms %d: %d, want %d\n",
               rows[i].env ? rows[i].env : "(unset)", rows[i].world, rows[i].sms, roles, rows[i].want);
     CHECK_EQ_INT(roles, rows[i].want);
-    const sy_moe_ht_ws_layout_t w = sy__moe_ht_ws_layout(&c, rows[i].world, roles);
+    const sy_moe_ht_ws_layout_t w = sy__moe_ht_ws_layout(&c, rows[i].world, roles, 0);
     CHECK_EQ_INT(w.channels, roles ? rows[i].sms : rows[i].sms / 2 > 1 ? rows[i].sms / 2 : 1);
   }
   /* SY_HT_ROLES=8 is 1 (any positive value); a malformed value reads as auto here: the create refuses it */
@@ -626,11 +626,45 @@ static void test_roles(void) {
   free(saved);
 }
 
+/* SY_HT_PULL resolved (sy__moe_ht_pull: 0 at world 1 whatever it says; any positive value 1 from world 2) and what it
+ * adds to the workspace after the arena: the tokens' copy (max_tokens x hidden x 2 bytes), the ids, positions and
+ * weights, the pull's counters; nothing without it. */
+static void test_pull(void) {
+  const char *was = getenv("SY_HT_PULL");
+  char *saved = was ? strdup(was) : NULL;
+  sy_moe_ht_config_t c = SY_MOE_HT_CONFIG_INIT;
+  c.max_tokens = 100, c.hidden = 256, c.top_k = 2, c.num_experts = 8, c.recv_arena_bytes = 1000;
+  c = sy__moe_ht_defaults(c);
+  static const struct {
+    const char *env; /* NULL: unset */
+    int world, want;
+  } rows[] = {{NULL, 1, 0}, {NULL, 4, 0}, {"0", 4, 0}, {"1", 1, 0},
+              {"1", 2, 1},  {"2", 4, 1},  {"7", 8, 1}, {"-1", 4, 0}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    if (rows[i].env) setenv("SY_HT_PULL", rows[i].env, 1);
+    else unsetenv("SY_HT_PULL");
+    const int pull = sy__moe_ht_pull(&c, rows[i].world);
+    CHECK_EQ_INT(pull, rows[i].want);
+    const sy_moe_ht_ws_layout_t w0 = sy__moe_ht_ws_layout(&c, rows[i].world, 1, 0);
+    const sy_moe_ht_ws_layout_t w = sy__moe_ht_ws_layout(&c, rows[i].world, 1, pull);
+    CHECK(w.pull >= w.arena + c.recv_arena_bytes && w.pull % 256 == 0);
+    CHECK(w.bytes >= w.pull + (pull ? (size_t)c.max_tokens * c.hidden * 2 : 0));
+    CHECK(!pull || (w.pull_meta >= w.pull + (size_t)c.max_tokens * c.hidden * 2 &&
+                    w.pull_sync >= w.pull_meta + 3 * (size_t)c.max_tokens * c.top_k * 4 &&
+                    w.bytes >= w.pull_sync + 16 + (size_t)rows[i].world * 8 && w.pull_sync % 8 == 0));
+    CHECK(pull ? w.bytes > w0.bytes : w.bytes == w0.bytes);
+  }
+  if (saved) setenv("SY_HT_PULL", saved, 1);
+  else unsetenv("SY_HT_PULL");
+  free(saved);
+}
+
 int main(void) {
   seed_from_env();
   test_generators();
   test_dot();
   test_roles();
+  test_pull();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   CHECK(add_untouched_ > 0); /* the cases route some token to no expert */
   return check_report();

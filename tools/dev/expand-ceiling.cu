@@ -449,12 +449,11 @@ static int peer_main(int n, int bytes) {
   return 0;
 }
 
-
 /* ---- `pullx`: the receivers pull (issue 19's pull design, bench/NOTES.md run 40): every GPU at once, each message
  * (a source GPU's token with >= 1 of its 8 experts on this GPU) loaded from the source's memory over NVLink, or from
  * its own, and stored to its k rows here. A message: {source GPU, token, first of its rows in `rows`, k}. ---- */
-__global__ void __launch_bounds__(512) k_pull_regs(const char *const *srcs, const int4 *msg, const int *rows, int nmsg,
-                                                   int bytes, char *out) {
+__global__ void __launch_bounds__(512)
+    k_pull_regs(const char *const *srcs, const int4 *msg, const int *rows, int nmsg, int bytes, char *out) {
   const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
   for (int m = warp; m < nmsg; m += warps) {
     const int4 g = msg[m];
@@ -509,10 +508,10 @@ __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *
                  "r"(parity)
                  : "memory");
     for (int i = 0; i < g.w; i++)
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(out + (size_t)rows[g.z + i] *
-                                                                                       bytes),
-                   "r"(saddr(stage + (size_t)s * bytes)), "r"(bytes)
-                   : "memory");
+      asm volatile(
+          "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(out + (size_t)rows[g.z + i] * bytes),
+          "r"(saddr(stage + (size_t)s * bytes)), "r"(bytes)
+          : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     if (j >= 1 && j - 1 + S < mine) {
       asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -522,7 +521,9 @@ __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-static inline char pull_byte(int g, int t, int i) { return (char)(((uint32_t)(g * 131071 + t) * 2654435761u + i) >> 7); }
+static inline char pull_byte(int g, int t, int i) {
+  return (char)(((uint32_t)(g * 131071 + t) * 2654435761u + i) >> 7);
+}
 
 /* `pullx [tokens=4096] [bytes=14336]`: G = the GPUs (up to 4) each with `tokens` tokens routed top-8 of 256 experts
  * (seeded, uniform), experts split evenly; every GPU pulls its messages at once, on 16 / 24 / 32 / 132 SMs, by
@@ -534,7 +535,10 @@ static int pullx_main(int T, int bytes) {
   CK(cudaGetDeviceCount(&G));
   if (G > 4) G = 4;
   const int E = 256, K = 8, epg = E / G;
-  if (E % G) { printf("pullx: %d GPUs do not divide 256 experts\n", G); return 0; }
+  if (E % G) {
+    printf("pullx: %d GPUs do not divide 256 experts\n", G);
+    return 0;
+  }
   /* routing: e[s][t][k] */
   int *route = (int *)malloc((size_t)G * T * K * 4);
   srand(11);
@@ -561,7 +565,10 @@ static int pullx_main(int T, int bytes) {
       if (p != g) {
         int ok = 0;
         CK(cudaDeviceCanAccessPeer(&ok, g, p));
-        if (!ok) { printf("pullx: GPU %d cannot reach GPU %d\n", g, p); return 0; }
+        if (!ok) {
+          printf("pullx: GPU %d cannot reach GPU %d\n", g, p);
+          return 0;
+        }
         CK(cudaDeviceEnablePeerAccess(p, 0));
       }
     CK(cudaMalloc(&src[g], (size_t)T * bytes));
@@ -624,10 +631,11 @@ static int pullx_main(int T, int bytes) {
     for (int m = 0; m < nmsg[g]; m++) rm += hmsg[g][m].x != g ? bytes : 0;
     deepep = d > deepep ? d : deepep, remote = rm > remote ? rm : remote;
   }
-  printf("pullx: %d GPU(s), %d tokens of %d B a GPU, top-%d of %d: GPU 0 %d messages (%.1f MB, %.1f MB remote), "
-         "%d rows (%.1f MB stored)\n",
-         G, T, bytes, K, E, nmsg[0], (double)nmsg[0] * bytes / 1e6, remote / 1e6, nrows[0],
-         (double)nrows[0] * bytes / 1e6);
+  printf(
+      "pullx: %d GPU(s), %d tokens of %d B a GPU, top-%d of %d: GPU 0 %d messages (%.1f MB, %.1f MB remote), "
+      "%d rows (%.1f MB stored)\n",
+      G, T, bytes, K, E, nmsg[0], (double)nmsg[0] * bytes / 1e6, remote / 1e6, nrows[0],
+      (double)nrows[0] * bytes / 1e6);
   /* the sender's staging of its tokens into symmetric memory by a copy engine (the pull design's first step) */
   {
     CK(cudaSetDevice(0));

@@ -643,34 +643,6 @@ __device__ void grad_padding(const ht_params &P, int c) {
   }
 }
 
-/* The dispatch's padding rows of the experts receiving block c owns (src {-1, -1}, weight 0) and (c = 0) the
- * offsets and counts. */
-template <bool RM>
-__device__ void recv_outputs(const ht_params &P, int c) {
-  const int W = P.world_size, L = P.L;
-  const int32_t *counts = hsec(P, P.hl.recv_counts), *offsets = hsec(P, P.hl.offsets);
-  const int stride = P.recv.expert_stride;
-  for (int e = c; e < L; e += P.C) {
-    int64_t n = 0;
-    for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
-    const int64_t first = (stride ? (int64_t)e * stride : offsets[e]) + n;
-    const int64_t end = stride ? (int64_t)(e + 1) * stride : offsets[e + 1];
-    for (int64_t r = first + role_tid<RM>(P); r < end; r += role_threads<RM>(P)) {
-      P.recv.src[r * 2] = -1;
-      P.recv.src[r * 2 + 1] = -1;
-      P.recv.weights[r] = 0.0f;
-    }
-  }
-  if (c != 0) return;
-  for (int e = role_tid<RM>(P); e <= L; e += role_threads<RM>(P))
-    P.recv.expert_offsets[e] = stride ? e * stride : offsets[e];
-  for (int e = role_tid<RM>(P); e < L; e += role_threads<RM>(P)) {
-    int32_t n = 0;
-    for (int s = 0; s < W; s++) n += counts[(size_t)s * L + e];
-    P.recv.expert_counts[e] = n;
-  }
-}
-
 template <bool HINT, bool RM>
 __device__ void recv_part(const ht_params &P, int c, char *smem, const int32_t *rowbase, bool rows_ok, ht_sink *sinks,
                           own_state &q) {

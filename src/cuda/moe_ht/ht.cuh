@@ -62,6 +62,8 @@ static_assert(HT_SLOTS >= 2 * HT_BATCH && (HT_SLOTS & (HT_SLOTS - 1)) == 0,
 constexpr int HT_PER_PEER = HT_SLOTS / 2; /* at most from one peer a round: half a ring, which its writer refills */
 constexpr int HT_ROUND = HT_PER_PEER > 64 ? HT_PER_PEER : 64; /* messages a block takes from all its peers a round */
 constexpr int HT_PEER_TAB = 8;
+constexpr int HT_PULL_STAGES = 3;  /* SY_HT_PULL (pull.cu): a pipeline's stages, */
+constexpr int HT_PULL_PIPES = 8;   /* and at most this many pipelines a block (as many as the shared memory holds) */
 constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
 
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;
@@ -75,7 +77,9 @@ struct ht_local {
   uint64_t lbar;       /* the layout kernel's grid barrier: the running layout's arrivals (0 between layouts) */
   uint32_t ldone;      /* the layout kernel's blocks that have ended (0 between layouts) */
   uint32_t lfail;      /* a block of the running layout failed a barrier (0 between layouts) */
-  uint64_t pad_[1];
+  uint64_t pulls;      /* SY_HT_PULL: dispatch calls done (the copies' call numbers) */
+  uint32_t pull_done;  /* then the blocks of the running one that have ended (0 between calls) */
+  uint32_t pad_[1];
   /* then sent[W][C] and consumed[W][C], uint64 */
 };
 
@@ -108,7 +112,12 @@ struct ht_params {
   uint32_t role_state;  /* role_warps > 0: where role 0's per-peer state starts in the dynamic shared memory */
   uint64_t *probe;      /* SY_HT_PROBE: this kernel's [2 C][HT_PROBE_SLOTS] per-block times of the call, else NULL */
   int inplace;          /* the dispatch of an object with a receive arena, world > 1: the inboxes (dispatch.cu) */
-  int64_t inplace_off;  /* then this rank's recv.tokens in its arena (bytes from the arena's start), or -1 */
+  int pull;             /* the dispatch pulled (SY_HT_PULL; pull.cu): */
+  int pull_pipes;       /* its pipelines a block (warps [0, pull_pipes)), HT_PULL_STAGES stages each, */
+  uint32_t pull_smem, pull_stage_bytes; /* the first stage in the dynamic shared memory, a stage's bytes, */
+  int pull_bulk_out;   /* the rows written by bulk stores (recv.tokens 16-byte aligned), else by the lanes, */
+  int32_t *pull_tok;   /* [W][T] the token of source s's message i here (scratch, this GPU's memory) */
+  int64_t inplace_off; /* then this rank's recv.tokens in its arena (bytes from the arena's start), or -1 */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
   int num_tokens;
@@ -404,6 +413,8 @@ struct ht_quant_params {
   int num_tokens, hidden, ue8m0;
 };
 __global__ void sy_ht_quantise(ht_quant_params Q);
+/* The dispatch pulled (SY_HT_PULL; pull.cu): its own kernel, no ring. */
+__global__ void sy_ht_dispatch_pull(const __grid_constant__ sy::ht_params P);
 __global__ void sy_ht_combine(sy::ht_params P);
 /* The same with each channel's owner block planning and waiting a batch ahead (SY_HT_OWNER_AHEAD; combine.cu). */
 __global__ void sy_ht_combine_ahead(sy::ht_params P);

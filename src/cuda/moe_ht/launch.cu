@@ -44,10 +44,15 @@ struct ht_gpu {
   float *quant_scales;    /* [max_tokens][hidden / 128] fp32: the tokens quantised ahead of the dispatch */
   int scale_hint;         /* SY_HT_SCALE_HINT, resolved (FP8 wires only): the dispatch runs as sy_ht_dispatch_hint */
   int roles;              /* sy__moe_ht_roles: a channel's two roles on one block's warps (ht.cuh) */
-  int send_warps;         /* then the dispatch kernel's role 0 warps (SY_HT_SEND_WARPS), */
-  int expert_warps;       /* the combine kernel's (SY_HT_EXPERT_WARPS) */
-  int blocks;             /* the data kernels' grid: C by warps, 2 C by blocks */
-  int layout_resident;    /* the layout kernel's blocks the GPU holds at once (its grid barriers need them all) */
+  int pull;               /* sy__moe_ht_pull: the dispatch pulled (pull.cu: sy_ht_dispatch_pull) */
+  int pull_pipes;         /* then its pipelines a block, HT_PULL_STAGES stages each, */
+  uint32_t pull_smem;     /* where the stages start in its dynamic shared memory, */
+  size_t pull_stage_bytes, pull_kernel_smem; /* a stage's bytes, its dynamic shared memory, */
+  int32_t *pull_tok;                         /* [W][max_tokens] the token of each message (scratch) */
+  int send_warps;                            /* then the dispatch kernel's role 0 warps (SY_HT_SEND_WARPS), */
+  int expert_warps;                          /* the combine kernel's (SY_HT_EXPERT_WARPS) */
+  int blocks;                                /* the data kernels' grid: C by warps, 2 C by blocks */
+  int layout_resident; /* the layout kernel's blocks the GPU holds at once (its grid barriers need them all) */
   uint32_t role_state, pipe_role_state; /* by warps: role 0's per-peer state in the dispatch's, the combine's smem */
   char probe_path[256];
 };
@@ -157,6 +162,7 @@ static ht_kernel combine_fn_of(const ht_gpu *g) {
 static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->probe) cudaFree(g->probe);
   if (g->quant) cudaFree(g->quant);
+  if (g->pull_tok) cudaFree(g->pull_tok);
   if (g->staging_registered && !comm->destroyed) nvshmemx_buffer_unregister(g->staging); /* NVSHMEM still up */
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
@@ -218,6 +224,30 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
     g->role_state = (uint32_t)align_up(g->smem, 16);
     g->smem = g->role_state + W * 24;
   }
+  int optin = 0, dev = 0;
+  SY_CUDA_CHECK(cudaGetDevice(&dev));
+  SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr;
+  if (g->pull) { /* pull.cu: rowbase [W][L], then HT_PULL_STAGES stages (a row, its FP8 scales) a pipeline */
+    SY_CUDA_CHECK(cudaFuncGetAttributes(&attr, sy_ht_dispatch_pull));
+    const size_t row = c->wire == SY_MOE_WIRE_BF16 ? (size_t)c->hidden * 2
+                                                   : (size_t)c->hidden + (size_t)(c->hidden / SY_MOE_FP8_GROUP) * 4;
+    g->pull_stage_bytes = align_up(row, 128);
+    g->pull_smem = (uint32_t)align_up(W * (size_t)moe->local_experts * 4, 128);
+    const size_t room = (size_t)optin > g->pull_smem + attr.sharedSizeBytes + 1024
+                            ? (size_t)optin - g->pull_smem - attr.sharedSizeBytes - 1024
+                            : 0;
+    const int fit = (int)(room / (HT_PULL_STAGES * g->pull_stage_bytes));
+    g->pull_pipes = fit < HT_PULL_PIPES ? fit : HT_PULL_PIPES;
+    if (g->pull_pipes < 1) {
+      SY_WARN("sy_moe_ht_create: SY_HT_PULL: a %zu-byte row's %d stages do not fit the dispatch's shared memory (%d)",
+              row, HT_PULL_STAGES, optin);
+      return SY_ERR_UNSUPPORTED;
+    }
+    g->pull_kernel_smem = g->pull_smem + (size_t)g->pull_pipes * HT_PULL_STAGES * g->pull_stage_bytes;
+    SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch_pull, g->pull_kernel_smem));
+    SY_CUDA_CHECK(cudaMalloc((void **)&g->pull_tok, W * (size_t)c->max_tokens * 4));
+  }
   SY_CHECK(raise_smem_limit((const void *)dispatch_fn(g, false), g->smem));
   SY_CHECK(raise_smem_limit((const void *)dispatch_fn(g, true), g->smem));
   /* the combine gathers through a pipe a warp after that */
@@ -226,10 +256,6 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
     g->pipe_role_state = (uint32_t)align_up(g->pipe_smem, 16);
     g->pipe_smem = g->pipe_role_state + W * 24;
   }
-  int optin = 0, dev = 0;
-  SY_CUDA_CHECK(cudaGetDevice(&dev));
-  SY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  cudaFuncAttributes attr;
   if (g->owner_ahead) { /* its two batches' plans take more static shared memory: the lockstep where it does not fit */
     SY_CUDA_CHECK(cudaFuncGetAttributes(
         &attr, g->roles ? (const void *)sy_ht_combine_ahead_roles : (const void *)sy_ht_combine_ahead));
@@ -300,8 +326,13 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   /* the roles' placement and split; a bad variable fails the create on every rank at the verdict below, after the
    * collective allocation every rank must join (the workspace's size is the placement's either way) */
   g->roles = sy__moe_ht_roles(&moe->config, W);
+  g->pull = sy__moe_ht_pull(&moe->config, W);
   sy_status_t env_st = SY_SUCCESS;
-  long long roles = -1, sw = 6, ew = 8;
+  long long roles = -1, sw = 6, ew = 8, pull = 0;
+  if (sy__env_int(SY_ENVID_SY_HT_PULL, &pull) != SY_SUCCESS) {
+    SY_WARN("sy_moe_ht_create: SY_HT_PULL=%s: an integer (0 push, a positive value pull)", getenv("SY_HT_PULL"));
+    env_st = SY_ERR_INVALID_ARG;
+  }
   if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS ||
       sy__env_int(SY_ENVID_SY_HT_SEND_WARPS, &sw) != SY_SUCCESS ||
       sy__env_int(SY_ENVID_SY_HT_EXPERT_WARPS, &ew) != SY_SUCCESS || sw < 2 || sw > HT_DWARPS - 2 || ew < 2 ||
@@ -316,7 +347,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   g->send_warps = (int)sw;
   g->expert_warps = (int)ew;
-  g->wl = sy__moe_ht_ws_layout(&moe->config, W, g->roles);
+  g->wl = sy__moe_ht_ws_layout(&moe->config, W, g->roles, g->pull);
   g->blocks = g->roles ? g->wl.channels : 2 * g->wl.channels;
   g->hl = sy__moe_ht_handle_layout(&moe->config, W);
   sy_status_t s = sy_mem_alloc(comm, g->wl.bytes, (void **)&g->ws); /* collective */
@@ -336,6 +367,11 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   s = create_local(comm, moe, g);
   if (s == SY_SUCCESS) s = env_st;
+  if (s == SY_SUCCESS && g->pull && need_puts) { /* every rank's verdict below: all fail together */
+    SY_WARN("sy_moe_ht_create: SY_HT_PULL=%s needs every peer load/store reachable (rank %d reaches some by puts%s)",
+            getenv("SY_HT_PULL"), comm->rank, st->ctx.force_put ? ", SY_FORCE_PUT" : "");
+    s = SY_ERR_UNSUPPORTED;
+  }
   if (s == SY_SUCCESS && need_puts) { /* (block 0's warp 0 also stages its inbox entries there) */
     g->stage_bytes = align_up(g->wl.msg_bytes + 32 * g->wl.payload_offset, 256);
     if (g->stage_bytes < g->wl.inbox_bytes) g->stage_bytes = align_up(g->wl.inbox_bytes, 256);
@@ -370,13 +406,14 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   }
   SY_INFO(
       "moe_ht: workspace %zu bytes (%d channels, %d-slot rings of %zu-byte messages), handle %zu bytes, %s, "
-      "%s%s%s%s",
+      "%s%s%s%s%s",
       g->wl.bytes, g->wl.channels, HT_SLOTS, g->wl.msg_bytes, g->hl.bytes,
       g->roles ? "a channel's two roles on one block's warps (SY_HT_ROLES)" : "a block a role",
       g->staging ? "puts to some peers" : "stores to every peer",
       g->quant ? ", FP8 quantised ahead (SY_HT_PREQUANT)" : "",
       g->scale_hint ? ", FP8 scales under an L2 policy (SY_HT_SCALE_HINT)" : "",
-      g->owner_ahead ? ", the combine's owners a batch ahead (SY_HT_OWNER_AHEAD)" : "");
+      g->owner_ahead ? ", the combine's owners a batch ahead (SY_HT_OWNER_AHEAD)" : "",
+      g->pull ? ", the dispatch pulled (SY_HT_PULL)" : "");
   if (moe->config.recv_arena_bytes) moe->arena = g->ws + g->wl.arena;
   moe->backend_state = g;
   return SY_SUCCESS;
@@ -439,6 +476,10 @@ static void fill(sy_comm_t comm, const struct sy_moe_ht *moe, const ht_gpu *g, c
   P->C = g->wl.channels;
   P->B = call_channels(moe, g);
   if (g->roles) P->role_warps = g->send_warps, P->role_state = g->role_state; /* the combine sets its own */
+  P->pull_smem = g->pull_smem;
+  P->pull_pipes = g->pull_pipes;
+  P->pull_stage_bytes = (uint32_t)g->pull_stage_bytes;
+  P->pull_tok = g->pull_tok;
   P->recv_own = g->recv_own;
   P->own_queue = g->own_queue != 0; /* auto, the combine's backward: sy__cuda_moe_ht_combine_backward */
   P->scales_row_major = (c->flags & SY_MOE_HT_SCALES_ROW_MAJOR) != 0;
@@ -527,20 +568,58 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   fill(comm, moe, g, call, &P);
   data_channels(comm, &P);
   P.probe = probe_of(g, 0);
-  if (g->quant && call->num_tokens > 0) { /* quantised first, on the dispatch's SMs; then sent as given */
-    const ht_quant_params Q = {
-        (const uint16_t *)call->tokens,           g->quant, g->quant_scales, call->num_tokens, moe->config.hidden,
-        moe->config.wire == SY_MOE_WIRE_FP8_UE8M0};
+  const size_t H = (size_t)moe->config.hidden, T = (size_t)moe->config.max_tokens, n = (size_t)call->num_tokens;
+  const size_t groups = H / SY_MOE_FP8_GROUP;
+  /* the pull (pull.cu): this rank's tokens (or their FP8 bytes and scales) into its copy in the workspace, which every
+   * rank reads: by a copy engine, or quantised there; then the handle's ids and positions and the weights */
+  char *pull_q = g->pull ? g->ws + g->wl.pull : NULL;
+  float *pull_qs = g->pull ? (float *)(g->ws + g->wl.pull + T * H) : NULL;
+  const bool quantise =
+      moe->config.wire != SY_MOE_WIRE_BF16 && moe->config.wire != SY_MOE_WIRE_FP8_GIVEN && (g->quant || g->pull);
+  if (quantise && n > 0) { /* quantised first, on the dispatch's SMs; then sent as given */
+    const ht_quant_params Q = {(const uint16_t *)call->tokens,
+                               g->pull ? pull_q : g->quant,
+                               g->pull ? pull_qs : g->quant_scales,
+                               call->num_tokens,
+                               moe->config.hidden,
+                               moe->config.wire == SY_MOE_WIRE_FP8_UE8M0};
     const int blocks = (call->num_tokens + HT_DWARPS - 1) / HT_DWARPS;
     const int most = call_blocks(g, P.B);
     SY_CHECK(launch_pdl(sy_ht_quantise, blocks < most ? blocks : most, HT_DTHREADS, 0, stream, Q));
+  }
+  if (quantise) {
     P.wire = SY_MOE_WIRE_FP8_GIVEN;
-    P.tokens = g->quant;
-    P.token_scales = g->quant_scales;
+    P.tokens = g->pull ? pull_q : g->quant;
+    P.token_scales = g->pull ? pull_qs : g->quant_scales;
+  } else if (g->pull) {
+    if (n > 0) {
+      const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
+      SY_CUDA_CHECK(cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, stream));
+      if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN)
+        SY_CUDA_CHECK(cudaMemcpyAsync(pull_qs, call->token_scales, n * groups * 4, cudaMemcpyDeviceToDevice, stream));
+    }
+    P.tokens = pull_q;
+    if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN) P.token_scales = pull_qs;
+  }
+  if (g->pull) {
+    const size_t K = (size_t)moe->config.top_k, TK = T * K;
+    char *meta = g->ws + g->wl.pull_meta;
+    if (n > 0) {
+      SY_CUDA_CHECK(
+          cudaMemcpyAsync(meta, (const char *)call->handle + g->hl.ids, n * K * 4, cudaMemcpyDeviceToDevice, stream));
+      SY_CUDA_CHECK(cudaMemcpyAsync(meta + TK * 4, (const char *)call->handle + g->hl.pos, n * K * 4,
+                                    cudaMemcpyDeviceToDevice, stream));
+      if (call->weights)
+        SY_CUDA_CHECK(cudaMemcpyAsync(meta + 2 * TK * 4, call->weights, n * K * 4, cudaMemcpyDeviceToDevice, stream));
+    }
+    P.pull = 1;
+    /* the rows by bulk stores where they are 16-byte aligned (else by the lanes from the stage) */
+    P.pull_bulk_out = ((uintptr_t)call->recv->tokens & 15) == 0;
+    return launch_pdl(sy_ht_dispatch_pull, call_blocks(g, P.B), HT_DTHREADS, g->pull_kernel_smem, stream, P);
   }
   /* the first copy in place (dispatch.cu): every rank of an object with an arena publishes its inbox entries; the
    * senders store into this rank's rows where recv.tokens lies in its arena */
-  P.inplace = moe->arena != NULL && comm->world_size > 1;
+  P.inplace = moe->arena != NULL && comm->world_size > 1 && !P.pull;
   const size_t row_bytes = (size_t)moe->config.hidden * sy__moe_ht_wire_elem(moe->config.wire);
   const size_t tok_bytes = (size_t)call->recv->rows * row_bytes;
   P.inplace_off = P.inplace && call->recv->rows > 0 && sy__moe_ht_in_arena(moe, call->recv->tokens, tok_bytes)
