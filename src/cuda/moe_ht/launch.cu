@@ -388,7 +388,9 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
     }
   }
   if (s == SY_SUCCESS) {
-    const cudaError_t err = cudaMemset(g->ws, 0, g->wl.ring);
+    cudaError_t err = cudaMemset(g->ws, 0, g->wl.ring);
+    /* the pull's counters too (pull.cu): the symmetric heap hands out an earlier object's bytes */
+    if (err == cudaSuccess && g->pull) err = cudaMemset(g->ws + g->wl.pull_sync, 0, 16 + (size_t)W * 8);
     if (err == cudaSuccess) cudaDeviceSynchronize();
     else s = cuda_error(err, "cudaMemset(moe_ht workspace)", __FILE__, __LINE__);
   }

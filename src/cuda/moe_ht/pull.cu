@@ -1,6 +1,6 @@
 /*
- * pull.cu — sy_moe_ht_dispatch pulled (SY_HT_PULL, from world 2 where every peer is load/store reachable; bench/NOTES.md,
- * run 60): no ring and no sender. Before the kernel each rank copies its tokens (or quantises its FP8 tokens) into
+ * pull.cu — sy_moe_ht_dispatch pulled (SY_HT_PULL, from world 2 where every peer is load/store reachable;
+ * bench/NOTES.md, run 60): no ring and no sender. Before the kernel each rank copies its tokens (or quantises its FP8 tokens) into
  * its workspace's copy (wl.pull), and its layout's ids and positions and the call's weights beside them (wl.pull_meta,
  * launch.cu). The kernel's blocks then take items (source s, channel c) — s's tokens of channel c, every source this
  * rank included — in turn:
@@ -12,11 +12,11 @@
  *          messages: lane 0 loads a message's row (and FP8 scales) from s's copy by one bulk copy, stages ahead, then
  *          stores it into each of its rows by bulk stores, while the next ones load (tools/dev/expand-ceiling.cu's
  *          `pullx`: at world 4 with 16 SMs this runs as fast as from local memory).
- * Calls are numbered alike on every rank (ht_local.pulls): block 0 marks this rank's copy ready for call n (wl.pull_sync
- * .ready, with its num_tokens and whether weights were given) at its start; a block waits (bounded) for a source's
- * mark before it scans that source. The block that ends last tells every source that this rank has read its copy of
- * call n (done[me] at the source), then waits (bounded) for every rank's word that it has read this rank's, so the
- * next call's copy (before its kernel) overwrites nothing still read. A block's waits never depend on another block
+ * Calls are numbered alike on every rank (ht_local.pulls): every block marks this rank's copy ready for call n
+ * (wl.pull_sync .ready, with its num_tokens and whether weights were given) at its start; a block waits (bounded)
+ * for a source's mark before it scans that source. The block that ends last tells every source that this rank has
+ * read its copy of call n (done[me] at the source), then waits (bounded) for every rank's word that it has read this
+ * rank's, so the next call's copy (before its kernel) overwrites nothing still read. A block's waits never depend on another block
  * of its own rank, so the grid need not be resident at once.
  */
 #include "cuda/moe_ht/rows.cuh"
@@ -93,8 +93,8 @@ __device__ int scan_item(const ht_params &P, int s, int c, int n_s, bool weights
   return run;
 }
 
-/* A pipeline warp: the item's messages mbase + w, + pipes, ... from source s's copy into their rows (the scan's). q: the
- * warp's stage uses so far (its mbarriers' phases), alike in every lane. */
+/* A pipeline warp: the item's messages mbase + w, + pipes, ... from source s's copy into their rows (the scan's).
+ * q: the warp's stage uses so far (its mbarriers' phases), alike in every lane. */
 __device__ void pull_item(const ht_params &P, int s, int mbase, int nmsg, char *stages, uint64_t *bar, uint32_t &q) {
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, pipes = P.pull_pipes, S = HT_PULL_STAGES;
   const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   if (!ht_handle_ok(P, false)) return;
   int32_t *rowbase = (int32_t *)smem;
   const bool rows_ok = rows_setup(P, rowbase);
-  if (blockIdx.x == 0 && threadIdx.x == 0) { /* this rank's copy is ready (the copies before the kernel) */
+  if (threadIdx.x == 0) { /* this rank's copy is ready (the copies before the kernel): every block says so, so that
+                           * no rank's scan waits on one block of this grid being scheduled */
     pull_hdr *h = hdr_at(P, P.ws);
     h->num_tokens = P.num_tokens;
     h->weights = P.weights != nullptr;
@@ -206,6 +207,10 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
       if (!failed && !ht_wait(P, &hdr_at(P, sp)->ready, call, OP_MOE_HT_RECV, s)) failed = 1;
       n_s = failed ? 0 : __ldcg(&hdr_at(P, sp)->num_tokens);
       weights_s = failed ? 0 : __ldcg(&hdr_at(P, sp)->weights);
+      if (!failed && (n_s < 0 || n_s > P.T)) { /* not a count this configuration allows: the copy is not this call's */
+        report_error(P.ctx, SY_ERR_INTERNAL, OP_MOE_HT_RECV, s, 0, (uint64_t)P.T, (uint64_t)(int64_t)n_s);
+        failed = 1, n_s = 0;
+      }
     }
     __syncthreads();
     if (failed) break;
