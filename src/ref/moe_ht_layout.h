@@ -102,9 +102,9 @@ SY_HD sy_moe_ht_handle_layout_t sy__moe_ht_handle_layout(const sy_moe_ht_config_
 /* The symmetric workspace of the cuda backend (cuda/moe_ht/ht.cuh says what each part is): counters, the count
  * exchange, the receive arena's inboxes, W x C rings of SY_MOE_HT_RING_SLOTS messages, then the receive arena
  * (config.recv_arena_bytes), and with `pull` the tokens' copy the receivers pull from and the pull's counters; the
- * host backend reserves none. Channels C = max(1, num_sms / 2), or num_sms with `roles` (a channel's two roles on one block's warps: SY_HT_ROLES,
- * cuda/moe_ht/ht.cuh). A message: 16-byte header, kk 16-byte entries, the payload (bf16 row, or E4M3 bytes then
- * hidden / 128 fp32 scales). */
+ * host backend reserves none. Channels C = max(1, num_sms / 2), or num_sms with `roles` (a channel's two roles on one
+ * block's warps: SY_HT_ROLES, cuda/moe_ht/ht.cuh). A message: 16-byte header, kk 16-byte entries, the payload (bf16
+ * row, or E4M3 bytes then hidden / 128 fp32 scales). */
 #ifndef SY_MOE_HT_RING_SLOTS /* a power of two; set at build time only for measuring others (bench/NOTES.md) */
 #define SY_MOE_HT_RING_SLOTS 64
 #endif

@@ -1,9 +1,9 @@
 /*
  * pull.cu — sy_moe_ht_dispatch pulled (SY_HT_PULL, from world 2 where every peer is load/store reachable;
- * bench/NOTES.md, run 60): no ring and no sender. Before the kernel each rank copies its tokens (or quantises its FP8 tokens) into
- * its workspace's copy (wl.pull), and its layout's ids and positions and the call's weights beside them (wl.pull_meta,
- * launch.cu). The kernel's blocks then take items (source s, channel c) — s's tokens of channel c, every source this
- * rank included — in turn:
+ * bench/NOTES.md, run 60): no ring and no sender. Before the kernel each rank copies its tokens (or quantises its FP8
+ * tokens) into its workspace's copy (wl.pull), and its layout's ids and positions and the call's weights beside them
+ * (wl.pull_meta, launch.cu). The kernel's blocks then take items (source s, channel c) — s's tokens of channel c,
+ * every source this rank included — in turn:
  *   scan   a thread a token: its entries on this rank (s's ids read from s's copy), the message's index among s's
  *          messages here (channel order, then token order: the numbering the ring dispatch gives them, which the
  *          combines read through the handle's recv_rows), its rows (rowbase[s][e] + position), each row's {s, token}
@@ -16,8 +16,8 @@
  * (wl.pull_sync .ready, with its num_tokens and whether weights were given) at its start; a block waits (bounded)
  * for a source's mark before it scans that source. The block that ends last tells every source that this rank has
  * read its copy of call n (done[me] at the source), then waits (bounded) for every rank's word that it has read this
- * rank's, so the next call's copy (before its kernel) overwrites nothing still read. A block's waits never depend on another block
- * of its own rank, so the grid need not be resident at once.
+ * rank's, so the next call's copy (before its kernel) overwrites nothing still read. A block's waits never depend on
+ * another block of its own rank, so the grid need not be resident at once.
  */
 #include "cuda/moe_ht/rows.cuh"
 
