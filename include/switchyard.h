@@ -763,7 +763,7 @@ typedef struct sy_moe_ht_config {
 
 /* What a dispatch writes on the experts' rank, in the caller's plain device memory. */
 typedef struct sy_moe_ht_recv {
-  void *tokens;            /* [rows][hidden]: E4M3 bytes (FP8 wires) or bf16 */
+  void *tokens;            /* [rows][hidden]: E4M3 bytes (FP8 wires) or bf16; 16-byte aligned */
   float *scales;           /* FP8 wires: [hidden/128][rows] fp32, group-major, row-minor (with
                             * SY_MOE_HT_SCALES_ROW_MAJOR: [rows][hidden/128]); BF16: NULL */
   int32_t *src;            /* [rows][2]: {source rank, source token}; padding {-1, -1} */

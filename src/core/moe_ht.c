@@ -588,6 +588,8 @@ static sy_status_t check_recv(sy_moe_ht_t moe, const sy_moe_ht_recv_t *recv, int
   if (!dispatch) return SY_SUCCESS;
   SY_ARG_CHECK(recv->weights != NULL, fn, "recv->weights is NULL");
   SY_ARG_CHECK(recv->tokens != NULL || recv->rows == 0, fn, "recv->tokens is NULL while recv->rows=%d", recv->rows);
+  /* the cuda backend's rows take 16-byte stores (and, pulled, bulk copies); both backends refuse alike */
+  SY_ARG_CHECK(((uintptr_t)recv->tokens & 15) == 0, fn, "recv->tokens=%p is not 16-byte aligned", recv->tokens);
   SY_ARG_CHECK(!fp8 || recv->scales != NULL || recv->rows == 0, fn, "recv->scales is NULL with an FP8 wire");
   SY_ARG_CHECK(fp8 || recv->scales == NULL, fn, "recv->scales=%p with the BF16 wire, which has no scales (pass NULL)",
                (void *)recv->scales);

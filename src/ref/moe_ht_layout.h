@@ -20,8 +20,9 @@
  *   send_chan    [world_size][channels] (cuda backend) tokens this rank sends to each rank per channel
  *   recv_rows    [world_size][max_tokens][kk] written by the dispatch: for source s's i-th token here (in the
  *                source's token order) the rows it filled, its experts here in ascending k, -1 after; kk =
- *                min(top_k, L). The combines read it. The cuda backend leaves this rank's own tokens out (their
- *                rows come from ids and pos: they take no ring)
+ *                min(top_k, L). The combines read it. The cuda backend's ring dispatch leaves this rank's own tokens
+ *                out (their rows come from ids and pos: they take no ring); its pulled one (SY_HT_PULL) writes
+ *                them too, which no combine reads
  */
 #ifndef SY_REF_MOE_HT_LAYOUT_H
 #define SY_REF_MOE_HT_LAYOUT_H

@@ -300,8 +300,9 @@ static void dispatch_args(ctx_t *x, bufs_t *b) {
                              "recv->expert_counts is NULL",
                              "recv->tokens is NULL while recv->rows",
                              "recv->scales is NULL with an FP8 wire",
-                             "overlap"};
-    for (int i = 0; i < 10; i++) {
+                             "overlap",
+                             "is not 16-byte aligned"};
+    for (int i = 0; i < 11; i++) {
       r = b->recv;
       if (i == 0) r.rows = -1;
       if (i == 1) r.expert_stride = -1;
@@ -313,6 +314,7 @@ static void dispatch_args(ctx_t *x, bufs_t *b) {
       if (i == 7) r.tokens = NULL;
       if (i == 8) r.scales = NULL;
       if (i == 9) r.src = (int32_t *)b->recv.tokens + 2;
+      if (i == 10) r.tokens = (char *)b->recv.tokens + 8;
       REJECT(sy_moe_ht_dispatch(moe, b->handle, n, tok, NULL, w, &r, NULL), needles[i]);
     }
     REJECT(sy_moe_ht_dispatch(moe, b->handle, n, tok, NULL, b->recv.weights, &b->recv, NULL), "recv->weights=");

@@ -115,8 +115,7 @@ struct ht_params {
   int pull;             /* the dispatch pulled (SY_HT_PULL; pull.cu): */
   int pull_pipes;       /* its pipelines a block (warps [0, pull_pipes)), HT_PULL_STAGES stages each, */
   uint32_t pull_smem, pull_stage_bytes; /* the first stage in the dynamic shared memory, a stage's bytes, */
-  int pull_bulk_out;   /* the rows written by bulk stores (recv.tokens 16-byte aligned), else by the lanes, */
-  int32_t *pull_tok;   /* [W][T] the token of source s's message i here (scratch, this GPU's memory) */
+  int32_t *pull_tok;                    /* [W][T] the token of source s's message i here (scratch, this GPU's memory) */
   int64_t inplace_off; /* then this rank's recv.tokens in its arena (bytes from the arena's start), or -1 */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */

@@ -204,7 +204,8 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
    * quantisation held the dispatch back; at world 1 the extra pass over the tokens costs more: bench/NOTES.md) */
   long long prequant = -1;
   SY_CHECK(sy__env_int(SY_ENVID_SY_HT_PREQUANT, &prequant));
-  if ((prequant > 0 || (prequant < 0 && W > 1)) && (c->wire == SY_MOE_WIRE_FP8 || c->wire == SY_MOE_WIRE_FP8_UE8M0)) {
+  if (!g->pull && (prequant > 0 || (prequant < 0 && W > 1)) && /* (pulled: quantised into the workspace's copy) */
+      (c->wire == SY_MOE_WIRE_FP8 || c->wire == SY_MOE_WIRE_FP8_UE8M0)) {
     const size_t T = (size_t)c->max_tokens, H = (size_t)c->hidden;
     SY_CUDA_CHECK(cudaMalloc((void **)&g->quant, align_up(T * H, 256) + T * (H / SY_MOE_FP8_GROUP) * 4));
     g->quant_scales = (float *)(g->quant + align_up(T * H, 256));
@@ -615,8 +616,6 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
         SY_CUDA_CHECK(cudaMemcpyAsync(meta + 2 * TK * 4, call->weights, n * K * 4, cudaMemcpyDeviceToDevice, stream));
     }
     P.pull = 1;
-    /* the rows by bulk stores where they are 16-byte aligned (else by the lanes from the stage) */
-    P.pull_bulk_out = ((uintptr_t)call->recv->tokens & 15) == 0;
     return launch_pdl(sy_ht_dispatch_pull, call_blocks(g, P.B), HT_DTHREADS, g->pull_kernel_smem, stream, P);
   }
   /* the first copy in place (dispatch.cu): every rank of an object with an arena publishes its inbox entries; the

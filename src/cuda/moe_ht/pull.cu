@@ -40,9 +40,9 @@ __device__ __forceinline__ uint64_t *done_at(const ht_params &P, char *base, int
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-/* The block: item (s, c)'s scan. Returns the item's messages (uniform). */
+/* The block: item (s, c)'s scan. Returns the item's messages (uniform); writes none at or past index `limit`. */
 __device__ int scan_item(const ht_params &P, int s, int c, int n_s, bool weights, const int32_t *rowbase, bool rows_ok,
-                         int32_t *wsum) {
+                         int limit, int32_t *wsum) {
   const int K = P.K, L = P.L, me = P.ctx.rank, C = P.C, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const char *sp = ht_peer(P, s);
   const int32_t *ids = (const int32_t *)(sp + P.wl.pull_meta);
@@ -71,8 +71,8 @@ __device__ int scan_item(const ht_params &P, int s, int c, int n_s, bool weights
       total += wsum[w];
     }
     __syncthreads(); /* wsum is read before the next round writes it */
-    if (mask) {
-      const int idx = mbase + run + before + __popc(bal & ((1u << lane) - 1u));
+    const int idx = mbase + run + before + __popc(bal & ((1u << lane) - 1u));
+    if (mask && idx < limit) { /* (past the layout's count: the caller reports it) */
       P.pull_tok[(size_t)s * P.T + idx] = t;
       int32_t *out = recv_rows + ((size_t)s * P.T + idx) * P.kk;
       int i = 0;
@@ -93,9 +93,35 @@ __device__ int scan_item(const ht_params &P, int s, int c, int n_s, bool weights
   return run;
 }
 
+/* Every lane: waits for the mbarrier at b to complete the phase of this parity, bounded (the communicator's timeout,
+ * its abort); returns lane 0's verdict (lane 0 reports a timeout, naming source s). */
+__device__ bool stage_wait(const ht_params &P, uint32_t b, uint32_t parity, int s) {
+  uint64_t t0 = 0;
+  bool ok = true;
+  for (uint32_t spins = 0;; spins++) {
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(b), "r"(parity)
+                 : "memory");
+    if (done) break;
+    if ((spins & 1023u) != 1023u) continue;
+    const uint64_t now = global_timer_ns();
+    if (!t0) t0 = now;
+    else if (now - t0 > P.ctx.timeout_ns || aborted(P.ctx)) {
+      ok = false;
+      break;
+    }
+  }
+  const bool all = __shfl_sync(0xffffffffu, ok ? 1 : 0, 0) != 0;
+  if (!all && (threadIdx.x & 31) == 0 && !aborted(P.ctx))
+    report_error(P.ctx, SY_ERR_TIMEOUT, OP_MOE_HT_RECV, s, 0, parity, 0);
+  return all;
+}
+
 /* A pipeline warp: the item's messages mbase + w, + pipes, ... from source s's copy into their rows (the scan's).
  * q: the warp's stage uses so far (its mbarriers' phases), alike in every lane. */
-__device__ void pull_item(const ht_params &P, int s, int mbase, int nmsg, char *stages, uint64_t *bar, uint32_t &q) {
+__device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *stages, uint64_t *bar, uint32_t &q) {
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, pipes = P.pull_pipes, S = HT_PULL_STAGES;
   const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
   const int groups = fp8 ? P.hidden / SY_MOE_FP8_GROUP : 0;
@@ -127,47 +153,40 @@ __device__ void pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
     asm volatile("fence.proxy.async;" ::: "memory"); /* the scan's writes and the lanes' earlier reads, before */
     for (int j = 0; j < S && j < mine; j++) issue(j);
   }
-  for (int j = 0; j < mine; j++) {
-    asm volatile(
-        "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(mbar(j)),
-        "r"(((q + j) / S) & 1u)
-        : "memory");
+  bool ok = true;
+  for (int j = 0; j < mine && ok; j++) {
+    if (!(ok = stage_wait(P, mbar(j), ((q + j) / S) & 1u, s))) break; /* (the stage's load never completed) */
     const int idx = mbase + w + j * pipes;
     const int row = lane < P.kk ? recv_rows[((size_t)s * P.T + idx) * P.kk + lane] : -1;
     const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
     char *st = stage(j);
-    for (int i = 0; i < n; i++) {
-      const int r = __shfl_sync(0xffffffffu, row, i);
-      char *o = (char *)P.recv.tokens + (size_t)r * bytes;
-      if (P.pull_bulk_out) {
-        if (lane == 0)
-          asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o), "r"(saddr(st)),
-                       "r"((uint32_t)bytes)
-                       : "memory");
-      } else {
-        for (size_t b = (size_t)lane * 16; b < bytes; b += 512) *(uint4 *)(o + b) = *(const uint4 *)(st + b);
-      }
-    }
-    if (lane == 0 && P.pull_bulk_out) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    if (fp8) {
+    for (int i = 0; i < n; i++) {                     /* the row by a bulk store, then (FP8) its scales by the lanes */
+      const int r = __shfl_sync(0xffffffffu, row, i); /* uniform: every lane runs every i */
+      if (lane == 0)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"((char *)P.recv.tokens +
+                                                                                         (size_t)r * bytes),
+                     "r"(saddr(st)), "r"((uint32_t)bytes)
+                     : "memory");
+      if (!fp8) continue;
+      const ht_sink sk = row_sink(P, r, bytes);
       const int t = scales_bulk ? 0 : token(j);
-      for (int g = lane; g < groups; g += 32) {
-        const float v = scales_bulk ? ((const float *)(st + bytes))[g] : __ldcg(ssrc + (size_t)t * groups + g);
-        for (int i = 0; i < n; i++)
-          sink_scale<false, false>(row_sink(P, __shfl_sync(0xffffffffu, row, i), bytes), g, v);
-      }
+      for (int g = lane; g < groups; g += 32)
+        sink_scale<false, false>(
+            sk, g, scales_bulk ? ((const float *)(st + bytes))[g] : __ldcg(ssrc + (size_t)t * groups + g));
     }
+    if (lane == 0) asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     __syncwarp(); /* the lanes' reads of this stage are done */
     if (lane == 0 && j >= 1 && j - 1 + S < mine) {
       /* message j - 1's stage, once its stores have read it, takes message j - 1 + S (j's stores stay in flight) */
-      if (P.pull_bulk_out) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
       asm volatile("fence.proxy.async;" ::: "memory");
       issue(j - 1 + S);
     }
   }
-  if (lane == 0 && P.pull_bulk_out) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   __syncwarp();
   q += mine;
+  return ok;
 }
 
 } // namespace
@@ -180,13 +199,15 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   __shared__ int failed, n_s, weights_s;
   const int W = P.world_size, C = P.C, me = P.ctx.rank, w = threadIdx.x / 32;
   const uint64_t call = __ldcg(&P.local->pulls) + 1; /* read by every block before the last one updates it */
-  if (!ht_handle_ok(P, false)) return;
+  /* a handle that is not this object's layout (reported): this rank still takes part in the call's counters, with no
+   * token to give and no item taken, so that no rank waits for it and the calls stay numbered alike */
+  const bool handle_ok = ht_handle_ok(P, false);
   int32_t *rowbase = (int32_t *)smem;
-  const bool rows_ok = rows_setup(P, rowbase);
+  const bool rows_ok = handle_ok && rows_setup(P, rowbase);
   if (threadIdx.x == 0) { /* this rank's copy is ready (the copies before the kernel): every block says so, so that
                            * no rank's scan waits on one block of this grid being scheduled */
     pull_hdr *h = hdr_at(P, P.ws);
-    h->num_tokens = P.num_tokens;
+    h->num_tokens = handle_ok ? P.num_tokens : 0;
     h->weights = P.weights != nullptr;
     st_release_sys(&h->ready, call);
   }
@@ -194,7 +215,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bar[threadIdx.x])) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if (threadIdx.x == 0) failed = 0;
+  if (threadIdx.x == 0) failed = !handle_ok;
   if (rows_ok && P.mode == HT_DISPATCH)
     for (int c = blockIdx.x; c < C; c += gridDim.x) recv_outputs<false>(P, c);
   __syncthreads();
@@ -214,12 +235,19 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
     }
     __syncthreads();
     if (failed) break;
-    const int nmsg = scan_item(P, s, c, n_s, weights_s != 0, rowbase, rows_ok, wsum);
     int mbase = 0;
     for (int j = 0; j < c; j++) mbase += hsec(P, P.hl.chan_tokens)[(size_t)s * C + j];
+    const int want = hsec(P, P.hl.chan_tokens)[(size_t)s * C + c]; /* the layout's count: the scan writes no more */
+    const int nmsg = scan_item(P, s, c, n_s, weights_s != 0, rowbase, rows_ok, mbase + want, wsum);
+    if (nmsg != want) { /* s's copy is not of this layout (a handle of another layout there): nothing pulled */
+      if (threadIdx.x == 0)
+        report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, s, 0, (uint64_t)want, (uint64_t)nmsg);
+      break; /* uniform: every thread has the scan's count */
+    }
     __syncthreads(); /* the scan's rows and tokens, before the pipelines read them */
-    if (rows_ok && w < P.pull_pipes) pull_item(P, s, mbase, nmsg, stages, bar + w * HT_PULL_STAGES, q);
-    __syncthreads(); /* n_s and the stages' next uses */
+    if (rows_ok && w < P.pull_pipes && !pull_item(P, s, mbase, nmsg, stages, bar + w * HT_PULL_STAGES, q))
+      failed = 1;    /* (reported) */
+    __syncthreads(); /* n_s and the stages' next uses; failed */
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
