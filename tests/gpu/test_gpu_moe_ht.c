@@ -559,34 +559,21 @@ static void too_many_sms(sy_comm_t comm, int rank, int world) {
   if (rank == 0) printf("  %-26s ok\n", world > 1 ? "num_sms past the GPU refused" : "num_sms 1024 at world 1");
 }
 
-/* Ranks that resolve SY_HT_ROLES differently (rank 0 by warps, the others by blocks) would size different
- * workspaces: the create fails on every rank with SY_ERR_MISMATCH, nothing created, the communicator still usable
- * (the cases after it create objects). Skipped at world 1 and where the caller set SY_HT_ROLES. */
-static void disagreeing_roles(sy_comm_t comm, int rank, int world) {
-  if (world < 2 || getenv("SY_HT_ROLES")) return;
+/* Ranks that resolve a variable that sizes the workspace differently (SY_HT_ROLES: rank 0 by warps, the others by
+ * blocks; SY_HT_PULL: rank 0 pulls, the others push) would size different workspaces: the create fails on every rank
+ * with SY_ERR_MISMATCH, nothing created, the communicator still usable (the cases after it create objects). Skipped
+ * at world 1 and where the caller set the variable. */
+static void disagreeing(sy_comm_t comm, int rank, int world, const char *var, const char *what) {
+  if (world < 2 || getenv(var)) return;
   const sy_moe_ht_config_t cfg = config_of(&cases[0], 64);
-  setenv("SY_HT_ROLES", rank == 0 ? "1" : "0", 1);
+  setenv(var, rank == 0 ? "1" : "0", 1);
   sy_moe_ht_t moe = NULL;
   const sy_status_t st = sy_moe_ht_create(comm, &cfg, &moe);
   if (st != SY_ERR_MISMATCH || moe != NULL)
-    GT_FAIL("sy_moe_ht_create with SY_HT_ROLES=%s on rank %d: %s (want SY_ERR_MISMATCH and no object)",
+    GT_FAIL("sy_moe_ht_create with %s=%s on rank %d: %s (want SY_ERR_MISMATCH and no object)", var,
             rank == 0 ? "1" : "0", rank, sy_status_name(st));
-  unsetenv("SY_HT_ROLES");
-  if (rank == 0) printf("  %-26s ok\n", "disagreeing roles refused");
-}
-
-/* The same for SY_HT_PULL (it adds the tokens' copy to the workspace): rank 0 pulls, the others push. */
-static void disagreeing_pull(sy_comm_t comm, int rank, int world) {
-  if (world < 2 || getenv("SY_HT_PULL")) return;
-  const sy_moe_ht_config_t cfg = config_of(&cases[0], 64);
-  setenv("SY_HT_PULL", rank == 0 ? "1" : "0", 1);
-  sy_moe_ht_t moe = NULL;
-  const sy_status_t st = sy_moe_ht_create(comm, &cfg, &moe);
-  if (st != SY_ERR_MISMATCH || moe != NULL)
-    GT_FAIL("sy_moe_ht_create with SY_HT_PULL=%s on rank %d: %s (want SY_ERR_MISMATCH and no object)",
-            rank == 0 ? "1" : "0", rank, sy_status_name(st));
-  unsetenv("SY_HT_PULL");
-  if (rank == 0) printf("  %-26s ok\n", "disagreeing pull refused");
+  unsetenv(var);
+  if (rank == 0) printf("  %-26s ok\n", what);
 }
 
 /* Bad expert ids on the cuda backend, on every rank (an error of one rank would leave the ranks' collective frees at
@@ -656,8 +643,8 @@ int main(void) {
     GT_FAIL("SY_TEST_CASE=%s: no such case (0 to %d)", only, num_cases - 1);
   else {
     if (!only) bad_role_warps(comm, rank);
-    if (!only) disagreeing_roles(comm, rank, world);
-    if (!only) disagreeing_pull(comm, rank, world);
+    if (!only) disagreeing(comm, rank, world, "SY_HT_ROLES", "disagreeing roles refused");
+    if (!only) disagreeing(comm, rank, world, "SY_HT_PULL", "disagreeing pull refused");
     if (!only) too_many_sms(comm, rank, world);
     for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
       for (int i = 0; i < num_cases; i++)
