@@ -76,7 +76,8 @@ SY_ENV_ID_(SY_HT_PULL, SY_ENV_INT, "0",
            "high-throughput MoE dispatch from world size 2 where every peer is load/store reachable: each rank's "
            "tokens, ids and weights copied into symmetric memory (max_tokens x (2 hidden + 12 top_k) more bytes of "
            "it a rank), and every rank's blocks pull the tokens that have experts there by bulk copies, with no ring "
-           "(any positive value); 0: the senders push the payloads through the rings (bench/NOTES.md, run 60)")
+           "(any positive value; experimental, not yet timed); 0: the senders push the payloads through the rings "
+           "(bench/NOTES.md, run 60)")
 SY_ENV_ID_(SY_HT_SEND_WARPS, SY_ENV_INT, "6",
            "high-throughput MoE dispatch kernel (the dispatch and the combine's backward) with SY_HT_ROLES=1: the "
            "sending warps of a block's 16, 2 to 14; the rest receive (6 measured best of 4-8 for the two calls "
