@@ -50,16 +50,19 @@ static float best_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, Launch &&l
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 /* A warp: token t's `bytes` to its K rows (lane i < K holds row d of the i-th), 4 16-byte loads a lane in flight
- * (write_only: no loads, the store ceiling; cs: streaming stores, st.global.cs, evict-first in L2). */
+ * (write_only: no loads, the store ceiling; cs: streaming stores, st.global.cs, evict-first in L2; cg: the loads
+ * by ld.global.cg, past L1 — another GPU's memory, `pullx`). */
 __device__ __forceinline__ void copy_token(const char *in, char *out, int d, int t, int bytes, int K, int write_only,
-                                           bool cs = false) {
+                                           bool cs = false, bool cg = false) {
   const int lane = threadIdx.x & 31;
   for (int base = lane * 16; base < bytes; base += 4 * 512) {
     uint4 v[4];
 #pragma unroll
     for (int u = 0; u < 4; u++)
       if (base + u * 512 < bytes)
-        v[u] = write_only ? make_uint4(t, u, 0, 0) : __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
+        v[u] = write_only ? make_uint4(t, u, 0, 0)
+               : cg       ? __ldcg((const uint4 *)(in + (size_t)t * bytes + base + u * 512))
+                          : __ldg((const uint4 *)(in + (size_t)t * bytes + base + u * 512));
     for (int i = 0; i < K; i++) {
       char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
 #pragma unroll
@@ -119,11 +122,13 @@ __global__ void __launch_bounds__(512)
     copy_token(in, out, lane < K ? dst[(size_t)t * K + lane] : 0, t, bytes, K, write_only);
 }
 
-/* P pipelines a block (lane 0 of warps 0..P-1), S stages of `bytes` each. */
-__global__ void k_tma(const char *in, char *out, const int *dst, int n, int bytes, int K, int P, int S,
-                      int write_only) {
-  extern __shared__ __align__(128) char sm[];
-  __shared__ __align__(8) uint64_t bar[64];
+/* Lane 0 of warp w < P of a block: a pipeline of n items through S stages of `bytes` of shared memory (the block's
+ * [P][S] stages, mbarriers bar[64]): item j bulk-loaded from src(j) (nothing with write_only), then bulk-stored into
+ * rows dst(j, i), i < k(j), of `out`; a stage is reloaded with item j - 1 + S once item j - 1's stores have read it, so
+ * item j's stores stay in flight meanwhile (k_tma, k_pull_tma). Returns early on the other threads. */
+template <class Src, class Count, class Dst>
+__device__ void tma_pipeline(char *sm, uint64_t *bar, char *out, int n, int bytes, int P, int S, bool write_only,
+                             Src src, Count k, Dst dst) {
   const int w = threadIdx.x / 32;
   if (w >= P || (threadIdx.x & 31)) return;
   char *stage = sm + (size_t)w * S * bytes;
@@ -131,21 +136,18 @@ __global__ void k_tma(const char *in, char *out, const int *dst, int n, int byte
   for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&b[s])) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  const int pipe = blockIdx.x * P + w, pipes = gridDim.x * P;
-  /* this pipeline's tokens: pipe, pipe + pipes, ... ; the j-th goes through stage j % S */
-  const int mine = pipe < n ? (n - pipe + pipes - 1) / pipes : 0;
   auto load = [&](int j) {
-    const int s = j % S, t = pipe + j * pipes;
+    const int s = j % S;
     if (write_only) return;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&b[s])), "r"(bytes) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      saddr(stage + (size_t)s * bytes)),
-                 "l"(in + (size_t)t * bytes), "r"(bytes), "r"(saddr(&b[s]))
+                 "l"(src(j)), "r"(bytes), "r"(saddr(&b[s]))
                  : "memory");
   };
-  for (int j = 0; j < S && j < mine; j++) load(j);
-  for (int j = 0; j < mine; j++) {
-    const int s = j % S, t = pipe + j * pipes;
+  for (int j = 0; j < S && j < n; j++) load(j);
+  for (int j = 0; j < n; j++) {
+    const int s = j % S;
     if (!write_only) {
       const uint32_t parity = (j / S) & 1;
       asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
@@ -153,21 +155,29 @@ __global__ void k_tma(const char *in, char *out, const int *dst, int n, int byte
                    "r"(parity)
                    : "memory");
     }
-    for (int i = 0; i < K; i++) {
-      char *o = out + (size_t)dst[(size_t)t * K + i] * bytes;
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(o),
+    for (int i = 0; i < k(j); i++)
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(out + (size_t)dst(j, i) * bytes),
                    "r"(saddr(stage + (size_t)s * bytes)), "r"(bytes)
                    : "memory");
-    }
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    /* the stage of token j - 1 is reloaded with token j - 1 + S once its stores have read it: token j's stores
-     * stay in flight meanwhile */
-    if (j >= 1 && j - 1 + S < mine) {
+    if (j >= 1 && j - 1 + S < n) {
       asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
       load(j - 1 + S);
     }
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+/* P pipelines a block (lane 0 of warps 0..P-1), S stages of `bytes` each; pipeline p's tokens p, p + pipes, ... */
+__global__ void k_tma(const char *in, char *out, const int *dst, int n, int bytes, int K, int P, int S,
+                      int write_only) {
+  extern __shared__ __align__(128) char sm[];
+  __shared__ __align__(8) uint64_t bar[64];
+  const int pipe = blockIdx.x * P + threadIdx.x / 32, pipes = gridDim.x * P;
+  const int mine = pipe < n ? (n - pipe + pipes - 1) / pipes : 0;
+  tma_pipeline(
+      sm, bar, out, mine, bytes, P, S, write_only != 0, [&](int j) { return in + (size_t)(pipe + j * pipes) * bytes; },
+      [&](int) { return K; }, [&](int j, int i) { return dst[(size_t)(pipe + j * pipes) * K + i]; });
 }
 
 /* ---- the gather-sums (the combine's experts' side: K rows in, their weighted fp32 sum out as one bf16 row) ---- */
@@ -381,6 +391,20 @@ static int gather_main(int n, int bytes, int K) {
   return 0;
 }
 
+/* GPUs [0, G): each one's e0 -> e1 once e1 has passed, the largest, in ms (`peer`, `pullx`). */
+static float slowest_ms(int G, cudaEvent_t *e0, cudaEvent_t *e1) {
+  float worst = 0;
+  for (int g = 0; g < G; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaEventSynchronize(e1[g]));
+    CK(cudaGetLastError());
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0[g], e1[g]));
+    worst = ms > worst ? ms : worst;
+  }
+  return worst;
+}
+
 /* `peer`: with two GPUs, the same kernels at K = 1 (a row each, in order) across NVLink: push (GPU 0's SMs store
  * into GPU 1's memory), pull (GPU 0's SMs load from GPU 1's memory into its own), and both directions at once (each
  * GPU pushes into the other's memory). */
@@ -428,15 +452,7 @@ static int peer_main(int n, int bytes) {
             else k_regs<<<sms, 512, 0, st[g]>>>(src, out, dst[g], n, bytes, 1, 0);
             CK(cudaEventRecord(e1[g], st[g]));
           }
-          float worst = 0;
-          for (int g = 0; g < (dir == 2 ? 2 : 1); g++) {
-            CK(cudaSetDevice(g));
-            CK(cudaEventSynchronize(e1[g]));
-            CK(cudaGetLastError());
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0[g], e1[g]));
-            worst = ms > worst ? ms : worst;
-          }
+          const float worst = slowest_ms(dir == 2 ? 2 : 1, e0, e1);
           if (it >= 3 && worst < best) best = worst;
         }
         const float us = best * 1000.0f;
@@ -456,69 +472,26 @@ __global__ void __launch_bounds__(512)
     k_pull_regs(const char *const *srcs, const int4 *msg, const int *rows, int nmsg, int bytes, char *out) {
   const int warp = blockIdx.x * 16 + threadIdx.x / 32, warps = gridDim.x * 16, lane = threadIdx.x & 31;
   for (int m = warp; m < nmsg; m += warps) {
-    const int4 g = msg[m];
-    const char *in = srcs[g.x] + (size_t)g.y * bytes;
-    const int d = lane < g.w ? rows[g.z + lane] : 0;
-    for (int base = lane * 16; base < bytes; base += 4 * 512) {
-      uint4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; u++)
-        if (base + u * 512 < bytes) v[u] = __ldcg((const uint4 *)(in + base + u * 512));
-      for (int i = 0; i < g.w; i++) {
-        char *o = out + (size_t)__shfl_sync(0xffffffffu, d, i) * bytes;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          if (base + u * 512 < bytes) *(uint4 *)(o + base + u * 512) = v[u];
-      }
-    }
+    const int4 g = msg[m]; /* token g.y of GPU g.x to its g.w rows rows[g.z ...] */
+    copy_token(srcs[g.x], out, lane < g.w ? rows[g.z + lane] : 0, g.y, bytes, g.w, 0, false, true);
   }
 }
 
-/* P pipelines a block (lane 0 of warps 0..P-1), S stages of a whole row: a bulk load from the source, then the k bulk
- * stores of the row here (k_tma's scheme over messages). */
+/* P pipelines a block, S stages of a whole row (tma_pipeline over messages): a bulk load from the source, then the k
+ * bulk stores of the row here. */
 __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *rows, int nmsg, int bytes, char *out,
                            int P, int S) {
   extern __shared__ __align__(128) char sm[];
   __shared__ __align__(8) uint64_t bar[64];
-  const int w = threadIdx.x / 32;
-  if (w >= P || (threadIdx.x & 31)) return;
-  char *stage = sm + (size_t)w * S * bytes;
-  uint64_t *b = bar + w * S;
-  for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&b[s])) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  const int pipe = blockIdx.x * P + w, pipes = gridDim.x * P;
+  const int pipe = blockIdx.x * P + threadIdx.x / 32, pipes = gridDim.x * P;
   const int mine = pipe < nmsg ? (nmsg - pipe + pipes - 1) / pipes : 0;
-  auto load = [&](int j) {
-    const int s = j % S;
-    const int4 g = msg[pipe + j * pipes];
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&b[s])), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     saddr(stage + (size_t)s * bytes)),
-                 "l"(srcs[g.x] + (size_t)g.y * bytes), "r"(bytes), "r"(saddr(&b[s]))
-                 : "memory");
-  };
-  for (int j = 0; j < S && j < mine; j++) load(j);
-  for (int j = 0; j < mine; j++) {
-    const int s = j % S;
-    const int4 g = msg[pipe + j * pipes];
-    const uint32_t parity = (j / S) & 1;
-    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-                     saddr(&b[s])),
-                 "r"(parity)
-                 : "memory");
-    for (int i = 0; i < g.w; i++)
-      asm volatile(
-          "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(out + (size_t)rows[g.z + i] * bytes),
-          "r"(saddr(stage + (size_t)s * bytes)), "r"(bytes)
-          : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    if (j >= 1 && j - 1 + S < mine) {
-      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-      load(j - 1 + S);
-    }
-  }
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  tma_pipeline(
+      sm, bar, out, mine, bytes, P, S, false,
+      [&](int j) {
+        const int4 g = msg[pipe + j * pipes];
+        return srcs[g.x] + (size_t)g.y * bytes;
+      },
+      [&](int j) { return msg[pipe + j * pipes].w; }, [&](int j, int i) { return rows[msg[pipe + j * pipes].z + i]; });
 }
 
 static inline char pull_byte(int g, int t, int i) {
@@ -662,15 +635,7 @@ static int pullx_main(int T, int bytes) {
         else k_pull_regs<<<sms, 512, 0, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g]);
         CK(cudaEventRecord(e1[g], st[g]));
       }
-      float worst = 0;
-      for (int g = 0; g < G; g++) {
-        CK(cudaSetDevice(g));
-        CK(cudaEventSynchronize(e1[g]));
-        CK(cudaGetLastError());
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0[g], e1[g]));
-        worst = ms > worst ? ms : worst;
-      }
+      const float worst = slowest_ms(G, e0, e1);
       if (it >= 3 && worst < best) best = worst;
     }
     const char *ok = "-";

@@ -40,17 +40,15 @@ __device__ __forceinline__ uint64_t *done_at(const ht_params &P, char *base, int
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-/* The block: item (s, c)'s scan. Returns the item's messages (uniform); writes none at or past index `limit`. */
+/* The block: item (s, c)'s scan, its messages numbered from mbase (s's messages here in the channels before c).
+ * Returns the item's messages (uniform); writes none at or past index `limit`. */
 __device__ int scan_item(const ht_params &P, int s, int c, int n_s, bool weights, const int32_t *rowbase, bool rows_ok,
-                         int limit, int32_t *wsum) {
+                         int mbase, int limit, int32_t *wsum) {
   const int K = P.K, L = P.L, me = P.ctx.rank, C = P.C, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const char *sp = ht_peer(P, s);
   const int32_t *ids = (const int32_t *)(sp + P.wl.pull_meta);
   const int32_t *pos = ids + (size_t)P.T * K;
   const float *wts = (const float *)(pos + (size_t)P.T * K);
-  const int32_t *chan = hsec(P, P.hl.chan_tokens);
-  int mbase = 0;
-  for (int j = 0; j < c; j++) mbase += chan[(size_t)s * C + j];
   int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   const int tb = chan_begin(c, n_s, C), te = chan_begin(c + 1, n_s, C);
   int run = 0;
@@ -238,7 +236,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
     int mbase = 0;
     for (int j = 0; j < c; j++) mbase += hsec(P, P.hl.chan_tokens)[(size_t)s * C + j];
     const int want = hsec(P, P.hl.chan_tokens)[(size_t)s * C + c]; /* the layout's count: the scan writes no more */
-    const int nmsg = scan_item(P, s, c, n_s, weights_s != 0, rowbase, rows_ok, mbase + want, wsum);
+    const int nmsg = scan_item(P, s, c, n_s, weights_s != 0, rowbase, rows_ok, mbase, mbase + want, wsum);
     if (nmsg != want) { /* s's copy is not of this layout (a handle of another layout there): nothing pulled */
       if (threadIdx.x == 0)
         report_error(P.ctx, SY_ERR_INVALID_ARG, OP_MOE_HT_HANDLE, s, 0, (uint64_t)want, (uint64_t)nmsg);
