@@ -12,7 +12,8 @@
  *   [tokens=4096] [bytes=14336] [K=8]; `gather [tokens] [bytes] [K]` (gather_main: K rows in, their weighted
  *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
  *   on two GPUs (peer_main); `pullx [tokens=4096] [bytes=14336]` on every GPU (up to 4) at once: the pull design's
- *   ceiling (pullx_main). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
+ *   ceiling (pullx_main; EC_CHUNK=1: bulk copies at 16 SMs with each block's messages a contiguous range, as
+ *   src/cuda/moe_ht/pull.cu takes them, against the grid-wide interleave). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
  *   (with bytes 7168: the FP8 rows): regs alone, then with each row's bytes / 128 fp32 scales written group-major
  *   (the high-throughput dispatch's recv.scales) and row-major, at 16 and 132 SMs (what the scales cost); group-major
  *   also under an L2 evict_last policy, with the rows' stores streaming (st.global.cs), and row-major then
@@ -480,11 +481,16 @@ __global__ void __launch_bounds__(512)
 /* P pipelines a block, S stages of a whole row (tma_pipeline over messages): a bulk load from the source, then the k
  * bulk stores of the row here. */
 __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *rows, int nmsg, int bytes, char *out,
-                           int P, int S) {
+                           int P, int S, int chunk) {
   extern __shared__ __align__(128) char sm[];
   __shared__ __align__(8) uint64_t bar[64];
-  const int pipe = blockIdx.x * P + threadIdx.x / 32, pipes = gridDim.x * P;
-  const int mine = pipe < nmsg ? (nmsg - pipe + pipes - 1) / pipes : 0;
+  int pipe = blockIdx.x * P + threadIdx.x / 32, pipes = gridDim.x * P, end = nmsg;
+  if (chunk) { /* block b the messages [b n / G, (b + 1) n / G), its pipes in turn (pull.cu's order: a channel a block) */
+    const int lo = (int)((long long)blockIdx.x * nmsg / gridDim.x);
+    end = (int)((long long)(blockIdx.x + 1) * nmsg / gridDim.x);
+    pipe = lo + threadIdx.x / 32, pipes = P;
+  }
+  const int mine = pipe < end ? (end - pipe + pipes - 1) / pipes : 0;
   tma_pipeline(
       sm, bar, out, mine, bytes, P, S, false,
       [&](int j) {
@@ -622,41 +628,51 @@ static int pullx_main(int T, int bytes) {
   }
   printf("%-6s %-6s %5s %3s %3s %10s %12s %12s %s\n", "kind", "from", "SMs", "P", "S", "us", "deepep GB/s",
          "stored GB/s/SM", "ok");
-  auto run = [&](int tma, int local, int sms, int P, int S) {
-    float best = 1e30f;
-    for (int it = 0; it < 13; it++) {
-      for (int g = 0; g < G; g++) {
-        CK(cudaSetDevice(g));
-        CK(cudaEventRecord(e0[g], st[g]));
-        const char *const *sp = local ? dsrc_local[g] : dsrc[g];
-        if (tma)
-          k_pull_tma<<<sms, P * 32, (size_t)P * S * bytes, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g], P,
-                                                                    S);
-        else k_pull_regs<<<sms, 512, 0, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g]);
-        CK(cudaEventRecord(e1[g], st[g]));
-      }
-      const float worst = slowest_ms(G, e0, e1);
-      if (it >= 3 && worst < best) best = worst;
-    }
-    const char *ok = "-";
-    if (!local) { /* every row of GPU 0 against its source token's pattern */
-      CK(cudaSetDevice(0));
-      char *h = (char *)malloc((size_t)nrows[0] * bytes);
-      CK(cudaMemcpy(h, out[0], (size_t)nrows[0] * bytes, cudaMemcpyDeviceToHost));
-      bool good = true;
-      for (int m = 0; m < nmsg[0] && good; m++)
-        for (int i = 0; i < hmsg[0][m].w && good; i++) {
-          const char *row = h + (size_t)hrows[0][hmsg[0][m].z + i] * bytes;
-          for (int b = 0; b < bytes && good; b += 61) good = row[b] == pull_byte(hmsg[0][m].x, hmsg[0][m].y, b);
-        }
-      free(h);
-      ok = good ? "yes" : "NO";
-    }
-    const float us = best * 1000.0f;
-    printf("%-6s %-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n", tma ? "tma" : "regs", local ? "local" : "pull", sms,
-           tma ? std::to_string(P).c_str() : "-", tma ? std::to_string(S).c_str() : "-", us, deepep / us / 1e3,
-           (double)nrows[0] * bytes / us / 1e3 / sms, ok);
+  auto run = [&](int tma, int local, int sms, int P,
+                 int S) { /* tma 2: chunked (k_pull_tma) */
+                          float best = 1e30f;
+                          for (int it = 0; it < 13; it++) {
+                            for (int g = 0; g < G; g++) {
+                              CK(cudaSetDevice(g));
+                              CK(cudaEventRecord(e0[g], st[g]));
+                              const char *const *sp = local ? dsrc_local[g] : dsrc[g];
+                              if (tma)
+                                k_pull_tma<<<sms, P * 32, (size_t)P * S * bytes, st[g]>>>(
+                                    sp, dmsg[g], drows[g], nmsg[g], bytes, out[g], P, S, tma == 2);
+                              else k_pull_regs<<<sms, 512, 0, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g]);
+                              CK(cudaEventRecord(e1[g], st[g]));
+                            }
+                            const float worst = slowest_ms(G, e0, e1);
+                            if (it >= 3 && worst < best) best = worst;
+                          }
+                          const char *ok = "-";
+                          if (!local) { /* every row of GPU 0 against its source token's pattern */
+                            CK(cudaSetDevice(0));
+                            char *h = (char *)malloc((size_t)nrows[0] * bytes);
+                            CK(cudaMemcpy(h, out[0], (size_t)nrows[0] * bytes, cudaMemcpyDeviceToHost));
+                            bool good = true;
+                            for (int m = 0; m < nmsg[0] && good; m++)
+                              for (int i = 0; i < hmsg[0][m].w && good; i++) {
+                                const char *row = h + (size_t)hrows[0][hmsg[0][m].z + i] * bytes;
+                                for (int b = 0; b < bytes && good; b += 61)
+                                  good = row[b] == pull_byte(hmsg[0][m].x, hmsg[0][m].y, b);
+                              }
+                            free(h);
+                            ok = good ? "yes" : "NO";
+                          }
+                          const float us = best * 1000.0f;
+                          printf("%-6s %-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n",
+                                 tma == 2 ? "chunk"
+                                 : tma    ? "tma"
+                                          : "regs",
+                                 local ? "local" : "pull", sms, tma ? std::to_string(P).c_str() : "-",
+                                 tma ? std::to_string(S).c_str() : "-", us, deepep / us / 1e3,
+                                 (double)nrows[0] * bytes / us / 1e3 / sms, ok);
   };
+  if (getenv("EC_CHUNK")) { /* run 61: the messages a contiguous range a block (pull.cu's order), 16 SMs */
+    for (int local = 0; local < 2; local++) run(2, local, 16, 4, 3), run(2, local, 16, 5, 3), run(1, local, 16, 4, 3);
+    return 0;
+  }
   for (int sms : {16, 24, 32, 132}) {
     for (int local = 0; local < 2; local++) run(0, local, sms, 0, 0);
     const int cfg[][2] = {{4, 3}, {7, 2}, {2, 7}};

@@ -62,8 +62,15 @@ static_assert(HT_SLOTS >= 2 * HT_BATCH && (HT_SLOTS & (HT_SLOTS - 1)) == 0,
 constexpr int HT_PER_PEER = HT_SLOTS / 2; /* at most from one peer a round: half a ring, which its writer refills */
 constexpr int HT_ROUND = HT_PER_PEER > 64 ? HT_PER_PEER : 64; /* messages a block takes from all its peers a round */
 constexpr int HT_PEER_TAB = 8;
-constexpr int HT_PULL_STAGES = 3;  /* SY_HT_PULL (pull.cu): a pipeline's stages, */
-constexpr int HT_PULL_PIPES = 8;   /* and at most this many pipelines a block (as many as the shared memory holds) */
+#ifndef SY_HT_PULL_STAGES
+#define SY_HT_PULL_STAGES 3 /* (build-time, for measuring: bench/NOTES.md) */
+#endif
+#ifndef SY_HT_PULL_PIPES
+#define SY_HT_PULL_PIPES 8
+#endif
+constexpr int HT_PULL_STAGES = SY_HT_PULL_STAGES; /* SY_HT_PULL (pull.cu): a pipeline's stages, */
+constexpr int HT_PULL_PIPES =
+    SY_HT_PULL_PIPES;              /* and at most this many pipelines a block (as the shared memory holds) */
 constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
 
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;

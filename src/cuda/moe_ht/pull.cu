@@ -3,7 +3,7 @@
  * bench/NOTES.md, run 60): no ring and no sender. Before the kernel each rank copies its tokens (or quantises its FP8
  * tokens) into its workspace's copy (wl.pull), and its layout's ids and positions and the call's weights beside them
  * (wl.pull_meta, launch.cu). The kernel's blocks then take items (source s, channel c) — s's tokens of channel c,
- * every source this rank included — in turn:
+ * every source this rank included — in turn, a block's items alternating between sources:
  *   scan   a thread a token: its entries on this rank (s's ids read from s's copy), the message's index among s's
  *          messages here (channel order, then token order: the numbering the ring dispatch gives them, which the
  *          combines read through the handle's recv_rows), its rows (rowbase[s][e] + position), each row's {s, token}
@@ -39,6 +39,11 @@ __device__ __forceinline__ uint64_t *done_at(const ht_params &P, char *base, int
 }
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* The lanes' reads of a stage (its FP8 scales), before a bulk load overwrites it: a proxy fence of shared memory
+ * (none for BF16, whose stages only the async proxy touches; a whole fence.proxy.async before each reload cost ~2%:
+ * bench/NOTES.md run 61). */
+#define PULL_FENCE() asm volatile("fence.proxy.async.shared::cta;" ::: "memory")
 
 /* The block: item (s, c)'s scan, its messages numbered from mbase (s's messages here in the channels before c).
  * Returns the item's messages (uniform); writes none at or past index `limit`. */
@@ -118,13 +123,16 @@ __device__ bool stage_wait(const ht_params &P, uint32_t b, uint32_t parity, int 
 }
 
 /* A pipeline warp: the item's messages mbase + w, + pipes, ... from source s's copy into their rows (the scan's).
- * q: the warp's stage uses so far (its mbarriers' phases), alike in every lane. */
-__device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *stages, uint64_t *bar, uint32_t &q) {
+ * q: the warp's stage uses so far (its mbarriers' phases), alike in every lane. SY_HT_PROBE (thread 0): ns spent
+ * waiting for its stages' loads added to waited, for its stores to have read a stage (and reloading it) to rwaited. */
+__device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *stages, uint64_t *bar, uint32_t &q,
+                          uint64_t &waited, uint64_t &rwaited) {
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, pipes = P.pull_pipes, S = HT_PULL_STAGES;
   const bool fp8 = P.wire != SY_MOE_WIRE_BF16;
   const int groups = fp8 ? P.hidden / SY_MOE_FP8_GROUP : 0;
   const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2, sbytes = (size_t)groups * 4;
   const bool scales_bulk = fp8 && sbytes % 16 == 0; /* else the lanes load them from s */
+  const bool fence = scales_bulk;
   const char *src = ht_peer(P, s) + P.wl.pull;
   const float *ssrc = (const float *)(src + (size_t)P.T * P.hidden);
   const int mine = w < nmsg ? (nmsg - w + pipes - 1) / pipes : 0;
@@ -148,12 +156,16 @@ __device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
                    : "memory");
   };
   if (lane == 0) {
-    asm volatile("fence.proxy.async;" ::: "memory"); /* the scan's writes and the lanes' earlier reads, before */
+    /* once an item, the whole proxy fence: the source's mark was read by the generic proxy (ht_wait, acquire), its copy
+     * is read by the async proxy (the bulk loads below); and the lanes' earlier reads of the stages (FP8 scales) */
+    asm volatile("fence.proxy.async;" ::: "memory");
     for (int j = 0; j < S && j < mine; j++) issue(j);
   }
   bool ok = true;
   for (int j = 0; j < mine && ok; j++) {
+    const uint64_t pt = probe_now(P);
     if (!(ok = stage_wait(P, mbar(j), ((q + j) / S) & 1u, s))) break; /* (the stage's load never completed) */
+    if (P.probe) waited += probe_now(P) - pt;
     const int idx = mbase + w + j * pipes;
     const int row = lane < P.kk ? recv_rows[((size_t)s * P.T + idx) * P.kk + lane] : -1;
     const int n = __popc(__ballot_sync(0xffffffffu, row >= 0));
@@ -176,9 +188,11 @@ __device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
     __syncwarp(); /* the lanes' reads of this stage are done */
     if (lane == 0 && j >= 1 && j - 1 + S < mine) {
       /* message j - 1's stage, once its stores have read it, takes message j - 1 + S (j's stores stay in flight) */
+      const uint64_t pt = probe_now(P);
       asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-      asm volatile("fence.proxy.async;" ::: "memory");
+      if (fence) PULL_FENCE(); /* (the lanes read a stage only for its scales) */
       issue(j - 1 + S);
+      if (P.probe) rwaited += probe_now(P) - pt;
     }
   }
   if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -191,6 +205,10 @@ __device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
 
 __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_constant__ ht_params P) {
   pdl_wait();
+  probe_begin<false>(P); /* SY_HT_PROBE, a row a block: wait (sources' marks, the last block's words, warp 0's waits
+                          * for its stores to have read a stage and its reloads), plan (scans), own / work (pipelines
+                          * over this rank's / peers' copies, warp 0's waits apart), sync (warp 0's waits for its
+                          * stages' loads), rounds (items), items (messages) */
   extern __shared__ __align__(128) char smem[];
   __shared__ __align__(8) uint64_t bar[HT_PULL_PIPES * HT_PULL_STAGES];
   __shared__ int32_t wsum[HT_DWARPS];
@@ -219,8 +237,10 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   __syncthreads();
   uint32_t q = 0;
   char *stages = smem + P.pull_smem + (size_t)w * HT_PULL_STAGES * P.pull_stage_bytes;
+  uint64_t waited = 0, rwaited = 0, pt = probe_now(P);
   for (int item = blockIdx.x; item < W * C; item += gridDim.x) {
-    const int s = item % W, c = item / W;
+    /* channel c's sources in turn, rotated by c / (blocks per source): a block's items alternate between sources */
+    const int c = item / W, s = (item % W + c / max(1, (int)gridDim.x / W)) % W;
     if (threadIdx.x == 0) {
       char *sp = ht_peer(P, s);
       if (!failed && !ht_wait(P, &hdr_at(P, sp)->ready, call, OP_MOE_HT_RECV, s)) failed = 1;
@@ -232,6 +252,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
       }
     }
     __syncthreads();
+    if (P.probe) probe_add<false>(P, PR_WAIT, probe_now(P) - pt), pt = probe_now(P);
     if (failed) break;
     int mbase = 0;
     for (int j = 0; j < c; j++) mbase += hsec(P, P.hl.chan_tokens)[(size_t)s * C + j];
@@ -243,13 +264,28 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
       break; /* uniform: every thread has the scan's count */
     }
     __syncthreads(); /* the scan's rows and tokens, before the pipelines read them */
-    if (rows_ok && w < P.pull_pipes && !pull_item(P, s, mbase, nmsg, stages, bar + w * HT_PULL_STAGES, q))
+    if (P.probe) probe_add<false>(P, PR_PLAN, probe_now(P) - pt), pt = probe_now(P);
+    const uint64_t waited0 = waited, rwaited0 = rwaited;
+    if (rows_ok && w < P.pull_pipes &&
+        !pull_item(P, s, mbase, nmsg, stages, bar + w * HT_PULL_STAGES, q, waited, rwaited))
       failed = 1;    /* (reported) */
     __syncthreads(); /* n_s and the stages' next uses; failed */
+    if (P.probe) {
+      probe_add<false>(P, s == me ? PR_OWN : PR_WORK, probe_now(P) - pt - (waited - waited0) - (rwaited - rwaited0));
+      probe_add<false>(P, PR_WAIT, rwaited - rwaited0);
+      probe_add<false>(P, PR_SYNC, waited - waited0);
+      probe_add<false>(P, PR_ROUNDS, 1);
+      probe_add<false>(P, PR_ITEMS, (uint64_t)nmsg);
+      pt = probe_now(P);
+    }
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (atom_add_acq_rel_gpu(&P.local->pull_done, 1u) != gridDim.x - 1) return;
+  if (atom_add_acq_rel_gpu(&P.local->pull_done, 1u) != gridDim.x - 1) {
+    probe_end<false>(P);
+    return;
+  }
+  pt = probe_now(P);
   /* the last block: every block has read what it pulled (each waited for its loads) */
   P.local->pull_done = 0;
   for (int s = 0; s < W; s++)
@@ -262,4 +298,6 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
     h->expert_stride = P.recv.expert_stride;
     h->dispatched = 1;
   }
+  if (P.probe) probe_add<false>(P, PR_WAIT, probe_now(P) - pt);
+  probe_end<false>(P);
 }
