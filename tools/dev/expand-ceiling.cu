@@ -8,18 +8,23 @@
  *   wtma   the bulk stores of tma without the loads;
  * and a device-to-device cudaMemcpyAsync of the output's bytes beside them (the HBM ceiling). Event time, best of
  * 20 after 3 warm-ups; checks the output of regs and tma.
- *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/expand-ceiling tools/dev/expand-ceiling.cu && /tmp/expand-ceiling
+ *   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/expand-ceiling tools/dev/expand-ceiling.cu -lcuda && /tmp/expand-ceiling
  *   [tokens=4096] [bytes=14336] [K=8]; `gather [tokens] [bytes] [K]` (gather_main: K rows in, their weighted
  *   sum out, by registers, by a lane's cp.async ring, by bulk loads into stages); `peer [rows=8192] [bytes=14336]`
  *   on two GPUs (peer_main); `pullx [tokens=4096] [bytes=14336]` on every GPU (up to 4) at once: the pull design's
  *   ceiling (pullx_main; EC_CHUNK=1: bulk copies at 16 SMs with each block's messages a contiguous range, as
- *   src/cuda/moe_ht/pull.cu takes them, against the grid-wide interleave). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
+ *   src/cuda/moe_ht/pull.cu takes them, against the grid-wide interleave; EC_VMM=1: every source and row buffer
+ *   mapped from separate 2 MB physical pieces (cuMemCreate / cuMemMap, a ballast's pieces between them), so that no
+ *   translation covers more than 2 MB: whether the TMA unit's address translation is what pull.cu lacks, bench/NOTES.md
+ *   run 61; EC_SKEW=B: the stages B bytes (a multiple of 16 below 128) past where they start, as pull.cu's sat before
+ *   run 61's alignment). EC_OCCUPANCY=1: only regs on every SM with 1 to 4 blocks an SM (run 31). EC_SCALES=1
  *   (with bytes 7168: the FP8 rows): regs alone, then with each row's bytes / 128 fp32 scales written group-major
  *   (the high-throughput dispatch's recv.scales) and row-major, at 16 and 132 SMs (what the scales cost); group-major
  *   also under an L2 evict_last policy, with the rows' stores streaming (st.global.cs), and row-major then
  *   transposed. EC_EXPERTS=E: the rows in the dispatch's layout (each token K distinct experts of E at random,
  *   rows in (expert, token) order) instead of a random permutation.
  */
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -481,7 +486,7 @@ __global__ void __launch_bounds__(512)
 /* P pipelines a block, S stages of a whole row (tma_pipeline over messages): a bulk load from the source, then the k
  * bulk stores of the row here. */
 __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *rows, int nmsg, int bytes, char *out,
-                           int P, int S, int chunk) {
+                           int P, int S, int chunk, int skew) {
   extern __shared__ __align__(128) char sm[];
   __shared__ __align__(8) uint64_t bar[64];
   int pipe = blockIdx.x * P + threadIdx.x / 32, pipes = gridDim.x * P, end = nmsg;
@@ -492,7 +497,7 @@ __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *
   }
   const int mine = pipe < end ? (end - pipe + pipes - 1) / pipes : 0;
   tma_pipeline(
-      sm, bar, out, mine, bytes, P, S, false,
+      sm + skew, bar, out, mine, bytes, P, S, false,
       [&](int j) {
         const int4 g = msg[pipe + j * pipes];
         return srcs[g.x] + (size_t)g.y * bytes;
@@ -502,6 +507,45 @@ __global__ void k_pull_tma(const char *const *srcs, const int4 *msg, const int *
 
 static inline char pull_byte(int g, int t, int i) {
   return (char)(((uint32_t)(g * 131071 + t) * 2654435761u + i) >> 7);
+}
+
+/* EC_VMM's allocation: `bytes` on GPU g, readable and writable from GPUs [0, G), mapped from 2 MB physical pieces
+ * each of its own, with a ballast piece created (and kept) after each so that consecutive pieces are not neighbours
+ * in physical memory. */
+static void *vmm_alloc(int g, int G, size_t bytes) {
+  static bool init = false;
+  if (!init && cuInit(0) != CUDA_SUCCESS) {
+    fprintf(stderr, "pullx: cuInit failed\n");
+    exit(1);
+  }
+  init = true;
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = g;
+  size_t gran = 0;
+  cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  const size_t piece = gran > (2u << 20) ? gran : (2u << 20), total = (bytes + piece - 1) / piece * piece;
+  CUdeviceptr va = 0;
+  bool ok = cuMemAddressReserve(&va, total, piece, 0, 0) == CUDA_SUCCESS;
+  for (size_t off = 0; ok && off < total; off += piece) {
+    CUmemGenericAllocationHandle h, ballast;
+    ok = cuMemCreate(&h, piece, &prop, 0) == CUDA_SUCCESS && cuMemMap(va + off, piece, 0, h, 0) == CUDA_SUCCESS &&
+         cuMemCreate(&ballast, piece, &prop, 0) == CUDA_SUCCESS;
+    cuMemRelease(h); /* (the mapping keeps it) */
+  }
+  for (int p = 0; ok && p < G; p++) {
+    CUmemAccessDesc d = {};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = p;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ok = cuMemSetAccess(va, total, &d, 1) == CUDA_SUCCESS;
+  }
+  if (!ok) {
+    fprintf(stderr, "pullx: EC_VMM: mapping %zu bytes on GPU %d failed\n", bytes, g);
+    exit(1);
+  }
+  return (void *)va;
 }
 
 /* `pullx [tokens=4096] [bytes=14336]`: G = the GPUs (up to 4) each with `tokens` tokens routed top-8 of 256 experts
@@ -550,7 +594,9 @@ static int pullx_main(int T, int bytes) {
         }
         CK(cudaDeviceEnablePeerAccess(p, 0));
       }
-    CK(cudaMalloc(&src[g], (size_t)T * bytes));
+    const bool vmm = getenv("EC_VMM") != nullptr;
+    if (vmm) src[g] = (char *)vmm_alloc(g, G, (size_t)T * bytes);
+    else CK(cudaMalloc(&src[g], (size_t)T * bytes));
     char *h = (char *)malloc((size_t)T * bytes);
     for (int t = 0; t < T; t++)
       for (int i = 0; i < bytes; i++) h[(size_t)t * bytes + i] = pull_byte(g, t, i);
@@ -585,7 +631,8 @@ static int pullx_main(int T, int bytes) {
       }
     nmsg[g] = m;
     free(fill), free(cnt);
-    CK(cudaMalloc(&out[g], (size_t)nrows[g] * bytes));
+    if (vmm) out[g] = (char *)vmm_alloc(g, G, (size_t)nrows[g] * bytes);
+    else CK(cudaMalloc(&out[g], (size_t)nrows[g] * bytes));
     CK(cudaMalloc(&dmsg[g], (size_t)m * sizeof(int4)));
     CK(cudaMemcpy(dmsg[g], hmsg[g], (size_t)m * sizeof(int4), cudaMemcpyHostToDevice));
     CK(cudaMalloc(&drows[g], (size_t)r * 4));
@@ -628,46 +675,44 @@ static int pullx_main(int T, int bytes) {
   }
   printf("%-6s %-6s %5s %3s %3s %10s %12s %12s %s\n", "kind", "from", "SMs", "P", "S", "us", "deepep GB/s",
          "stored GB/s/SM", "ok");
-  auto run = [&](int tma, int local, int sms, int P,
-                 int S) { /* tma 2: chunked (k_pull_tma) */
-                          float best = 1e30f;
-                          for (int it = 0; it < 13; it++) {
-                            for (int g = 0; g < G; g++) {
-                              CK(cudaSetDevice(g));
-                              CK(cudaEventRecord(e0[g], st[g]));
-                              const char *const *sp = local ? dsrc_local[g] : dsrc[g];
-                              if (tma)
-                                k_pull_tma<<<sms, P * 32, (size_t)P * S * bytes, st[g]>>>(
-                                    sp, dmsg[g], drows[g], nmsg[g], bytes, out[g], P, S, tma == 2);
-                              else k_pull_regs<<<sms, 512, 0, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g]);
-                              CK(cudaEventRecord(e1[g], st[g]));
-                            }
-                            const float worst = slowest_ms(G, e0, e1);
-                            if (it >= 3 && worst < best) best = worst;
-                          }
-                          const char *ok = "-";
-                          if (!local) { /* every row of GPU 0 against its source token's pattern */
-                            CK(cudaSetDevice(0));
-                            char *h = (char *)malloc((size_t)nrows[0] * bytes);
-                            CK(cudaMemcpy(h, out[0], (size_t)nrows[0] * bytes, cudaMemcpyDeviceToHost));
-                            bool good = true;
-                            for (int m = 0; m < nmsg[0] && good; m++)
-                              for (int i = 0; i < hmsg[0][m].w && good; i++) {
-                                const char *row = h + (size_t)hrows[0][hmsg[0][m].z + i] * bytes;
-                                for (int b = 0; b < bytes && good; b += 61)
-                                  good = row[b] == pull_byte(hmsg[0][m].x, hmsg[0][m].y, b);
-                              }
-                            free(h);
-                            ok = good ? "yes" : "NO";
-                          }
-                          const float us = best * 1000.0f;
-                          printf("%-6s %-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n",
-                                 tma == 2 ? "chunk"
-                                 : tma    ? "tma"
-                                          : "regs",
-                                 local ? "local" : "pull", sms, tma ? std::to_string(P).c_str() : "-",
-                                 tma ? std::to_string(S).c_str() : "-", us, deepep / us / 1e3,
-                                 (double)nrows[0] * bytes / us / 1e3 / sms, ok);
+  const int skew = getenv("EC_SKEW") ? atoi(getenv("EC_SKEW")) & 112 : 0; /* the stages off their alignment */
+  if (skew) printf("pullx: the stages %d bytes past the dynamic shared memory's start (EC_SKEW)\n", skew);
+  /* tma: 0 registers (k_pull_regs), 1 bulk copies (k_pull_tma), 2 bulk copies with each block's messages a range */
+  auto run = [&](int tma, int local, int sms, int P, int S) {
+    float best = 1e30f;
+    for (int it = 0; it < 13; it++) {
+      for (int g = 0; g < G; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaEventRecord(e0[g], st[g]));
+        const char *const *sp = local ? dsrc_local[g] : dsrc[g];
+        if (tma)
+          k_pull_tma<<<sms, P * 32, (size_t)P * S * bytes + 128, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g],
+                                                                          P, S, tma == 2, skew);
+        else k_pull_regs<<<sms, 512, 0, st[g]>>>(sp, dmsg[g], drows[g], nmsg[g], bytes, out[g]);
+        CK(cudaEventRecord(e1[g], st[g]));
+      }
+      const float worst = slowest_ms(G, e0, e1);
+      if (it >= 3 && worst < best) best = worst;
+    }
+    const char *ok = "-";
+    if (!local) { /* every row of GPU 0 against its source token's pattern */
+      CK(cudaSetDevice(0));
+      char *h = (char *)malloc((size_t)nrows[0] * bytes);
+      CK(cudaMemcpy(h, out[0], (size_t)nrows[0] * bytes, cudaMemcpyDeviceToHost));
+      bool good = true;
+      for (int m = 0; m < nmsg[0] && good; m++)
+        for (int i = 0; i < hmsg[0][m].w && good; i++) {
+          const char *row = h + (size_t)hrows[0][hmsg[0][m].z + i] * bytes;
+          for (int b = 0; b < bytes && good; b += 61) good = row[b] == pull_byte(hmsg[0][m].x, hmsg[0][m].y, b);
+        }
+      free(h);
+      ok = good ? "yes" : "NO";
+    }
+    const float us = best * 1000.0f;
+    static const char *const kind[3] = {"regs", "tma", "chunk"};
+    printf("%-6s %-6s %5d %3s %3s %10.1f %12.1f %12.2f %s\n", kind[tma], local ? "local" : "pull", sms,
+           tma ? std::to_string(P).c_str() : "-", tma ? std::to_string(S).c_str() : "-", us, deepep / us / 1e3,
+           (double)nrows[0] * bytes / us / 1e3 / sms, ok);
   };
   if (getenv("EC_CHUNK")) { /* run 61: the messages a contiguous range a block (pull.cu's order), 16 SMs */
     for (int local = 0; local < 2; local++) run(2, local, 16, 4, 3), run(2, local, 16, 5, 3), run(1, local, 16, 4, 3);

@@ -68,9 +68,19 @@ constexpr int HT_PEER_TAB = 8;
 #ifndef SY_HT_PULL_PIPES
 #define SY_HT_PULL_PIPES 8
 #endif
-constexpr int HT_PULL_STAGES = SY_HT_PULL_STAGES; /* SY_HT_PULL (pull.cu): a pipeline's stages, */
-constexpr int HT_PULL_PIPES =
-    SY_HT_PULL_PIPES;              /* and at most this many pipelines a block (as the shared memory holds) */
+#ifndef SY_HT_PULL_ALIGN
+#define SY_HT_PULL_ALIGN 1024
+#endif
+/* SY_HT_PULL (pull.cu): a pipeline's stages, and at most this many pipelines a block (as the shared memory holds). */
+constexpr int HT_PULL_STAGES = SY_HT_PULL_STAGES;
+constexpr int HT_PULL_PIPES = SY_HT_PULL_PIPES;
+/* The stages start at a shared address aligned to this many bytes (0: none, for measuring). The dynamic shared memory
+ * starts where the device link ends the kernel's static shared memory, which it aligns to 16 bytes whatever the extern
+ * declaration says: pull.cu's stages sat 80 bytes past a 128-byte boundary (a helper's read of the SASS, run 61),
+ * where tools/dev/expand-ceiling.cu's (built alone) sit on 512 — and its bulk copies ran at twice pull.cu's rate. */
+constexpr unsigned HT_PULL_ALIGN = SY_HT_PULL_ALIGN;
+static_assert(HT_PULL_ALIGN == 0 || (HT_PULL_ALIGN >= 128 && (HT_PULL_ALIGN & (HT_PULL_ALIGN - 1)) == 0),
+              "SY_HT_PULL_ALIGN: 0 or a power of two of at least 128");
 constexpr int HT_MAX_WORLD = 1024; /* the blocks keep per-peer counters in shared memory */
 
 typedef sy_moe_ht_ws_layout_t ht_ws_layout;

@@ -235,9 +235,8 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
                                                    : (size_t)c->hidden + (size_t)(c->hidden / SY_MOE_FP8_GROUP) * 4;
     g->pull_stage_bytes = align_up(row, 128);
     g->pull_smem = (uint32_t)align_up(W * (size_t)moe->local_experts * 4, 128);
-    const size_t room = (size_t)optin > g->pull_smem + attr.sharedSizeBytes + 1024
-                            ? (size_t)optin - g->pull_smem - attr.sharedSizeBytes - 1024
-                            : 0;
+    const size_t lead = g->pull_smem + attr.sharedSizeBytes + 1024 + HT_PULL_ALIGN; /* (the stages' alignment) */
+    const size_t room = (size_t)optin > lead ? (size_t)optin - lead : 0;
     const int fit = (int)(room / (HT_PULL_STAGES * g->pull_stage_bytes));
     g->pull_pipes = fit < HT_PULL_PIPES ? fit : HT_PULL_PIPES;
     if (g->pull_pipes < 1) {
@@ -245,7 +244,7 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
               row, HT_PULL_STAGES, optin);
       return SY_ERR_UNSUPPORTED;
     }
-    g->pull_kernel_smem = g->pull_smem + (size_t)g->pull_pipes * HT_PULL_STAGES * g->pull_stage_bytes;
+    g->pull_kernel_smem = g->pull_smem + HT_PULL_ALIGN + (size_t)g->pull_pipes * HT_PULL_STAGES * g->pull_stage_bytes;
     SY_CHECK(raise_smem_limit((const void *)sy_ht_dispatch_pull, g->pull_kernel_smem));
     SY_CUDA_CHECK(cudaMalloc((void **)&g->pull_tok, W * (size_t)c->max_tokens * 4));
   }

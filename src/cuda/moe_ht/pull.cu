@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
                           * for its stores to have read a stage and its reloads), plan (scans), own / work (pipelines
                           * over this rank's / peers' copies, warp 0's waits apart), sync (warp 0's waits for its
                           * stages' loads), rounds (items), items (messages) */
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(16) char smem[]; /* (as every kernel declares it: pipe.cuh; aligned by hand below) */
   __shared__ __align__(8) uint64_t bar[HT_PULL_PIPES * HT_PULL_STAGES];
   __shared__ int32_t wsum[HT_DWARPS];
   __shared__ int failed, n_s, weights_s;
@@ -236,7 +236,10 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
     for (int c = blockIdx.x; c < C; c += gridDim.x) recv_outputs<false>(P, c);
   __syncthreads();
   uint32_t q = 0;
-  char *stages = smem + P.pull_smem + (size_t)w * HT_PULL_STAGES * P.pull_stage_bytes;
+  char *stages = smem + P.pull_smem; /* the first stage at an HT_PULL_ALIGN boundary (ht.cuh), then this warp's */
+  if constexpr (HT_PULL_ALIGN != 0)
+    stages += (HT_PULL_ALIGN - (saddr(stages) & (HT_PULL_ALIGN - 1u))) & (HT_PULL_ALIGN - 1u);
+  stages += (size_t)w * HT_PULL_STAGES * P.pull_stage_bytes;
   uint64_t waited = 0, rwaited = 0, pt = probe_now(P);
   for (int item = blockIdx.x; item < W * C; item += gridDim.x) {
     /* channel c's sources in turn, rotated by c / (blocks per source): a block's items alternate between sources */
