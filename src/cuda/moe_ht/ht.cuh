@@ -74,6 +74,10 @@ constexpr int HT_PEER_TAB = 8;
 /* SY_HT_PULL (pull.cu): a pipeline's stages, and at most this many pipelines a block (as the shared memory holds). */
 constexpr int HT_PULL_STAGES = SY_HT_PULL_STAGES;
 constexpr int HT_PULL_PIPES = SY_HT_PULL_PIPES;
+static_assert(HT_PULL_STAGES >= 2 && HT_PULL_PIPES >= 1 && HT_PULL_PIPES <= HT_DWARPS &&
+                  HT_PULL_PIPES * HT_PULL_STAGES <= HT_DTHREADS,
+              "SY_HT_PULL_STAGES >= 2 (a stage reloads while the next is read), 1 <= SY_HT_PULL_PIPES <= the block's "
+              "warps, and their product's mbarriers initialised by the block's threads");
 /* The stages start at a shared address aligned to this many bytes (0: none, for measuring). The dynamic shared memory
  * starts where the device link ends the kernel's static shared memory, which it aligns to 16 bytes whatever the extern
  * declaration says: pull.cu's stages sat 80 bytes past a 128-byte boundary (a helper's read of the SASS, run 61),

@@ -164,7 +164,9 @@ __device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
   bool ok = true;
   for (int j = 0; j < mine && ok; j++) {
     const uint64_t pt = probe_now(P);
-    if (!(ok = stage_wait(P, mbar(j), ((q + j) / S) & 1u, s))) break; /* (the stage's load never completed) */
+    /* (a load that never completed: the call fails; loads still in flight may land in this block's shared memory
+     * after it ends — only after a timeout, which leaves the communicator aborted) */
+    if (!(ok = stage_wait(P, mbar(j), ((q + j) / S) & 1u, s))) break;
     if (P.probe) waited += probe_now(P) - pt;
     const int idx = mbase + w + j * pipes;
     const int row = lane < P.kk ? recv_rows[((size_t)s * P.T + idx) * P.kk + lane] : -1;
@@ -195,7 +197,8 @@ __device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
       if (P.probe) rwaited += probe_now(P) - pt;
     }
   }
-  if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  /* the stages free for the next item once the stores have read them; their writes complete before the block ends */
+  if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   __syncwarp();
   q += mine;
   return ok;
@@ -242,8 +245,10 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   stages += (size_t)w * HT_PULL_STAGES * P.pull_stage_bytes;
   uint64_t waited = 0, rwaited = 0, pt = probe_now(P);
   for (int item = blockIdx.x; item < W * C; item += gridDim.x) {
-    /* channel c's sources in turn, rotated by c / (blocks per source): a block's items alternate between sources */
-    const int c = item / W, s = (item % W + c / max(1, (int)gridDim.x / W)) % W;
+    /* channel c's sources in turn, rotated by c / (blocks per source) where the grid is a multiple of W: a block's
+     * items alternate between sources either way */
+    const int k = gridDim.x % W ? 0 : gridDim.x / W; /* (else the plain order alternates already) */
+    const int c = item / W, s = (item % W + (k ? c / k : 0)) % W;
     if (threadIdx.x == 0) {
       char *sp = ht_peer(P, s);
       if (!failed && !ht_wait(P, &hdr_at(P, sp)->ready, call, OP_MOE_HT_RECV, s)) failed = 1;
@@ -282,6 +287,8 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
       pt = probe_now(P);
     }
   }
+  if (w < P.pull_pipes && (threadIdx.x & 31) == 0) /* every bulk store of this pipeline written */
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (atom_add_acq_rel_gpu(&P.local->pull_done, 1u) != gridDim.x - 1) {
