@@ -3,7 +3,8 @@
 # pull.cu's bulk copies at half pullx's rate; a helper's read of the SASS found why it might be: the device link puts
 # the dynamic shared memory 16-byte aligned (pull.cu's stages 80 bytes past a 128-byte boundary), pullx's 512. Since
 # then the stages start on a 1,024-byte boundary (SY_HT_PULL_ALIGN). Here, stopping at the first failure:
-# (1) the tests with SY_HT_PULL=1 at $n GPUs (or 2 sharing GPU 0) and 3 ranks sharing GPU 0;
+# (1) synccheck on one case, the tests with SY_HT_PULL=1 at $n GPUs (or 2 sharing GPU 0) and 3 ranks sharing GPU 0
+#     (also the review's fixes of e8501d7: a stage freed by wait_group.read per item, the sources' rotation);
 # (2) pullx with its stages skewed by 80 bytes (EC_SKEW=80) against aligned — the reverse check — and with every buffer
 #     from 2 MB pieces (EC_VMM=1);
 # (3) BF16 and FP8 dispatch at 16 SMs: pull aligned / pull as before (-DSY_HT_PULL_ALIGN=0) / push, a b c c b a;
@@ -17,6 +18,10 @@ echo "build done at $SECONDS s" >>$s
 bp=$!
 R=$n G=""
 [ "$n" -lt 2 ] && R=2 G="--gpus 0,0"
+SY_HT_PULL=1 SY_TEST_CASE=1 timeout 120 build/bin/syrun -n $R $G /usr/local/cuda/bin/compute-sanitizer --tool synccheck \
+  --print-limit 5 build/tests/gpu/test_gpu_moe_ht >/tmp/san.txt 2>&1
+echo "== synccheck, case 1, SY_HT_PULL=1, $R ranks rc=$? ($SECONDS s)" >>$s
+grep -E "ERROR SUMMARY| ok |rror" /tmp/san.txt | head -8 >>$s
 ok=1
 test_ht build w$R.pull $R "$G" SY_HT_PULL=1
 grep -q "rc=0" <(tail -1 $s) || ok=0
