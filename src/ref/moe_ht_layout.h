@@ -155,6 +155,16 @@ SY_HD sy_moe_ht_ws_layout_t sy__moe_ht_ws_layout(const sy_moe_ht_config_t *c, in
   return w;
 }
 
+/* The pulled dispatch's items (cuda/moe_ht/pull.cu): grid block b takes items b, b + grid, ... of [0, W C); item i
+ * is source *s's tokens of channel *c = i / W, the sources of a channel in turn and rotated by c / (grid / W) where
+ * the grid is a multiple of W, so that a block's consecutive items come from different sources (its pipelines then
+ * read the local copy and a peer's in turn); every (s, c) once. */
+SY_HD void sy__moe_ht_pull_item(int item, int world_size, int grid, int *s, int *c) {
+  const int k = grid % world_size ? 0 : grid / world_size; /* (otherwise the plain order alternates already) */
+  *c = item / world_size;
+  *s = (item % world_size + (k ? *c / k : 0)) % world_size;
+}
+
 /* offsets[0..L] from recv_counts [W][L]: expert e's rows summed over sources, rounded up to the alignment. */
 SY_HD void sy__moe_ht_offsets(const int32_t *recv_counts, int world_size, int L, int alignment, int32_t *offsets) {
   int64_t at = 0;

@@ -659,12 +659,43 @@ static void test_pull(void) {
   free(saved);
 }
 
+/* The pulled dispatch's items (sy__moe_ht_pull_item): over every grid, every (source, channel) taken once, and no
+ * block given the same source twice in a row where there are several. */
+static void test_pull_items(void) {
+  static int seen[8 * 40];
+  for (int W = 1; W <= 8; W++)
+    for (int C = 1; C <= 39; C++)
+      for (int G = 1; G <= 69; G++) {
+        memset(seen, 0, sizeof seen);
+        int repeats = 0;
+        for (int b = 0; b < G; b++) {
+          int prev = -1;
+          for (int item = b; item < W * C; item += G) {
+            int s = -1, c = -1;
+            sy__moe_ht_pull_item(item, W, G, &s, &c);
+            if (s < 0 || s >= W || c < 0 || c >= C) {
+              CHECK(0);
+              return;
+            }
+            seen[c * W + s]++;
+            repeats += W > 1 && s == prev;
+            prev = s;
+          }
+        }
+        int once = 1;
+        for (int i = 0; i < W * C; i++) once &= seen[i] == 1;
+        CHECK(once);
+        CHECK_EQ_INT(repeats, 0);
+      }
+}
+
 int main(void) {
   seed_from_env();
   test_generators();
   test_dot();
   test_roles();
   test_pull();
+  test_pull_items();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   CHECK(add_untouched_ > 0); /* the cases route some token to no expert */
   return check_report();

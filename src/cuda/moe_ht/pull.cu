@@ -245,10 +245,8 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   stages += (size_t)w * HT_PULL_STAGES * P.pull_stage_bytes;
   uint64_t waited = 0, rwaited = 0, pt = probe_now(P);
   for (int item = blockIdx.x; item < W * C; item += gridDim.x) {
-    /* channel c's sources in turn, rotated by c / (blocks per source) where the grid is a multiple of W: a block's
-     * items alternate between sources either way */
-    const int k = gridDim.x % W ? 0 : gridDim.x / W; /* (else the plain order alternates already) */
-    const int c = item / W, s = (item % W + (k ? c / k : 0)) % W;
+    int s, c; /* a block's items alternating between sources (ref/moe_ht_layout.h) */
+    sy__moe_ht_pull_item(item, W, (int)gridDim.x, &s, &c);
     if (threadIdx.x == 0) {
       char *sp = ht_peer(P, s);
       if (!failed && !ht_wait(P, &hdr_at(P, sp)->ready, call, OP_MOE_HT_RECV, s)) failed = 1;
