@@ -36,6 +36,18 @@
 
 #include "probe_check.cuh"
 
+/* A token's K distinct experts of E, drawn with rand() (its seed the caller's). */
+static void draw_experts(int *e, int K, int E) {
+  for (int k = 0; k < K; k++) {
+    int x, dup;
+    do {
+      x = rand() % E, dup = 0;
+      for (int j = 0; j < k; j++) dup |= e[j] == x;
+    } while (dup);
+    e[k] = x;
+  }
+}
+
 /* Event time of launch() on st, best of 20 after 3 warm-ups, in us. */
 template <class Launch>
 static float best_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, Launch &&launch) {
@@ -565,15 +577,7 @@ static int pullx_main(int T, int bytes) {
   /* routing: e[s][t][k] */
   int *route = (int *)malloc((size_t)G * T * K * 4);
   srand(11);
-  for (int i = 0; i < G * T; i++)
-    for (int k = 0; k < K; k++) {
-      int x, dup;
-      do {
-        x = rand() % E, dup = 0;
-        for (int j = 0; j < k; j++) dup |= route[i * K + j] == x;
-      } while (dup);
-      route[i * K + k] = x;
-    }
+  for (int i = 0; i < G * T; i++) draw_experts(route + (size_t)i * K, K, E);
   char *src[4], *out[4];
   const char **dsrc[4], **dsrc_local[4];
   int4 *dmsg[4];
@@ -756,15 +760,10 @@ int main(int argc, char **argv) {
     if (const int E = getenv("EC_EXPERTS") ? atoi(getenv("EC_EXPERTS")) : 0) {
       /* the dispatch's expert layout: each token K distinct experts of E at random, rows in (expert, token) order */
       int *e = (int *)malloc((size_t)n * K * 4), *cnt = (int *)calloc(E + 1, 4);
-      for (int t = 0; t < n; t++)
-        for (int k = 0; k < K; k++) {
-          int x, dup;
-          do {
-            x = rand() % E, dup = 0;
-            for (int j = 0; j < k; j++) dup |= e[t * K + j] == x;
-          } while (dup);
-          e[t * K + k] = x, cnt[x + 1]++;
-        }
+      for (int t = 0; t < n; t++) {
+        draw_experts(e + (size_t)t * K, K, E);
+        for (int k = 0; k < K; k++) cnt[e[t * K + k] + 1]++;
+      }
       for (int x = 0; x < E; x++) cnt[x + 1] += cnt[x];
       for (int t = 0; t < n; t++)
         for (int k = 0; k < K; k++) p[t * K + k] = cnt[e[t * K + k]]++;

@@ -103,6 +103,13 @@ sanitize_ht() {
   echo "== $tool $name $* rc=$? ($((SECONDS - t0)) s): $(python3 tools/dev/sanitizer-summary.py --total \
     "$OUT/san_$name.log"), $(grep -c ' ok ' "$OUT/san_$name.log") cases ok" >>"$s"
 }
+#   build_main           the tree's build (SY_WERROR=ON tools/build.sh, log /tmp/build.log), "build done at N s" in $s;
+#                        on failure the log's tail in $s, $s printed and the script ended.
+build_main() {
+  SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 ||
+    { echo "build failed" >>"$s"; tail -30 /tmp/build.log >>"$s"; cat "$s"; exit 1; }
+  echo "build done at $SECONDS s" >>"$s"
+}
 #   dev_start NAME       a device script's start: NVLink multicast off, $s = $OUT/NAME (the summary), the GPU's name as
 #                        its first line, n = the GPUs (at most 4).
 dev_start() {

@@ -6,8 +6,7 @@
 . tools/dev/variant.sh
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
-SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { echo "build failed" >>$s; tail -30 /tmp/build.log >>$s; cat $s; exit 1; }
-echo "build done at $SECONDS s" >>$s
+build_main
 for a in 1 128; do for p in 1 0; do
   ( export SY_HT_PULL=$p; bench_tree build "pull $p, alignment $a" $n "dispatch" --tokens 4096 --num-sms 16 \
     --recv arena --alignment $a )

@@ -8,8 +8,7 @@
 . tools/dev/variant.sh
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
-SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { echo "build failed" >>$s; tail -30 /tmp/build.log >>$s; cat $s; exit 1; }
-echo "build done at $SECONDS s" >>$s
+build_main
 (build_tree /tmp/ff . "-DSY_HT_PULL_FULL_FENCE=1"; echo "variant built at $SECONDS s" >>$s) &
 bp=$!
 test_ht build w$n.pull $n "" SY_HT_PULL=1

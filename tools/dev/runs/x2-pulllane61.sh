@@ -7,8 +7,7 @@
 . tools/dev/variant.sh
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
-SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { echo "build failed" >>$s; tail -30 /tmp/build.log >>$s; cat $s; exit 1; }
-echo "build done at $SECONDS s" >>$s
+build_main
 (build_tree /tmp/l0 . "-DSY_HT_PULL_LANE0=1"; build_tree /tmp/fa . "-DSY_HT_PULL_FENCE_ALWAYS=1";
  echo "variants built at $SECONDS s" >>$s) &
 bp=$!

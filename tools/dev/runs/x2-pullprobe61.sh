@@ -8,8 +8,7 @@
 . tools/dev/variant.sh
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
-SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { echo "build failed" >>$s; tail -30 /tmp/build.log >>$s; cat $s; exit 1; }
-echo "build done at $SECONDS s" >>$s
+build_main
 (build_tree /tmp/s2 . "-DSY_HT_PULL_STAGES=2" ; build_tree /tmp/s5 . "-DSY_HT_PULL_STAGES=5";
  build_tree /tmp/p4 . "-DSY_HT_PULL_PIPES=4"; echo "variants built at $SECONDS s" >>$s) &
 bp=$!

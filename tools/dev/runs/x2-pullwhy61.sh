@@ -9,8 +9,7 @@
 . tools/dev/variant.sh
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
-SY_WERROR=ON tools/build.sh >/tmp/build.log 2>&1 || { echo "build failed" >>$s; tail -30 /tmp/build.log >>$s; cat $s; exit 1; }
-echo "build done at $SECONDS s" >>$s
+build_main
 (build_tree /tmp/od . "-DSY_HT_PULL_OWN_DIRECT=1"; echo "od built at $SECONDS s" >>$s) &
 b1=$!
 (build_tree /tmp/one . "-DSY_HT_PULL_STORE_ONE=1"; echo "one built at $SECONDS s" >>$s) &
