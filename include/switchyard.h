@@ -781,10 +781,13 @@ typedef struct sy_moe_ht_sizes {
   size_t handle_bytes; /* device memory for a handle */
   size_t row_bytes;    /* recv.tokens bytes per row: hidden (FP8 wires) or 2 x hidden */
   size_t scale_bytes;  /* recv.scales bytes per row: hidden / 128 x 4 (FP8 wires) or 0 */
+  int dispatch_pulled; /* 1: the cuda backend's dispatch pulls (SY_HT_PULL as the ranks resolved it at create:
+                        * README), 0: the senders push (and on the host backend). Added after scale_bytes: a caller's
+                        * struct that ends at scale_bytes (its size) is still answered, without it. */
 } sy_moe_ht_sizes_t;
 
 #define SY_MOE_HT_SIZES_INIT \
-  { sizeof(sy_moe_ht_sizes_t), 0, 0, 0, 0, 0 }
+  { sizeof(sy_moe_ht_sizes_t), 0, 0, 0, 0, 0, 0 }
 
 /* Symmetric memory sy_moe_ht_create reserves (the rings, the counters), to size SY_HEAP_SIZE. The host backend
  * reserves none (its ranks read each other's buffers). Beside it the cuda backend takes plain device memory: the

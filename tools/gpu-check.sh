@@ -104,22 +104,23 @@ for n in "${counts[@]}"; do
   SY_A2A_BLOCKS=8 SY_PIECE_ORDER=tickets run test_gpu_attn.tickets "$n" "$root/build/tests/gpu/test_gpu_attn"
   SY_MOE_DIRECT=1 run test_gpu_moe.direct "$n" "$root/build/tests/gpu/test_gpu_moe"
   SY_MOE_DIRECT=1 SY_MOE_GRAPH_REPLAYS=1000 run test_gpu_moe_graph.direct "$n" "$root/build/tests/gpu/test_gpu_moe_graph"
-  SY_HT_OWN_QUEUE=0 run test_gpu_moe_ht.static "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
-  SY_HT_OWN_QUEUE=1 run test_gpu_moe_ht.queue "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  # (the variables of the pushed dispatch alone with SY_HT_PULL=0: from world 2 the dispatch pulls by default)
+  SY_HT_PULL=0 SY_HT_OWN_QUEUE=0 run test_gpu_moe_ht.static "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=0 SY_HT_OWN_QUEUE=1 run test_gpu_moe_ht.queue "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # the FP8 wires quantised as each token is sent (the default at world 1) and ahead of the dispatch (from world 2)
-  SY_HT_PREQUANT=0 run test_gpu_moe_ht.inkernel "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
-  SY_HT_PREQUANT=1 run test_gpu_moe_ht.prequant "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=0 SY_HT_PREQUANT=0 run test_gpu_moe_ht.inkernel "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=0 SY_HT_PREQUANT=1 run test_gpu_moe_ht.prequant "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # the FP8 rows' scales under an L2 evict_last policy (by default only where the dispatch holds most SMs)
-  SY_HT_SCALE_HINT=1 run test_gpu_moe_ht.hint "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=0 SY_HT_SCALE_HINT=1 run test_gpu_moe_ht.hint "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # the combine's owners in lockstep (the default plans and waits a batch ahead)
   SY_HT_OWNER_AHEAD=0 run test_gpu_moe_ht.lockstep "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # a channel's two roles on two blocks (the default at world 1), and on one block's warps with another split (the
   # default from world 2 is 6 / 8 warps of 16)
   SY_HT_ROLES=0 run test_gpu_moe_ht.blocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
-  # the dispatch pulled by the receivers (pull.cu; from world 2; push is the default), by warps and by blocks
-  SY_HT_PULL=1 run test_gpu_moe_ht.pull "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
-  SY_HT_PULL=1 SY_HT_ROLES=0 run test_gpu_moe_ht.pullblocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
-  SY_HT_ROLES=1 SY_HT_SEND_WARPS=4 SY_HT_EXPERT_WARPS=12 run test_gpu_moe_ht.warps "$n" \
+  # the dispatch pushed through the rings (pull.cu's pull is the default from world 2), by warps and by blocks
+  SY_HT_PULL=0 run test_gpu_moe_ht.push "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=0 SY_HT_ROLES=0 run test_gpu_moe_ht.pushblocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  SY_HT_PULL=0 SY_HT_ROLES=1 SY_HT_SEND_WARPS=4 SY_HT_EXPERT_WARPS=12 run test_gpu_moe_ht.warps "$n" \
     "$root/build/tests/gpu/test_gpu_moe_ht"
   run test_example_moe "$n" "$bin/sy-example-moe" # the README's example, as a user runs it
   run test_example_layer "$n" "$bin/sy-example-layer" # examples/moe_layer.c, as a user runs it

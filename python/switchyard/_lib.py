@@ -193,6 +193,7 @@ class MoeHtSizes(ctypes.Structure):
         ("handle_bytes", c_size_t),
         ("row_bytes", c_size_t),
         ("scale_bytes", c_size_t),
+        ("dispatch_pulled", c_int),
     ]
 
 

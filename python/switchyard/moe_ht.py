@@ -111,6 +111,8 @@ class MoEHT(CommObject):
         self.local_experts: int = sizes.local_experts
         self.max_rows: int = sizes.max_rows
         self.handle_bytes: int = sizes.handle_bytes
+        # the cuda backend's dispatch pulls (SY_HT_PULL as the ranks resolved it; False on the host backend)
+        self.dispatch_pulled: bool = bool(sizes.dispatch_pulled)
 
     # ---- layout -------------------------------------------------------------------------------------------
     def set_num_sms(self, num_sms: int) -> None:

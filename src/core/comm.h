@@ -82,6 +82,7 @@ struct sy_moe_ht {
   int max_rows;
   uint64_t layouts, dispatches; /* calls so far */
   int call_sms;                 /* the SM budget of the calls enqueued now (sy_moe_ht_set_num_sms; config.num_sms) */
+  int pull;                     /* the cuda backend's dispatch pulls (SY_HT_PULL as every rank resolved it at create) */
   void *backend_state;
   /* the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL): the cuda backend's part of
    * the symmetric workspace, or (host backend) host memory of the object's own; its allocations by first fit, freed
@@ -104,10 +105,15 @@ struct sy_moe_ht {
 #define SY_HT_ROLES_AUTO_SMS_W2 48
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size);
 /* Whether the cuda backend's high-throughput dispatch pulls (SY_HT_PULL resolved; 0 at world size 1, where nothing
- * crosses a rank): 1 the receivers pull (cuda/moe_ht/pull.cu), 0 the senders push through the rings. The workspace
- * then holds each rank's tokens' copy (sy__moe_ht_ws_layout), so every rank must resolve it alike (compared at
- * create). */
-int sy__moe_ht_pull(const sy_moe_ht_config_t *c, int world_size);
+ * crosses a rank): 1 the receivers pull (cuda/moe_ht/pull.cu), 0 the senders push through the rings. Auto (unset or
+ * negative, the default): 1 where this rank reaches every peer by load/store (peers_direct: comm->peers_direct) and
+ * the pull's workspace fits what is left of its symmetric heap (fits); the create then pulls only if every rank
+ * answered 1 (core/moe_ht.c). A positive value: 1 (the create fails where a peer is reached by puts); 0: 0.
+ * Measured at world 2 (2 x H200, run 62, 16 SMs, 4,096 tokens): BF16 dispatch 560 us kernel pulled against 648
+ * pushed (603.4 against 652.5 with the tokens' copy before the kernel), FP8 580 against 659; faster at 8,192 tokens
+ * and at 24 and 32 SMs too. World 4: the pull design's ceiling 546 us against the push's 743 (run 60); the pull
+ * itself not yet measured there. The workspace then holds each rank's tokens' copy (sy__moe_ht_ws_layout). */
+int sy__moe_ht_pull(const sy_moe_ht_config_t *c, int world_size, int peers_direct, int fits);
 /* Whether [p, p + bytes) lies in the object's receive arena (core/moe_ht.c). */
 int sy__moe_ht_in_arena(const struct sy_moe_ht *moe, const void *p, size_t bytes);
 
@@ -200,6 +206,7 @@ struct sy_comm {
   int device;          /* cuda: the CUDA device; host: -1 */
   uint64_t timeout_ms; /* bound on every wait */
   size_t heap_bytes;
+  int peers_direct;  /* cuda: this rank reaches every peer by load/store (NVLink or the same GPU; not SY_FORCE_PUT) */
   sy_status_t error; /* sticky: first error seen (async or fatal); only destroy is accepted after it */
   char error_detail[256];
   sy_symm_block_t *symm; /* this rank's live symmetric allocations */

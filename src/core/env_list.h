@@ -72,12 +72,13 @@ SY_ENV_ID_(SY_HT_ROLES, SY_ENV_INT, "-1",
            "blocks of their own, half as many channels (0); -1: 1 at world size 2 with config.num_sms at most 48 "
            "and from world size 3 with at most 16 (at world 4 faster at 16 SMs, not at 24 to 64; at world 2 faster "
            "at 24 to 48, not at 64; by warps the rings take twice the symmetric memory), else 0 (bench/NOTES.md)")
-SY_ENV_ID_(SY_HT_PULL, SY_ENV_INT, "0",
-           "high-throughput MoE dispatch from world size 2 where every peer is load/store reachable: each rank's "
-           "tokens, ids and weights copied into symmetric memory (max_tokens x (2 hidden + 12 top_k) more bytes of "
-           "it a rank), and every rank's blocks pull the tokens that have experts there by bulk copies, with no ring "
-           "(any positive value; experimental, not yet timed); 0: the senders push the payloads through the rings "
-           "(bench/NOTES.md, run 60)")
+SY_ENV_ID_(SY_HT_PULL, SY_ENV_INT, "-1",
+           "high-throughput MoE dispatch from world size 2: each rank's tokens, ids and weights copied into symmetric "
+           "memory (max_tokens x (2 hidden + 12 top_k) more bytes of it a rank), and every rank's blocks pull the "
+           "tokens that have experts there by bulk copies, with no ring (any positive value; needs every peer load/"
+           "store reachable); 0: the senders push the payloads through the rings; -1 (auto): pull where every rank "
+           "reaches every peer by load/store and has the symmetric heap for it, else push (at world 2, 16 SMs, "
+           "4,096 tokens the pull took 560 us against 648, bench/NOTES.md, run 62)")
 SY_ENV_ID_(SY_HT_SEND_WARPS, SY_ENV_INT, "6",
            "high-throughput MoE dispatch kernel (the dispatch and the combine's backward) with SY_HT_ROLES=1: the "
            "sending warps of a block's 16, 2 to 14; the rest receive (6 measured best of 4-8 for the two calls "

@@ -90,20 +90,39 @@ static sy_status_t read_config(sy_comm_t comm, const sy_moe_ht_config_t *in, sy_
 }
 
 /* The symmetric memory an object reserves: the cuda backend's rings and counters (sy__moe_ht_ws_layout); the
- * host backend reserves none (its ranks read each other's buffers inside each call's exchange). */
-static size_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c) {
+ * host backend reserves none (its ranks read each other's buffers inside each call's exchange). `pull` as resolved
+ * (pull_here before the create's exchange: the most it may take). */
+static size_t workspace_bytes(sy_comm_t comm, const sy_moe_ht_config_t *c, int pull) {
   return comm->backend == SY_BACKEND_HOST
              ? 0
-             : sy__moe_ht_ws_layout(c, comm->world_size, sy__moe_ht_roles(c, comm->world_size),
-                                    sy__moe_ht_pull(c, comm->world_size))
-                   .bytes;
+             : sy__moe_ht_ws_layout(c, comm->world_size, sy__moe_ht_roles(c, comm->world_size), pull).bytes;
 }
 
-int sy__moe_ht_pull(const sy_moe_ht_config_t *c, int world_size) {
+/* The symmetric heap this rank has left: its size less its live allocations. */
+static size_t heap_left(sy_comm_t comm) {
+  size_t used = 0;
+  for (int i = 0; i < comm->symm_count; i++) used += comm->symm[i].bytes;
+  return used < comm->heap_bytes ? comm->heap_bytes - used : 0;
+}
+
+/* This rank's own answer to SY_HT_PULL (sy__moe_ht_pull), with its reachability and its heap; auto also keeps to
+ * what the pull's shared memory holds on any Hopper GPU (3 stages of a row of at most 64 KiB and the rows' bases of
+ * at most 4,096 experts in 227 KiB: cuda/moe_ht/launch.cu), where an explicit SY_HT_PULL=1 fails the create. */
+static int pull_here(sy_comm_t comm, const sy_moe_ht_config_t *c) {
+  const int W = comm->world_size;
+  const size_t pulled = sy__moe_ht_ws_layout(c, W, sy__moe_ht_roles(c, W), 1).bytes;
+  const size_t row = (size_t)c->hidden * sy__moe_ht_wire_elem(c->wire) +
+                     (sy__moe_ht_fp8(c->wire) ? (size_t)(c->hidden / SY_MOE_FP8_GROUP) * sizeof(float) : 0);
+  const int fits = pulled <= heap_left(comm) && row <= ((size_t)64 << 10) && c->num_experts <= 4096;
+  return comm->backend == SY_BACKEND_CUDA && sy__moe_ht_pull(c, W, comm->peers_direct, fits);
+}
+
+int sy__moe_ht_pull(const sy_moe_ht_config_t *c, int world_size, int peers_direct, int fits) {
   (void)c;
-  long long pull = 0;
+  long long pull = -1;
   if (sy__env_int(SY_ENVID_SY_HT_PULL, &pull) != SY_SUCCESS) pull = 0; /* create fails on it (cuda backend) */
-  return world_size >= 2 && pull > 0;
+  if (world_size < 2) return 0;
+  return pull < 0 ? peers_direct && fits : pull > 0;
 }
 
 int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size) {
@@ -120,7 +139,7 @@ sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *c
   SY_ARG_CHECK(bytes != NULL, fn, "bytes is NULL");
   sy_moe_ht_config_t config;
   SY_CHECK(read_config(comm, config_in, &config, fn));
-  *bytes = workspace_bytes(comm, &config);
+  *bytes = workspace_bytes(comm, &config, pull_here(comm, &config));
   return SY_SUCCESS;
 }
 
@@ -135,14 +154,16 @@ static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
  * which also carries each rank's verdict on its own arguments, `local`) before any backend reserves anything: a rank
  * whose configuration differs, or that refused its arguments, fails the create everywhere, nothing created, the
  * communicator still usable. The roles' placement (SY_HT_ROLES resolved) is compared too: it sets the workspace's
- * channels, which every rank must share. */
+ * channels, which every rank must share; and whether the dispatch pulls (SY_HT_PULL), which adds the tokens' copy:
+ * where every rank leaves it to the library (auto), it pulls if every rank can (*pull), else the ranks' answers must
+ * agree. */
 typedef struct config_offer {
   sy_moe_ht_config_t c;
   int roles;
-  int pull;
+  int pull, pull_auto;
 } config_offer_t;
 
-static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, sy_status_t local,
+static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, sy_status_t local, int *pull,
                                           const char *fn) {
   const int W = comm->world_size;
   config_offer_t mine, *all = calloc((size_t)W, sizeof *all);
@@ -150,8 +171,17 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
   memset(&mine, 0, sizeof mine);
   mine.c = *c;
   mine.roles = local == SY_SUCCESS ? sy__moe_ht_roles(c, W) : 0;
-  mine.pull = local == SY_SUCCESS ? sy__moe_ht_pull(c, W) : 0;
+  long long env_pull = -1;
+  mine.pull_auto = sy__env_int(SY_ENVID_SY_HT_PULL, &env_pull) == SY_SUCCESS && env_pull < 0;
+  mine.pull = local == SY_SUCCESS ? pull_here(comm, c) : 0;
   sy_status_t s = sy__create_exchange(comm, &mine, sizeof mine, local, all, fn);
+  int every_auto = 1, every_pull = 1;
+  for (int r = 0; s == SY_SUCCESS && r < W; r++) every_auto &= all[r].pull_auto, every_pull &= all[r].pull;
+  if (s == SY_SUCCESS && every_auto) { /* (a rank that cannot pull: every rank pushes) */
+    for (int r = 0; r < W; r++) all[r].pull = every_pull;
+    mine.pull = every_pull;
+  }
+  *pull = mine.pull;
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
     const sy_moe_ht_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
@@ -200,8 +230,9 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   sy_status_t local = moe_out ? SY_SUCCESS : (sy__arg_error(fn, "moe is NULL"), SY_ERR_INVALID_ARG);
   if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
   if (local == SY_SUCCESS) /* a heap too small on any rank: every rank fails, together */
-    local = sy__heap_verdict(comm, workspace_bytes(comm, &config), fn);
-  SY_CHECK(same_config_everywhere(comm, &config, local, fn));
+    local = sy__heap_verdict(comm, workspace_bytes(comm, &config, pull_here(comm, &config)), fn);
+  int pull = 0;
+  SY_CHECK(same_config_everywhere(comm, &config, local, &pull, fn));
   struct sy_moe_ht *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
   moe->comm = comm;
@@ -211,6 +242,7 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->local_experts = config.num_experts / comm->world_size;
   moe->call_sms = config.num_sms;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
+  moe->pull = pull;
   sy__arena_init(&moe->book, config.recv_arena_bytes);
   sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
   if (st != SY_SUCCESS) {
@@ -268,6 +300,7 @@ static void fill_sizes(const struct sy_moe_ht *moe, sy_moe_ht_sizes_t *s) {
   s->handle_bytes = sy__moe_ht_handle_layout(c, moe->comm->world_size).bytes;
   s->row_bytes = (size_t)c->hidden * sy__moe_ht_wire_elem(c->wire);
   s->scale_bytes = sy__moe_ht_fp8(c->wire) ? (size_t)(c->hidden / SY_MOE_FP8_GROUP) * sizeof(float) : 0;
+  s->dispatch_pulled = moe->pull;
 }
 
 /* Reads what the object was created with: answers after an error too. */
@@ -276,10 +309,13 @@ sy_status_t sy_moe_ht_sizes(sy_moe_ht_t moe, sy_moe_ht_sizes_t *sizes) {
   SY_ARG_CHECK(moe != NULL, fn, "moe is NULL");
   SY_COMM_QUERY_GUARD(moe->comm, fn);
   SY_ARG_CHECK(sizes != NULL, fn, "sizes is NULL");
-  SY_ARG_CHECK(sizes->size >= sizeof(sy_moe_ht_sizes_t), fn,
+  SY_ARG_CHECK(sizes->size >= offsetof(sy_moe_ht_sizes_t, dispatch_pulled), fn,
                "sizes->size=%zu is too small (initialise it with SY_MOE_HT_SIZES_INIT)", sizes->size);
-  const size_t size = sizes->size; /* a newer caller's larger struct: its known prefix is filled */
-  fill_sizes(moe, sizes);
+  /* a newer caller's larger struct: its known prefix filled; an older one's (up to scale_bytes): what it holds */
+  const size_t size = sizes->size;
+  sy_moe_ht_sizes_t all;
+  fill_sizes(moe, &all);
+  memcpy(sizes, &all, size < sizeof all ? size : sizeof all);
   sizes->size = size;
   return SY_SUCCESS;
 }

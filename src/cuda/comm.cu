@@ -480,6 +480,9 @@ extern "C" sy_status_t sy__cuda_comm_init(sy_comm_t comm, const sy_resolved_conf
   }
   for (int p = 0; p < comm->world_size && comm->world_size <= DEV_PEER_TAB; p++)
     st->ctx.peer_ctrl[p] = p == comm->rank ? st->ctx.ctrl : force_put ? NULL : (char *)nvshmem_ptr(st->ctx.ctrl, p);
+  comm->peers_direct = !force_put;
+  for (int p = 0; p < comm->world_size; p++)
+    if (p != comm->rank && !nvshmem_ptr(st->ctx.ctrl, p)) comm->peers_direct = 0;
   err = cudaMemset(st->ctx.ctrl, 0, st->ctx.layout.total);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {

@@ -7,6 +7,7 @@ functions: test_moe_ht_autograd.py."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -56,6 +57,11 @@ def check_ht(comm: sy.Comm, c: Case, flavour: str) -> None:
     moe = sy.MoEHT(comm, max_tokens=c.T, hidden=H, top_k=c.K, num_experts=c.E, wire=c.wire, expert_alignment=c.align,
                    scales_row_major=c.row_major, recv_arena_bytes=arena)  # fmt: skip
     assert moe.local_experts == L
+    # the dispatch pulls from world 2 on the GPU unless SY_HT_PULL=0 (by default where every rank reaches its peers by
+    # load/store, as on one node without SY_FORCE_PUT; these objects fit the heap)
+    auto_ok = int(os.environ.get("SY_HT_PULL", "-1")) > 0 or os.environ.get("SY_FORCE_PUT", "0") in ("", "0")
+    want = comm.backend == "cuda" and comm.world_size >= 2 and int(os.environ.get("SY_HT_PULL", "-1")) != 0 and auto_ok
+    assert moe.dispatch_pulled == want
     fp8, given = c.wire != "bf16", c.wire == "fp8_given"
     ids = to_dev(comm, c.ids[r].astype(np.int32 if r % 2 else np.int64), flavour)
     layout = moe.layout(ids, exact=c.mode == "exact")

@@ -626,9 +626,10 @@ static void test_roles(void) {
   free(saved);
 }
 
-/* SY_HT_PULL resolved (sy__moe_ht_pull: 0 at world 1 whatever it says; any positive value 1 from world 2) and what it
- * adds to the workspace after the arena: the tokens' copy (max_tokens x hidden x 2 bytes), the ids, positions and
- * weights, the pull's counters; nothing without it. */
+/* SY_HT_PULL resolved (sy__moe_ht_pull: 0 at world 1 whatever it says; auto, unset or negative, 1 from world 2 where
+ * every peer is load/store reachable and the pull's workspace fits; any positive value 1 from world 2) and what it adds
+ * to the workspace after the arena: the tokens' copy (max_tokens x hidden x 2 bytes), the ids, positions and weights,
+ * the pull's counters; nothing without it. */
 static void test_pull(void) {
   const char *was = getenv("SY_HT_PULL");
   char *saved = was ? strdup(was) : NULL;
@@ -637,13 +638,14 @@ static void test_pull(void) {
   c = sy__moe_ht_defaults(c);
   static const struct {
     const char *env; /* NULL: unset */
-    int world, want;
-  } rows[] = {{NULL, 1, 0}, {NULL, 4, 0}, {"0", 4, 0}, {"1", 1, 0},
-              {"1", 2, 1},  {"2", 4, 1},  {"7", 8, 1}, {"-1", 4, 0}};
+    int world, direct, fits, want;
+  } rows[] = {{NULL, 1, 1, 1, 0}, {NULL, 4, 1, 1, 1}, {NULL, 2, 0, 1, 0}, {NULL, 2, 1, 0, 0},
+              {"-1", 4, 1, 1, 1}, {"-3", 8, 0, 1, 0}, {"0", 4, 1, 1, 0},  {"1", 1, 1, 1, 0},
+              {"1", 2, 1, 1, 1},  {"2", 4, 0, 0, 1},  {"7", 8, 1, 1, 1}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     if (rows[i].env) setenv("SY_HT_PULL", rows[i].env, 1);
     else unsetenv("SY_HT_PULL");
-    const int pull = sy__moe_ht_pull(&c, rows[i].world);
+    const int pull = sy__moe_ht_pull(&c, rows[i].world, rows[i].direct, rows[i].fits);
     CHECK_EQ_INT(pull, rows[i].want);
     const sy_moe_ht_ws_layout_t w0 = sy__moe_ht_ws_layout(&c, rows[i].world, 1, 0);
     const sy_moe_ht_ws_layout_t w = sy__moe_ht_ws_layout(&c, rows[i].world, 1, pull);

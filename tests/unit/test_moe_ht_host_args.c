@@ -20,6 +20,7 @@
 #include "moe_ht_test.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -608,6 +609,13 @@ static void args_rank(int me, sy_comm_t comm, void *arg) {
     longer.s.size = sizeof longer;
     CHECK_OK(sy_moe_ht_sizes(x.moe, &longer.s));
     CHECK(longer.s.size == sizeof longer && longer.tail == 77 && longer.s.local_experts == 2);
+    CHECK(longer.s.dispatch_pulled == 0);           /* (the host backend pushes nothing either way) */
+    sy_moe_ht_sizes_t older = SY_MOE_HT_SIZES_INIT; /* a caller's struct from before dispatch_pulled */
+    older.size = offsetof(sy_moe_ht_sizes_t, dispatch_pulled);
+    older.dispatch_pulled = 77;
+    CHECK_OK(sy_moe_ht_sizes(x.moe, &older));
+    CHECK(older.size == offsetof(sy_moe_ht_sizes_t, dispatch_pulled) && older.dispatch_pulled == 77 &&
+          older.local_experts == 2 && older.scale_bytes == longer.s.scale_bytes);
     recv_pool_args(&x, b);
   }
   gen_full(c, &x.wd);

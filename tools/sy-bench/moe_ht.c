@@ -276,6 +276,9 @@ static int measure_ours(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, ht
   b->sizes = (sy_moe_ht_sizes_t)SY_MOE_HT_SIZES_INIT;
   int rc = sy_moe_ht_sizes(b->moe, &b->sizes) != SY_SUCCESS || moe_ht_expect(&sh, &in, &ex);
   rc = bench_allreduce_max(ctx, rc || moe_ht_alloc_config(ctx, b)) != 0;
+  if (!rc)
+    bench_print(ctx, "#   the dispatch %s (SY_HT_PULL as the ranks resolved it)\n",
+                b->sizes.dispatch_pulled ? "pulled by the receivers" : "pushed by the senders");
   int unsupported = 0;
   if (!rc) rc = exact_layout(ctx, b, &ex, &unsupported);
   b->counts_valid = !rc && !unsupported;

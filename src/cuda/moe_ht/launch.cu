@@ -326,11 +326,12 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   /* the roles' placement and split; a bad variable fails the create on every rank at the verdict below, after the
    * collective allocation every rank must join (the workspace's size is the placement's either way) */
   g->roles = sy__moe_ht_roles(&moe->config, W);
-  g->pull = sy__moe_ht_pull(&moe->config, W);
+  g->pull = moe->pull; /* (SY_HT_PULL as every rank resolved it: core/moe_ht.c) */
   sy_status_t env_st = SY_SUCCESS;
-  long long roles = -1, sw = 6, ew = 8, pull = 0;
+  long long roles = -1, sw = 6, ew = 8, pull = -1;
   if (sy__env_int(SY_ENVID_SY_HT_PULL, &pull) != SY_SUCCESS) {
-    SY_WARN("sy_moe_ht_create: SY_HT_PULL=%s: an integer (0 push, a positive value pull)", getenv("SY_HT_PULL"));
+    SY_WARN("sy_moe_ht_create: SY_HT_PULL=%s: an integer (0 push, a positive value pull, negative auto)",
+            getenv("SY_HT_PULL"));
     env_st = SY_ERR_INVALID_ARG;
   }
   if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS ||
