@@ -21,6 +21,5 @@ lay() { # LABEL ENV... -- ARGS...
 lay "16 SMs, pulled (default)" X=0 -- --num-sms 16 -c 0 --ways comm,compute,s,b,c,s,b,c
 lay "16 SMs, pushed (SY_HT_PULL=0)" SY_HT_PULL=0 -- --num-sms 16 -c 0 --ways comm,compute,s,b,c,s,b,c
 lay "16 SMs, pulled, checked" X=0 -- --num-sms 16 -n 3 --ways a,s,b,c
-probe_tree build "pull, world 2, 4,096 tokens, BF16, 16 SMs" $R $G --tokens 4096 --wire bf16 --num-sms 16
 echo "end at $SECONDS s" >>$s
 cat $s
