@@ -781,9 +781,11 @@ typedef struct sy_moe_ht_sizes {
   size_t handle_bytes; /* device memory for a handle */
   size_t row_bytes;    /* recv.tokens bytes per row: hidden (FP8 wires) or 2 x hidden */
   size_t scale_bytes;  /* recv.scales bytes per row: hidden / 128 x 4 (FP8 wires) or 0 */
-  int dispatch_pulled; /* 1: the cuda backend's dispatch pulls (SY_HT_PULL as the ranks resolved it at create:
-                        * README), 0: the senders push (and on the host backend). Added after scale_bytes: a caller's
-                        * struct that ends at scale_bytes (its size) is still answered, without it. */
+  int dispatch_pulled; /* the cuda backend's dispatch (SY_HT_PULL as the ranks resolved it at create: README): 1
+                        * the receivers pull at every call, 2 (the default where every peer is load/store reachable)
+                        * they pull except a BF16 or given-FP8 wire's calls above SY_HT_PULL_SMS SMs, which push; 0
+                        * the senders push (and on the host backend). Added after scale_bytes: a caller's struct that
+                        * ends at scale_bytes (its size) is still answered, without it. */
 } sy_moe_ht_sizes_t;
 
 #define SY_MOE_HT_SIZES_INIT \

@@ -82,7 +82,9 @@ struct sy_moe_ht {
   int max_rows;
   uint64_t layouts, dispatches; /* calls so far */
   int call_sms;                 /* the SM budget of the calls enqueued now (sy_moe_ht_set_num_sms; config.num_sms) */
-  int pull;                     /* the cuda backend's dispatch pulls (SY_HT_PULL as every rank resolved it at create) */
+  int pull;     /* the cuda backend's dispatch pulls (SY_HT_PULL as every rank resolved it at create): 0 no, 1 every
+                 * call, 2 by default (every rank auto): a BF16 or given-FP8 call above pull_sms SMs pushes */
+  int pull_sms; /* SY_HT_PULL_SMS, alike on every rank */
   void *backend_state;
   /* the receive arena (config.recv_arena_bytes; sy_moe_ht_recv_alloc with pool NULL): the cuda backend's part of
    * the symmetric workspace, or (host backend) host memory of the object's own; its allocations by first fit, freed

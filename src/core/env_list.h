@@ -79,6 +79,12 @@ SY_ENV_ID_(SY_HT_PULL, SY_ENV_INT, "-1",
            "store reachable); 0: the senders push the payloads through the rings; -1 (auto): pull where every rank "
            "reaches every peer by load/store and has the symmetric heap for it, else push (at world 2, 16 SMs, "
            "4,096 tokens the pull took 560 us against 648, bench/NOTES.md, run 62)")
+SY_ENV_ID_(SY_HT_PULL_SMS, SY_ENV_INT, "64",
+           "high-throughput MoE dispatch pulled by default (SY_HT_PULL unset or negative): a BF16 or given-FP8 "
+           "dispatch, whose tokens are copied into symmetric memory before the kernel, pulls at call budgets (sy_moe_"
+           "ht_set_num_sms) up to this many SMs and pushes above (world 2: the pull faster by 2-13% in event time to "
+           "64 SMs, 12% slower at 132; FP8 quantised in the kernel pulls at every budget; bench/NOTES.md, run 63); "
+           "every rank must set it alike")
 SY_ENV_ID_(SY_HT_SEND_WARPS, SY_ENV_INT, "6",
            "high-throughput MoE dispatch kernel (the dispatch and the combine's backward) with SY_HT_ROLES=1: the "
            "sending warps of a block's 16, 2 to 14; the rest receive (6 measured best of 4-8 for the two calls "

@@ -160,11 +160,11 @@ static sy_status_t backend_has(sy_comm_t comm, int entry, const char *fn) {
 typedef struct config_offer {
   sy_moe_ht_config_t c;
   int roles;
-  int pull, pull_auto;
+  int pull, pull_auto, pull_sms;
 } config_offer_t;
 
 static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config_t *c, sy_status_t local, int *pull,
-                                          const char *fn) {
+                                          int *pull_sms, const char *fn) {
   const int W = comm->world_size;
   config_offer_t mine, *all = calloc((size_t)W, sizeof *all);
   if (!all) return SY_ERR_NO_MEMORY; /* the peers' exchange then fails or times out: a local failure */
@@ -174,6 +174,10 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
   long long env_pull = -1;
   mine.pull_auto = sy__env_int(SY_ENVID_SY_HT_PULL, &env_pull) == SY_SUCCESS && env_pull < 0;
   mine.pull = local == SY_SUCCESS ? pull_here(comm, c) : 0;
+  long long sms = 64;
+  if (sy__env_int(SY_ENVID_SY_HT_PULL_SMS, &sms) != SY_SUCCESS || sms < 0 || sms > INT32_MAX)
+    sms = 64; /* (the cuda backend's create fails on it) */
+  mine.pull_sms = (int)sms;
   sy_status_t s = sy__create_exchange(comm, &mine, sizeof mine, local, all, fn);
   int every_auto = 1, every_pull = 1;
   for (int r = 0; s == SY_SUCCESS && r < W; r++) every_auto &= all[r].pull_auto, every_pull &= all[r].pull;
@@ -181,7 +185,8 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
     for (int r = 0; r < W; r++) all[r].pull = every_pull;
     mine.pull = every_pull;
   }
-  *pull = mine.pull;
+  *pull = mine.pull && every_auto ? 2 : mine.pull; /* (2: auto's, by the call's budget and wire: comm.h) */
+  *pull_sms = mine.pull_sms;
   for (int r = 0; s == SY_SUCCESS && r < W; r++) {
     const sy_moe_ht_config_t *o = &all[r].c;
     if (o->max_tokens != c->max_tokens || o->hidden != c->hidden || o->top_k != c->top_k ||
@@ -210,6 +215,10 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
           fn, r, all[r].pull ? "pulls" : "pushes", mine.pull ? "pulls" : "pushes",
           getenv("SY_HT_PULL") ? getenv("SY_HT_PULL") : "(unset)");
       s = SY_ERR_MISMATCH;
+    } else if (all[r].pull_sms != mine.pull_sms) {
+      SY_WARN("%s: rank %d's SY_HT_PULL_SMS is %d, this rank's %d: set it alike on every rank; nothing created", fn, r,
+              all[r].pull_sms, mine.pull_sms);
+      s = SY_ERR_MISMATCH;
     }
   }
   free(all);
@@ -231,8 +240,8 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   if (local == SY_SUCCESS) local = read_config(comm, config_in, &config, fn);
   if (local == SY_SUCCESS) /* a heap too small on any rank: every rank fails, together */
     local = sy__heap_verdict(comm, workspace_bytes(comm, &config, pull_here(comm, &config)), fn);
-  int pull = 0;
-  SY_CHECK(same_config_everywhere(comm, &config, local, &pull, fn));
+  int pull = 0, pull_sms = 64;
+  SY_CHECK(same_config_everywhere(comm, &config, local, &pull, &pull_sms, fn));
   struct sy_moe_ht *moe = calloc(1, sizeof *moe);
   if (!moe) return SY_ERR_NO_MEMORY; /* the peers fail in the backend's collective, as for any local failure */
   moe->comm = comm;
@@ -243,6 +252,7 @@ sy_status_t sy_moe_ht_create(sy_comm_t comm, const sy_moe_ht_config_t *config_in
   moe->call_sms = config.num_sms;
   moe->max_rows = (int)sy__moe_ht_max_rows(&config, comm->world_size);
   moe->pull = pull;
+  moe->pull_sms = pull_sms;
   sy__arena_init(&moe->book, config.recv_arena_bytes);
   sy_status_t st = comm->ops->moe_ht_create(comm, moe); /* every rank creates, or none does */
   if (st != SY_SUCCESS) {

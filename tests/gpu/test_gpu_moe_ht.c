@@ -285,13 +285,15 @@ static void step(const char *what, cudaStream_t stream) {
 }
 
 static void run_round(const ht_run_t *R, sy_moe_ht_t moe, int n, ht_bufs_t *b, int32_t *host_counts,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, int round) {
   const ht_case_t *c = R->c;
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (stream) cudaStreamIsCapturing(stream, &cs);
   const cudaStream_t sync = cs == cudaStreamCaptureStatusNone ? stream : NULL;
   const int budget = c->call_sms; /* the calls' SM budgets, when the case varies them */
-  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, budget));
+  /* the dispatch on the case's budget in even rounds, on config.num_sms in odd ones: with SY_HT_PULL_SMS between the
+   * two (gpu-check's .pullsms) one object's dispatches pull and push in turn */
+  if (budget) GT_OK(sy_moe_ht_set_num_sms(moe, round % 2 ? 0 : budget));
   GT_OK(sy_moe_ht_layout(moe, n ? b->ids : NULL, c->id64 ? SY_INDEX_INT64 : SY_INDEX_INT32, n, b->handle, host_counts,
                          stream));
   step("layout", sync);
@@ -360,7 +362,7 @@ static void oracle(int rank, sy_comm_t comm, void *arg) {
     make_inputs(R, round, rank, &in);
     load_round(R, 1, &in, &b);
     ht_result_t *res = &R->want[round * R->world + rank];
-    run_round(R, moe, in.n, &b, R->c->exact ? res->host : NULL, NULL);
+    run_round(R, moe, in.n, &b, R->c->exact ? res->host : NULL, NULL, round);
     take(R, 1, &b, res);
     free_inputs(&in);
   }
@@ -464,7 +466,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     make_inputs(&R, round, rank, &in);
     load_round(&R, 0, &in, &b);
     int32_t host[2 * MAX_L + 1];
-    run_round(&R, moe, in.n, &b, c->exact ? host : NULL, stream);
+    run_round(&R, moe, in.n, &b, c->exact ? host : NULL, stream, round);
     GT_CUDA(cudaStreamSynchronize(stream));
     ht_result_t got;
     memset(&got, 0, sizeof got);
@@ -481,7 +483,7 @@ static void run_case(sy_comm_t comm, int rank, int world, const ht_case_t *c, ui
     make_inputs(&R, 0, rank, &in);
     const int n = in.n;
     GT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    run_round(&R, moe, n, &b, NULL, stream);
+    run_round(&R, moe, n, &b, NULL, stream, 0);
     GT_CUDA(cudaStreamEndCapture(stream, &graph));
     GT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     free_inputs(&in);
@@ -560,8 +562,9 @@ static void too_many_sms(sy_comm_t comm, int rank, int world) {
 }
 
 /* Ranks that resolve a variable that sizes the workspace differently (SY_HT_ROLES: rank 0 by warps, the others by
- * blocks; SY_HT_PULL: rank 0 pulls, the others push) would size different workspaces: the create fails on every rank
- * with SY_ERR_MISMATCH, nothing created, the communicator still usable (the cases after it create objects). Skipped
+ * blocks; SY_HT_PULL: rank 0 pulls, the others push) would size different workspaces, and ranks that resolve
+ * SY_HT_PULL_SMS differently would take different ways on some calls: the create fails on every rank with
+ * SY_ERR_MISMATCH, nothing created, the communicator still usable (the cases after it create objects). Skipped
  * at world 1 and where the caller set the variable. */
 static void disagreeing(sy_comm_t comm, int rank, int world, const char *var, const char *what) {
   if (world < 2 || getenv(var)) return;
@@ -645,6 +648,7 @@ int main(void) {
     if (!only) bad_role_warps(comm, rank);
     if (!only) disagreeing(comm, rank, world, "SY_HT_ROLES", "disagreeing roles refused");
     if (!only) disagreeing(comm, rank, world, "SY_HT_PULL", "disagreeing pull refused");
+    if (!only) disagreeing(comm, rank, world, "SY_HT_PULL_SMS", "disagreeing pull SMs refused");
     if (!only) too_many_sms(comm, rank, world);
     for (int arena = 0; arena < 3; arena++) /* recv in device memory, in the receive arena, in it on some ranks */
       for (int i = 0; i < num_cases; i++)

@@ -278,7 +278,11 @@ static int measure_ours(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, ht
   rc = bench_allreduce_max(ctx, rc || moe_ht_alloc_config(ctx, b)) != 0;
   if (!rc)
     bench_print(ctx, "#   the dispatch %s (SY_HT_PULL as the ranks resolved it)\n",
-                b->sizes.dispatch_pulled ? "pulled by the receivers" : "pushed by the senders");
+                b->sizes.dispatch_pulled == 2 ? (b->cfg.wire == SY_MOE_WIRE_FP8 || b->cfg.wire == SY_MOE_WIRE_FP8_UE8M0
+                                                     ? "pulled by the receivers"
+                                                     : "pulled by the receivers, pushed above SY_HT_PULL_SMS SMs")
+                : b->sizes.dispatch_pulled == 1 ? "pulled by the receivers"
+                                                : "pushed by the senders");
   int unsupported = 0;
   if (!rc) rc = exact_layout(ctx, b, &ex, &unsupported);
   b->counts_valid = !rc && !unsupported;

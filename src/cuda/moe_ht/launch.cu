@@ -334,6 +334,11 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
             getenv("SY_HT_PULL"));
     env_st = SY_ERR_INVALID_ARG;
   }
+  long long pull_sms = 64;
+  if (sy__env_int(SY_ENVID_SY_HT_PULL_SMS, &pull_sms) != SY_SUCCESS || pull_sms < 0 || pull_sms > INT32_MAX) {
+    SY_WARN("sy_moe_ht_create: SY_HT_PULL_SMS=%s: an SM count, 0 or more", getenv("SY_HT_PULL_SMS"));
+    env_st = SY_ERR_INVALID_ARG;
+  }
   if (sy__env_int(SY_ENVID_SY_HT_ROLES, &roles) != SY_SUCCESS ||
       sy__env_int(SY_ENVID_SY_HT_SEND_WARPS, &sw) != SY_SUCCESS ||
       sy__env_int(SY_ENVID_SY_HT_EXPERT_WARPS, &ew) != SY_SUCCESS || sw < 2 || sw > HT_DWARPS - 2 || ew < 2 ||
@@ -573,16 +578,22 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   P.probe = probe_of(g, 0);
   const size_t H = (size_t)moe->config.hidden, T = (size_t)moe->config.max_tokens, n = (size_t)call->num_tokens;
   const size_t groups = H / SY_MOE_FP8_GROUP;
+  /* pulled, or pushed through the rings (an object that pulls keeps its rings: the combines use them). By default a
+   * wire whose tokens are copied before the kernel (BF16, given FP8) pushes above SY_HT_PULL_SMS SMs, where the
+   * copy costs more than the pull saves (world 2, 132 SMs: BF16 event time 268 us pulled against 238 pushed, run 63);
+   * every rank sets the same budget before the same call (sy_moe_ht_set_num_sms), so every rank takes the same way */
+  const bool copied = moe->config.wire == SY_MOE_WIRE_BF16 || moe->config.wire == SY_MOE_WIRE_FP8_GIVEN;
+  const bool pull = g->pull && !(moe->pull == 2 && copied && moe->call_sms > moe->pull_sms);
   /* the pull (pull.cu): this rank's tokens (or their FP8 bytes and scales) into its copy in the workspace, which every
    * rank reads: by a copy engine, or quantised there; then the handle's ids and positions and the weights */
-  char *pull_q = g->pull ? g->ws + g->wl.pull : NULL;
-  float *pull_qs = g->pull ? (float *)(g->ws + g->wl.pull + T * H) : NULL;
+  char *pull_q = pull ? g->ws + g->wl.pull : NULL;
+  float *pull_qs = pull ? (float *)(g->ws + g->wl.pull + T * H) : NULL;
   const bool quantise =
-      moe->config.wire != SY_MOE_WIRE_BF16 && moe->config.wire != SY_MOE_WIRE_FP8_GIVEN && (g->quant || g->pull);
+      moe->config.wire != SY_MOE_WIRE_BF16 && moe->config.wire != SY_MOE_WIRE_FP8_GIVEN && (g->quant || pull);
   if (quantise && n > 0) { /* quantised first, on the dispatch's SMs; then sent as given */
     const ht_quant_params Q = {(const uint16_t *)call->tokens,
-                               g->pull ? pull_q : g->quant,
-                               g->pull ? pull_qs : g->quant_scales,
+                               pull ? pull_q : g->quant,
+                               pull ? pull_qs : g->quant_scales,
                                call->num_tokens,
                                moe->config.hidden,
                                moe->config.wire == SY_MOE_WIRE_FP8_UE8M0};
@@ -592,9 +603,9 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   }
   if (quantise) {
     P.wire = SY_MOE_WIRE_FP8_GIVEN;
-    P.tokens = g->pull ? pull_q : g->quant;
-    P.token_scales = g->pull ? pull_qs : g->quant_scales;
-  } else if (g->pull) {
+    P.tokens = pull ? pull_q : g->quant;
+    P.token_scales = pull ? pull_qs : g->quant_scales;
+  } else if (pull) {
     if (n > 0) {
       const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
       SY_CUDA_CHECK(cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, stream));
@@ -604,7 +615,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
     P.tokens = pull_q;
     if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN) P.token_scales = pull_qs;
   }
-  if (g->pull) {
+  if (pull) {
     const size_t K = (size_t)moe->config.top_k, TK = T * K;
     char *meta = g->ws + g->wl.pull_meta;
     if (n > 0) {
