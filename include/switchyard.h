@@ -782,19 +782,23 @@ typedef struct sy_moe_ht_sizes {
   size_t row_bytes;    /* recv.tokens bytes per row: hidden (FP8 wires) or 2 x hidden */
   size_t scale_bytes;  /* recv.scales bytes per row: hidden / 128 x 4 (FP8 wires) or 0 */
   int dispatch_pulled; /* the cuda backend's dispatch (SY_HT_PULL as the ranks resolved it at create: README): 1
-                        * the receivers pull at every call, 2 (the default where every peer is load/store reachable)
-                        * they pull except a BF16 or given-FP8 wire's calls above SY_HT_PULL_SMS SMs, which push; 0
-                        * the senders push (and on the host backend). Added after scale_bytes: a caller's struct that
-                        * ends at scale_bytes (its size) is still answered, without it. */
+                        * the receivers pull at every call; 2 (the default from world 2 where every rank reaches every
+                        * peer by load/store, its heap holds the tokens' copy, a row is at most 64 KiB and there are at
+                        * most 4,096 experts) they pull except a BF16 or given-FP8 wire's calls above SY_HT_PULL_SMS
+                        * SMs, which push; 0 the senders push (and on the host backend). Added after scale_bytes: a
+                        * caller's struct that ends at scale_bytes (its size) is still answered, without it. */
 } sy_moe_ht_sizes_t;
 
 #define SY_MOE_HT_SIZES_INIT \
   { sizeof(sy_moe_ht_sizes_t), 0, 0, 0, 0, 0, 0 }
 
-/* Symmetric memory sy_moe_ht_create reserves (the rings, the counters), to size SY_HEAP_SIZE. The host backend
- * reserves none (its ranks read each other's buffers). Beside it the cuda backend takes plain device memory: the
- * layout's scratch, and with an FP8 wire quantised in the kernel on more than one rank max_tokens x (hidden +
- * hidden / 32) bytes for the tokens quantised ahead of the dispatch (SY_HT_PREQUANT). */
+/* Symmetric memory sy_moe_ht_create reserves (the rings, the counters, and where this rank would pull the dispatch,
+ * SY_HT_PULL, its tokens' copy: max_tokens x (2 hidden + 12 top_k) bytes more), to size SY_HEAP_SIZE: the most a
+ * create now takes (auto's pull depends on the heap this rank has left, and on every rank's answer at create). The
+ * host backend reserves none (its ranks read each other's buffers). Beside it the cuda backend takes plain device
+ * memory: the layout's scratch; pushed, with an FP8 wire quantised in the kernel on more than one rank, max_tokens x
+ * (hidden + hidden / 32) bytes for the tokens quantised ahead of the dispatch (SY_HT_PREQUANT); pulled, world_size x
+ * max_tokens x 4 bytes for the messages' tokens. */
 SY_API sy_status_t sy_moe_ht_workspace_size(sy_comm_t comm, const sy_moe_ht_config_t *config, size_t *bytes);
 /* Collective. Checks the configuration (naming the field) and reserves the workspace. A configuration whose
  * max_rows would exceed 2^31 - 1 is rejected. */

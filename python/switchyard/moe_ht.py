@@ -111,8 +111,10 @@ class MoEHT(CommObject):
         self.local_experts: int = sizes.local_experts
         self.max_rows: int = sizes.max_rows
         self.handle_bytes: int = sizes.handle_bytes
-        # the cuda backend's dispatch pulls (SY_HT_PULL as the ranks resolved it; False on the host backend)
-        self.dispatch_pulled: bool = bool(sizes.dispatch_pulled)
+        # the cuda backend's dispatch (SY_HT_PULL as the ranks resolved it; sy_moe_ht_sizes_t.dispatch_pulled): 0
+        # pushed (and on the host backend), 1 pulled at every call, 2 pulled but for BF16 / given-FP8 calls above
+        # SY_HT_PULL_SMS SMs
+        self.dispatch_pulled: int = sizes.dispatch_pulled
 
     # ---- layout -------------------------------------------------------------------------------------------
     def set_num_sms(self, num_sms: int) -> None:

@@ -57,7 +57,8 @@ SY_ENV_ID_(SY_HT_PREQUANT, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch, FP8 wires: quantise the tokens in a kernel of their own on the "
            "dispatch's SMs first, into the object's device memory, then send the E4M3 bytes as the given wire "
            "does (1), or in the dispatch kernel as each token is sent (0); -1: 1 from world size 2, 0 at world size "
-           "1 (measured faster each, bench/NOTES.md)")
+           "1 (measured faster each, bench/NOTES.md); a pulled dispatch (SY_HT_PULL) always quantises first, into "
+           "symmetric memory")
 SY_ENV_ID_(SY_HT_SCALE_HINT, SY_ENV_INT, "-1",
            "high-throughput MoE dispatch, FP8 wires: the rows' scales stored into the group-major recv.scales under "
            "an L2 evict_last policy (1) or plainly (0); -1: 1 where the SM budget is at least half the GPU's SMs "
@@ -77,7 +78,8 @@ SY_ENV_ID_(SY_HT_PULL, SY_ENV_INT, "-1",
            "memory (max_tokens x (2 hidden + 12 top_k) more bytes of it a rank), and every rank's blocks pull the "
            "tokens that have experts there by bulk copies, with no ring (any positive value; needs every peer load/"
            "store reachable); 0: the senders push the payloads through the rings; -1 (auto): pull where every rank "
-           "reaches every peer by load/store and has the symmetric heap for it, else push (at world 2, 16 SMs, "
+           "reaches every peer by load/store and has the symmetric heap for it (a row of at most 64 KiB, at most "
+           "4,096 experts), else push (at world 2, 16 SMs, "
            "4,096 tokens the pull took 560 us against 648, bench/NOTES.md, run 62)")
 SY_ENV_ID_(SY_HT_PULL_SMS, SY_ENV_INT, "64",
            "high-throughput MoE dispatch pulled by default (SY_HT_PULL unset or negative): a BF16 or given-FP8 "

@@ -215,7 +215,7 @@ static sy_status_t same_config_everywhere(sy_comm_t comm, const sy_moe_ht_config
           fn, r, all[r].pull ? "pulls" : "pushes", mine.pull ? "pulls" : "pushes",
           getenv("SY_HT_PULL") ? getenv("SY_HT_PULL") : "(unset)");
       s = SY_ERR_MISMATCH;
-    } else if (all[r].pull_sms != mine.pull_sms) {
+    } else if (every_auto && every_pull && all[r].pull_sms != mine.pull_sms) { /* (read only by auto's pull) */
       SY_WARN("%s: rank %d's SY_HT_PULL_SMS is %d, this rank's %d: set it alike on every rank; nothing created", fn, r,
               all[r].pull_sms, mine.pull_sms);
       s = SY_ERR_MISMATCH;

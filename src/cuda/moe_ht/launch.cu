@@ -357,6 +357,16 @@ extern "C" sy_status_t sy__cuda_moe_ht_create(sy_comm_t comm, struct sy_moe_ht *
   g->blocks = g->roles ? g->wl.channels : 2 * g->wl.channels;
   g->hl = sy__moe_ht_handle_layout(&moe->config, W);
   sy_status_t s = sy_mem_alloc(comm, g->wl.bytes, (void **)&g->ws); /* collective */
+  if (s == SY_ERR_NO_MEMORY && moe->pull == 2) {
+    /* auto's pull judged its heap by the bookkeeping (core/moe_ht.c: heap_left); where the heap itself (fragmented,
+     * or sized by NVSHMEM_SYMMETRIC_SIZE) cannot hold the tokens' copy, every rank (the allocation's verdict is
+     * joint) falls back to the push's smaller workspace, as auto would have chosen with less heap */
+    SY_INFO("sy_moe_ht_create: the pulled dispatch's workspace (%zu bytes) does not fit the symmetric heap; pushing",
+            g->wl.bytes);
+    moe->pull = g->pull = 0;
+    g->wl = sy__moe_ht_ws_layout(&moe->config, W, g->roles, 0);
+    s = sy_mem_alloc(comm, g->wl.bytes, (void **)&g->ws);
+  }
   if (s != SY_SUCCESS) {
     free(g);
     return s;
