@@ -13,7 +13,7 @@ R=2 G=""
 [ "$n" -lt 2 ] && G="--gpus 0,0"
 test_ht build w2.pullsms4 2 "$G" SY_HT_PULL_SMS=4
 test_ht build w2.push 2 "$G" SY_HT_PULL=0
-NVSHMEM_SYMMETRIC_SIZE=80M SY_LOG_LEVEL=INFO timeout 60 build/bin/syrun -n $R $G build/bin/sy-bench --no-nccl \
+NVSHMEM_SYMMETRIC_SIZE=80M SY_DEBUG=INFO timeout 60 build/bin/syrun -n $R $G build/bin/sy-bench --no-nccl \
   --tokens 4096 --num-sms 16 --wire bf16 moe-ht >/tmp/r.txt 2>&1
 echo "== heap 80M, auto rc=$?" >>$s
 grep -E "dispatch (pulled|pushed)| dispatch |does not fit|rror|ERR" /tmp/r.txt | grep -v "^\[rank 1\]" | head -6 >>$s
