@@ -121,6 +121,8 @@ for n in "${counts[@]}"; do
   SY_HT_PULL=0 run test_gpu_moe_ht.push "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   # by default BF16 dispatches pull up to SY_HT_PULL_SMS SMs and push above: the budget cases' objects in turn
   SY_HT_PULL_SMS=4 run test_gpu_moe_ht.pullsms "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
+  # the pulled dispatch's copy of the tokens on a side stream beside its kernel (experimental)
+  SY_HT_PULL_OVERLAP=1 run test_gpu_moe_ht.overlap "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   SY_HT_PULL=0 SY_HT_ROLES=0 run test_gpu_moe_ht.pushblocks "$n" "$root/build/tests/gpu/test_gpu_moe_ht"
   SY_HT_PULL=0 SY_HT_ROLES=1 SY_HT_SEND_WARPS=4 SY_HT_EXPERT_WARPS=12 run test_gpu_moe_ht.warps "$n" \
     "$root/build/tests/gpu/test_gpu_moe_ht"

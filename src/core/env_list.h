@@ -87,6 +87,10 @@ SY_ENV_ID_(SY_HT_PULL_SMS, SY_ENV_INT, "64",
            "ht_set_num_sms) up to this many SMs and pushes above (world 2: the pull faster by 2-13% in event time to "
            "64 SMs, 12% slower at 132; FP8 quantised in the kernel pulls at every budget; bench/NOTES.md, run 63); "
            "every rank must set it alike")
+SY_ENV_ID_(SY_HT_PULL_OVERLAP, SY_ENV_INT, "0",
+           "high-throughput MoE dispatch pulled with a BF16 or given-FP8 wire: copy the rank's tokens into symmetric "
+           "memory on a side stream beside the pull kernel, whose blocks take their own channels first from the "
+           "caller's tokens (1; experimental, not yet timed), or before the kernel on the call's stream (0)")
 SY_ENV_ID_(SY_HT_SEND_WARPS, SY_ENV_INT, "6",
            "high-throughput MoE dispatch kernel (the dispatch and the combine's backward) with SY_HT_ROLES=1: the "
            "sending warps of a block's 16, 2 to 14; the rest receive (6 measured best of 4-8 for the two calls "

@@ -165,6 +165,21 @@ SY_HD void sy__moe_ht_pull_item(int item, int world_size, int grid, int *s, int 
   *s = (item % world_size + (k ? *c / k : 0)) % world_size;
 }
 
+/* The pulled dispatch's items with its own copy overlapped (SY_HT_PULL_OVERLAP; cuda/moe_ht/pull.cu): items [0, C)
+ * are this rank's own channels in order (each block's first items, where the grid holds C blocks: they read the
+ * caller's tokens while a copy engine fills the copy its peers read), then the peers' (source, channel) pairs,
+ * channel-major, the sources of a channel rotated by the channel; every (s, c) once. */
+SY_HD void sy__moe_ht_pull_item_own_first(int item, int world_size, int channels, int me, int *s, int *c) {
+  if (item < channels) {
+    *s = me, *c = item;
+    return;
+  }
+  const int j = item - channels, peers = world_size - 1;
+  *c = j / peers;
+  const int q = (j % peers + *c) % peers;
+  *s = q < me ? q : q + 1;
+}
+
 /* offsets[0..L] from recv_counts [W][L]: expert e's rows summed over sources, rounded up to the alignment. */
 SY_HD void sy__moe_ht_offsets(const int32_t *recv_counts, int world_size, int L, int alignment, int32_t *offsets) {
   int64_t at = 0;

@@ -691,6 +691,32 @@ static void test_pull_items(void) {
       }
 }
 
+/* The own-first order (sy__moe_ht_pull_item_own_first, SY_HT_PULL_OVERLAP): every (source, channel) once, items [0, C)
+ * this rank's own channels in order, and none of the own channels after them. */
+static void test_pull_items_own_first(void) {
+  static int seen[8 * 40];
+  for (int W = 1; W <= 8; W++)
+    for (int C = 1; C <= 39; C++)
+      for (int me = 0; me < W; me++) {
+        memset(seen, 0, sizeof seen);
+        int misplaced = 0;
+        for (int item = 0; item < W * C; item++) {
+          int s = -1, c = -1;
+          sy__moe_ht_pull_item_own_first(item, W, C, me, &s, &c);
+          if (s < 0 || s >= W || c < 0 || c >= C) {
+            CHECK(0);
+            return;
+          }
+          seen[c * W + s]++;
+          misplaced += item < C ? s != me || c != item : s == me;
+        }
+        int once = 1;
+        for (int i = 0; i < W * C; i++) once &= seen[i] == 1;
+        CHECK(once);
+        CHECK_EQ_INT(misplaced, 0);
+      }
+}
+
 int main(void) {
   seed_from_env();
   test_generators();
@@ -698,6 +724,7 @@ int main(void) {
   test_roles();
   test_pull();
   test_pull_items();
+  test_pull_items_own_first();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   CHECK(add_untouched_ > 0); /* the cases route some token to no expert */
   return check_report();

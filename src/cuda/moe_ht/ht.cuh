@@ -137,6 +137,8 @@ struct ht_params {
   int pull_pipes;       /* its pipelines a block (warps [0, pull_pipes)), HT_PULL_STAGES stages each, */
   uint32_t pull_smem, pull_stage_bytes; /* the first stage in the dynamic shared memory, a stage's bytes, */
   int32_t *pull_tok;                    /* [W][T] the token of source s's message i here (scratch, this GPU's memory) */
+  int pull_overlap; /* SY_HT_PULL_OVERLAP: the own copy by a copy engine beside the kernel (launch.cu), which marks it
+                     * ready (sy_ht_pull_ready); own items first, from the caller's tokens (P.tokens, P.token_scales) */
   int64_t inplace_off; /* then this rank's recv.tokens in its arena (bytes from the arena's start), or -1 */
   /* the call */
   int mode; /* HT_DISPATCH, or HT_COMBINE_BACKWARD (the dispatch kernel carrying grad_out as a bf16 token) */
@@ -435,6 +437,8 @@ struct ht_quant_params {
 __global__ void sy_ht_quantise(ht_quant_params Q);
 /* The dispatch pulled (SY_HT_PULL; pull.cu): its own kernel, no ring. */
 __global__ void sy_ht_dispatch_pull(const __grid_constant__ sy::ht_params P);
+/* SY_HT_PULL_OVERLAP: after the copy on the side stream, this rank's copy marked ready for the call (pull.cu). */
+__global__ void sy_ht_pull_ready(const __grid_constant__ sy::ht_params P);
 __global__ void sy_ht_combine(sy::ht_params P);
 /* The same with each channel's owner block planning and waiting a batch ahead (SY_HT_OWNER_AHEAD; combine.cu). */
 __global__ void sy_ht_combine_ahead(sy::ht_params P);

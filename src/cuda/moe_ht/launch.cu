@@ -49,6 +49,8 @@ struct ht_gpu {
   uint32_t pull_smem;     /* where the stages start in its dynamic shared memory, */
   size_t pull_stage_bytes, pull_kernel_smem; /* a stage's bytes, its dynamic shared memory, */
   int32_t *pull_tok;                         /* [W][max_tokens] the token of each message (scratch) */
+  cudaStream_t pull_side;                    /* SY_HT_PULL_OVERLAP: the tokens' copy beside the pull kernel, */
+  cudaEvent_t pull_fork, pull_join;          /* forked from and joined to the call's stream */
   int send_warps;                            /* then the dispatch kernel's role 0 warps (SY_HT_SEND_WARPS), */
   int expert_warps;                          /* the combine kernel's (SY_HT_EXPERT_WARPS) */
   int blocks;                                /* the data kernels' grid: C by warps, 2 C by blocks */
@@ -163,6 +165,9 @@ static void free_gpu(sy_comm_t comm, ht_gpu *g, bool free_ws) {
   if (g->probe) cudaFree(g->probe);
   if (g->quant) cudaFree(g->quant);
   if (g->pull_tok) cudaFree(g->pull_tok);
+  if (g->pull_fork) cudaEventDestroy(g->pull_fork);
+  if (g->pull_join) cudaEventDestroy(g->pull_join);
+  if (g->pull_side) cudaStreamDestroy(g->pull_side);
   if (g->staging_registered && !comm->destroyed) nvshmemx_buffer_unregister(g->staging); /* NVSHMEM still up */
   if (g->staging) cudaFree(g->staging);
   if (g->local_blob) cudaFree(g->local_blob);
@@ -200,6 +205,14 @@ static sy_status_t create_local(sy_comm_t comm, struct sy_moe_ht *moe, ht_gpu *g
   SY_CHECK(sy__env_bool(SY_ENVID_SY_HT_OWNER_AHEAD, &ahead));
   g->owner_ahead = ahead;
   probe_setup(comm, g);
+  /* the pulled BF16 / given-FP8 dispatch's copy of the tokens beside its kernel (experimental: bench/NOTES.md) */
+  long long overlap = 0;
+  SY_CHECK(sy__env_int(SY_ENVID_SY_HT_PULL_OVERLAP, &overlap));
+  if (g->pull && overlap > 0 && (c->wire == SY_MOE_WIRE_BF16 || c->wire == SY_MOE_WIRE_FP8_GIVEN)) {
+    SY_CUDA_CHECK(cudaStreamCreateWithFlags(&g->pull_side, cudaStreamNonBlocking));
+    SY_CUDA_CHECK(cudaEventCreateWithFlags(&g->pull_fork, cudaEventDisableTiming));
+    SY_CUDA_CHECK(cudaEventCreateWithFlags(&g->pull_join, cudaEventDisableTiming));
+  }
   /* the FP8 wires' tokens quantised ahead of the dispatch (auto: from world 2, where the sending blocks'
    * quantisation held the dispatch back; at world 1 the extra pass over the tokens costs more: bench/NOTES.md) */
   long long prequant = -1;
@@ -615,7 +628,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
     P.wire = SY_MOE_WIRE_FP8_GIVEN;
     P.tokens = pull ? pull_q : g->quant;
     P.token_scales = pull ? pull_qs : g->quant_scales;
-  } else if (pull) {
+  } else if (pull && !g->pull_side) {
     if (n > 0) {
       const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
       SY_CUDA_CHECK(cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, stream));
@@ -637,7 +650,49 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
         SY_CUDA_CHECK(cudaMemcpyAsync(meta + 2 * TK * 4, call->weights, n * K * 4, cudaMemcpyDeviceToDevice, stream));
     }
     P.pull = 1;
-    return launch_pdl(sy_ht_dispatch_pull, call_blocks(g, P.B), HT_DTHREADS, g->pull_kernel_smem, stream, P);
+    /* (the caller's tokens and scales read by bulk copies: 16-byte aligned, else this call copies first) */
+    const bool beside =
+        g->pull_side && (((uintptr_t)call->tokens | (uintptr_t)call->token_scales) & 15u) == 0; /* scales: NULL/BF16 */
+    if (!beside) {
+      if (g->pull_side && n > 0) { /* (the copy the side stream would have made, as without the option) */
+        const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
+        SY_CUDA_CHECK(cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, stream));
+        if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN)
+          SY_CUDA_CHECK(cudaMemcpyAsync(pull_qs, call->token_scales, n * groups * 4, cudaMemcpyDeviceToDevice, stream));
+      }
+      if (g->pull_side) {
+        P.tokens = pull_q;
+        if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN) P.token_scales = pull_qs;
+      }
+      return launch_pdl(sy_ht_dispatch_pull, call_blocks(g, P.B), HT_DTHREADS, g->pull_kernel_smem, stream, P);
+    }
+    /* SY_HT_PULL_OVERLAP: the tokens' copy on the side stream, forked after everything before (the ids' copies just
+     * above, and the previous call's kernel, which ended once every peer had read the copy this one overwrites), then
+     * sy_ht_pull_ready marks it; the kernel beside it takes its own channels first from the caller's tokens; the
+     * call's stream joins the side stream after the kernel. Every piece is stream-ordered, so a capture keeps it. */
+    P.pull_overlap = 1;
+    SY_CUDA_CHECK(cudaEventRecord(g->pull_fork, stream));
+    SY_CUDA_CHECK(cudaStreamWaitEvent(g->pull_side, g->pull_fork, 0));
+    /* from the fork on, every way out joins the side stream back (a capture must end joined) */
+    cudaError_t err = cudaSuccess;
+    if (n > 0) {
+      const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
+      err = cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, g->pull_side);
+      if (err == cudaSuccess && moe->config.wire == SY_MOE_WIRE_FP8_GIVEN)
+        err = cudaMemcpyAsync(pull_qs, call->token_scales, n * groups * 4, cudaMemcpyDeviceToDevice, g->pull_side);
+    }
+    if (err == cudaSuccess) {
+      sy_ht_pull_ready<<<1, 32, 0, g->pull_side>>>(P);
+      err = cudaGetLastError();
+    }
+    sy_status_t ks = SY_SUCCESS;
+    if (err == cudaSuccess)
+      ks = launch_pdl(sy_ht_dispatch_pull, call_blocks(g, P.B), HT_DTHREADS, g->pull_kernel_smem, stream, P);
+    const cudaError_t jr = cudaEventRecord(g->pull_join, g->pull_side);
+    const cudaError_t jw = jr == cudaSuccess ? cudaStreamWaitEvent(stream, g->pull_join, 0) : jr;
+    if (err == cudaSuccess) err = jw;
+    if (err != cudaSuccess) return cuda_error(err, "the pulled dispatch's side stream", __FILE__, __LINE__);
+    return ks;
   }
   /* the first copy in place (dispatch.cu): every rank of an object with an arena publishes its inbox entries; the
    * senders store into this rank's rows where recv.tokens lies in its arena */

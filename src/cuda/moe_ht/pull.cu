@@ -133,8 +133,9 @@ __device__ bool pull_item(const ht_params &P, int s, int mbase, int nmsg, char *
   const size_t bytes = fp8 ? (size_t)P.hidden : (size_t)P.hidden * 2, sbytes = (size_t)groups * 4;
   const bool scales_bulk = fp8 && sbytes % 16 == 0; /* else the lanes load them from s */
   const bool fence = scales_bulk;
-  const char *src = ht_peer(P, s) + P.wl.pull;
-  const float *ssrc = (const float *)(src + (size_t)P.T * P.hidden);
+  const bool caller = P.pull_overlap && s == P.ctx.rank; /* (own tokens from the caller's buffers: launch.cu) */
+  const char *src = caller ? (const char *)P.tokens : ht_peer(P, s) + P.wl.pull;
+  const float *ssrc = caller ? P.token_scales : (const float *)(src + (size_t)P.T * P.hidden);
   const int mine = w < nmsg ? (nmsg - w + pipes - 1) / pipes : 0;
   const int32_t *recv_rows = hsec(P, P.hl.recv_rows);
   auto stage = [&](int j) { return stages + (size_t)((q + j) % S) * P.pull_stage_bytes; };
@@ -223,8 +224,9 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   const bool handle_ok = ht_handle_ok(P, false);
   int32_t *rowbase = (int32_t *)smem;
   const bool rows_ok = handle_ok && rows_setup(P, rowbase);
-  if (threadIdx.x == 0) { /* this rank's copy is ready (the copies before the kernel): every block says so, so that
-                           * no rank's scan waits on one block of this grid being scheduled */
+  if (threadIdx.x == 0 && !P.pull_overlap) { /* this rank's copy is ready (the copies before the kernel): every block
+                                             * says so, so that no rank's scan waits on one block of this grid being
+                                             * scheduled (SY_HT_PULL_OVERLAP: sy_ht_pull_ready says it) */
     pull_hdr *h = hdr_at(P, P.ws);
     h->num_tokens = handle_ok ? P.num_tokens : 0;
     h->weights = P.weights != nullptr;
@@ -245,9 +247,13 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   stages += (size_t)w * HT_PULL_STAGES * P.pull_stage_bytes;
   uint64_t waited = 0, rwaited = 0, pt = probe_now(P);
   for (int item = blockIdx.x; item < W * C; item += gridDim.x) {
-    int s, c; /* a block's items alternating between sources (ref/moe_ht_layout.h) */
-    sy__moe_ht_pull_item(item, W, (int)gridDim.x, &s, &c);
-    if (threadIdx.x == 0) {
+    int s, c; /* a block's items alternating between sources, or its own channels first (ref/moe_ht_layout.h) */
+    if (P.pull_overlap) sy__moe_ht_pull_item_own_first(item, W, C, me, &s, &c);
+    else sy__moe_ht_pull_item(item, W, (int)gridDim.x, &s, &c);
+    if (threadIdx.x == 0 && P.pull_overlap && s == me) { /* (its own: the caller's tokens, no copy waited for) */
+      n_s = failed ? 0 : handle_ok ? P.num_tokens : 0;
+      weights_s = P.weights != nullptr;
+    } else if (threadIdx.x == 0) {
       char *sp = ht_peer(P, s);
       if (!failed && !ht_wait(P, &hdr_at(P, sp)->ready, call, OP_MOE_HT_RECV, s)) failed = 1;
       n_s = failed ? 0 : __ldcg(&hdr_at(P, sp)->num_tokens);
@@ -300,6 +306,9 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
     if (s != me) st_release_sys(done_at(P, ht_peer(P, s), me), call);
   for (int d = 0; d < W; d++)
     if (d != me && !aborted(P.ctx) && !ht_wait(P, done_at(P, P.ws, d), call, OP_MOE_HT_SEND, d)) break;
+  /* SY_HT_PULL_OVERLAP: sy_ht_pull_ready read the pulls done before it marked the copy; where every peer failed before
+   * reading it (a bad handle there), nothing else orders this update after that read */
+  if (P.pull_overlap && !aborted(P.ctx)) ht_wait(P, &hdr_at(P, P.ws)->ready, call, OP_MOE_HT_SEND, me);
   P.local->pulls = call;
   if (P.mode == HT_DISPATCH) { /* for the combines' check */
     sy_moe_ht_handle_header_t *h = (sy_moe_ht_handle_header_t *)P.handle;
@@ -308,4 +317,18 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   }
   if (P.probe) probe_add<false>(P, PR_WAIT, probe_now(P) - pt);
   probe_end<false>(P);
+}
+
+/* SY_HT_PULL_OVERLAP (launch.cu): on the side stream after the copy of this rank's tokens into its workspace, the copy
+ * marked ready for the call, as every block of sy_ht_dispatch_pull marks it otherwise. The call's number: the pulls
+ * done, which the running dispatch's last block raises only after every peer has read this copy, so after this. */
+__global__ void sy_ht_pull_ready(const __grid_constant__ ht_params P) {
+  if (threadIdx.x != 0) return;
+  const uint64_t call = __ldcg(&P.local->pulls) + 1;
+  pull_hdr *h = hdr_at(P, P.ws);
+  const sy_moe_ht_handle_header_t *hh = (const sy_moe_ht_handle_header_t *)P.handle; /* (the kernel reports it) */
+  const bool ok = hh->magic == SY_MOE_HT_HANDLE_MAGIC && hh->object == P.object && hh->num_tokens == P.num_tokens;
+  h->num_tokens = ok ? P.num_tokens : 0;
+  h->weights = P.weights != nullptr;
+  st_release_sys(&h->ready, call);
 }
