@@ -64,6 +64,7 @@ typedef struct ht_result {
   int T;
   sy_moe_wire_t wire;
   int created; /* 0: sy_moe_ht_create said SY_ERR_UNSUPPORTED */
+  int pulled;  /* sy_moe_ht_sizes_t.dispatch_pulled: 0 pushed, 1 pulled, 2 pulled but above SY_HT_PULL_SMS SMs */
   ht_row_t row[MOE_HT_OPS];
   bench_timing_t copy;
   double copy_bytes;
@@ -276,6 +277,7 @@ static int measure_ours(bench_ctx_t *ctx, moe_ht_bench_t *b, ht_scratch_t *h, ht
   b->sizes = (sy_moe_ht_sizes_t)SY_MOE_HT_SIZES_INIT;
   int rc = sy_moe_ht_sizes(b->moe, &b->sizes) != SY_SUCCESS || moe_ht_expect(&sh, &in, &ex);
   rc = bench_allreduce_max(ctx, rc || moe_ht_alloc_config(ctx, b)) != 0;
+  res->pulled = b->sizes.dispatch_pulled;
   if (!rc)
     bench_print(ctx, "#   the dispatch %s (SY_HT_PULL as the ranks resolved it)\n",
                 b->sizes.dispatch_pulled == 2 ? (b->cfg.wire == SY_MOE_WIRE_FP8 || b->cfg.wire == SY_MOE_WIRE_FP8_UE8M0
@@ -421,14 +423,15 @@ static void print_result(bench_ctx_t *ctx, const ht_result_t *res, int experts, 
                "\"keep_experts\": %g, "
                "\"tokens_per_rank\": %d, \"hidden\": %d, "
                "\"top_k\": %d, \"num_experts\": %d, \"wire\": \"%s\", \"alignment\": %d, \"num_sms\": %d, "
-               "\"call\": \"%s\", \"supported\": %s, \"time_us\": %.3f, \"kernel_us\": %s, \"host_us\": %.3f, "
+               "\"dispatch_pulled\": %d, \"call\": \"%s\", \"supported\": %s, \"time_us\": %.3f, \"kernel_us\": %s, "
+               "\"host_us\": %.3f, "
                "\"deepep_bytes\": %.0f, \"deepep_GBs\": %.3f, \"link_bytes\": %.0f, \"link_GBs\": %.3f, "
                "\"hbm_bytes\": %.0f, \"hbm_GBs\": %.3f, \"pct_of_ceiling\": %.1f, \"wrong\": %lld, "
                "\"nccl\": {%s\"time_us\": %.3f, \"kernel_us\": %s}, \"speedup_nccl\": %.3f, "
                "\"ceiling\": {%s\"copy_bytes\": %.0f, \"time_us\": %.3f, \"hbm_GBs\": %.3f}}",
                sy_backend_name(ctx->backend), ctx->world, ctx->opts->routing ? ctx->opts->routing : "uniform",
                ctx->opts->keep_experts > 0 ? ctx->opts->keep_experts : 1.0, res->T, HIDDEN, TOP_K, experts,
-               wire_name(res->wire), ctx->opts->alignment ? ctx->opts->alignment : DEFAULT_ALIGNMENT, sms,
+               wire_name(res->wire), ctx->opts->alignment ? ctx->opts->alignment : DEFAULT_ALIGNMENT, sms, res->pulled,
                moe_ht_op_names[op], ours ? "true" : "false", ours ? o->time_us : 0,
                bench_json_us(f[7], 24, ours ? o->kernel_us : 0), ours ? o->host_us : 0, r->deepep_bytes, d,
                r->link_bytes, l, r->hbm_bytes, m, pct, r->wrong, base ? "" : "\"absent\": true, ", n->time_us,
