@@ -592,6 +592,18 @@ extern "C" sy_status_t sy__cuda_moe_ht_layout(sy_comm_t comm, struct sy_moe_ht *
   return wait_counts(comm, moe, g, before, call->host_counts);
 }
 
+/* The pulled dispatch's copy of the caller's tokens (and given FP8 scales) into this rank's copy in the workspace. */
+static cudaError_t copy_tokens(const struct sy_moe_ht *moe, const sy_moe_ht_call_t *call, char *q, float *qs,
+                               cudaStream_t stream) {
+  const size_t H = (size_t)moe->config.hidden, n = (size_t)call->num_tokens;
+  if (n == 0) return cudaSuccess;
+  const bool given = moe->config.wire == SY_MOE_WIRE_FP8_GIVEN;
+  cudaError_t err = cudaMemcpyAsync(q, call->tokens, n * (given ? H : 2 * H), cudaMemcpyDeviceToDevice, stream);
+  if (err == cudaSuccess && given)
+    err = cudaMemcpyAsync(qs, call->token_scales, n * (H / SY_MOE_FP8_GROUP) * 4, cudaMemcpyDeviceToDevice, stream);
+  return err;
+}
+
 extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht *moe, const sy_moe_ht_call_t *call,
                                                 cudaStream_t stream) {
   ht_gpu *g = (ht_gpu *)moe->backend_state;
@@ -600,13 +612,16 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
   data_channels(comm, &P);
   P.probe = probe_of(g, 0);
   const size_t H = (size_t)moe->config.hidden, T = (size_t)moe->config.max_tokens, n = (size_t)call->num_tokens;
-  const size_t groups = H / SY_MOE_FP8_GROUP;
   /* pulled, or pushed through the rings (an object that pulls keeps its rings: the combines use them). By default a
    * wire whose tokens are copied before the kernel (BF16, given FP8) pushes above SY_HT_PULL_SMS SMs, where the
    * copy costs more than the pull saves (world 2, 132 SMs: BF16 event time 268 us pulled against 238 pushed, run 63);
    * every rank sets the same budget before the same call (sy_moe_ht_set_num_sms), so every rank takes the same way */
   const bool copied = moe->config.wire == SY_MOE_WIRE_BF16 || moe->config.wire == SY_MOE_WIRE_FP8_GIVEN;
   const bool pull = g->pull && !(moe->pull == 2 && copied && moe->call_sms > moe->pull_sms);
+  /* SY_HT_PULL_OVERLAP: the copy beside the kernel, whose own items read the caller's tokens and scales by bulk
+   * copies (16-byte aligned; otherwise this call copies first) */
+  const bool beside = pull && copied && g->pull_side &&
+                      (((uintptr_t)call->tokens | (uintptr_t)call->token_scales) & 15u) == 0; /* (scales NULL: BF16) */
   /* the pull (pull.cu): this rank's tokens (or their FP8 bytes and scales) into its copy in the workspace, which every
    * rank reads: by a copy engine, or quantised there; then the handle's ids and positions and the weights */
   char *pull_q = pull ? g->ws + g->wl.pull : NULL;
@@ -628,13 +643,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
     P.wire = SY_MOE_WIRE_FP8_GIVEN;
     P.tokens = pull ? pull_q : g->quant;
     P.token_scales = pull ? pull_qs : g->quant_scales;
-  } else if (pull && !g->pull_side) {
-    if (n > 0) {
-      const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
-      SY_CUDA_CHECK(cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, stream));
-      if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN)
-        SY_CUDA_CHECK(cudaMemcpyAsync(pull_qs, call->token_scales, n * groups * 4, cudaMemcpyDeviceToDevice, stream));
-    }
+  } else if (pull && !beside) {
+    SY_CUDA_CHECK(copy_tokens(moe, call, pull_q, pull_qs, stream));
     P.tokens = pull_q;
     if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN) P.token_scales = pull_qs;
   }
@@ -650,22 +660,8 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
         SY_CUDA_CHECK(cudaMemcpyAsync(meta + 2 * TK * 4, call->weights, n * K * 4, cudaMemcpyDeviceToDevice, stream));
     }
     P.pull = 1;
-    /* (the caller's tokens and scales read by bulk copies: 16-byte aligned, else this call copies first) */
-    const bool beside =
-        g->pull_side && (((uintptr_t)call->tokens | (uintptr_t)call->token_scales) & 15u) == 0; /* scales: NULL/BF16 */
-    if (!beside) {
-      if (g->pull_side && n > 0) { /* (the copy the side stream would have made, as without the option) */
-        const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
-        SY_CUDA_CHECK(cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, stream));
-        if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN)
-          SY_CUDA_CHECK(cudaMemcpyAsync(pull_qs, call->token_scales, n * groups * 4, cudaMemcpyDeviceToDevice, stream));
-      }
-      if (g->pull_side) {
-        P.tokens = pull_q;
-        if (moe->config.wire == SY_MOE_WIRE_FP8_GIVEN) P.token_scales = pull_qs;
-      }
+    if (!beside)
       return launch_pdl(sy_ht_dispatch_pull, call_blocks(g, P.B), HT_DTHREADS, g->pull_kernel_smem, stream, P);
-    }
     /* SY_HT_PULL_OVERLAP: the tokens' copy on the side stream, forked after everything before (the ids' copies just
      * above, and the previous call's kernel, which ended once every peer had read the copy this one overwrites), then
      * sy_ht_pull_ready marks it; the kernel beside it takes its own channels first from the caller's tokens; the
@@ -674,13 +670,7 @@ extern "C" sy_status_t sy__cuda_moe_ht_dispatch(sy_comm_t comm, struct sy_moe_ht
     SY_CUDA_CHECK(cudaEventRecord(g->pull_fork, stream));
     SY_CUDA_CHECK(cudaStreamWaitEvent(g->pull_side, g->pull_fork, 0));
     /* from the fork on, every way out joins the side stream back (a capture must end joined) */
-    cudaError_t err = cudaSuccess;
-    if (n > 0) {
-      const size_t row = moe->config.wire == SY_MOE_WIRE_BF16 ? H * 2 : H;
-      err = cudaMemcpyAsync(pull_q, call->tokens, n * row, cudaMemcpyDeviceToDevice, g->pull_side);
-      if (err == cudaSuccess && moe->config.wire == SY_MOE_WIRE_FP8_GIVEN)
-        err = cudaMemcpyAsync(pull_qs, call->token_scales, n * groups * 4, cudaMemcpyDeviceToDevice, g->pull_side);
-    }
+    cudaError_t err = copy_tokens(moe, call, pull_q, pull_qs, g->pull_side);
     if (err == cudaSuccess) {
       sy_ht_pull_ready<<<1, 32, 0, g->pull_side>>>(P);
       err = cudaGetLastError();
