@@ -7,7 +7,8 @@
 # wires quantised by the sending blocks and ahead of the dispatch (SY_HT_PREQUANT=0 / 1) and with the rows' FP8
 # scales stored under an L2 policy (SY_HT_SCALE_HINT=1) — those on the pushed dispatch (SY_HT_PULL=0), which from
 # world 2 is no longer the default — and pushed by warps and by blocks, with one object's dispatches pulling and
-# pushing in turn (SY_HT_PULL_SMS=4) and with the pull's copy beside its kernel (SY_HT_PULL_OVERLAP=1), runs the fault test
+# pushing in turn (SY_HT_PULL_SMS=4) and with the pull's copy beside its kernel (SY_HT_PULL_OVERLAP=1), runs the
+# fault test
 # (test_gpu_faults: a rank SIGKILLed mid-call, the others must time out naming it) and, with 2 GPUs or more, the
 # placement check (test_gpu_placement: 3 ranks on GPUs 0,1,0 must be refused at once), runs the Python package's
 # tests and examples from the build tree (PYTHONPATH=build/python; where python3 has torch), runs every GPU test at
