@@ -109,8 +109,9 @@ int sy__moe_ht_roles(const sy_moe_ht_config_t *c, int world_size);
 /* Whether the cuda backend's high-throughput dispatch pulls (SY_HT_PULL resolved; 0 at world size 1, where nothing
  * crosses a rank): 1 the receivers pull (cuda/moe_ht/pull.cu), 0 the senders push through the rings. Auto (unset or
  * negative, the default): 1 where this rank reaches every peer by load/store (peers_direct: comm->peers_direct) and
- * the pull's workspace fits what is left of its symmetric heap (fits); the create then pulls only if every rank
- * answered 1 (core/moe_ht.c). A positive value: 1 (the create fails where a peer is reached by puts); 0: 0.
+ * the pull fits (fits: its workspace in what is left of the symmetric heap, its stages in shared memory; core/moe_ht.c
+ * pull_here); the create then pulls only if every rank answered 1, and falls back to the push where the heap itself
+ * cannot hold the pulled workspace (cuda/moe_ht/launch.cu). A positive value: 1 (the create fails where a peer is reached by puts); 0: 0.
  * Measured at world 2 (2 x H200, run 62, 16 SMs, 4,096 tokens): BF16 dispatch 560 us kernel pulled against 648
  * pushed (603.4 against 652.5 with the tokens' copy before the kernel), FP8 580 against 659; faster at 8,192 tokens
  * and at 24 and 32 SMs too. World 4: the pull design's ceiling 546 us against the push's 743 (run 60); the pull

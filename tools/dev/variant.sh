@@ -110,6 +110,12 @@ build_main() {
     { echo "build failed" >>"$s"; tail -30 /tmp/build.log >>"$s"; cat "$s"; exit 1; }
   echo "build done at $SECONDS s" >>"$s"
 }
+#   two_ranks            R=2 and G, syrun's placement for two ranks: empty on two GPUs, "--gpus 0,0" (sharing GPU 0) on
+#                        one; call after dev_start.
+two_ranks() {
+  R=2 G=""
+  [ "$n" -lt 2 ] && G="--gpus 0,0"
+}
 #   dev_start NAME       a device script's start: NVLink multicast off, $s = $OUT/NAME (the summary), the GPU's name as
 #                        its first line, n = the GPUs (at most 4).
 dev_start() {

@@ -40,6 +40,15 @@ __device__ __forceinline__ uint64_t *done_at(const ht_params &P, char *base, int
 
 __device__ __forceinline__ uint32_t saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+/* This rank's copy ready for call `call`: its token count (0 where the handle is not this object's layout, so that
+ * the peers take nothing from it) and whether it gave weights. */
+__device__ __forceinline__ void mark_ready(const ht_params &P, bool handle_ok, uint64_t call) {
+  pull_hdr *h = hdr_at(P, P.ws);
+  h->num_tokens = handle_ok ? P.num_tokens : 0;
+  h->weights = P.weights != nullptr;
+  st_release_sys(&h->ready, call);
+}
+
 /* The lanes' reads of a stage (its FP8 scales), before a bulk load overwrites it: a proxy fence of shared memory
  * (none for BF16, whose stages only the async proxy touches; a whole fence.proxy.async before each reload cost ~2%:
  * bench/NOTES.md run 61). */
@@ -224,14 +233,10 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
   const bool handle_ok = ht_handle_ok(P, false);
   int32_t *rowbase = (int32_t *)smem;
   const bool rows_ok = handle_ok && rows_setup(P, rowbase);
-  if (threadIdx.x == 0 && !P.pull_overlap) { /* this rank's copy is ready (the copies before the kernel): every block
-                                             * says so, so that no rank's scan waits on one block of this grid being
-                                             * scheduled (SY_HT_PULL_OVERLAP: sy_ht_pull_ready says it) */
-    pull_hdr *h = hdr_at(P, P.ws);
-    h->num_tokens = handle_ok ? P.num_tokens : 0;
-    h->weights = P.weights != nullptr;
-    st_release_sys(&h->ready, call);
-  }
+  if (threadIdx.x == 0 && !P.pull_overlap) /* this rank's copy is ready (the copies before the kernel): every block
+                                            * says so, so that no rank's scan waits on one block of this grid being
+                                            * scheduled (SY_HT_PULL_OVERLAP: sy_ht_pull_ready says it) */
+    mark_ready(P, handle_ok, call);
   if (threadIdx.x < HT_PULL_PIPES * HT_PULL_STAGES) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bar[threadIdx.x])) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -324,11 +329,6 @@ __global__ void __launch_bounds__(HT_DTHREADS) sy_ht_dispatch_pull(const __grid_
  * done, which the running dispatch's last block raises only after every peer has read this copy, so after this. */
 __global__ void sy_ht_pull_ready(const __grid_constant__ ht_params P) {
   if (threadIdx.x != 0) return;
-  const uint64_t call = __ldcg(&P.local->pulls) + 1;
-  pull_hdr *h = hdr_at(P, P.ws);
   const sy_moe_ht_handle_header_t *hh = (const sy_moe_ht_handle_header_t *)P.handle; /* (the kernel reports it) */
-  const bool ok = hh->magic == SY_MOE_HT_HANDLE_MAGIC && hh->object == P.object && hh->num_tokens == P.num_tokens;
-  h->num_tokens = ok ? P.num_tokens : 0;
-  h->weights = P.weights != nullptr;
-  st_release_sys(&h->ready, call);
+  mark_ready(P, ht_handle_mine(P) && hh->num_tokens == P.num_tokens, __ldcg(&P.local->pulls) + 1);
 }

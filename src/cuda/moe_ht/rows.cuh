@@ -383,9 +383,13 @@ __device__ __forceinline__ bool rows_setup(const ht_params &P, int32_t *rowbase)
 
 /* The handle belongs to this object's layout of num_tokens tokens and, with `dispatched` (the combines), a
  * dispatch recorded its rows with this recv's layout (every block checks; block 0 reports). */
+__device__ __forceinline__ bool ht_handle_mine(const ht_params &P) {
+  const sy_moe_ht_handle_header_t *h = (const sy_moe_ht_handle_header_t *)P.handle;
+  return h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object;
+}
 __device__ __forceinline__ bool ht_handle_ok(const ht_params &P, bool dispatched) {
   const sy_moe_ht_handle_header_t *h = (const sy_moe_ht_handle_header_t *)P.handle;
-  const bool mine = h->magic == SY_MOE_HT_HANDLE_MAGIC && h->object == P.object;
+  const bool mine = ht_handle_mine(P);
   const bool ok = mine && h->num_tokens == P.num_tokens;
   /* the combines read the rows the handle's dispatch recorded, in that dispatch's layout */
   const bool rows = !dispatched || (h->dispatched != 0 && h->expert_stride == P.recv.expert_stride);

@@ -12,8 +12,7 @@
 dev_start summary.txt
 export SY_HEAP_SIZE=8G
 build_main
-R=2 G=""
-[ "$n" -lt 2 ] && G="--gpus 0,0"
+two_ranks
 SY_HT_PULL_OVERLAP=1 SY_TEST_CASE=16 timeout 120 build/bin/syrun -n $R $G /usr/local/cuda/bin/compute-sanitizer \
   --tool synccheck --print-limit 5 build/tests/gpu/test_gpu_moe_ht >/tmp/san.txt 2>&1
 echo "== synccheck, case 16, overlap rc=$?" >>$s
